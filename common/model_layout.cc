@@ -1,0 +1,109 @@
+#include "common/model_layout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+
+int64_t TensorSpec::num_elems() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
+    const v1::ModelSpec& model) {
+  if (model.input_dim() < 1) {
+    return absl::InvalidArgumentError("model.input_dim: must be >= 1");
+  }
+  if (model.num_classes() < 2) {
+    return absl::InvalidArgumentError("model.num_classes: must be >= 2");
+  }
+  std::vector<int64_t> widths = {model.input_dim()};
+  switch (model.kind()) {
+    case v1::ModelSpec::MLP:
+      for (int i = 0; i < model.hidden_layers_size(); ++i) {
+        if (model.hidden_layers(i) < 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("model.hidden_layers[", i, "]: must be >= 1"));
+        }
+        widths.push_back(model.hidden_layers(i));
+      }
+      break;
+    case v1::ModelSpec::SOFTMAX_REGRESSION:
+      if (model.hidden_layers_size() > 0) {
+        return absl::InvalidArgumentError(
+            "model.hidden_layers: SOFTMAX_REGRESSION has no hidden layers");
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          "model.kind: must be MLP or SOFTMAX_REGRESSION");
+  }
+  widths.push_back(model.num_classes());
+
+  const bool relu = model.activation() == v1::RELU ||
+                    model.activation() == v1::ACTIVATION_UNSPECIFIED;
+  std::vector<TensorSpec> tensors;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    const bool output_layer = i + 2 == widths.size();
+    TensorSpec weight;
+    weight.name = absl::StrCat("dense", i, ".weight");
+    weight.shape = {widths[i], widths[i + 1]};
+    weight.init = (relu && !output_layer) ? InitKind::kHeUniform
+                                          : InitKind::kXavierUniform;
+    weight.fan_in = widths[i];
+    weight.fan_out = widths[i + 1];
+    TensorSpec bias;
+    bias.name = absl::StrCat("dense", i, ".bias");
+    bias.shape = {widths[i + 1]};
+    bias.init = InitKind::kZeros;
+    tensors.push_back(std::move(weight));
+    tensors.push_back(std::move(bias));
+  }
+  return tensors;
+}
+
+std::vector<BlockSpec> SplitIntoBlocks(const std::vector<TensorSpec>& tensors,
+                                       int64_t block_elems) {
+  std::vector<BlockSpec> blocks;
+  for (uint32_t t = 0; t < tensors.size(); ++t) {
+    const int64_t n = tensors[t].num_elems();
+    uint32_t b = 0;
+    for (int64_t offset = 0; offset < n; offset += block_elems, ++b) {
+      blocks.push_back({BlockKey(t, b), t, offset,
+                        std::min<int64_t>(block_elems, n - offset)});
+    }
+  }
+  return blocks;
+}
+
+std::vector<float> InitialBlockValues(const TensorSpec& tensor,
+                                      const BlockSpec& block, uint64_t seed) {
+  std::vector<float> values(block.num_elems, 0.0f);
+  double limit = 0;
+  switch (tensor.init) {
+    case InitKind::kZeros:
+      return values;
+    case InitKind::kHeUniform:
+      limit = std::sqrt(6.0 / static_cast<double>(tensor.fan_in));
+      break;
+    case InitKind::kXavierUniform:
+      limit = std::sqrt(6.0 / static_cast<double>(tensor.fan_in + tensor.fan_out));
+      break;
+  }
+  // seed_seq mixes the job seed with the block key, so blocks draw independently.
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                    static_cast<uint32_t>(block.key),
+                    static_cast<uint32_t>(block.key >> 32)};
+  std::mt19937_64 rng(seq);
+  std::uniform_real_distribution<double> dist(-limit, limit);
+  for (float& v : values) v = static_cast<float>(dist(rng));
+  return values;
+}
+
+}  // namespace ps

@@ -1,0 +1,1 @@
+// placeholder, replaced in this session
