@@ -1,1 +1,147 @@
-int main() { return 0; }  // placeholder, replaced in this session
+// psctl: command-line client of the coordinator's JobService.
+//
+//   psctl [--coordinator=HOST:PORT] submit JOB.json [--watch]
+//   psctl list | get JOB | watch JOB | cancel JOB
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/clock.h"
+#include "client/job_client.h"
+#include "client/progress.h"
+#include "common/job_spec.h"
+#include "google/protobuf/util/json_util.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");
+ABSL_FLAG(int, timeout_ms, 10000, "deadline of each call");
+ABSL_FLAG(bool, watch, false, "submit: follow the job's progress until it ends");
+
+namespace {
+
+constexpr char kUsage[] =
+    "psctl [--coordinator=HOST:PORT] COMMAND\n"
+    "  submit JOB.json [--watch]  submit a job spec (Protobuf JSON of ps.v1.JobSpec)\n"
+    "  list                       list jobs\n"
+    "  get JOB                    print a job's status as JSON\n"
+    "  watch JOB                  follow a job until it ends (exit 0 if SUCCEEDED)\n"
+    "  cancel JOB                 cancel a pending or running job";
+
+int Fail(const absl::Status& status) {
+  std::cerr << "psctl: " << status.message() << " ("
+            << absl::StatusCodeToString(status.code()) << ")\n";
+  return 1;
+}
+
+int ExitCodeOf(const ps::v1::JobStatus& job) {
+  return job.state() == ps::v1::SUCCEEDED ? 0 : 2;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+// Shows progress: redraws one line on a terminal, prints a line per change of
+// epoch or accuracy (and every 10 s) otherwise.
+int Watch(ps::JobClient& client, const std::string& job_id) {
+  const bool tty = isatty(fileno(stdout));
+  std::string last_key;
+  absl::Time last_print = absl::InfinitePast();
+  auto result = client.Watch(job_id, [&](const ps::v1::JobStatus& job) {
+    const std::string line = ps::FormatProgressLine(job);
+    if (tty) {
+      std::cout << "\r\033[K" << line << std::flush;
+      return;
+    }
+    const std::string key =
+        absl::StrCat(job.state(), "/", job.progress().epoch(), "/",
+                     job.progress().accuracy_epoch());
+    if (key != last_key || absl::Now() - last_print > absl::Seconds(10)) {
+      std::cout << line << std::endl;
+      last_key = key;
+      last_print = absl::Now();
+    }
+  });
+  if (tty) std::cout << "\n";
+  if (!result.ok()) return Fail(result.status());
+  std::cout << ps::FormatSummary(*result) << std::endl;
+  return ExitCodeOf(*result);
+}
+
+int Submit(ps::JobClient& client, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot read ", path)));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto spec = ps::JobSpecFromJson(text.str());
+  if (!spec.ok()) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", spec.status().message())));
+  }
+  // Validate here too, so that a bad spec is refused before it is sent.
+  ps::v1::JobSpec checked = *spec;
+  ps::ApplyJobSpecDefaults(&checked);
+  if (auto s = ps::ValidateJobSpec(checked); !s.ok()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message())));
+  }
+  auto id = client.Submit(*spec);
+  if (!id.ok()) return Fail(id.status());
+  std::cout << "submitted " << *id << std::endl;
+  if (absl::GetFlag(FLAGS_watch)) return Watch(client, *id);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() < 2) {
+    std::cerr << "usage: " << kUsage << "\n";
+    return 64;
+  }
+  const std::string command = args[1];
+  ps::JobClientOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  ps::JobClient client(options);
+
+  if (command == "list" && args.size() == 2) {
+    auto jobs = client.List();
+    if (!jobs.ok()) return Fail(jobs.status());
+    for (const auto& job : *jobs) std::cout << ps::FormatListRow(job) << "\n";
+    return 0;
+  }
+  if (args.size() != 3) {
+    std::cerr << "usage: " << kUsage << "\n";
+    return 64;
+  }
+  const std::string arg = args[2];
+  if (command == "submit") return Submit(client, arg);
+  if (command == "watch") return Watch(client, arg);
+  if (command == "get") {
+    auto job = client.Get(arg);
+    if (!job.ok()) return Fail(job.status());
+    std::cout << ToJson(*job);
+    return 0;
+  }
+  if (command == "cancel") {
+    auto job = client.Cancel(arg);
+    if (!job.ok()) return Fail(job.status());
+    std::cout << ps::FormatSummary(*job) << std::endl;
+    return 0;
+  }
+  std::cerr << "psctl: unknown command \"" << command << "\"\nusage: " << kUsage << "\n";
+  return 64;
+}

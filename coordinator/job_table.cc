@@ -1,1 +1,82 @@
-// placeholder, replaced in this session
+#include "coordinator/job_table.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+namespace {
+
+constexpr char kJobPrefix[] = "job/";
+constexpr char kCounterKey[] = "meta/next_job";
+
+absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat(what, ": ", s.ToString());
+  if (s.IsCorruption()) return absl::DataLossError(message);
+  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(message);
+  if (s.IsNotFound()) return absl::NotFoundError(message);
+  return absl::UnavailableError(message);
+}
+
+}  // namespace
+
+JobTable::JobTable(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+JobTable::~JobTable() = default;
+
+absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(const std::string& path) {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
+  if (!s.ok()) {
+    return FromRocks(s, absl::StrCat("job table at ", path));
+  }
+  return std::unique_ptr<JobTable>(new JobTable(std::unique_ptr<rocksdb::DB>(db)));
+}
+
+absl::Status JobTable::Put(const v1::JobStatus& job) {
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  return FromRocks(db_->Put(options, absl::StrCat(kJobPrefix, job.job_id()),
+                            job.SerializeAsString()),
+                   absl::StrCat("job table write of ", job.job_id()));
+}
+
+absl::StatusOr<std::vector<v1::JobStatus>> JobTable::LoadAll() {
+  std::vector<v1::JobStatus> jobs;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(kJobPrefix); it->Valid() && it->key().starts_with(kJobPrefix);
+       it->Next()) {
+    v1::JobStatus job;
+    if (!job.ParseFromArray(it->value().data(), it->value().size())) {
+      return absl::DataLossError(
+          absl::StrCat("job table: unreadable record ", it->key().ToString()));
+    }
+    jobs.push_back(std::move(job));
+  }
+  if (auto s = FromRocks(it->status(), "job table scan"); !s.ok()) return s;
+  return jobs;
+}
+
+absl::StatusOr<int64_t> JobTable::NextJobNumber() {
+  std::string value;
+  int64_t next = 1;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kCounterKey, &value);
+  if (s.ok()) {
+    if (!absl::SimpleAtoi(value, &next)) {
+      return absl::DataLossError("job table: unreadable job counter");
+    }
+  } else if (!s.IsNotFound()) {
+    return FromRocks(s, "job table counter");
+  }
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  if (auto st = FromRocks(db_->Put(options, kCounterKey, absl::StrCat(next + 1)),
+                          "job table counter");
+      !st.ok()) {
+    return st;
+  }
+  return next;
+}
+
+}  // namespace ps

@@ -1,1 +1,111 @@
-// placeholder, replaced in this session
+#include "server/parameter_manager.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace ps {
+
+ParameterManager::ParameterManager(ShardStore* store, ServerMetrics* metrics)
+    : store_(store), metrics_(metrics) {}
+
+ParameterManager::~ParameterManager() { Shutdown(); }
+
+std::vector<absl::Status> ParameterManager::SyncAssignments(
+    const std::vector<v1::Assignment>& assignments) {
+  std::vector<absl::Status> errors;
+  std::set<std::string> wanted;
+  std::vector<std::shared_ptr<ServerJob>> unloaded;
+  for (const v1::Assignment& a : assignments) {
+    wanted.insert(a.job_id());
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = jobs_.find(a.job_id());
+      if (it != jobs_.end()) {
+        if (it->second->assignment().shard_map().version() ==
+            a.shard_map().version()) {
+          continue;
+        }
+        // A new shard map: reopen from the store under the new placement.
+        unloaded.push_back(std::move(it->second));
+        jobs_.erase(it);
+      }
+    }
+    // Opening reads or initialises shards; do it without holding mu_.
+    auto job = ServerJob::Open(a, store_, metrics_);
+    if (!job.ok()) {
+      errors.push_back(absl::Status(
+          job.status().code(),
+          absl::StrCat("job ", a.job_id(), ": ", job.status().message())));
+      continue;
+    }
+    PS_LOG_INFO("job ", a.job_id(), ": serving as server ", a.index(), " of ",
+                a.shard_map().servers_size());
+    absl::MutexLock lock(&mu_);
+    jobs_[a.job_id()] = *std::move(job);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      if (wanted.contains(it->first)) {
+        ++it;
+        continue;
+      }
+      PS_LOG_INFO("job ", it->first, ": no longer assigned, unloading");
+      unloaded.push_back(std::move(it->second));
+      it = jobs_.erase(it);
+    }
+    metrics_->jobs.Set(jobs_.size());
+  }
+  for (auto& job : unloaded) job->Close(absl::AbortedError("job ended"));
+  return errors;
+}
+
+absl::StatusOr<std::shared_ptr<ServerJob>> ParameterManager::Find(
+    const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job_id: job \"", job_id, "\" is not held by this server"));
+  }
+  return it->second;
+}
+
+void ParameterManager::Pull(const v1::PullRequest& request,
+                            ServerJob::PullCallback done) {
+  auto job = Find(request.job_id());
+  if (!job.ok()) {
+    done(job.status());
+    return;
+  }
+  (*job)->Pull(request, std::move(done));
+}
+
+absl::StatusOr<v1::PushResponse> ParameterManager::Push(
+    const v1::PushRequest& request) {
+  auto job = Find(request.job_id());
+  if (!job.ok()) return job.status();
+  return (*job)->Push(request);
+}
+
+void ParameterManager::Shutdown() {
+  std::map<std::string, std::shared_ptr<ServerJob>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    jobs.swap(jobs_);
+  }
+  for (auto& [id, job] : jobs) {
+    job->Close(absl::UnavailableError("parameter server shutting down"));
+  }
+}
+
+std::vector<std::string> ParameterManager::job_ids() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  return ids;
+}
+
+}  // namespace ps

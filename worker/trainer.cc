@@ -1,1 +1,180 @@
-// placeholder, replaced in this session
+#include "worker/trainer.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/logging.h"
+#include "worker/batcher.h"
+
+namespace ps {
+
+Trainer::Trainer(v1::Assignment assignment, std::string node_id,
+                 v1::ClusterService::Stub* coordinator, Backend* backend,
+                 WorkerMetrics* metrics, TrainerOptions options)
+    : assignment_(std::move(assignment)),
+      node_id_(std::move(node_id)),
+      coordinator_(coordinator),
+      backend_(backend),
+      metrics_(metrics),
+      options_(options) {}
+
+absl::Status Trainer::Run() {
+  absl::Status status = Train();
+  if (!status.ok() && !stop_) {
+    PS_LOG_ERROR("job ", assignment_.job_id(), ": worker ", assignment_.index(),
+                 " failed: ", status.ToString());
+    v1::ProgressReport report;
+    report.set_error(status.ToString());
+    Report(std::move(report), /*must_arrive=*/true);
+  }
+  return status;
+}
+
+void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
+  if (coordinator_ == nullptr) return;
+  report.set_node_id(node_id_);
+  report.set_job_id(assignment_.job_id());
+  report.set_worker_index(assignment_.index());
+  // Reports are idempotent (latest state wins), so retrying them is safe.
+  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (true) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, options_.report_timeout);
+    v1::ProgressResponse response;
+    grpc::Status status = coordinator_->ReportProgress(&ctx, report, &response);
+    if (status.ok()) {
+      if (response.stop()) stop_ = true;
+      return;
+    }
+    if (!must_arrive || absl::Now() > give_up ||
+        !IsRetryable(FromGrpcStatus(status))) {
+      PS_LOG_WARNING("progress report failed: ", status.error_message());
+      return;
+    }
+    std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
+  }
+}
+
+absl::StatusOr<float> Trainer::Evaluate(int64_t clock) {
+  if (auto s = client_->Pull(clock, &params_); !s.ok()) return s;
+  if (auto s = model_->SetParameters(params_); !s.ok()) return s;
+  auto correct =
+      model_->CountCorrect(test_.features.data(), test_.labels.data(), test_.num_samples);
+  if (!correct.ok()) return correct.status();
+  return static_cast<float>(*correct) / test_.num_samples;
+}
+
+absl::Status Trainer::Train() {
+  const v1::JobSpec& spec = assignment_.spec();
+  const int worker = assignment_.index();
+  const bool evaluator = worker == 0;
+
+  auto train = ReadIdxDataset(spec.dataset().train_images(),
+                              spec.dataset().train_labels(),
+                              spec.dataset().max_train_samples());
+  if (!train.ok()) return train.status();
+  if (train->dim != spec.model().input_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.input_dim: is ", spec.model().input_dim(), " but ",
+        spec.dataset().train_images(), " has ", train->dim, " values per sample"));
+  }
+  if (evaluator) {
+    auto test = ReadIdxDataset(spec.dataset().test_images(),
+                               spec.dataset().test_labels(),
+                               spec.dataset().max_test_samples());
+    if (!test.ok()) return test.status();
+    if (test->dim != train->dim) {
+      return absl::InvalidArgumentError("dataset: test and train samples differ in size");
+    }
+    test_ = *std::move(test);
+  }
+  auto model = Model::Create(spec.model(), backend_);
+  if (!model.ok()) return model.status();
+  model_ = *std::move(model);
+  auto client = ParameterClient::Create(assignment_, model_->tensors(),
+                                        options_.parameter_client, &stop_);
+  if (!client.ok()) return client.status();
+  client_ = *std::move(client);
+  auto partition = DataPartition::Create(train->num_samples, assignment_.num_workers());
+  if (!partition.ok()) return partition.status();
+
+  const int batch = spec.batch_size();
+  const int64_t steps = partition->StepsPerEpoch(batch);
+  if (steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size: ", batch, " is larger than a worker's part of the data (",
+        partition->per_worker(), " samples)"));
+  }
+  const int64_t total_clocks = steps * spec.epochs();
+  PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", worker, " of ",
+              assignment_.num_workers(), ", ", partition->per_worker(),
+              " samples, ", steps, " steps per epoch, backend ", backend_->name());
+
+  std::vector<float> features(static_cast<size_t>(batch) * train->dim);
+  std::vector<int32_t> labels(batch);
+  std::vector<std::vector<float>> grads;
+  double interval_loss = 0;
+  int64_t interval_steps = 0;
+  absl::Time interval_start = absl::Now();
+  int64_t clock = 0;
+  for (int epoch = 0; epoch < spec.epochs(); ++epoch) {
+    const std::vector<int64_t> order = partition->EpochOrder(spec.seed(), epoch, worker);
+    for (int64_t step = 0; step < steps; ++step, ++clock) {
+      if (stop_) return absl::CancelledError("training stopped");
+      absl::Time t0 = absl::Now();
+      if (auto s = client_->Pull(clock, &params_); !s.ok()) return s;
+      absl::Time t1 = absl::Now();
+      GatherBatch(*train, std::span<const int64_t>(order).subspan(step * batch, batch),
+                  features.data(), labels.data());
+      if (auto s = model_->SetParameters(params_); !s.ok()) return s;
+      auto loss = model_->ComputeGradients(features.data(), labels.data(), batch, &grads);
+      if (!loss.ok()) return loss.status();
+      absl::Time t2 = absl::Now();
+      if (auto s = client_->Push(clock, grads); !s.ok()) return s;
+      absl::Time t3 = absl::Now();
+      metrics_->pull_seconds.Observe(absl::ToDoubleSeconds(t1 - t0));
+      metrics_->compute_seconds.Observe(absl::ToDoubleSeconds(t2 - t1));
+      metrics_->push_seconds.Observe(absl::ToDoubleSeconds(t3 - t2));
+      metrics_->steps.Increment();
+      metrics_->samples.Increment(batch);
+      interval_loss += *loss;
+      ++interval_steps;
+
+      const absl::Duration elapsed = t3 - interval_start;
+      const bool epoch_end = step + 1 == steps;
+      if (elapsed >= options_.report_interval || epoch_end) {
+        const double rate = interval_steps * batch / absl::ToDoubleSeconds(elapsed);
+        const float mean_loss = interval_loss / interval_steps;
+        metrics_->samples_per_second.Set(rate);
+        metrics_->loss.Set(mean_loss);
+        v1::ProgressReport report;
+        report.set_epoch(epoch + (epoch_end ? 1 : 0));
+        report.set_clock(clock + 1);
+        report.set_total_clocks(total_clocks);
+        report.set_loss(mean_loss);
+        report.set_samples_per_second(rate);
+        report.set_test_accuracy(-1);
+        if (epoch_end && evaluator) {
+          auto accuracy = Evaluate(clock + 1);
+          if (!accuracy.ok()) return accuracy.status();
+          last_accuracy_ = *accuracy;
+          metrics_->test_accuracy.Set(*accuracy);
+          report.set_test_accuracy(*accuracy);
+          PS_LOG_INFO("job ", assignment_.job_id(), ": epoch ", epoch + 1,
+                      " test accuracy ", *accuracy);
+        }
+        const bool finished = epoch_end && epoch + 1 == spec.epochs();
+        report.set_finished(finished);
+        Report(std::move(report), /*must_arrive=*/epoch_end);
+        interval_loss = 0;
+        interval_steps = 0;
+        interval_start = absl::Now();
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps

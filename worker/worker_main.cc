@@ -1,1 +1,50 @@
-int main() { return 0; }  // placeholder, replaced in this session
+// ps-worker: trains the jobs the coordinator assigns to it.
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/signals.h"
+#include "worker/cpu/cpu_backend.h"
+#include "worker/worker_node.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");
+ABSL_FLAG(std::string, device, "auto",
+          "compute device: auto (GPU if present), cpu or gpu");
+ABSL_FLAG(int, compute_threads, 1, "OpenBLAS threads of the CPU backend (0: default)");
+ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port (0: none)");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Prometheus listen host");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Worker: computes gradients for assigned jobs.");
+  absl::ParseCommandLine(argc, argv);
+  ps::BlockTerminationSignals();
+
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "gpu") {
+    PS_LOG_ERROR("ps-worker: --device=gpu: this build has no CUDA backend yet");
+    return 1;
+  }
+  if (device != "auto" && device != "cpu") {
+    PS_LOG_ERROR("ps-worker: --device must be auto, cpu or gpu, not \"", device, "\"");
+    return 1;
+  }
+  ps::CpuBackendOptions backend_options;
+  backend_options.num_threads = absl::GetFlag(FLAGS_compute_threads);
+
+  ps::WorkerNodeOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (absl::GetFlag(FLAGS_metrics_port) > 0) {
+    options.metrics_address = absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":",
+                                           absl::GetFlag(FLAGS_metrics_port));
+  }
+  ps::WorkerNode worker(options, ps::CpuBackend::Create(backend_options));
+  if (absl::Status s = worker.Start(); !s.ok()) {
+    PS_LOG_ERROR("ps-worker: ", s.ToString());
+    return 1;
+  }
+  const int signal = ps::WaitForTerminationSignal();
+  PS_LOG_INFO("ps-worker: signal ", signal, ", shutting down");
+  worker.Stop();
+  return 0;
+}

@@ -1,0 +1,52 @@
+// A small C++ client library for JobService, with a deadline on every call.
+#ifndef PS_CLIENT_JOB_CLIENT_H_
+#define PS_CLIENT_JOB_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ps/v1/job_service.grpc.pb.h"
+
+namespace ps {
+
+struct JobClientOptions {
+  // Coordinator address, host:port. Required.
+  std::string coordinator;
+  // Deadline of each unary call.
+  absl::Duration timeout = absl::Seconds(10);
+};
+
+// Thread-compatible. Errors are the coordinator's statuses; an unreachable
+// coordinator gives UNAVAILABLE or DEADLINE_EXCEEDED naming its address.
+class JobClient {
+ public:
+  explicit JobClient(JobClientOptions options);
+
+  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec);
+  absl::StatusOr<v1::JobStatus> Get(const std::string& job_id);
+  absl::StatusOr<std::vector<v1::JobStatus>> List();
+  absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id);
+
+  // Streams the job's status to `on_update` until it ends, and returns the final
+  // status. If the stream breaks (coordinator restart) it reconnects with backoff
+  // for up to `reconnect_window`. Errors: NOT_FOUND; the last error once
+  // reconnecting gives up.
+  absl::StatusOr<v1::JobStatus> Watch(
+      const std::string& job_id,
+      const std::function<void(const v1::JobStatus&)>& on_update,
+      absl::Duration reconnect_window = absl::Seconds(60));
+
+ private:
+  absl::Status Annotate(const absl::Status& status) const;
+
+  const JobClientOptions options_;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+};
+
+}  // namespace ps
+
+#endif  // PS_CLIENT_JOB_CLIENT_H_

@@ -1,0 +1,60 @@
+// gRPC helpers shared by every process: channels and servers with the project's
+// message limits, status conversion, deadlines and retry backoff.
+#ifndef PS_COMMON_GRPC_UTIL_H_
+#define PS_COMMON_GRPC_UTIL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+
+namespace ps {
+
+// Largest message either side accepts: a block is at most 4 MiB and a Pull reply
+// holds many blocks, so the 4 MiB default would break at exactly 4 MiB (design §3).
+inline constexpr int kMaxMessageBytes = 256 * 1024 * 1024;
+
+// An insecure channel to `target` (host:port) with the raised message limits.
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target);
+
+// Sets the raised message limits on a server builder and enables gRPC's standard
+// health service (grpc.health.v1.Health) for the server it builds.
+void ConfigureServerBuilder(grpc::ServerBuilder* builder);
+
+// Status conversions (codes and messages are kept).
+absl::Status FromGrpcStatus(const grpc::Status& status);
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// Sets ctx's deadline to now + timeout.
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout);
+
+// True for the codes a caller may retry an idempotent or deduplicated call on.
+bool IsRetryable(const absl::Status& status);
+
+// Exponential backoff with full jitter: Next() returns a random delay in
+// [0, min(max, initial * multiplier^attempt)]. Not thread-safe.
+class Backoff {
+ public:
+  // initial: first ceiling (default 50ms); max: largest ceiling (default 2s).
+  explicit Backoff(absl::Duration initial = absl::Milliseconds(50),
+                   absl::Duration max = absl::Seconds(2), double multiplier = 2.0);
+  absl::Duration Next();
+  void Reset();
+
+ private:
+  absl::Duration initial_;
+  absl::Duration max_;
+  double multiplier_;
+  absl::Duration ceiling_;
+  absl::BitGen rng_;
+};
+
+// Splits "host:port" and returns the port, or -1.
+int PortOf(const std::string& address);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_GRPC_UTIL_H_

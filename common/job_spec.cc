@@ -1,0 +1,181 @@
+#include "common/job_spec.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/model_layout.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace ps {
+namespace {
+
+absl::Status Invalid(const std::string& field, const std::string& reason) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", reason));
+}
+
+absl::Status ValidateOptimizer(const v1::OptimizerSpec& optimizer) {
+  auto check_rate = [](const std::string& field, float lr) -> absl::Status {
+    if (!(lr > 0) || !std::isfinite(lr)) return Invalid(field, "must be > 0");
+    return absl::OkStatus();
+  };
+  auto check_unit = [](const std::string& field, float v) -> absl::Status {
+    if (!(v >= 0 && v < 1)) return Invalid(field, "must be in [0, 1)");
+    return absl::OkStatus();
+  };
+  auto check_decay = [](const std::string& field, float v) -> absl::Status {
+    if (!(v >= 0) || !std::isfinite(v)) return Invalid(field, "must be >= 0");
+    return absl::OkStatus();
+  };
+  switch (optimizer.kind_case()) {
+    case v1::OptimizerSpec::kSgd: {
+      const auto& sgd = optimizer.sgd();
+      if (auto s = check_rate("optimizer.sgd.learning_rate", sgd.learning_rate());
+          !s.ok())
+        return s;
+      if (auto s = check_unit("optimizer.sgd.momentum", sgd.momentum()); !s.ok())
+        return s;
+      return check_decay("optimizer.sgd.weight_decay", sgd.weight_decay());
+    }
+    case v1::OptimizerSpec::kAdam: {
+      const auto& adam = optimizer.adam();
+      if (auto s = check_rate("optimizer.adam.learning_rate", adam.learning_rate());
+          !s.ok())
+        return s;
+      if (auto s = check_unit("optimizer.adam.beta1", adam.beta1()); !s.ok())
+        return s;
+      if (auto s = check_unit("optimizer.adam.beta2", adam.beta2()); !s.ok())
+        return s;
+      if (!(adam.epsilon() > 0)) {
+        return Invalid("optimizer.adam.epsilon", "must be > 0");
+      }
+      return check_decay("optimizer.adam.weight_decay", adam.weight_decay());
+    }
+    default:
+      return Invalid("optimizer", "set sgd or adam");
+  }
+}
+
+absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
+  if (dataset.format() != v1::DatasetSpec::IDX) {
+    return Invalid("dataset.format", "must be IDX");
+  }
+  const std::pair<const char*, const std::string*> paths[] = {
+      {"dataset.train_images", &dataset.train_images()},
+      {"dataset.train_labels", &dataset.train_labels()},
+      {"dataset.test_images", &dataset.test_images()},
+      {"dataset.test_labels", &dataset.test_labels()},
+  };
+  for (const auto& [field, path] : paths) {
+    if (path->empty()) return Invalid(field, "required");
+  }
+  if (dataset.max_train_samples() < 0) {
+    return Invalid("dataset.max_train_samples", "must be >= 0");
+  }
+  if (dataset.max_test_samples() < 0) {
+    return Invalid("dataset.max_test_samples", "must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> JobSpecFromJson(const std::string& json) {
+  v1::JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &spec, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec is not valid JSON for ps.v1.JobSpec: ",
+                     std::string(status.message())));
+  }
+  return spec;
+}
+
+std::string JobSpecToJson(const v1::JobSpec& spec) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(spec, &json, options);
+  return json;
+}
+
+void ApplyJobSpecDefaults(v1::JobSpec* spec) {
+  if (spec->block_elems() == 0) spec->set_block_elems(kDefaultBlockElems);
+  if (spec->durability() == v1::DURABILITY_UNSPECIFIED) {
+    spec->set_durability(v1::WAL);
+  }
+  auto* consistency = spec->mutable_consistency();
+  if (consistency->model() == v1::ConsistencySpec::MODEL_UNSPECIFIED) {
+    consistency->set_model(v1::ConsistencySpec::BSP);
+  }
+  auto* model = spec->mutable_model();
+  if (model->kind() == v1::ModelSpec::MLP &&
+      model->activation() == v1::ACTIVATION_UNSPECIFIED) {
+    model->set_activation(v1::RELU);
+  }
+  if (spec->optimizer().has_adam()) {
+    auto* adam = spec->mutable_optimizer()->mutable_adam();
+    if (adam->beta1() == 0) adam->set_beta1(0.9f);
+    if (adam->beta2() == 0) adam->set_beta2(0.999f);
+    if (adam->epsilon() == 0) adam->set_epsilon(1e-8f);
+  }
+}
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  if (spec.name().size() > 128) return Invalid("name", "longer than 128 bytes");
+  if (auto tensors = ModelTensors(spec.model()); !tensors.ok()) {
+    return tensors.status();
+  }
+  if (auto s = ValidateDataset(spec.dataset()); !s.ok()) return s;
+  if (spec.epochs() < 1) return Invalid("epochs", "must be >= 1");
+  if (spec.batch_size() < 1) return Invalid("batch_size", "must be >= 1");
+  if (auto s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;
+  const auto& consistency = spec.consistency();
+  switch (consistency.model()) {
+    case v1::ConsistencySpec::BSP:
+    case v1::ConsistencySpec::ASP:
+      if (consistency.staleness() != 0) {
+        return Invalid("consistency.staleness", "only SSP takes a bound");
+      }
+      break;
+    case v1::ConsistencySpec::SSP:
+      if (consistency.staleness() < 0) {
+        return Invalid("consistency.staleness",
+                       "must be >= 0 for SSP (use model ASP for no bound)");
+      }
+      break;
+    default:
+      return Invalid("consistency.model", "must be BSP, SSP or ASP");
+  }
+  if (spec.num_workers() < 1) return Invalid("num_workers", "must be >= 1");
+  if (spec.num_servers() < 1) return Invalid("num_servers", "must be >= 1");
+  if (spec.block_elems() < 1) return Invalid("block_elems", "must be >= 1");
+  // A block travels in one message; keep it well under the 64 MiB message limit.
+  if (spec.block_elems() > 4 * kDefaultBlockElems) {
+    return Invalid("block_elems", "must be <= 1048576 (4 MiB)");
+  }
+  switch (spec.durability()) {
+    case v1::WAL:
+    case v1::SYNC:
+    case v1::MEMORY:
+      break;
+    default:
+      return Invalid("durability", "must be WAL, SYNC or MEMORY");
+  }
+  return absl::OkStatus();
+}
+
+int64_t EffectiveStaleness(const v1::ConsistencySpec& consistency) {
+  switch (consistency.model()) {
+    case v1::ConsistencySpec::SSP:
+      return consistency.staleness();
+    case v1::ConsistencySpec::ASP:
+      return kAsyncStaleness;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace ps

@@ -1,0 +1,96 @@
+#include "common/membership.h"
+
+#include "common/grpc_util.h"
+#include "common/logging.h"
+
+namespace ps {
+
+Membership::Membership(MembershipOptions options,
+                       AssignmentsCallback on_assignments)
+    : options_(std::move(options)),
+      on_assignments_(std::move(on_assignments)),
+      stub_(v1::ClusterService::NewStub(CreateChannel(options_.coordinator))) {}
+
+Membership::~Membership() { Stop(); }
+
+void Membership::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Membership::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string Membership::node_id() const {
+  absl::MutexLock lock(&mu_);
+  return node_id_;
+}
+
+bool Membership::Sleep(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopping_), timeout);
+  return !stopping_;
+}
+
+bool Membership::Register() {
+  v1::RegisterRequest request;
+  request.set_role(options_.role);
+  request.set_address(options_.address);
+  v1::RegisterResponse response;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.rpc_timeout);
+  grpc::Status status = stub_->Register(&ctx, request, &response);
+  if (!status.ok()) {
+    PS_LOG_WARNING("register with coordinator ", options_.coordinator,
+                   " failed: ", status.error_message());
+    return false;
+  }
+  PS_LOG_INFO("registered with coordinator ", options_.coordinator, " as ",
+              response.node_id());
+  absl::MutexLock lock(&mu_);
+  node_id_ = response.node_id();
+  interval_ = absl::Milliseconds(std::max<int64_t>(response.heartbeat_interval_ms(), 10));
+  return true;
+}
+
+void Membership::Loop() {
+  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
+  while (true) {
+    if (node_id().empty()) {
+      if (Register()) {
+        backoff.Reset();
+      } else if (!Sleep(backoff.Next())) {
+        return;
+      }
+      continue;
+    }
+    v1::HeartbeatRequest request;
+    request.set_node_id(node_id());
+    v1::HeartbeatResponse response;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, options_.rpc_timeout);
+    grpc::Status status = stub_->Heartbeat(&ctx, request, &response);
+    absl::Duration wait;
+    {
+      absl::MutexLock lock(&mu_);
+      wait = interval_;
+    }
+    if (status.ok()) {
+      on_assignments_({response.assignments().begin(), response.assignments().end()});
+    } else if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+      // The coordinator forgot us (restart, or our lease expired): join again.
+      PS_LOG_WARNING("coordinator does not know node ", node_id(),
+                     "; registering again");
+      absl::MutexLock lock(&mu_);
+      node_id_.clear();
+      continue;
+    } else {
+      PS_LOG_WARNING("heartbeat failed: ", status.error_message());
+    }
+    if (!Sleep(wait)) return;
+  }
+}
+
+}  // namespace ps

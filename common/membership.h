@@ -1,0 +1,70 @@
+// A node's membership in the cluster: registers with the coordinator, heartbeats
+// to keep its lease, and hands the assignments each heartbeat returns to its owner.
+#ifndef PS_COMMON_MEMBERSHIP_H_
+#define PS_COMMON_MEMBERSHIP_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ps/v1/cluster.grpc.pb.h"
+
+namespace ps {
+
+struct MembershipOptions {
+  // Coordinator address, host:port. Required.
+  std::string coordinator;
+  // SERVER or WORKER. Required.
+  v1::NodeRole role = v1::NODE_ROLE_UNSPECIFIED;
+  // Address others reach this node at (servers); may be empty for workers.
+  std::string address;
+  // Deadline of each Register and Heartbeat call.
+  absl::Duration rpc_timeout = absl::Seconds(2);
+};
+
+// Runs the register/heartbeat loop on its own thread. Thread-safe.
+class Membership {
+ public:
+  // Called from the membership thread with the node's full set of assignments
+  // after every successful heartbeat.
+  using AssignmentsCallback =
+      std::function<void(const std::vector<v1::Assignment>&)>;
+
+  Membership(MembershipOptions options, AssignmentsCallback on_assignments);
+  ~Membership();
+
+  // Starts the loop. While the coordinator is unreachable the loop retries with
+  // backoff and the owner keeps its current assignments.
+  void Start();
+  // Stops the loop and joins its thread. Idempotent.
+  void Stop();
+
+  // The id the coordinator gave this node ("" before registering).
+  std::string node_id() const;
+  // A stub to the coordinator's ClusterService, for the owner's own calls.
+  v1::ClusterService::Stub* stub() { return stub_.get(); }
+
+ private:
+  void Loop();
+  bool Register();
+  // Waits up to `timeout`; returns false when stopping.
+  bool Sleep(absl::Duration timeout);
+
+  const MembershipOptions options_;
+  const AssignmentsCallback on_assignments_;
+  std::unique_ptr<v1::ClusterService::Stub> stub_;
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(500);
+};
+
+}  // namespace ps
+
+#endif  // PS_COMMON_MEMBERSHIP_H_

@@ -1,0 +1,31 @@
+#include "coordinator/cluster_service.h"
+
+#include "common/unary_handler.h"
+
+namespace ps {
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::Register(
+    grpc::CallbackServerContext* ctx, const v1::RegisterRequest* request,
+    v1::RegisterResponse* response) {
+  const absl::Time start = absl::Now();
+  return FinishUnary(ctx, "Register", metrics_, start, *request,
+                     manager_->Register(*request), response);
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(
+    grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
+    v1::HeartbeatResponse* response) {
+  const absl::Time start = absl::Now();
+  return FinishUnary(ctx, "Heartbeat", metrics_, start, *request,
+                     manager_->Heartbeat(request->node_id()), response);
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::ReportProgress(
+    grpc::CallbackServerContext* ctx, const v1::ProgressReport* request,
+    v1::ProgressResponse* response) {
+  const absl::Time start = absl::Now();
+  return FinishUnary(ctx, "ReportProgress", metrics_, start, *request,
+                     manager_->ReportProgress(*request), response);
+}
+
+}  // namespace ps

@@ -1,0 +1,34 @@
+// gRPC handlers of ClusterService: thin adapters over JobManager.
+#ifndef PS_COORDINATOR_CLUSTER_SERVICE_H_
+#define PS_COORDINATOR_CLUSTER_SERVICE_H_
+
+#include "common/metrics.h"
+#include "coordinator/job_manager.h"
+#include "ps/v1/cluster.grpc.pb.h"
+
+namespace ps {
+
+class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
+ public:
+  // `manager` and `metrics` must outlive the service.
+  ClusterServiceImpl(JobManager* manager, RpcMetrics* metrics)
+      : manager_(manager), metrics_(metrics) {}
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const v1::RegisterRequest* request,
+                                     v1::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* ReportProgress(
+      grpc::CallbackServerContext* ctx, const v1::ProgressReport* request,
+      v1::ProgressResponse* response) override;
+
+ private:
+  JobManager* const manager_;
+  RpcMetrics* const metrics_;
+};
+
+}  // namespace ps
+
+#endif  // PS_COORDINATOR_CLUSTER_SERVICE_H_

@@ -1,0 +1,76 @@
+#include "coordinator/coordinator.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/logging.h"
+
+namespace ps {
+
+Coordinator::Coordinator(CoordinatorOptions options)
+    : options_(std::move(options)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      metrics_(std::make_unique<CoordinatorMetrics>(*registry_)),
+      rpc_metrics_(std::make_unique<RpcMetrics>(*registry_)) {}
+
+Coordinator::~Coordinator() { Stop(); }
+
+absl::Status Coordinator::Start() {
+  if (options_.data_dir.empty()) {
+    return absl::InvalidArgumentError("coordinator: data_dir is required");
+  }
+  auto table = JobTable::Open(options_.data_dir);
+  if (!table.ok()) return table.status();
+  table_ = *std::move(table);
+  auto manager = JobManager::Create(table_.get(), options_.timing, metrics_.get());
+  if (!manager.ok()) return manager.status();
+  manager_ = *std::move(manager);
+  job_service_ = std::make_unique<JobServiceImpl>(manager_.get(), rpc_metrics_.get());
+  cluster_service_ =
+      std::make_unique<ClusterServiceImpl>(manager_.get(), rpc_metrics_.get());
+
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(&builder);
+  builder.AddListeningPort(options_.listen_address,
+                           grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(job_service_.get());
+  builder.RegisterService(cluster_service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("coordinator: cannot listen on ", options_.listen_address));
+  }
+  if (!options_.metrics_address.empty()) {
+    auto exposer = MetricsExposer::Start(options_.metrics_address, registry_);
+    if (!exposer.ok()) return exposer.status();
+    exposer_ = *std::move(exposer);
+  }
+  ticker_ = std::thread([this] { TickLoop(); });
+  PS_LOG_INFO("coordinator listening on port ", port_, ", job table at ",
+              options_.data_dir);
+  return absl::OkStatus();
+}
+
+void Coordinator::TickLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.tick_interval)) {
+    mu_.Unlock();
+    manager_->Tick(absl::Now());
+    mu_.Lock();
+  }
+}
+
+void Coordinator::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (ticker_.joinable()) ticker_.join();
+  if (server_) {
+    // Watch streams end when their deadline is reached; do not wait long for them.
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    server_->Wait();
+  }
+}
+
+}  // namespace ps

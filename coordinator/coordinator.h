@@ -1,0 +1,72 @@
+// The coordinator process's parts wired together: job table, JobManager, the
+// gRPC server (JobService, ClusterService, health), metrics, and the ticker that
+// expires leases and schedules jobs.
+#ifndef PS_COORDINATOR_COORDINATOR_H_
+#define PS_COORDINATOR_COORDINATOR_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
+#include "coordinator/cluster_service.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_service.h"
+#include "grpcpp/grpcpp.h"
+
+namespace ps {
+
+struct CoordinatorOptions {
+  // gRPC listen address; port 0 picks a free port.
+  std::string listen_address = "127.0.0.1:0";
+  // RocksDB directory of the job table. Required.
+  std::string data_dir;
+  // Prometheus listen address; empty: no HTTP endpoint.
+  std::string metrics_address;
+  // Leases and heartbeat interval given to nodes.
+  MembershipTiming timing;
+  // How often leases are checked and pending jobs scheduled.
+  absl::Duration tick_interval = absl::Milliseconds(100);
+};
+
+// Start() then Stop(); not restartable.
+class Coordinator {
+ public:
+  explicit Coordinator(CoordinatorOptions options);
+  ~Coordinator();
+
+  // Opens the job table and starts serving. Errors: the table's (bad data_dir),
+  // UNAVAILABLE if a port cannot be bound.
+  absl::Status Start();
+  void Stop();
+
+  int port() const { return port_; }
+  int metrics_port() const { return exposer_ ? exposer_->port() : 0; }
+  JobManager* manager() { return manager_.get(); }
+
+ private:
+  void TickLoop();
+
+  const CoordinatorOptions options_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<CoordinatorMetrics> metrics_;
+  std::unique_ptr<RpcMetrics> rpc_metrics_;
+  std::unique_ptr<MetricsExposer> exposer_;
+  std::unique_ptr<JobTable> table_;
+  std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<ClusterServiceImpl> cluster_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread ticker_;
+  int port_ = 0;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace ps
+
+#endif  // PS_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,43 @@
+#include "coordinator/coordinator_metrics.h"
+
+namespace ps {
+
+CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
+    : leases_expired(prometheus::BuildCounter()
+                         .Name("ps_leases_expired_total")
+                         .Help("Nodes dropped because they missed their heartbeats.")
+                         .Register(registry)
+                         .Add({})),
+      jobs_(prometheus::BuildGauge()
+                .Name("ps_jobs")
+                .Help("Jobs by state.")
+                .Register(registry)),
+      nodes_(prometheus::BuildGauge()
+                 .Name("ps_nodes")
+                 .Help("Live registered nodes by role.")
+                 .Register(registry)),
+      finished_(prometheus::BuildCounter()
+                    .Name("ps_jobs_finished_total")
+                    .Help("Jobs that reached a terminal state, by state.")
+                    .Register(registry)) {
+  for (v1::JobState s : {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED,
+                         v1::CANCELLED}) {
+    jobs(s).Set(0);
+  }
+  nodes("server").Set(0);
+  nodes("worker").Set(0);
+}
+
+prometheus::Gauge& CoordinatorMetrics::jobs(v1::JobState state) {
+  return jobs_.Add({{"state", v1::JobState_Name(state)}});
+}
+
+prometheus::Gauge& CoordinatorMetrics::nodes(const std::string& role) {
+  return nodes_.Add({{"role", role}});
+}
+
+prometheus::Counter& CoordinatorMetrics::finished(v1::JobState state) {
+  return finished_.Add({{"state", v1::JobState_Name(state)}});
+}
+
+}  // namespace ps

@@ -1,0 +1,35 @@
+// The coordinator's own Prometheus metrics (design §7).
+#ifndef PS_COORDINATOR_COORDINATOR_METRICS_H_
+#define PS_COORDINATOR_COORDINATOR_METRICS_H_
+
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+#include "ps/v1/job.pb.h"
+
+namespace ps {
+
+// Thread-safe.
+class CoordinatorMetrics {
+ public:
+  explicit CoordinatorMetrics(prometheus::Registry& registry);
+
+  // ps_jobs{state}: jobs currently in each state.
+  prometheus::Gauge& jobs(v1::JobState state);
+  // ps_nodes{role}: live registered nodes by role.
+  prometheus::Gauge& nodes(const std::string& role);
+  // ps_leases_expired_total: nodes dropped for missing their heartbeats.
+  prometheus::Counter& leases_expired;
+  // ps_jobs_finished_total{state}: jobs that reached a terminal state.
+  prometheus::Counter& finished(v1::JobState state);
+
+ private:
+  prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Gauge>& nodes_;
+  prometheus::Family<prometheus::Counter>& finished_;
+};
+
+}  // namespace ps
+
+#endif  // PS_COORDINATOR_COORDINATOR_METRICS_H_

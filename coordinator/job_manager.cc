@@ -1,0 +1,368 @@
+#include "coordinator/job_manager.h"
+
+#include <algorithm>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "coordinator/shard_planner.h"
+
+namespace ps {
+namespace {
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+const char* RoleName(v1::NodeRole role) {
+  return role == v1::SERVER ? "server" : "worker";
+}
+
+}  // namespace
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
+JobManager::JobManager(JobTable* table, MembershipTiming timing,
+                       CoordinatorMetrics* metrics)
+    : table_(table), timing_(timing), metrics_(metrics) {
+  // Node ids carry a per-incarnation tag so that ids from before a restart never
+  // alias new ones.
+  absl::BitGen rng;
+  next_node_ = int64_t{absl::Uniform<uint32_t>(rng)} << 20;
+}
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
+    JobTable* table, MembershipTiming timing, CoordinatorMetrics* metrics) {
+  std::unique_ptr<JobManager> manager(new JobManager(table, timing, metrics));
+  if (auto s = manager->Load(); !s.ok()) return s;
+  return manager;
+}
+
+absl::Status JobManager::Load() {
+  auto jobs = table_->LoadAll();
+  if (!jobs.ok()) return jobs.status();
+  absl::MutexLock lock(&mu_);
+  for (v1::JobStatus& status : *jobs) {
+    Job& job = jobs_[status.job_id()];
+    job.status = std::move(status);
+    if (job.status.state() == v1::RUNNING) {
+      Finish(job, v1::FAILED,
+             "the coordinator restarted while the job was running");
+    }
+  }
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> JobManager::Submit(v1::JobSpec spec) {
+  ApplyJobSpecDefaults(&spec);
+  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  auto number = table_->NextJobNumber();
+  if (!number.ok()) return number.status();
+  absl::MutexLock lock(&mu_);
+  const std::string id = absl::StrFormat("job-%06d", *number);
+  Job& job = jobs_[id];
+  job.status.set_job_id(id);
+  *job.status.mutable_spec() = std::move(spec);
+  job.status.set_state(v1::PENDING);
+  job.status.set_create_time_ms(NowMs());
+  job.status.mutable_progress()->set_total_epochs(job.status.spec().epochs());
+  job.status.mutable_progress()->set_test_accuracy(-1);
+  if (auto s = table_->Put(job.status); !s.ok()) {
+    jobs_.erase(id);
+    return s;
+  }
+  PS_LOG_INFO("job ", id, " submitted: ", job.status.spec().name());
+  Changed(job);
+  Schedule(absl::Now());
+  return id;
+}
+
+absl::StatusOr<v1::JobStatus> JobManager::Get(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job_id: no job \"", job_id, "\""));
+  }
+  return it->second.status;
+}
+
+std::vector<v1::JobStatus> JobManager::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::JobStatus> out;
+  for (const auto& [id, job] : jobs_) out.push_back(job.status);
+  return out;
+}
+
+absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job_id: no job \"", job_id, "\""));
+  }
+  Job& job = it->second;
+  if (IsTerminal(job.status.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " already ended (",
+                     v1::JobState_Name(job.status.state()), ")"));
+  }
+  Finish(job, v1::CANCELLED, "cancelled by a client");
+  return job.status;
+}
+
+absl::StatusOr<int64_t> JobManager::Watch(const std::string& job_id,
+                                          Watcher watcher) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job_id: no job \"", job_id, "\""));
+  }
+  watcher(it->second.status);
+  const int64_t token = next_watch_token_++;
+  watchers_[token] = {job_id, std::move(watcher)};
+  return token;
+}
+
+void JobManager::Unwatch(int64_t token) {
+  absl::MutexLock lock(&mu_);
+  watchers_.erase(token);
+}
+
+absl::StatusOr<v1::RegisterResponse> JobManager::Register(
+    const v1::RegisterRequest& request) {
+  if (request.role() != v1::SERVER && request.role() != v1::WORKER) {
+    return absl::InvalidArgumentError("role: must be SERVER or WORKER");
+  }
+  if (request.role() == v1::SERVER && request.address().empty()) {
+    return absl::InvalidArgumentError("address: required for a server");
+  }
+  absl::MutexLock lock(&mu_);
+  const std::string id =
+      absl::StrFormat("%s-%x", RoleName(request.role()), next_node_++);
+  Node& node = nodes_[id];
+  node.role = request.role();
+  node.address = request.address();
+  node.last_seen = absl::Now();
+  PS_LOG_INFO("node ", id, " registered (", request.address(), ")");
+  UpdateGauges();
+  Schedule(node.last_seen);
+  v1::RegisterResponse response;
+  response.set_node_id(id);
+  response.set_lease_ms(absl::ToInt64Milliseconds(timing_.lease));
+  response.set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(timing_.heartbeat_interval));
+  return response;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
+    const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) {
+    return absl::NotFoundError(absl::StrCat("node_id: unknown node \"", node_id,
+                                            "\"; register again"));
+  }
+  Node& node = it->second;
+  node.last_seen = absl::Now();
+  v1::HeartbeatResponse response;
+  if (!node.job_id.empty()) {
+    *response.add_assignments() = AssignmentOf(jobs_.at(node.job_id), node.index);
+  }
+  return response;
+}
+
+v1::Assignment JobManager::AssignmentOf(const Job& job, int index) const {
+  v1::Assignment a;
+  a.set_job_id(job.status.job_id());
+  *a.mutable_spec() = job.status.spec();
+  *a.mutable_shard_map() = job.shard_map;
+  a.set_index(index);
+  a.set_num_workers(job.workers.size());
+  return a;
+}
+
+absl::StatusOr<v1::ProgressResponse> JobManager::ReportProgress(
+    const v1::ProgressReport& report) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(report.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job_id: no job \"", report.job_id(), "\""));
+  }
+  Job& job = it->second;
+  v1::ProgressResponse response;
+  if (job.status.state() != v1::RUNNING) {
+    response.set_stop(true);
+    return response;
+  }
+  const int w = report.worker_index();
+  if (w < 0 || w >= static_cast<int>(job.workers.size()) ||
+      job.workers[w] != report.node_id()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker_index: node ", report.node_id(), " is not worker ", w, " of ",
+        report.job_id()));
+  }
+  if (!report.error().empty()) {
+    Finish(job, v1::FAILED, absl::StrCat("worker ", w, ": ", report.error()));
+    response.set_stop(true);
+    return response;
+  }
+  // Keep the latest accuracy even when this report carries none.
+  v1::ProgressReport& latest = job.reports[w];
+  const float accuracy = report.test_accuracy() >= 0 ? report.test_accuracy()
+                                                     : latest.test_accuracy();
+  latest = report;
+  latest.set_test_accuracy(accuracy);
+  Aggregate(job);
+  const bool all_finished =
+      std::all_of(job.reports.begin(), job.reports.end(),
+                  [](const v1::ProgressReport& r) { return r.finished(); });
+  if (all_finished) {
+    Finish(job, v1::SUCCEEDED, "");
+  } else {
+    Changed(job);
+  }
+  return response;
+}
+
+void JobManager::Aggregate(Job& job) {
+  v1::JobProgress* p = job.status.mutable_progress();
+  int32_t epoch = INT32_MAX;
+  int64_t clock = INT64_MAX;
+  double loss = 0, rate = 0;
+  for (const v1::ProgressReport& r : job.reports) {
+    epoch = std::min(epoch, r.epoch());
+    clock = std::min(clock, r.clock());
+    loss += r.loss();
+    rate += r.samples_per_second();
+  }
+  p->set_epoch(epoch);
+  p->set_clock(clock);
+  p->set_loss(loss / job.reports.size());
+  p->set_samples_per_second(rate);
+  p->set_total_clocks(job.reports[0].total_clocks());
+  // Worker 0 evaluates the model on the test set after each epoch.
+  const v1::ProgressReport& evaluator = job.reports[0];
+  if (evaluator.test_accuracy() >= 0) {
+    p->set_test_accuracy(evaluator.test_accuracy());
+    p->set_accuracy_epoch(evaluator.epoch());
+  }
+}
+
+void JobManager::Tick(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    Node& node = it->second;
+    if (now - node.last_seen <= timing_.lease) {
+      ++it;
+      continue;
+    }
+    metrics_->leases_expired.Increment();
+    PS_LOG_WARNING("node ", it->first, " lost its lease (no heartbeat for ",
+                   absl::FormatDuration(now - node.last_seen), ")");
+    if (!node.job_id.empty()) {
+      Job& job = jobs_.at(node.job_id);
+      Finish(job, v1::FAILED,
+             absl::StrCat(RoleName(node.role), " ", node.index, " (node ",
+                          it->first, ") lost its lease"));
+    }
+    it = nodes_.erase(it);
+  }
+  UpdateGauges();
+  Schedule(now);
+}
+
+void JobManager::Schedule(absl::Time now) {
+  for (auto& [id, job] : jobs_) {
+    if (job.status.state() != v1::PENDING) continue;
+    const v1::JobSpec& spec = job.status.spec();
+    std::vector<std::string> servers, workers;
+    for (const auto& [node_id, node] : nodes_) {
+      if (!node.job_id.empty() || now - node.last_seen > timing_.lease) continue;
+      if (node.role == v1::SERVER &&
+          static_cast<int>(servers.size()) < spec.num_servers()) {
+        servers.push_back(node_id);
+      } else if (node.role == v1::WORKER &&
+                 static_cast<int>(workers.size()) < spec.num_workers()) {
+        workers.push_back(node_id);
+      }
+    }
+    // Jobs start in submission order: a job that does not fit holds back later ones.
+    if (static_cast<int>(servers.size()) < spec.num_servers() ||
+        static_cast<int>(workers.size()) < spec.num_workers()) {
+      return;
+    }
+    std::vector<std::string> addresses;
+    for (const std::string& s : servers) addresses.push_back(nodes_[s].address);
+    auto map = PlanShards(spec, addresses, /*version=*/1);
+    if (!map.ok()) {
+      Finish(job, v1::FAILED, std::string(map.status().message()));
+      continue;
+    }
+    job.shard_map = *std::move(map);
+    job.servers = servers;
+    job.workers = workers;
+    job.reports.assign(workers.size(), v1::ProgressReport());
+    for (auto& r : job.reports) r.set_test_accuracy(-1);
+    for (size_t i = 0; i < servers.size(); ++i) {
+      nodes_[servers[i]].job_id = id;
+      nodes_[servers[i]].index = i;
+    }
+    for (size_t i = 0; i < workers.size(); ++i) {
+      nodes_[workers[i]].job_id = id;
+      nodes_[workers[i]].index = i;
+    }
+    job.status.set_state(v1::RUNNING);
+    job.status.set_start_time_ms(NowMs());
+    PS_LOG_INFO("job ", id, " running on ", servers.size(), " servers and ",
+                workers.size(), " workers");
+    Changed(job);
+  }
+}
+
+void JobManager::Finish(Job& job, v1::JobState state,
+                        const std::string& message) {
+  job.status.set_state(state);
+  job.status.set_message(message);
+  job.status.set_end_time_ms(NowMs());
+  for (const auto& ids : {job.servers, job.workers}) {
+    for (const std::string& id : ids) {
+      auto it = nodes_.find(id);
+      if (it != nodes_.end() && it->second.job_id == job.status.job_id()) {
+        it->second.job_id.clear();
+        it->second.index = -1;
+      }
+    }
+  }
+  metrics_->finished(state).Increment();
+  PS_LOG_INFO("job ", job.status.job_id(), " ", v1::JobState_Name(state),
+              message.empty() ? "" : ": ", message);
+  Changed(job);
+}
+
+void JobManager::Changed(Job& job) {
+  if (auto s = table_->Put(job.status); !s.ok()) {
+    PS_LOG_ERROR("job table: ", s.message());
+  }
+  for (const auto& [token, watch] : watchers_) {
+    if (watch.first == job.status.job_id()) watch.second(job.status);
+  }
+  UpdateGauges();
+}
+
+void JobManager::UpdateGauges() {
+  std::map<v1::JobState, int> counts;
+  for (const auto& [id, job] : jobs_) ++counts[job.status.state()];
+  for (v1::JobState s : {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED,
+                         v1::CANCELLED}) {
+    metrics_->jobs(s).Set(counts[s]);
+  }
+  int servers = 0, workers = 0;
+  for (const auto& [id, node] : nodes_) (node.role == v1::SERVER ? servers : workers)++;
+  metrics_->nodes("server").Set(servers);
+  metrics_->nodes("worker").Set(workers);
+}
+
+}  // namespace ps

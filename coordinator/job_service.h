@@ -1,0 +1,40 @@
+// gRPC handlers of JobService: thin adapters over JobManager.
+#ifndef PS_COORDINATOR_JOB_SERVICE_H_
+#define PS_COORDINATOR_JOB_SERVICE_H_
+
+#include "common/metrics.h"
+#include "coordinator/job_manager.h"
+#include "ps/v1/job_service.grpc.pb.h"
+
+namespace ps {
+
+class JobServiceImpl final : public v1::JobService::CallbackService {
+ public:
+  // `manager` and `metrics` must outlive the service.
+  JobServiceImpl(JobManager* manager, RpcMetrics* metrics)
+      : manager_(manager), metrics_(metrics) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
+                                      const v1::SubmitJobRequest* request,
+                                      v1::SubmitJobResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const v1::GetJobRequest* request,
+                                   v1::JobStatus* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
+                                      const v1::CancelJobRequest* request,
+                                      v1::CancelJobResponse* response) override;
+  // Streams the job's status on every change; ends after a terminal state.
+  grpc::ServerWriteReactor<v1::JobStatus>* WatchJob(
+      grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* request) override;
+
+ private:
+  JobManager* const manager_;
+  RpcMetrics* const metrics_;
+};
+
+}  // namespace ps
+
+#endif  // PS_COORDINATOR_JOB_SERVICE_H_

@@ -1,0 +1,38 @@
+// The coordinator's durable job table: every job's status in RocksDB, so that a
+// coordinator restart loses no job.
+#ifndef PS_COORDINATOR_JOB_TABLE_H_
+#define PS_COORDINATOR_JOB_TABLE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ps/v1/job.pb.h"
+#include "rocksdb/db.h"
+
+namespace ps {
+
+// Thread-safe (RocksDB is).
+class JobTable {
+ public:
+  // Opens or creates the table at `path`. Errors: a clear status naming the path
+  // if it is not a usable RocksDB directory.
+  static absl::StatusOr<std::unique_ptr<JobTable>> Open(const std::string& path);
+  ~JobTable();
+
+  // Writes (replaces) one job's status durably (WAL, fsync).
+  absl::Status Put(const v1::JobStatus& job);
+  // Every stored job, in id order. DATA_LOSS for an unreadable record.
+  absl::StatusOr<std::vector<v1::JobStatus>> LoadAll();
+  // Returns a fresh job number, persisted so that ids are never reused.
+  absl::StatusOr<int64_t> NextJobNumber();
+
+ private:
+  explicit JobTable(std::unique_ptr<rocksdb::DB> db);
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+}  // namespace ps
+
+#endif  // PS_COORDINATOR_JOB_TABLE_H_

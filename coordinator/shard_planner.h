@@ -1,0 +1,24 @@
+// Placement of a job's blocks on its servers (design §3).
+#ifndef PS_COORDINATOR_SHARD_PLANNER_H_
+#define PS_COORDINATOR_SHARD_PLANNER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ps/v1/cluster.pb.h"
+#include "ps/v1/job.pb.h"
+
+namespace ps {
+
+// Cuts the spec's model into blocks and assigns each to one of `servers`,
+// balancing element counts: blocks are taken largest first and each goes to the
+// least-loaded server (ties to the lowest index), so the result is deterministic.
+// Errors: INVALID_ARGUMENT for a bad model spec or no servers.
+absl::StatusOr<v1::ShardMap> PlanShards(const v1::JobSpec& spec,
+                                        const std::vector<std::string>& servers,
+                                        int64_t version);
+
+}  // namespace ps
+
+#endif  // PS_COORDINATOR_SHARD_PLANNER_H_

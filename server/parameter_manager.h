@@ -1,0 +1,52 @@
+// The jobs a parameter server holds, kept in step with the coordinator's
+// assignments, and the dispatch of Pull and Push to them. Knows nothing of gRPC.
+#ifndef PS_SERVER_PARAMETER_MANAGER_H_
+#define PS_SERVER_PARAMETER_MANAGER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "ps/v1/cluster.pb.h"
+#include "server/server_job.h"
+#include "server/shard_store.h"
+
+namespace ps {
+
+// Thread-safe.
+class ParameterManager {
+ public:
+  // `store` and `metrics` must outlive the manager.
+  ParameterManager(ShardStore* store, ServerMetrics* metrics);
+  ~ParameterManager();
+
+  // Makes the loaded jobs equal to `assignments`: opens new ones (reloading any
+  // stored state) and unloads jobs no longer assigned. Returns the errors of jobs
+  // that could not be opened (they stay unloaded and are retried next time).
+  std::vector<absl::Status> SyncAssignments(
+      const std::vector<v1::Assignment>& assignments);
+
+  // Dispatches to the job. NOT_FOUND if this server does not hold the job.
+  void Pull(const v1::PullRequest& request, ServerJob::PullCallback done);
+  absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& request);
+
+  // Unloads every job, failing waiting pulls with UNAVAILABLE.
+  void Shutdown();
+
+  // Ids of the loaded jobs.
+  std::vector<std::string> job_ids() const;
+
+ private:
+  absl::StatusOr<std::shared_ptr<ServerJob>> Find(const std::string& job_id) const;
+
+  ShardStore* const store_;
+  ServerMetrics* const metrics_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<ServerJob>> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_PARAMETER_MANAGER_H_

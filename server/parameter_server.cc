@@ -1,0 +1,81 @@
+#include "server/parameter_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/logging.h"
+#include "server/memory_shard_store.h"
+#include "server/rocksdb_shard_store.h"
+
+namespace ps {
+
+ParameterServer::ParameterServer(ParameterServerOptions options)
+    : options_(std::move(options)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      metrics_(std::make_unique<ServerMetrics>(*registry_)),
+      rpc_metrics_(std::make_unique<RpcMetrics>(*registry_)) {}
+
+ParameterServer::~ParameterServer() { Stop(); }
+
+std::string ParameterServer::address() const {
+  return absl::StrCat(options_.advertise_host, ":", port_);
+}
+
+absl::Status ParameterServer::Start() {
+  if (options_.data_dir.empty()) {
+    store_ = MemoryShardStore::Create();
+  } else {
+    RocksDbShardStoreOptions store_options;
+    store_options.path = options_.data_dir;
+    auto store = RocksDbShardStore::Open(store_options);
+    if (!store.ok()) return store.status();
+    store_ = *std::move(store);
+  }
+  manager_ = std::make_unique<ParameterManager>(store_.get(), metrics_.get());
+  service_ = std::make_unique<ParameterServiceImpl>(manager_.get(),
+                                                    rpc_metrics_.get());
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(&builder);
+  builder.AddListeningPort(options_.listen_address,
+                           grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("parameter server: cannot listen on ", options_.listen_address));
+  }
+  if (!options_.metrics_address.empty()) {
+    auto exposer = MetricsExposer::Start(options_.metrics_address, registry_);
+    if (!exposer.ok()) return exposer.status();
+    exposer_ = *std::move(exposer);
+  }
+  if (!options_.coordinator.empty()) {
+    MembershipOptions membership;
+    membership.coordinator = options_.coordinator;
+    membership.role = v1::SERVER;
+    membership.address = address();
+    membership_ = std::make_unique<Membership>(
+        membership, [this](const std::vector<v1::Assignment>& assignments) {
+          for (const absl::Status& error : manager_->SyncAssignments(assignments)) {
+            PS_LOG_ERROR(error.message());
+          }
+        });
+    membership_->Start();
+  }
+  PS_LOG_INFO("parameter server listening on ", address(),
+              options_.data_dir.empty() ? " (in-memory store)"
+                                        : absl::StrCat(" (RocksDB at ", options_.data_dir, ")"));
+  return absl::OkStatus();
+}
+
+void ParameterServer::Stop() {
+  if (stopped_ || server_ == nullptr) return;
+  stopped_ = true;
+  if (membership_) membership_->Stop();
+  // Fail waiting pulls first so that Shutdown does not wait for their deadlines.
+  manager_->Shutdown();
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  server_->Wait();
+  store_.reset();
+}
+
+}  // namespace ps

@@ -1,0 +1,70 @@
+// A parameter server process's parts wired together: shard store, manager, the
+// gRPC server (ParameterService + health), metrics and cluster membership.
+#ifndef PS_SERVER_PARAMETER_SERVER_H_
+#define PS_SERVER_PARAMETER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/membership.h"
+#include "common/metrics.h"
+#include "grpcpp/grpcpp.h"
+#include "server/parameter_manager.h"
+#include "server/parameter_service.h"
+#include "server/server_metrics.h"
+#include "server/shard_store.h"
+
+namespace ps {
+
+struct ParameterServerOptions {
+  // gRPC listen address; port 0 picks a free port. Default: loopback, any port.
+  std::string listen_address = "127.0.0.1:0";
+  // Host that workers use to reach this server (the port is the bound one).
+  std::string advertise_host = "127.0.0.1";
+  // Coordinator address; empty: run without membership (tests drive the manager).
+  std::string coordinator;
+  // RocksDB directory; empty: keep shards in memory only.
+  std::string data_dir;
+  // Prometheus listen address; empty: no HTTP endpoint.
+  std::string metrics_address;
+};
+
+// Start() then Stop(); not restartable. Thread-safe after Start().
+class ParameterServer {
+ public:
+  explicit ParameterServer(ParameterServerOptions options);
+  ~ParameterServer();
+
+  // Opens the store, starts serving and joins the cluster. Errors: the store's
+  // (a damaged or foreign data directory), UNAVAILABLE if a port cannot be bound.
+  absl::Status Start();
+  // Leaves the cluster, fails waiting pulls, drains RPCs, closes the store.
+  void Stop();
+
+  // The bound gRPC port (after Start).
+  int port() const { return port_; }
+  // The bound metrics port, 0 if none.
+  int metrics_port() const { return exposer_ ? exposer_->port() : 0; }
+  // host:port others reach this server at.
+  std::string address() const;
+  ParameterManager* manager() { return manager_.get(); }
+
+ private:
+  const ParameterServerOptions options_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<RpcMetrics> rpc_metrics_;
+  std::unique_ptr<MetricsExposer> exposer_;
+  std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<ParameterManager> manager_;
+  std::unique_ptr<ParameterServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Membership> membership_;
+  int port_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_PARAMETER_SERVER_H_

@@ -1,0 +1,489 @@
+#include "server/rocksdb_shard_store.h"
+
+#include <rocksdb/iterator.h>
+#include <rocksdb/options.h>
+#include <rocksdb/slice.h>
+#include <rocksdb/snapshot.h>
+#include <rocksdb/write_batch.h>
+#include <unistd.h>
+
+#include <bit>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace ps {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "stored floats are raw little-endian float32");
+
+constexpr char kFamilyNames[][10] = {"default", "values", "optimizer", "clocks",
+                                     "meta"};
+constexpr size_t kBlockKeyBytes = 8;
+constexpr size_t kWorkerBytes = 4;
+constexpr size_t kInt64Bytes = 8;
+
+// The first key of a job's range: job_id '\0'.
+std::string JobPrefix(const std::string& job_id) {
+  std::string prefix = job_id;
+  prefix.push_back('\0');
+  return prefix;
+}
+
+// The first key past a job's range: job_id '\1'. Job ids contain no '\0', so
+// every other job's keys fall outside [JobPrefix, JobLimit).
+std::string JobLimit(const std::string& job_id) {
+  std::string limit = job_id;
+  limit.push_back('\1');
+  return limit;
+}
+
+void AppendBigEndian(uint64_t value, size_t bytes, std::string* out) {
+  for (size_t i = bytes; i-- > 0;) {
+    out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+  }
+}
+
+uint64_t ReadBigEndian(const char* data, size_t bytes) {
+  uint64_t value = 0;
+  for (size_t i = 0; i < bytes; ++i) {
+    value = (value << 8) | static_cast<unsigned char>(data[i]);
+  }
+  return value;
+}
+
+void EncodeInt64(int64_t value, char out[kInt64Bytes]) {
+  const uint64_t bits = static_cast<uint64_t>(value);
+  for (size_t i = 0; i < kInt64Bytes; ++i) {
+    out[i] = static_cast<char>((bits >> (8 * i)) & 0xff);
+  }
+}
+
+int64_t DecodeInt64(const char* data) {
+  uint64_t bits = 0;
+  for (size_t i = kInt64Bytes; i-- > 0;) {
+    bits = (bits << 8) | static_cast<unsigned char>(data[i]);
+  }
+  return static_cast<int64_t>(bits);
+}
+
+std::string BlockKey(const std::string& prefix, uint64_t key) {
+  std::string out = prefix;
+  AppendBigEndian(key, kBlockKeyBytes, &out);
+  return out;
+}
+
+std::string ClockKey(const std::string& prefix, int32_t worker) {
+  std::string out = prefix;
+  AppendBigEndian(static_cast<uint32_t>(worker), kWorkerBytes, &out);
+  return out;
+}
+
+rocksdb::Slice FloatSlice(std::span<const float> values) {
+  return rocksdb::Slice(reinterpret_cast<const char*>(values.data()),
+                        values.size_bytes());
+}
+
+// Copies a value of raw float32 bytes; false if its size is not a multiple of
+// four.
+bool DecodeFloats(rocksdb::Slice bytes, std::vector<float>* out) {
+  if (bytes.size() % sizeof(float) != 0) return false;
+  out->resize(bytes.size() / sizeof(float));
+  if (!out->empty()) std::memcpy(out->data(), bytes.data(), bytes.size());
+  return true;
+}
+
+absl::Status DataLoss(const std::string& job_id, absl::string_view what) {
+  return absl::DataLossError(
+      absl::StrCat("rocksdb shard store: job ", job_id, ": ", what));
+}
+
+std::string BlockName(uint64_t key) {
+  return absl::StrCat("block key ", key, " (tensor ", key >> 32, ", block ",
+                      key & 0xffffffffu, ")");
+}
+
+// Column family options tuned for float blocks: they do not compress.
+rocksdb::ColumnFamilyOptions FamilyOptions(size_t write_buffer_bytes) {
+  rocksdb::ColumnFamilyOptions options;
+  options.write_buffer_size = write_buffer_bytes;
+  options.compression = rocksdb::kNoCompression;
+  options.bottommost_compression = rocksdb::kNoCompression;
+  return options;
+}
+
+}  // namespace
+
+absl::Status RocksDbStatusToAbsl(const rocksdb::Status& status,
+                                 absl::string_view context) {
+  if (status.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat(context, ": ", status.ToString());
+  switch (status.code()) {
+    case rocksdb::Status::kNotFound:
+      return absl::NotFoundError(message);
+    case rocksdb::Status::kCorruption:
+      return absl::DataLossError(message);
+    case rocksdb::Status::kInvalidArgument:
+      return absl::InvalidArgumentError(message);
+    case rocksdb::Status::kNotSupported:
+      return absl::UnimplementedError(message);
+    case rocksdb::Status::kIOError:
+      if (status.IsPathNotFound()) return absl::NotFoundError(message);
+      if (status.IsNoSpace()) return absl::ResourceExhaustedError(message);
+      return absl::InternalError(message);
+    case rocksdb::Status::kBusy:
+    case rocksdb::Status::kTimedOut:
+    case rocksdb::Status::kTryAgain:
+    case rocksdb::Status::kShutdownInProgress:
+      return absl::UnavailableError(message);
+    case rocksdb::Status::kAborted:
+      return absl::AbortedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
+    const RocksDbShardStoreOptions& options) {
+  namespace fs = std::filesystem;
+  if (options.path.empty()) {
+    return absl::InvalidArgumentError(
+        "rocksdb shard store: options.path is required");
+  }
+  const std::string& path = options.path;
+  const std::string where = absl::StrCat("rocksdb shard store at ", path);
+  std::error_code error;
+  const fs::file_status file = fs::status(path, error);
+  if (error && file.type() != fs::file_type::not_found) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": cannot stat: ", error.message()));
+  }
+  if (file.type() == fs::file_type::not_found) {
+    if (!options.create_if_missing) {
+      return absl::NotFoundError(absl::StrCat(
+          where, ": no such directory (create_if_missing is false)"));
+    }
+    fs::create_directories(path, error);
+    if (error) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": cannot create the directory: ", error.message()));
+    }
+  } else if (file.type() != fs::file_type::directory) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": the path exists and is not a directory"));
+  }
+  if (::access(path.c_str(), R_OK | W_OK | X_OK) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(where, ": the directory is not readable and writable"));
+  }
+  if (!options.create_if_missing &&
+      !fs::exists(fs::path(path) / "CURRENT", error)) {
+    return absl::NotFoundError(absl::StrCat(
+        where,
+        ": the directory holds no RocksDB database (create_if_missing is "
+        "false)"));
+  }
+
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = options.create_if_missing;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 2;
+  // Bounds the WAL kept alive by rarely-flushed families (clocks, meta), and
+  // so the replay time after a crash.
+  db_options.max_total_wal_size = uint64_t{256} << 20;
+  db_options.keep_log_file_num = 5;
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  for (int family = 0; family < kCount; ++family) {
+    const bool large = family == kValues || family == kOptimizer;
+    families.emplace_back(
+        kFamilyNames[family],
+        FamilyOptions(large ? options.write_buffer_bytes : size_t{4} << 20));
+  }
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw_db = nullptr;
+  rocksdb::Status status =
+      rocksdb::DB::Open(db_options, path, families, &handles, &raw_db);
+  if (!status.ok()) {
+    if (status.IsIOError() && absl::StrContains(status.ToString(), "lock")) {
+      return absl::UnavailableError(absl::StrCat(
+          where,
+          ": the database is in use by another store: ", status.ToString()));
+    }
+    return RocksDbStatusToAbsl(status, absl::StrCat("cannot open ", where));
+  }
+  std::unique_ptr<rocksdb::DB> db(raw_db);
+  PS_CHECK(handles.size() == kCount, "rocksdb returned ", handles.size(),
+           " column family handles");
+  PS_LOG_INFO("rocksdb shard store: opened ", path);
+  return std::unique_ptr<RocksDbShardStore>(
+      new RocksDbShardStore(options, std::move(db), std::move(handles)));
+}
+
+RocksDbShardStore::RocksDbShardStore(
+    RocksDbShardStoreOptions options, std::unique_ptr<rocksdb::DB> db,
+    std::vector<rocksdb::ColumnFamilyHandle*> handles)
+    : options_(std::move(options)),
+      db_(std::move(db)),
+      handles_(std::move(handles)) {}
+
+RocksDbShardStore::~RocksDbShardStore() {
+  for (rocksdb::ColumnFamilyHandle* handle : handles_) {
+    rocksdb::Status status = db_->DestroyColumnFamilyHandle(handle);
+    if (!status.ok()) {
+      PS_LOG_ERROR("rocksdb shard store at ", options_.path,
+                   ": destroying a column family handle: ", status.ToString());
+    }
+  }
+  handles_.clear();
+  rocksdb::Status status = db_->Close();
+  if (!status.ok()) {
+    PS_LOG_ERROR("rocksdb shard store at ", options_.path,
+                 ": close: ", status.ToString());
+  }
+  db_.reset();
+}
+
+absl::Status RocksDbShardStore::Write(const ShardWrite& write) {
+  const auto start = std::chrono::steady_clock::now();
+  if (absl::Status status = ValidateShardWrite(write); !status.ok()) {
+    return status;
+  }
+  const std::string prefix = JobPrefix(write.job_id);
+  rocksdb::WriteBatch batch;
+  absl::Status status;
+  for (const BlockWrite& block : write.blocks) {
+    const std::string key = BlockKey(prefix, block.key);
+    rocksdb::Status put =
+        batch.Put(handles_[kValues], key, FloatSlice(block.values));
+    char step[kInt64Bytes];
+    EncodeInt64(block.optimizer_step, step);
+    const rocksdb::Slice key_part(key);
+    const rocksdb::Slice value_parts[] = {rocksdb::Slice(step, sizeof(step)),
+                                          FloatSlice(block.optimizer_state)};
+    if (put.ok()) {
+      put = batch.Put(handles_[kOptimizer], rocksdb::SliceParts(&key_part, 1),
+                      rocksdb::SliceParts(value_parts, 2));
+    }
+    if (!put.ok()) {
+      status = RocksDbStatusToAbsl(
+          put, absl::StrCat("rocksdb shard store: job ", write.job_id,
+                            ": batching ", BlockName(block.key)));
+      break;
+    }
+  }
+  for (const auto& [worker, clock] : write.worker_clocks) {
+    if (!status.ok()) break;
+    char value[kInt64Bytes];
+    EncodeInt64(clock, value);
+    rocksdb::Status put = batch.Put(handles_[kClocks], ClockKey(prefix, worker),
+                                    rocksdb::Slice(value, sizeof(value)));
+    if (!put.ok()) {
+      status = RocksDbStatusToAbsl(
+          put, absl::StrCat("rocksdb shard store: job ", write.job_id,
+                            ": batching the clock of worker ", worker));
+    }
+  }
+  if (status.ok()) {
+    rocksdb::WriteOptions write_options;
+    write_options.sync = write.sync;
+    status = RocksDbStatusToAbsl(
+        db_->Write(write_options, &batch),
+        absl::StrCat("rocksdb shard store: job ", write.job_id, ": write"));
+  }
+  if (options_.on_write_latency) {
+    options_.on_write_latency(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  return status;
+}
+
+absl::Status RocksDbShardStore::PutJobMeta(const std::string& job_id,
+                                           const std::string& meta) {
+  if (absl::Status status = ValidateShardStoreJobId(job_id); !status.ok()) {
+    return status;
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.sync = true;
+  return RocksDbStatusToAbsl(
+      db_->Put(write_options, handles_[kMeta], JobPrefix(job_id), meta),
+      absl::StrCat("rocksdb shard store: job ", job_id, ": writing meta"));
+}
+
+absl::StatusOr<StoredJob> RocksDbShardStore::Load(const std::string& job_id) {
+  if (absl::Status status = ValidateShardStoreJobId(job_id); !status.ok()) {
+    return status;
+  }
+  const std::string prefix = JobPrefix(job_id);
+  const std::string limit = JobLimit(job_id);
+  const rocksdb::Slice limit_slice(limit);
+  rocksdb::ManagedSnapshot snapshot(db_.get());
+  rocksdb::ReadOptions read_options;
+  read_options.snapshot = snapshot.snapshot();
+  read_options.iterate_upper_bound = &limit_slice;
+  const std::string context =
+      absl::StrCat("rocksdb shard store: job ", job_id, ": load");
+
+  StoredJob job;
+  bool found = false;
+  rocksdb::Status status =
+      db_->Get(read_options, handles_[kMeta], prefix, &job.meta);
+  if (status.ok()) {
+    found = true;
+  } else if (status.IsNotFound()) {
+    job.meta.clear();
+  } else {
+    return RocksDbStatusToAbsl(status, context);
+  }
+
+  // Values, in key order.
+  {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(read_options, handles_[kValues]));
+    for (it->Seek(prefix); it->Valid(); it->Next()) {
+      const rocksdb::Slice key = it->key();
+      if (key.size() != prefix.size() + kBlockKeyBytes) {
+        return DataLoss(job_id, absl::StrCat("values key of ", key.size(),
+                                             " bytes is malformed"));
+      }
+      StoredBlock& block = job.blocks.emplace_back();
+      block.key = ReadBigEndian(key.data() + prefix.size(), kBlockKeyBytes);
+      if (!DecodeFloats(it->value(), &block.values)) {
+        return DataLoss(job_id, absl::StrCat(BlockName(block.key),
+                                             ": values of ", it->value().size(),
+                                             " bytes are not whole float32s"));
+      }
+    }
+    if (!it->status().ok()) return RocksDbStatusToAbsl(it->status(), context);
+  }
+
+  // Optimizer state: exactly one record per block with values.
+  {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(read_options, handles_[kOptimizer]));
+    size_t next = 0;
+    for (it->Seek(prefix); it->Valid(); it->Next()) {
+      const rocksdb::Slice key = it->key();
+      if (key.size() != prefix.size() + kBlockKeyBytes) {
+        return DataLoss(job_id, absl::StrCat("optimizer key of ", key.size(),
+                                             " bytes is malformed"));
+      }
+      const uint64_t block_key =
+          ReadBigEndian(key.data() + prefix.size(), kBlockKeyBytes);
+      if (next >= job.blocks.size() || job.blocks[next].key != block_key) {
+        return DataLoss(job_id, absl::StrCat(BlockName(block_key),
+                                             ": optimizer state without "
+                                             "values, or values without "
+                                             "optimizer state"));
+      }
+      StoredBlock& block = job.blocks[next++];
+      const rocksdb::Slice value = it->value();
+      if (value.size() < kInt64Bytes ||
+          !DecodeFloats(rocksdb::Slice(value.data() + kInt64Bytes,
+                                       value.size() - kInt64Bytes),
+                        &block.optimizer_state)) {
+        return DataLoss(
+            job_id, absl::StrCat(BlockName(block_key), ": optimizer record of ",
+                                 value.size(), " bytes is malformed"));
+      }
+      block.optimizer_step = DecodeInt64(value.data());
+    }
+    if (!it->status().ok()) return RocksDbStatusToAbsl(it->status(), context);
+    if (next != job.blocks.size()) {
+      return DataLoss(job_id, absl::StrCat(BlockName(job.blocks[next].key),
+                                           ": values without optimizer "
+                                           "state"));
+    }
+  }
+
+  // Worker clocks.
+  {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(read_options, handles_[kClocks]));
+    for (it->Seek(prefix); it->Valid(); it->Next()) {
+      const rocksdb::Slice key = it->key();
+      if (key.size() != prefix.size() + kWorkerBytes) {
+        return DataLoss(job_id, absl::StrCat("clock key of ", key.size(),
+                                             " bytes is malformed"));
+      }
+      const auto worker = static_cast<int32_t>(static_cast<uint32_t>(
+          ReadBigEndian(key.data() + prefix.size(), kWorkerBytes)));
+      if (it->value().size() != kInt64Bytes) {
+        return DataLoss(
+            job_id, absl::StrCat("clock of worker ", worker, ": value of ",
+                                 it->value().size(), " bytes is malformed"));
+      }
+      job.worker_clocks[worker] = DecodeInt64(it->value().data());
+    }
+    if (!it->status().ok()) return RocksDbStatusToAbsl(it->status(), context);
+  }
+
+  if (!found && job.blocks.empty() && job.worker_clocks.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("rocksdb shard store: nothing stored for job ", job_id));
+  }
+  return job;
+}
+
+absl::StatusOr<std::vector<std::string>> RocksDbShardStore::ListJobs() {
+  rocksdb::ManagedSnapshot snapshot(db_.get());
+  rocksdb::ReadOptions read_options;
+  read_options.snapshot = snapshot.snapshot();
+  std::set<std::string> ids;
+  for (int family = kValues; family < kCount; ++family) {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(read_options, handles_[family]));
+    for (it->SeekToFirst(); it->Valid();) {
+      const rocksdb::Slice key = it->key();
+      const void* nul = std::memchr(key.data(), '\0', key.size());
+      if (nul == nullptr) {
+        return absl::DataLossError(
+            absl::StrCat("rocksdb shard store: a key in column family ",
+                         kFamilyNames[family], " has no job prefix"));
+      }
+      std::string id(key.data(), static_cast<const char*>(nul) - key.data());
+      const std::string limit = JobLimit(id);
+      ids.insert(std::move(id));
+      it->Seek(limit);  // Skip the rest of this job's keys.
+    }
+    if (!it->status().ok()) {
+      return RocksDbStatusToAbsl(it->status(),
+                                 "rocksdb shard store: listing jobs");
+    }
+  }
+  return std::vector<std::string>(ids.begin(), ids.end());
+}
+
+absl::Status RocksDbShardStore::DeleteJob(const std::string& job_id) {
+  if (absl::Status status = ValidateShardStoreJobId(job_id); !status.ok()) {
+    return status;
+  }
+  const std::string prefix = JobPrefix(job_id);
+  const std::string limit = JobLimit(job_id);
+  rocksdb::WriteBatch batch;
+  for (int family = kValues; family < kCount; ++family) {
+    rocksdb::Status status = batch.DeleteRange(handles_[family], prefix, limit);
+    if (!status.ok()) {
+      return RocksDbStatusToAbsl(
+          status,
+          absl::StrCat("rocksdb shard store: job ", job_id, ": delete"));
+    }
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.sync = true;
+  return RocksDbStatusToAbsl(
+      db_->Write(write_options, &batch),
+      absl::StrCat("rocksdb shard store: job ", job_id, ": delete"));
+}
+
+}  // namespace ps

@@ -1,0 +1,108 @@
+// A durable ShardStore in RocksDB (design §5).
+//
+// Layout: one column family per kind of state ("values", "optimizer",
+// "clocks", "meta"; RocksDB's "default" stays empty). Every key starts with
+// the job id and a '\0', so one job's keys form a contiguous range:
+//   values:    job_id '\0' key(8 bytes, big-endian) -> float32 little-endian
+//   optimizer: job_id '\0' key(8 bytes, big-endian) -> step (int64, 8 bytes
+//              little-endian) then float32 little-endian slots
+//   clocks:    job_id '\0' worker(4 bytes, big-endian) -> clock (int64, 8
+//              bytes little-endian)
+//   meta:      job_id '\0' -> opaque bytes
+#ifndef PS_SERVER_ROCKSDB_SHARD_STORE_H_
+#define PS_SERVER_ROCKSDB_SHARD_STORE_H_
+
+#include <rocksdb/db.h>
+#include <rocksdb/status.h>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/shard_store.h"
+
+namespace ps {
+
+// How to open a RocksDbShardStore.
+struct RocksDbShardStoreOptions {
+  // Directory of the database. Required (no default).
+  std::string path{};
+  // Create the directory and the database when missing. Default true; when
+  // false, Open fails with NOT_FOUND unless a database is already there.
+  bool create_if_missing = true;
+  // Memtable size of the "values" and "optimizer" column families. Default
+  // 64 MiB (64 one-MiB blocks per flush).
+  size_t write_buffer_bytes = size_t{64} << 20;
+  // Called after each Write with its duration in seconds (whether or not it
+  // succeeded), on the writing thread; for a latency histogram. Must be
+  // thread-safe. Default: none.
+  std::function<void(double seconds)> on_write_latency{};
+};
+
+// Keeps shards in a RocksDB database: each Write is one WriteBatch through the
+// write-ahead log, so an acknowledged write survives a process crash (and a
+// machine crash with sync=true). Thread-safe; a database directory can be
+// open in one store (one process) at a time.
+class RocksDbShardStore : public ShardStore {
+ public:
+  // Opens (or creates) the database at options.path. Errors, each naming the
+  // path: INVALID_ARGUMENT for an empty path; FAILED_PRECONDITION when the
+  // path is not a directory; PERMISSION_DENIED when it is not readable and
+  // writable; NOT_FOUND when there is no database and create_if_missing is
+  // false; otherwise RocksDB's error (see RocksDbStatusToAbsl), e.g.
+  // UNAVAILABLE when another process holds the database.
+  static absl::StatusOr<std::unique_ptr<RocksDbShardStore>> Open(
+      const RocksDbShardStoreOptions& options);
+
+  // Closes the database (column family handles first, then the DB).
+  ~RocksDbShardStore() override;
+
+  RocksDbShardStore(const RocksDbShardStore&) = delete;
+  RocksDbShardStore& operator=(const RocksDbShardStore&) = delete;
+
+  // See ShardStore: one WriteBatch, WAL on, WriteOptions.sync = write.sync.
+  absl::Status Write(const ShardWrite& write) override;
+  // See ShardStore. Synced.
+  absl::Status PutJobMeta(const std::string& job_id,
+                          const std::string& meta) override;
+  // See ShardStore. Reads one consistent snapshot; every value's size is
+  // checked (DATA_LOSS naming the job and key when malformed, or when a block
+  // has values without optimizer state or the reverse).
+  absl::StatusOr<StoredJob> Load(const std::string& job_id) override;
+  // See ShardStore. DATA_LOSS for a key without a job prefix.
+  absl::StatusOr<std::vector<std::string>> ListJobs() override;
+  // See ShardStore: one range deletion per column family, synced.
+  absl::Status DeleteJob(const std::string& job_id) override;
+
+ private:
+  // Indices into handles_.
+  enum Family { kDefault = 0, kValues, kOptimizer, kClocks, kMeta, kCount };
+
+  RocksDbShardStore(RocksDbShardStoreOptions options,
+                    std::unique_ptr<rocksdb::DB> db,
+                    std::vector<rocksdb::ColumnFamilyHandle*> handles);
+
+  const RocksDbShardStoreOptions options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  // One per Family, owned; destroyed before db_. Immutable after Open.
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+};
+
+// Converts a RocksDB status into an absl::Status whose message is
+// "<context>: <RocksDB's message>". NotFound -> NOT_FOUND, Corruption ->
+// DATA_LOSS, InvalidArgument -> INVALID_ARGUMENT, NotSupported ->
+// UNIMPLEMENTED, IOError -> INTERNAL (NOT_FOUND for a missing path,
+// RESOURCE_EXHAUSTED for a full disk), Busy/TimedOut/TryAgain/
+// ShutdownInProgress -> UNAVAILABLE, Aborted -> ABORTED, anything else ->
+// INTERNAL. OK stays OK. Thread-safe.
+absl::Status RocksDbStatusToAbsl(const rocksdb::Status& status,
+                                 absl::string_view context);
+
+}  // namespace ps
+
+#endif  // PS_SERVER_ROCKSDB_SHARD_STORE_H_

@@ -1,0 +1,377 @@
+#include "server/server_job.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/float_codec.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+
+namespace ps {
+namespace {
+
+// The persisted identity of a job on a server: spec and shard map. A reload under a
+// different identity means the data directory belongs to something else.
+std::string JobMeta(const v1::Assignment& assignment) {
+  v1::Assignment meta = assignment;
+  meta.clear_index();
+  return meta.SerializeAsString();
+}
+
+bool AllFinite(std::span<const float> values) {
+  float acc = 0;
+  // x * 0 is NaN exactly when x is NaN or Inf; one pass, vectorisable.
+  for (float v : values) acc += v * 0.0f;
+  return acc == 0.0f;
+}
+
+}  // namespace
+
+ServerJob::ServerJob(const v1::Assignment& assignment, ShardStore* store,
+                     ServerMetrics* metrics,
+                     std::unique_ptr<Optimizer> optimizer, int64_t staleness)
+    : assignment_(assignment),
+      job_id_(assignment.job_id()),
+      store_(store),
+      metrics_(metrics),
+      optimizer_(std::move(optimizer)),
+      clocks_(assignment.num_workers(), staleness,
+              assignment.spec().consistency().model() ==
+                  v1::ConsistencySpec::BSP) {}
+
+ServerJob::~ServerJob() { Close(absl::AbortedError("job unloaded")); }
+
+absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
+    const v1::Assignment& assignment, ShardStore* store,
+    ServerMetrics* metrics) {
+  v1::JobSpec spec = assignment.spec();
+  ApplyJobSpecDefaults(&spec);
+  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  if (assignment.num_workers() < 1) {
+    return absl::InvalidArgumentError("assignment.num_workers: must be >= 1");
+  }
+  auto tensors = ModelTensors(spec.model());
+  if (!tensors.ok()) return tensors.status();
+  auto optimizer = Optimizer::Create(spec.optimizer());
+  if (!optimizer.ok()) return optimizer.status();
+  if (spec.durability() == v1::MEMORY) store = nullptr;
+
+  std::unique_ptr<ServerJob> job(
+      new ServerJob(assignment, store, metrics, *std::move(optimizer),
+                    EffectiveStaleness(spec.consistency())));
+  if (auto s = job->Initialize(*tensors); !s.ok()) return s;
+  if (store == nullptr) return job;
+
+  auto stored = store->Load(assignment.job_id());
+  if (stored.ok()) {
+    if (stored->meta != JobMeta(assignment)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", assignment.job_id(),
+          ": the store holds this job with another spec or shard map"));
+    }
+    if (auto s = job->Restore(*std::move(stored)); !s.ok()) return s;
+    PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ", job->blocks_.size(),
+                " blocks at min clock ", job->min_clock());
+    return job;
+  }
+  if (!absl::IsNotFound(stored.status())) return stored.status();
+  if (auto s = store->PutJobMeta(assignment.job_id(), JobMeta(assignment));
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&job->mu_);
+  std::vector<size_t> all(job->blocks_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  if (auto s = job->Persist(all); !s.ok()) return s;
+  return job;
+}
+
+absl::Status ServerJob::Initialize(const std::vector<TensorSpec>& tensors) {
+  const int me = assignment_.index();
+  const auto& spec = assignment_.spec();
+  const int64_t block_elems =
+      spec.block_elems() > 0 ? spec.block_elems() : kDefaultBlockElems;
+  absl::flat_hash_map<uint64_t, int> placement;
+  for (const auto& p : assignment_.shard_map().blocks()) {
+    placement[p.key()] = p.server();
+  }
+  absl::MutexLock lock(&mu_);
+  for (const BlockSpec& b : SplitIntoBlocks(tensors, block_elems)) {
+    auto it = placement.find(b.key);
+    if (it == placement.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard_map: block ", b.key, " has no server"));
+    }
+    if (it->second != me) continue;
+    Block block;
+    block.spec = b;
+    block.values = InitialBlockValues(tensors[b.tensor_index], b, spec.seed());
+    block.state.assign(b.num_elems * optimizer_->state_slots(), 0.0f);
+    if (clocks_.bulk_synchronous()) block.accum.assign(b.num_elems, 0.0f);
+    index_[b.key] = blocks_.size();
+    blocks_.push_back(std::move(block));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServerJob::Restore(StoredJob stored) {
+  absl::MutexLock lock(&mu_);
+  if (stored.blocks.size() != blocks_.size()) {
+    return absl::DataLossError(absl::StrCat(
+        "job ", job_id_, ": store holds ", stored.blocks.size(),
+        " blocks, the shard map gives this server ", blocks_.size()));
+  }
+  for (StoredBlock& s : stored.blocks) {
+    auto it = index_.find(s.key);
+    if (it == index_.end()) {
+      return absl::DataLossError(absl::StrCat(
+          "job ", job_id_, ": stored block ", s.key, " is not in the shard map"));
+    }
+    Block& b = blocks_[it->second];
+    if (s.values.size() != b.values.size() || s.optimizer_state.size() != b.state.size()) {
+      return absl::DataLossError(absl::StrCat("job ", job_id_, ": stored block ",
+                                              s.key, " has the wrong size"));
+    }
+    b.values = std::move(s.values);
+    b.state = std::move(s.optimizer_state);
+    b.step = s.optimizer_step;
+  }
+  std::vector<int64_t> clocks(clocks_.num_workers(), 0);
+  for (const auto& [worker, clock] : stored.worker_clocks) {
+    if (worker >= 0 && worker < clocks_.num_workers()) clocks[worker] = clock;
+  }
+  clocks_.Restore(clocks);
+  return absl::OkStatus();
+}
+
+int64_t ServerJob::min_clock() const {
+  absl::MutexLock lock(&mu_);
+  return clocks_.min_clock();
+}
+
+absl::Status ServerJob::CheckRequest(int64_t map_version) const {
+  if (!closed_.ok()) return closed_;
+  const int64_t current = assignment_.shard_map().version();
+  if (map_version != current) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("map_version: request has shard map version ", map_version,
+                     ", this server has version ", current));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServerJob::ValidateKeys(
+    const google::protobuf::RepeatedField<uint64_t>& keys,
+    std::vector<uint64_t>* out) const {
+  out->clear();
+  if (keys.empty()) {
+    for (const auto& [key, pos] : index_) out->push_back(key);
+    std::sort(out->begin(), out->end());
+    return absl::OkStatus();
+  }
+  for (uint64_t key : keys) {
+    if (!index_.contains(key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("keys: block ", key, " is not held by this server"));
+    }
+    out->push_back(key);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServerJob::ValidateGradients(const v1::PushRequest& request) const {
+  absl::flat_hash_set<uint64_t> seen;
+  for (const v1::Block& g : request.gradients()) {
+    auto it = index_.find(g.key());
+    if (it == index_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradients: block ", g.key(), " is not held by this server"));
+    }
+    if (!seen.insert(g.key()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradients: block ", g.key(), " appears twice"));
+    }
+    // index_ is immutable after Open, so reading blocks_ sizes needs no lock.
+    const int64_t expected = blocks_[it->second].spec.num_elems;
+    if (FloatCount(g.data()) != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradients: block ", g.key(), " has ", g.data().size(),
+          " bytes, expected ", expected * sizeof(float)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+v1::PullResponse ServerJob::BuildReply(const std::vector<uint64_t>& keys) const {
+  v1::PullResponse reply;
+  reply.set_min_clock(clocks_.min_clock());
+  for (uint64_t key : keys) {
+    const Block& b = blocks_[index_.at(key)];
+    v1::Block* out = reply.add_blocks();
+    out->set_key(key);
+    EncodeFloats(b.values, out->mutable_data());
+  }
+  return reply;
+}
+
+void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
+  std::vector<uint64_t> keys;
+  absl::Status status = ValidateKeys(request.keys(), &keys);
+  absl::StatusOr<v1::PullResponse> reply;
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    status = CheckRequest(request.map_version());
+    if (status.ok()) {
+      status = clocks_.CheckPull(request.worker_index(), request.clock());
+    }
+    if (status.ok() && !clocks_.CanRead(request.clock())) {
+      waiters_.push_back(
+          {request.clock(), std::move(keys), std::move(done), absl::Now()});
+      return;
+    }
+    if (status.ok()) {
+      metrics_->pull_wait_seconds.Observe(0);
+      reply = BuildReply(keys);
+    }
+  }
+  if (!status.ok()) reply = status;
+  done(std::move(reply));
+}
+
+absl::StatusOr<v1::PushResponse> ServerJob::Push(const v1::PushRequest& request) {
+  Ready ready;
+  v1::PushResponse response;
+  absl::Status failure;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckRequest(request.map_version()); !s.ok()) return s;
+    auto disposition = clocks_.CheckPush(request.worker_index(), request.clock());
+    if (!disposition.ok()) {
+      metrics_->pushes_rejected.Increment();
+      return disposition.status();
+    }
+    if (*disposition == PushDisposition::kDuplicate) {
+      metrics_->pushes_duplicate.Increment();
+      response.set_duplicate(true);
+      return response;
+    }
+    if (auto s = ValidateGradients(request); !s.ok()) {
+      metrics_->pushes_rejected.Increment();
+      return s;
+    }
+    // Decode every block first: a NaN anywhere refuses the whole push unchanged.
+    std::vector<std::pair<size_t, std::vector<float>>> grads;
+    grads.reserve(request.gradients_size());
+    for (const v1::Block& g : request.gradients()) {
+      const size_t pos = index_.at(g.key());
+      std::vector<float> values(blocks_[pos].spec.num_elems);
+      DecodeFloats(g.data(), values);
+      if (!AllFinite(values)) {
+        metrics_->pushes_rejected.Increment();
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gradients: block ", g.key(), " contains NaN or Inf"));
+      }
+      grads.emplace_back(pos, std::move(values));
+    }
+
+    std::vector<size_t> touched;
+    if (clocks_.bulk_synchronous()) {
+      for (auto& [pos, g] : grads) {
+        std::vector<float>& acc = blocks_[pos].accum;
+        for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
+      }
+      if (clocks_.RecordPush(request.worker_index(), request.clock())) {
+        // The last worker of this clock: apply one averaged update everywhere.
+        const float scale = 1.0f / clocks_.num_workers();
+        for (size_t pos = 0; pos < blocks_.size(); ++pos) {
+          Block& b = blocks_[pos];
+          for (float& v : b.accum) v *= scale;
+          optimizer_->Apply(b.values, b.accum, b.state, &b.step);
+          std::fill(b.accum.begin(), b.accum.end(), 0.0f);
+          touched.push_back(pos);
+        }
+        metrics_->updates_applied.Increment(blocks_.size());
+      }
+    } else {
+      for (auto& [pos, g] : grads) {
+        Block& b = blocks_[pos];
+        optimizer_->Apply(b.values, g, b.state, &b.step);
+        touched.push_back(pos);
+      }
+      metrics_->updates_applied.Increment(grads.size());
+      clocks_.RecordPush(request.worker_index(), request.clock());
+    }
+    absl::Status persisted;
+    if (!touched.empty() || !clocks_.bulk_synchronous()) {
+      persisted = Persist(touched);
+    }
+    if (!persisted.ok()) {
+      // Memory is now ahead of the store: stop serving rather than ack updates
+      // that a restart would lose.
+      closed_ = absl::UnavailableError(
+          absl::StrCat("job ", job_id_,
+                       ": shard store write failed, refusing requests: ",
+                       persisted.message()));
+      PS_LOG_ERROR(closed_.message());
+    }
+    // With the job closed, this fails every waiter with the same status.
+    CollectReady(&ready);
+    if (!persisted.ok()) failure = closed_;
+  }
+  for (auto& [cb, reply] : ready) cb(std::move(reply));
+  if (!failure.ok()) return failure;
+  return response;
+}
+
+absl::Status ServerJob::Persist(const std::vector<size_t>& touched) {
+  if (store_ == nullptr) return absl::OkStatus();
+  ShardWrite write;
+  write.job_id = job_id_;
+  write.sync = assignment_.spec().durability() == v1::SYNC;
+  size_t bytes = 0;
+  for (size_t pos : touched) {
+    const Block& b = blocks_[pos];
+    write.blocks.push_back({b.spec.key, b.values, b.state, b.step});
+    bytes += (b.values.size() + b.state.size()) * sizeof(float);
+  }
+  const auto& clocks = clocks_.clocks();
+  for (int w = 0; w < static_cast<int>(clocks.size()); ++w) {
+    write.worker_clocks.emplace_back(w, clocks[w]);
+  }
+  const absl::Time start = absl::Now();
+  absl::Status status = store_->Write(write);
+  metrics_->store_write_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  metrics_->store_written_bytes.Increment(bytes);
+  return status;
+}
+
+void ServerJob::CollectReady(Ready* ready) {
+  const absl::Time now = absl::Now();
+  auto keep = waiters_.begin();
+  for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
+    if (!closed_.ok() || clocks_.CanRead(it->clock)) {
+      metrics_->pull_wait_seconds.Observe(absl::ToDoubleSeconds(now - it->since));
+      ready->emplace_back(std::move(it->done),
+                          closed_.ok() ? absl::StatusOr<v1::PullResponse>(BuildReply(it->keys))
+                                       : absl::StatusOr<v1::PullResponse>(closed_));
+    } else {
+      if (keep != it) *keep = std::move(*it);
+      ++keep;
+    }
+  }
+  waiters_.erase(keep, waiters_.end());
+}
+
+void ServerJob::Close(const absl::Status& reason) {
+  Ready ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_.ok()) closed_ = reason;
+    CollectReady(&ready);
+  }
+  for (auto& [cb, reply] : ready) cb(std::move(reply));
+}
+
+}  // namespace ps

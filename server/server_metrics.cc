@@ -1,0 +1,47 @@
+#include "server/server_metrics.h"
+
+#include "common/metrics.h"
+
+namespace ps {
+
+ServerMetrics::ServerMetrics(prometheus::Registry& registry)
+    : pull_wait_seconds(
+          prometheus::BuildHistogram()
+              .Name("ps_pull_wait_seconds")
+              .Help("Time pulls spent waiting for the staleness bound.")
+              .Register(registry)
+              .Add({}, LatencyBuckets())),
+      updates_applied(prometheus::BuildCounter()
+                          .Name("ps_updates_applied_total")
+                          .Help("Optimizer updates applied to the shards.")
+                          .Register(registry)
+                          .Add({})),
+      pushes_duplicate(
+          prometheus::BuildCounter()
+              .Name("ps_pushes_duplicate_total")
+              .Help("Retried pushes acknowledged without a second application.")
+              .Register(registry)
+              .Add({})),
+      pushes_rejected(prometheus::BuildCounter()
+                          .Name("ps_pushes_rejected_total")
+                          .Help("Pushes refused as invalid.")
+                          .Register(registry)
+                          .Add({})),
+      store_write_seconds(prometheus::BuildHistogram()
+                              .Name("ps_store_write_latency_seconds")
+                              .Help("Latency of one atomic shard store write "
+                                    "(RocksDB WriteBatch).")
+                              .Register(registry)
+                              .Add({}, LatencyBuckets())),
+      store_written_bytes(prometheus::BuildCounter()
+                              .Name("ps_store_written_bytes_total")
+                              .Help("Bytes written to the shard store.")
+                              .Register(registry)
+                              .Add({})),
+      jobs(prometheus::BuildGauge()
+               .Name("ps_server_jobs")
+               .Help("Jobs whose shards this server holds.")
+               .Register(registry)
+               .Add({})) {}
+
+}  // namespace ps

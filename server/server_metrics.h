@@ -1,0 +1,27 @@
+// The parameter server's own Prometheus metrics (design §7).
+#ifndef PS_SERVER_SERVER_METRICS_H_
+#define PS_SERVER_SERVER_METRICS_H_
+
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace ps {
+
+// Metric handles, registered once per server process. Thread-safe.
+struct ServerMetrics {
+  explicit ServerMetrics(prometheus::Registry& registry);
+
+  prometheus::Histogram& pull_wait_seconds;      // Time pulls waited on the bound.
+  prometheus::Counter& updates_applied;          // Optimizer updates applied.
+  prometheus::Counter& pushes_duplicate;         // Retried pushes acknowledged again.
+  prometheus::Counter& pushes_rejected;          // Pushes refused as invalid.
+  prometheus::Histogram& store_write_seconds;    // ShardStore (RocksDB) write time.
+  prometheus::Counter& store_written_bytes;      // Bytes handed to the store.
+  prometheus::Gauge& jobs;                       // Jobs loaded on this server.
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_SERVER_METRICS_H_

@@ -1,0 +1,124 @@
+// The persistence interface of a parameter server's shards (design §5): block
+// values, optimizer state and per-worker clocks, written atomically per job.
+// Struct members all carry initializers, so designated initializers may omit
+// any of them without -Wmissing-field-initializers warnings.
+#ifndef PS_SERVER_SHARD_STORE_H_
+#define PS_SERVER_SHARD_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+
+// One block's state as written: spans point into the caller's memory for the
+// duration of the call.
+struct BlockWrite {
+  // The block's key: (tensor_index << 32) | block_index.
+  uint64_t key = 0;
+  // The block's parameter values.
+  std::span<const float> values{};
+  // Optimizer slots, concatenated; may be empty.
+  std::span<const float> optimizer_state{};
+  // Updates applied so far (Adam bias correction).
+  int64_t optimizer_step = 0;
+};
+
+// One atomic write for a job: block states and the worker clocks they advance.
+struct ShardWrite {
+  // The job written to. Required: non-empty, without '\0'.
+  std::string job_id{};
+  // Block states to store, replacing what is stored under the same keys.
+  std::vector<BlockWrite> blocks{};
+  // (worker index, clock) pairs to store; worker indices must be >= 0.
+  std::vector<std::pair<int32_t, int64_t>> worker_clocks{};
+  // fsync before returning (survives a machine crash). Default false: the
+  // write survives a process crash only.
+  bool sync = false;
+};
+
+// A stored block, as loaded.
+struct StoredBlock {
+  uint64_t key = 0;
+  std::vector<float> values{};
+  std::vector<float> optimizer_state{};
+  int64_t optimizer_step = 0;
+};
+
+// Everything stored for one job.
+struct StoredJob {
+  std::string meta{};  // opaque bytes from PutJobMeta ("" if none)
+  std::vector<StoredBlock> blocks{};  // in key order
+  std::map<int32_t, int64_t> worker_clocks{};
+};
+
+// Where a server keeps its shards. Implementations are thread-safe.
+//
+// Job ids must be non-empty and must not contain '\0'; other ids are refused
+// with INVALID_ARGUMENT by every method.
+class ShardStore {
+ public:
+  virtual ~ShardStore() = default;
+
+  // Applies every part of `write` or none of it (a crash never leaves a block
+  // without the clock written with it). A block or clock already stored under
+  // the same key is replaced. Errors: INVALID_ARGUMENT for a bad job id or a
+  // negative worker index; storage errors otherwise.
+  virtual absl::Status Write(const ShardWrite& write) = 0;
+
+  // Stores opaque job metadata (the server stores its serialized assignment),
+  // replacing any stored before. Durable like Write with sync=true.
+  virtual absl::Status PutJobMeta(const std::string& job_id,
+                                  const std::string& meta) = 0;
+
+  // Everything stored for job_id. NOT_FOUND if nothing is stored for it;
+  // DATA_LOSS if a stored value is malformed.
+  virtual absl::StatusOr<StoredJob> Load(const std::string& job_id) = 0;
+
+  // Ids of jobs with anything stored, sorted.
+  virtual absl::StatusOr<std::vector<std::string>> ListJobs() = 0;
+
+  // Removes everything stored for the job (no error if nothing was stored).
+  virtual absl::Status DeleteJob(const std::string& job_id) = 0;
+};
+
+// OK if `job_id` is a valid job id for a ShardStore (non-empty, no '\0');
+// INVALID_ARGUMENT otherwise. Thread-safe.
+inline absl::Status ValidateShardStoreJobId(const std::string& job_id) {
+  if (job_id.empty()) {
+    return absl::InvalidArgumentError("shard store: job id must not be empty");
+  }
+  if (job_id.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "shard store: job id must not contain '\\0'");
+  }
+  return absl::OkStatus();
+}
+
+// OK if `write` is acceptable to ShardStore::Write (valid job id, worker
+// indices >= 0); INVALID_ARGUMENT naming the problem otherwise. Thread-safe.
+inline absl::Status ValidateShardWrite(const ShardWrite& write) {
+  if (absl::Status status = ValidateShardStoreJobId(write.job_id);
+      !status.ok()) {
+    return status;
+  }
+  for (const auto& [worker, clock] : write.worker_clocks) {
+    if (worker < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard store: job ", write.job_id,
+                       ": worker index must be >= 0, got ", worker));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps
+
+#endif  // PS_SERVER_SHARD_STORE_H_

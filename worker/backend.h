@@ -1,0 +1,161 @@
+// The compute backend interface (design §6): memory and kernels for the
+// models, independent of the device they run on.
+#ifndef PS_WORKER_BACKEND_H_
+#define PS_WORKER_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace ps {
+
+class Backend;
+
+// Element-wise activation functions of the kernels.
+enum class Activation {
+  kIdentity,  // y = x
+  kRelu,      // y = max(x, 0)
+  kTanh,      // y = tanh(x)
+  kSigmoid,   // y = 1 / (1 + exp(-x))
+};
+
+// Returns a short lowercase name ("identity", "relu", "tanh", "sigmoid").
+const char* ActivationName(Activation activation);
+
+// An RAII handle to `size()` floats of device memory allocated by
+// Backend::Allocate and released through the same backend when destroyed.
+// Move-only. The backend must outlive its buffers. data() is a device pointer:
+// pass it to the backend's kernels and copies, never dereference it on the
+// host (the CPU backend's device memory happens to be host memory).
+// Not thread-safe; a buffer is used by one thread at a time.
+class DeviceBuffer {
+ public:
+  // An empty buffer (size 0, data nullptr).
+  DeviceBuffer() = default;
+  // Takes ownership of `data`, `size` floats allocated by `owner`.
+  DeviceBuffer(Backend* owner, float* data, int64_t size)
+      : owner_(owner), data_(data), size_(size) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Reset(); }
+
+  // The device pointer (nullptr when empty).
+  float* data() const { return data_; }
+  // Number of floats.
+  int64_t size() const { return size_; }
+  // Releases the memory; the buffer becomes empty.
+  void Reset();
+
+ private:
+  Backend* owner_ = nullptr;
+  float* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+// Memory, copies and the kernels the models need. All matrices are dense,
+// row-major float32 in device memory unless a parameter says "host".
+// Kernels may run asynchronously in issue order; copies to the host and the
+// functions returning values wait for the work they depend on. Sizes must be
+// non-negative and pointers valid for the sizes given: violations are
+// programmer errors (undefined behaviour or a check failure), not Status.
+// Thread-safety: an implementation need not be thread-safe; use one backend
+// from one thread at a time unless the implementation says otherwise.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // A short name for logs ("cpu", "cuda:0").
+  virtual std::string name() const = 0;
+
+  // Allocates `n` floats of device memory with unspecified contents. Aborts
+  // when out of memory.
+  virtual DeviceBuffer Allocate(int64_t n) = 0;
+
+  // Copies `n` floats from host memory to device memory.
+  virtual void CopyToDevice(const float* host, int64_t n, float* device) = 0;
+  // Copies `n` floats from device memory to host memory; when it returns the
+  // host values are final.
+  virtual void CopyToHost(const float* device, int64_t n, float* host) = 0;
+
+  // C = alpha * op(A) * op(B) + beta * C, where op(A) is m x k, op(B) is
+  // k x n, C is m x n, and op(X) is X transposed when trans_x. A is stored
+  // row-major as m x k (k x m when trans_a), B as k x n (n x k when trans_b).
+  // With beta == 0, C's previous contents are ignored (may be NaN).
+  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                    float alpha, const float* a, const float* b, float beta,
+                    float* c) = 0;
+
+  // y[r, c] = act(x[r, c] + bias[c]) for a rows x cols matrix x; y may
+  // equal x (in place).
+  virtual void BiasActivation(const float* x, const float* bias, int rows,
+                              int cols, Activation act, float* y) = 0;
+
+  // grad_in[i] = grad_out[i] * act'(pre[i]) for i < n, where the derivative
+  // is expressed through the activation's output out[i] = act(pre[i]):
+  // relu: out > 0; tanh: 1 - out^2; sigmoid: out * (1 - out); identity: 1.
+  // grad_in may equal grad_out (in place).
+  virtual void ActivationGrad(const float* grad_out, const float* out,
+                              int64_t n, Activation act, float* grad_in) = 0;
+
+  // Softmax cross-entropy over the rows of a rows x cols logits matrix, with
+  // one label per row in host memory (each in [0, cols)). Writes
+  // d(mean loss) / d(logits) = (softmax(logits) - onehot(label)) / rows into
+  // grad_logits (rows x cols, may equal logits) and returns the mean loss.
+  // Numerically stable: subtracts each row's maximum before exponentiating.
+  virtual float SoftmaxCrossEntropy(const float* logits,
+                                    const int32_t* host_labels, int rows,
+                                    int cols, float* grad_logits) = 0;
+
+  // out[c] = sum over r of x[r, c] for a rows x cols matrix (bias gradients).
+  virtual void ColumnSums(const float* x, int rows, int cols, float* out) = 0;
+
+  // host_out[r] = the column index of the largest value of row r of a
+  // rows x cols matrix (the first one on ties), written to host memory.
+  virtual void ArgmaxRows(const float* x, int rows, int cols,
+                          int32_t* host_out) = 0;
+
+  // Waits until all work issued so far has finished.
+  virtual void Synchronize() = 0;
+
+ protected:
+  friend class DeviceBuffer;
+  // Frees memory returned by Allocate (called by DeviceBuffer; never null).
+  virtual void Free(float* data, int64_t n) = 0;
+};
+
+inline DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    owner_ = std::exchange(other.owner_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+inline void DeviceBuffer::Reset() {
+  if (data_ != nullptr) owner_->Free(data_, size_);
+  owner_ = nullptr;
+  data_ = nullptr;
+  size_ = 0;
+}
+
+inline const char* ActivationName(Activation activation) {
+  switch (activation) {
+    case Activation::kIdentity:
+      return "identity";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kTanh:
+      return "tanh";
+    case Activation::kSigmoid:
+      return "sigmoid";
+  }
+  return "unknown";
+}
+
+}  // namespace ps
+
+#endif  // PS_WORKER_BACKEND_H_

@@ -1,0 +1,57 @@
+// The CPU compute backend: OpenBLAS GEMM and plain C++ loops.
+#ifndef PS_WORKER_CPU_CPU_BACKEND_H_
+#define PS_WORKER_CPU_CPU_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "worker/backend.h"
+
+namespace ps {
+
+// Options of CpuBackend::Create.
+struct CpuBackendOptions {
+  // OpenBLAS threads; 0 (or negative): keep OpenBLAS's default (its
+  // OPENBLAS_NUM_THREADS environment variable, else one per core).
+  int num_threads = 0;
+};
+
+// A Backend whose device memory is 64-byte aligned host memory. GEMM calls
+// OpenBLAS cblas_sgemm; the other kernels are loops the compiler vectorises.
+// Every call completes before it returns, so Synchronize() does nothing.
+// Thread-safety: the object holds no mutable state, so its methods may be
+// called from several threads at once (on disjoint outputs).
+class CpuBackend : public Backend {
+ public:
+  // Creates a backend. When options.num_threads > 0, sets OpenBLAS's thread
+  // count, which is a process-wide setting. Never fails.
+  static std::unique_ptr<CpuBackend> Create(const CpuBackendOptions& options);
+
+  std::string name() const override { return "cpu"; }
+  DeviceBuffer Allocate(int64_t n) override;
+  void CopyToDevice(const float* host, int64_t n, float* device) override;
+  void CopyToHost(const float* device, int64_t n, float* host) override;
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+            const float* a, const float* b, float beta, float* c) override;
+  void BiasActivation(const float* x, const float* bias, int rows, int cols,
+                      Activation act, float* y) override;
+  void ActivationGrad(const float* grad_out, const float* out, int64_t n,
+                      Activation act, float* grad_in) override;
+  float SoftmaxCrossEntropy(const float* logits, const int32_t* host_labels,
+                            int rows, int cols, float* grad_logits) override;
+  void ColumnSums(const float* x, int rows, int cols, float* out) override;
+  void ArgmaxRows(const float* x, int rows, int cols,
+                  int32_t* host_out) override;
+  void Synchronize() override {}
+
+ protected:
+  void Free(float* data, int64_t n) override;
+
+ private:
+  CpuBackend() = default;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_CPU_CPU_BACKEND_H_

@@ -1,0 +1,197 @@
+#include "worker/parameter_client.h"
+
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "common/float_codec.h"
+#include "common/grpc_util.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+
+namespace ps {
+namespace {
+
+// NOT_FOUND is retried too: a server learns of a new job on its next heartbeat,
+// so a worker may reach it a moment before it holds the job.
+bool ShouldRetry(const absl::Status& s) {
+  return IsRetryable(s) || absl::IsNotFound(s);
+}
+
+}  // namespace
+
+ParameterClient::ParameterClient(const v1::Assignment& assignment,
+                                 const std::vector<TensorSpec>& tensors,
+                                 ParameterClientOptions options,
+                                 const std::atomic<bool>* stop)
+    : job_id_(assignment.job_id()),
+      worker_index_(assignment.index()),
+      map_version_(assignment.shard_map().version()),
+      options_(options),
+      stop_(stop),
+      tensors_(tensors) {}
+
+absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
+    const v1::Assignment& assignment, const std::vector<TensorSpec>& tensors,
+    ParameterClientOptions options, const std::atomic<bool>* stop) {
+  std::unique_ptr<ParameterClient> client(
+      new ParameterClient(assignment, tensors, options, stop));
+  const v1::ShardMap& map = assignment.shard_map();
+  for (const std::string& address : map.servers()) {
+    Server server;
+    server.address = address;
+    server.stub = v1::ParameterService::NewStub(CreateChannel(address));
+    client->servers_.push_back(std::move(server));
+  }
+  absl::flat_hash_map<uint64_t, int> placement;
+  for (const auto& p : map.blocks()) {
+    if (p.server() < 0 || p.server() >= map.servers_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard_map: block ", p.key(), " on unknown server ", p.server()));
+    }
+    placement[p.key()] = p.server();
+  }
+  const int64_t block_elems = assignment.spec().block_elems() > 0
+                                  ? assignment.spec().block_elems()
+                                  : kDefaultBlockElems;
+  for (const BlockSpec& b : SplitIntoBlocks(tensors, block_elems)) {
+    auto it = placement.find(b.key);
+    if (it == placement.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard_map: block ", b.key, " has no server"));
+    }
+    client->servers_[it->second].blocks.push_back(
+        {b.key, b.tensor_index, b.offset, b.num_elems});
+  }
+  return client;
+}
+
+template <typename Call>
+absl::Status ParameterClient::ForAllServers(const char* what, Call call) {
+  const absl::Time give_up = absl::Now() + options_.retry_window;
+  std::vector<int> todo(servers_.size());
+  for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
+  Backoff backoff(absl::Milliseconds(20), absl::Seconds(1));
+  while (true) {
+    std::vector<absl::Status> results(todo.size());
+    absl::BlockingCounter pending(todo.size());
+    for (size_t i = 0; i < todo.size(); ++i) {
+      call(todo[i], [&results, &pending, i](absl::Status s) {
+        results[i] = std::move(s);
+        pending.DecrementCount();
+      });
+    }
+    pending.Wait();
+    std::vector<int> failed;
+    absl::Status last;
+    for (size_t i = 0; i < todo.size(); ++i) {
+      if (results[i].ok()) continue;
+      const absl::Status& s = results[i];
+      if (!ShouldRetry(s)) {
+        return absl::Status(s.code(), absl::StrCat(what, " from server ",
+                                                   servers_[todo[i]].address,
+                                                   ": ", s.message()));
+      }
+      failed.push_back(todo[i]);
+      last = s;
+    }
+    if (failed.empty()) return absl::OkStatus();
+    if (stop_ != nullptr && stop_->load()) {
+      return absl::CancelledError(absl::StrCat(what, " cancelled: job stopped"));
+    }
+    if (absl::Now() > give_up) {
+      return absl::Status(last.code(),
+                          absl::StrCat(what, " failed after retrying for ",
+                                       absl::FormatDuration(options_.retry_window),
+                                       ": ", last.message()));
+    }
+    todo = std::move(failed);
+    std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
+  }
+}
+
+absl::Status ParameterClient::Pull(int64_t clock,
+                                   std::vector<std::vector<float>>* params) {
+  params->resize(tensors_.size());
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    (*params)[t].resize(tensors_[t].num_elems());
+  }
+  // One context and reply per server and attempt; they outlive the async call
+  // because ForAllServers waits for every callback before returning or retrying.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(servers_.size());
+  std::vector<v1::PullResponse> replies(servers_.size());
+  std::vector<v1::PullRequest> requests(servers_.size());
+  return ForAllServers("pull", [&](int s, auto done) {
+    Server& server = servers_[s];
+    v1::PullRequest& request = requests[s];
+    request.set_job_id(job_id_);
+    request.set_worker_index(worker_index_);
+    request.set_clock(clock);
+    request.set_map_version(map_version_);
+    contexts[s] = std::make_unique<grpc::ClientContext>();
+    SetDeadline(contexts[s].get(), options_.pull_timeout);
+    replies[s].Clear();
+    server.stub->async()->Pull(
+        contexts[s].get(), &request, &replies[s],
+        [this, s, params, &replies, done](grpc::Status status) {
+          if (!status.ok()) {
+            done(FromGrpcStatus(status));
+            return;
+          }
+          const Server& server = servers_[s];
+          const v1::PullResponse& reply = replies[s];
+          if (reply.blocks_size() != static_cast<int>(server.blocks.size())) {
+            done(absl::InternalError(absl::StrCat(
+                "pull reply has ", reply.blocks_size(), " blocks, expected ",
+                server.blocks.size())));
+            return;
+          }
+          for (int i = 0; i < reply.blocks_size(); ++i) {
+            const BlockRef& ref = server.blocks[i];
+            const v1::Block& block = reply.blocks(i);
+            if (block.key() != ref.key || FloatCount(block.data()) != ref.num_elems) {
+              done(absl::InternalError(
+                  absl::StrCat("pull reply block ", block.key(), " does not match")));
+              return;
+            }
+            DecodeFloats(block.data(), std::span<float>((*params)[ref.tensor])
+                                           .subspan(ref.offset, ref.num_elems));
+          }
+          done(absl::OkStatus());
+        });
+  });
+}
+
+absl::Status ParameterClient::Push(int64_t clock,
+                                   const std::vector<std::vector<float>>& grads) {
+  if (grads.size() != tensors_.size()) {
+    return absl::InvalidArgumentError("push: one gradient per tensor required");
+  }
+  std::vector<v1::PushRequest> requests(servers_.size());
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    v1::PushRequest& request = requests[s];
+    request.set_job_id(job_id_);
+    request.set_worker_index(worker_index_);
+    request.set_clock(clock);
+    request.set_map_version(map_version_);
+    for (const BlockRef& ref : servers_[s].blocks) {
+      v1::Block* block = request.add_gradients();
+      block->set_key(ref.key);
+      EncodeFloats(std::span<const float>(grads[ref.tensor])
+                       .subspan(ref.offset, ref.num_elems),
+                   block->mutable_data());
+    }
+  }
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(servers_.size());
+  std::vector<v1::PushResponse> replies(servers_.size());
+  return ForAllServers("push", [&](int s, auto done) {
+    contexts[s] = std::make_unique<grpc::ClientContext>();
+    SetDeadline(contexts[s].get(), options_.push_timeout);
+    servers_[s].stub->async()->Push(
+        contexts[s].get(), &requests[s], &replies[s],
+        [done](grpc::Status status) { done(FromGrpcStatus(status)); });
+  });
+}
+
+}  // namespace ps

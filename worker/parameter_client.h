@@ -1,0 +1,76 @@
+// The worker's client of ParameterService: pulls whole tensors and pushes
+// gradients, cut into blocks and sent to every server of the shard map in
+// parallel, with deadlines and safe retries.
+#ifndef PS_WORKER_PARAMETER_CLIENT_H_
+#define PS_WORKER_PARAMETER_CLIENT_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/model_layout.h"
+#include "ps/v1/cluster.pb.h"
+#include "ps/v1/parameter.grpc.pb.h"
+
+namespace ps {
+
+struct ParameterClientOptions {
+  // Deadline of one Pull attempt; a pull may wait this long for slower workers.
+  absl::Duration pull_timeout = absl::Seconds(30);
+  // Deadline of one Push attempt.
+  absl::Duration push_timeout = absl::Seconds(30);
+  // Retrying stops once this much time has passed since the first attempt.
+  absl::Duration retry_window = absl::Seconds(120);
+};
+
+// Not thread-safe: one trainer thread owns it. Retries are safe: a pull is a read
+// and a push is applied exactly once per (worker, clock) by the server.
+class ParameterClient {
+ public:
+  // `stop`, if not null, aborts retries (with CANCELLED) once it becomes true.
+  // Errors: INVALID_ARGUMENT if the shard map does not match the model.
+  static absl::StatusOr<std::unique_ptr<ParameterClient>> Create(
+      const v1::Assignment& assignment, const std::vector<TensorSpec>& tensors,
+      ParameterClientOptions options, const std::atomic<bool>* stop);
+
+  // Fills params (one vector per tensor) with the parameters as of `clock`.
+  absl::Status Pull(int64_t clock, std::vector<std::vector<float>>* params);
+  // Pushes the gradients of iteration `clock`.
+  absl::Status Push(int64_t clock, const std::vector<std::vector<float>>& grads);
+
+ private:
+  struct BlockRef {
+    uint64_t key;
+    uint32_t tensor;
+    int64_t offset;
+    int64_t num_elems;
+  };
+  struct Server {
+    std::string address;
+    std::unique_ptr<v1::ParameterService::Stub> stub;
+    std::vector<BlockRef> blocks;
+  };
+  ParameterClient(const v1::Assignment& assignment,
+                  const std::vector<TensorSpec>& tensors,
+                  ParameterClientOptions options, const std::atomic<bool>* stop);
+
+  // Runs `call(server)` on every server in parallel, retrying failed servers with
+  // backoff while their error is retryable.
+  template <typename Call>
+  absl::Status ForAllServers(const char* what, Call call);
+
+  const std::string job_id_;
+  const int worker_index_;
+  const int64_t map_version_;
+  const ParameterClientOptions options_;
+  const std::atomic<bool>* const stop_;
+  std::vector<TensorSpec> tensors_;
+  std::vector<Server> servers_;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_PARAMETER_CLIENT_H_

@@ -1,0 +1,71 @@
+// One worker's training of one job: load its part of the data, then per
+// iteration pull parameters, compute gradients, push them; worker 0 evaluates
+// test accuracy after every epoch. Progress goes to the coordinator.
+#ifndef PS_WORKER_TRAINER_H_
+#define PS_WORKER_TRAINER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/idx_reader.h"
+#include "ps/v1/cluster.grpc.pb.h"
+#include "worker/backend.h"
+#include "worker/model.h"
+#include "worker/parameter_client.h"
+#include "worker/worker_metrics.h"
+
+namespace ps {
+
+struct TrainerOptions {
+  // Time between progress reports to the coordinator.
+  absl::Duration report_interval = absl::Seconds(1);
+  // Deadline of each ReportProgress call.
+  absl::Duration report_timeout = absl::Seconds(2);
+  ParameterClientOptions parameter_client;
+};
+
+// Runs on the caller's thread; Stop() may be called from any thread.
+class Trainer {
+ public:
+  // `coordinator` (may be null: no reports), `backend` and `metrics` must outlive
+  // the trainer.
+  Trainer(v1::Assignment assignment, std::string node_id,
+          v1::ClusterService::Stub* coordinator, Backend* backend,
+          WorkerMetrics* metrics, TrainerOptions options);
+
+  // Trains to the end, or until stopped. A failure (missing data, unreachable
+  // servers) is reported to the coordinator, which fails the job, and returned.
+  absl::Status Run();
+  // Asks Run() to return soon (the job was cancelled or ended elsewhere).
+  void Stop() { stop_ = true; }
+
+  // The last test accuracy worker 0 measured (-1 before any).
+  float last_accuracy() const { return last_accuracy_; }
+
+ private:
+  absl::Status Train();
+  absl::StatusOr<float> Evaluate(int64_t clock);
+  // Sends a report; a reply asking to stop sets stop_.
+  void Report(v1::ProgressReport report, bool must_arrive);
+
+  const v1::Assignment assignment_;
+  const std::string node_id_;
+  v1::ClusterService::Stub* const coordinator_;
+  Backend* const backend_;
+  WorkerMetrics* const metrics_;
+  const TrainerOptions options_;
+  std::atomic<bool> stop_{false};
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<ParameterClient> client_;
+  Dataset test_;
+  std::vector<std::vector<float>> params_;
+  float last_accuracy_ = -1;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_TRAINER_H_

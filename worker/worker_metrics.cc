@@ -1,0 +1,49 @@
+#include "worker/worker_metrics.h"
+
+#include "common/metrics.h"
+
+namespace ps {
+namespace {
+
+prometheus::Histogram& Latency(prometheus::Registry& registry, const char* name,
+                               const char* help) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add(
+      {}, LatencyBuckets());
+}
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
+    : samples_per_second(prometheus::BuildGauge()
+                             .Name("ps_worker_samples_per_second")
+                             .Help("Training samples per second, last interval.")
+                             .Register(registry)
+                             .Add({})),
+      loss(prometheus::BuildGauge()
+               .Name("ps_worker_loss")
+               .Help("Mean training loss over the last interval.")
+               .Register(registry)
+               .Add({})),
+      test_accuracy(prometheus::BuildGauge()
+                        .Name("ps_worker_test_accuracy_ratio")
+                        .Help("Latest test-set accuracy (worker 0 evaluates).")
+                        .Register(registry)
+                        .Add({})),
+      steps(prometheus::BuildCounter()
+                .Name("ps_worker_steps_total")
+                .Help("Training iterations completed.")
+                .Register(registry)
+                .Add({})),
+      samples(prometheus::BuildCounter()
+                  .Name("ps_worker_samples_total")
+                  .Help("Training samples processed.")
+                  .Register(registry)
+                  .Add({})),
+      pull_seconds(Latency(registry, "ps_worker_pull_seconds",
+                           "Time to pull all parameters from every server.")),
+      push_seconds(Latency(registry, "ps_worker_push_seconds",
+                           "Time to push all gradients to every server.")),
+      compute_seconds(Latency(registry, "ps_worker_compute_seconds",
+                              "Forward and backward pass of one batch.")) {}
+
+}  // namespace ps

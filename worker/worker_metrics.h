@@ -1,0 +1,28 @@
+// The worker's Prometheus metrics (design §7).
+#ifndef PS_WORKER_WORKER_METRICS_H_
+#define PS_WORKER_WORKER_METRICS_H_
+
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace ps {
+
+// Metric handles, registered once per worker process. Thread-safe.
+struct WorkerMetrics {
+  explicit WorkerMetrics(prometheus::Registry& registry);
+
+  prometheus::Gauge& samples_per_second;    // Training throughput, last interval.
+  prometheus::Gauge& loss;                  // Mean training loss, last interval.
+  prometheus::Gauge& test_accuracy;         // Latest test-set evaluation.
+  prometheus::Counter& steps;               // Iterations completed.
+  prometheus::Counter& samples;             // Training samples processed.
+  prometheus::Histogram& pull_seconds;      // Whole Pull (all servers, retries).
+  prometheus::Histogram& push_seconds;      // Whole Push.
+  prometheus::Histogram& compute_seconds;   // Forward + backward of one batch.
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_WORKER_METRICS_H_

@@ -1,0 +1,61 @@
+#include "worker/worker_node.h"
+
+#include "common/logging.h"
+
+namespace ps {
+
+WorkerNode::WorkerNode(WorkerNodeOptions options, std::unique_ptr<Backend> backend)
+    : options_(std::move(options)),
+      backend_(std::move(backend)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      metrics_(*registry_) {}
+
+WorkerNode::~WorkerNode() { Stop(); }
+
+absl::Status WorkerNode::Start() {
+  if (!options_.metrics_address.empty()) {
+    auto exposer = MetricsExposer::Start(options_.metrics_address, registry_);
+    if (!exposer.ok()) return exposer.status();
+    exposer_ = *std::move(exposer);
+  }
+  MembershipOptions membership;
+  membership.coordinator = options_.coordinator;
+  membership.role = v1::WORKER;
+  membership_ = std::make_unique<Membership>(
+      membership,
+      [this](const std::vector<v1::Assignment>& a) { OnAssignments(a); });
+  membership_->Start();
+  PS_LOG_INFO("worker started, backend ", backend_->name(), ", coordinator ",
+              options_.coordinator);
+  return absl::OkStatus();
+}
+
+void WorkerNode::OnAssignments(const std::vector<v1::Assignment>& assignments) {
+  absl::MutexLock lock(&mu_);
+  const v1::Assignment* next = assignments.empty() ? nullptr : &assignments[0];
+  if (next != nullptr && next->job_id() == current_job_) return;
+  StopTrainer();
+  if (next == nullptr || done_jobs_.contains(next->job_id())) return;
+  current_job_ = next->job_id();
+  done_jobs_.insert(current_job_);
+  trainer_ = std::make_unique<Trainer>(*next, membership_->node_id(),
+                                       membership_->stub(), backend_.get(),
+                                       &metrics_, options_.trainer);
+  thread_ = std::thread([trainer = trainer_.get()] { (void)trainer->Run(); });
+}
+
+void WorkerNode::StopTrainer() {
+  if (trainer_ == nullptr) return;
+  trainer_->Stop();
+  thread_.join();
+  trainer_.reset();
+  current_job_.clear();
+}
+
+void WorkerNode::Stop() {
+  if (membership_) membership_->Stop();
+  absl::MutexLock lock(&mu_);
+  StopTrainer();
+}
+
+}  // namespace ps

@@ -1,0 +1,65 @@
+// A worker process's parts wired together: membership, metrics, the compute
+// backend, and one Trainer thread for the job the coordinator assigns.
+#ifndef PS_WORKER_WORKER_NODE_H_
+#define PS_WORKER_WORKER_NODE_H_
+
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/membership.h"
+#include "common/metrics.h"
+#include "worker/backend.h"
+#include "worker/trainer.h"
+#include "worker/worker_metrics.h"
+
+namespace ps {
+
+struct WorkerNodeOptions {
+  // Coordinator address, host:port. Required.
+  std::string coordinator;
+  // Prometheus listen address; empty: no HTTP endpoint.
+  std::string metrics_address;
+  TrainerOptions trainer;
+};
+
+// Start() then Stop(); not restartable. Thread-safe.
+class WorkerNode {
+ public:
+  // `backend` must outlive the node.
+  WorkerNode(WorkerNodeOptions options, std::unique_ptr<Backend> backend);
+  ~WorkerNode();
+
+  // Starts metrics and membership. Errors: UNAVAILABLE for an unusable metrics port.
+  absl::Status Start();
+  // Stops the current trainer and leaves the cluster.
+  void Stop();
+
+  int metrics_port() const { return exposer_ ? exposer_->port() : 0; }
+
+ private:
+  void OnAssignments(const std::vector<v1::Assignment>& assignments);
+  void StopTrainer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const WorkerNodeOptions options_;
+  const std::unique_ptr<Backend> backend_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  WorkerMetrics metrics_;
+  std::unique_ptr<MetricsExposer> exposer_;
+  std::unique_ptr<Membership> membership_;
+
+  absl::Mutex mu_;
+  std::string current_job_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Trainer> trainer_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_ ABSL_GUARDED_BY(mu_);
+  // Jobs this node has run: never started twice, even while the coordinator
+  // still lists one it has finished.
+  std::set<std::string> done_jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_WORKER_NODE_H_
