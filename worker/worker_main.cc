@@ -4,15 +4,19 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/port_file.h"
 #include "common/signals.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0",
+          "gRPC listen address of the health service (port 0: any)");
 ABSL_FLAG(std::string, device, "auto",
           "compute device: auto (GPU if present), cpu or gpu");
 ABSL_FLAG(int, compute_threads, 1, "OpenBLAS threads of the CPU backend (0: default)");
-ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port (0: none)");
+ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port (0: any free port, -1: none)");
+ABSL_FLAG(std::string, port_file, "", "if set, write the bound ports to this file");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Prometheus listen host");
 
 int main(int argc, char** argv) {
@@ -34,7 +38,8 @@ int main(int argc, char** argv) {
 
   ps::WorkerNodeOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (absl::GetFlag(FLAGS_metrics_port) > 0) {
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
     options.metrics_address = absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":",
                                            absl::GetFlag(FLAGS_metrics_port));
   }
@@ -42,6 +47,12 @@ int main(int argc, char** argv) {
   if (absl::Status s = worker.Start(); !s.ok()) {
     PS_LOG_ERROR("ps-worker: ", s.ToString());
     return 1;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    if (absl::Status s = ps::WritePortFile(path, worker.port(), worker.metrics_port()); !s.ok()) {
+      PS_LOG_ERROR("ps-worker: ", s.ToString());
+      return 1;
+    }
   }
   const int signal = ps::WaitForTerminationSignal();
   PS_LOG_INFO("ps-worker: signal ", signal, ", shutting down");

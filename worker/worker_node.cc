@@ -1,5 +1,7 @@
 #include "worker/worker_node.h"
 
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
 #include "common/logging.h"
 
 namespace ps {
@@ -13,6 +15,15 @@ WorkerNode::WorkerNode(WorkerNodeOptions options, std::unique_ptr<Backend> backe
 WorkerNode::~WorkerNode() { Stop(); }
 
 absl::Status WorkerNode::Start() {
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(&builder);
+  builder.AddListeningPort(options_.listen_address,
+                           grpc::InsecureServerCredentials(), &port_);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("worker: cannot listen on ", options_.listen_address));
+  }
   if (!options_.metrics_address.empty()) {
     auto exposer = MetricsExposer::Start(options_.metrics_address, registry_);
     if (!exposer.ok()) return exposer.status();
@@ -54,8 +65,15 @@ void WorkerNode::StopTrainer() {
 
 void WorkerNode::Stop() {
   if (membership_) membership_->Stop();
-  absl::MutexLock lock(&mu_);
-  StopTrainer();
+  {
+    absl::MutexLock lock(&mu_);
+    StopTrainer();
+  }
+  if (server_) {
+    server_->Shutdown();
+    server_->Wait();
+    server_.reset();
+  }
 }
 
 }  // namespace ps

@@ -23,6 +23,8 @@ struct WorkerNodeOptions {
   std::string coordinator;
   // Prometheus listen address; empty: no HTTP endpoint.
   std::string metrics_address;
+  // gRPC listen address of the worker's health service; port 0 picks one.
+  std::string listen_address = "127.0.0.1:0";
   TrainerOptions trainer;
 };
 
@@ -39,6 +41,8 @@ class WorkerNode {
   void Stop();
 
   int metrics_port() const { return exposer_ ? exposer_->port() : 0; }
+  // The bound port of the health service.
+  int port() const { return port_; }
 
  private:
   void OnAssignments(const std::vector<v1::Assignment>& assignments);
@@ -50,6 +54,8 @@ class WorkerNode {
   WorkerMetrics metrics_;
   std::unique_ptr<MetricsExposer> exposer_;
   std::unique_ptr<Membership> membership_;
+  std::unique_ptr<grpc::Server> server_;  // Health service only.
+  int port_ = 0;
 
   absl::Mutex mu_;
   std::string current_job_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,93 @@
+# Functions to run a local cluster of real processes on loopback. Source it:
+#
+#   source scripts/lib/cluster.sh
+#   cluster_start BUILD_DIR RUN_DIR NUM_SERVERS NUM_WORKERS   # sets COORDINATOR
+#   ... "$BUILD_DIR/client/psctl" --coordinator="$COORDINATOR" submit job.json
+#   cluster_stop
+#
+# Every process picks free ports (port 0) and writes them to RUN_DIR/<name>.ports;
+# logs go to RUN_DIR/<name>.log, RocksDB data to RUN_DIR/<name>.data.
+
+CLUSTER_PIDS=()
+CLUSTER_NAMES=()
+
+# Waits until FILE exists (a process wrote its ports), or fails after 30 s.
+cluster_wait_file() {
+  local file=$1 i
+  for i in $(seq 1 300); do
+    [ -s "$file" ] && return 0
+    sleep 0.1
+  done
+  echo "cluster: timed out waiting for $file" >&2
+  return 1
+}
+
+# Prints the value of KEY (grpc_port or metrics_port) from a port file.
+cluster_port() {
+  sed -n "s/^$2=//p" "$1"
+}
+
+# Starts one process in the background: NAME BINARY ARGS...
+cluster_spawn() {
+  local name=$1 binary=$2
+  shift 2
+  rm -f "$CLUSTER_RUN_DIR/$name.ports"
+  "$binary" --port_file="$CLUSTER_RUN_DIR/$name.ports" "$@" \
+    >"$CLUSTER_RUN_DIR/$name.log" 2>&1 &
+  CLUSTER_PIDS+=($!)
+  CLUSTER_NAMES+=("$name")
+  cluster_wait_file "$CLUSTER_RUN_DIR/$name.ports"
+}
+
+cluster_start() {
+  CLUSTER_BUILD_DIR=$1
+  CLUSTER_RUN_DIR=$2
+  local servers=$3 workers=$4 i
+  mkdir -p "$CLUSTER_RUN_DIR"
+  cluster_spawn coordinator "$CLUSTER_BUILD_DIR/coordinator/ps-coordinator" \
+    --listen=127.0.0.1:0 --data_dir="$CLUSTER_RUN_DIR/coordinator.data" \
+    --heartbeat_interval_ms=200 --lease_ms=5000 || return 1
+  COORDINATOR="127.0.0.1:$(cluster_port "$CLUSTER_RUN_DIR/coordinator.ports" grpc_port)"
+  for i in $(seq 0 $((servers - 1))); do
+    cluster_spawn "server$i" "$CLUSTER_BUILD_DIR/server/ps-server" \
+      --coordinator="$COORDINATOR" --data_dir="$CLUSTER_RUN_DIR/server$i.data" || return 1
+  done
+  for i in $(seq 0 $((workers - 1))); do
+    cluster_spawn "worker$i" "$CLUSTER_BUILD_DIR/worker/ps-worker" \
+      --coordinator="$COORDINATOR" --device=cpu --compute_threads=1 || return 1
+  done
+  export COORDINATOR
+}
+
+# Prints "name metrics_port" for every process of the cluster.
+cluster_metrics_ports() {
+  local name
+  for name in "${CLUSTER_NAMES[@]}"; do
+    echo "$name $(cluster_port "$CLUSTER_RUN_DIR/$name.ports" metrics_port)"
+  done
+}
+
+# Stops every process with SIGTERM (SIGKILL after 10 s); fails if any process
+# exited non-zero on SIGTERM.
+cluster_stop() {
+  local pid i status=0 rc
+  for pid in "${CLUSTER_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for i in "${!CLUSTER_PIDS[@]}"; do
+    pid=${CLUSTER_PIDS[$i]}
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "cluster: ${CLUSTER_NAMES[$i]} ignored SIGTERM; killing it" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+      status=1
+    fi
+    wait "$pid"
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+      echo "cluster: ${CLUSTER_NAMES[$i]} exited with status $rc" >&2
+      status=1
+    fi
+  done
+  CLUSTER_PIDS=()
+  CLUSTER_NAMES=()
+  return $status
+}
