@@ -19,6 +19,7 @@ absl::Status WorkerNode::Start() {
   ConfigureServerBuilder(&builder);
   builder.AddListeningPort(options_.listen_address,
                            grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(this);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     return absl::UnavailableError(
@@ -53,6 +54,20 @@ void WorkerNode::OnAssignments(const std::vector<v1::Assignment>& assignments) {
                                        membership_->stub(), backend_.get(),
                                        &metrics_, options_.trainer);
   thread_ = std::thread([trainer = trainer_.get()] { (void)trainer->Run(); });
+}
+
+grpc::ServerUnaryReactor* WorkerNode::GetWorkerStatus(
+    grpc::CallbackServerContext* ctx, const v1::WorkerStatusRequest* request,
+    v1::WorkerStatus* response) {
+  response->set_node_id(membership_ ? membership_->node_id() : "");
+  response->set_backend(backend_->name());
+  {
+    absl::MutexLock lock(&mu_);
+    response->set_job_id(current_job_);
+  }
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 void WorkerNode::StopTrainer() {

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/membership.h"
 #include "common/metrics.h"
+#include "ps/v1/cluster.grpc.pb.h"
 #include "worker/backend.h"
 #include "worker/trainer.h"
 #include "worker/worker_metrics.h"
@@ -29,7 +30,7 @@ struct WorkerNodeOptions {
 };
 
 // Start() then Stop(); not restartable. Thread-safe.
-class WorkerNode {
+class WorkerNode final : public v1::WorkerService::CallbackService {
  public:
   // `backend` must outlive the node.
   WorkerNode(WorkerNodeOptions options, std::unique_ptr<Backend> backend);
@@ -44,6 +45,11 @@ class WorkerNode {
   // The bound port of the health service.
   int port() const { return port_; }
 
+  // WorkerService: the node's id, backend and current job.
+  grpc::ServerUnaryReactor* GetWorkerStatus(grpc::CallbackServerContext* ctx,
+                                            const v1::WorkerStatusRequest* request,
+                                            v1::WorkerStatus* response) override;
+
  private:
   void OnAssignments(const std::vector<v1::Assignment>& assignments);
   void StopTrainer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -54,7 +60,7 @@ class WorkerNode {
   WorkerMetrics metrics_;
   std::unique_ptr<MetricsExposer> exposer_;
   std::unique_ptr<Membership> membership_;
-  std::unique_ptr<grpc::Server> server_;  // Health service only.
+  std::unique_ptr<grpc::Server> server_;  // WorkerService and health.
   int port_ = 0;
 
   absl::Mutex mu_;

@@ -1,0 +1,124 @@
+// gRPC helpers: retry backoff, status conversion, retryable codes, PortOf.
+#include "common/grpc_util.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+TEST(BackoffTest, DelaysStayUnderTheGrowingCeilingAndTheMax) {
+  const absl::Duration initial = absl::Milliseconds(10);
+  const absl::Duration max = absl::Milliseconds(100);
+  for (int trial = 0; trial < 50; ++trial) {
+    Backoff backoff(initial, max, 2.0);
+    absl::Duration ceiling = initial;
+    for (int attempt = 0; attempt < 12; ++attempt) {
+      const absl::Duration delay = backoff.Next();
+      EXPECT_GE(delay, absl::ZeroDuration());
+      EXPECT_LE(delay, ceiling) << "attempt " << attempt;
+      EXPECT_LE(delay, max);
+      ceiling = std::min(max, ceiling * 2);
+    }
+  }
+}
+
+TEST(BackoffTest, CeilingGrowsToTheMax) {
+  // After a few attempts the ceiling is the max (100ms): 1000 draws that all stay
+  // under the first ceiling (10ms) would have probability 0.1^1000.
+  Backoff backoff(absl::Milliseconds(10), absl::Milliseconds(100), 2.0);
+  for (int i = 0; i < 5; ++i) backoff.Next();
+  absl::Duration largest = absl::ZeroDuration();
+  for (int i = 0; i < 1000; ++i) largest = std::max(largest, backoff.Next());
+  EXPECT_GT(largest, absl::Milliseconds(10));
+  EXPECT_LE(largest, absl::Milliseconds(100));
+}
+
+TEST(BackoffTest, DefaultsAreFiftyMillisecondsToTwoSeconds) {
+  Backoff backoff;
+  EXPECT_LE(backoff.Next(), absl::Milliseconds(50));
+  EXPECT_LE(backoff.Next(), absl::Milliseconds(100));
+  for (int i = 0; i < 20; ++i) EXPECT_LE(backoff.Next(), absl::Seconds(2));
+}
+
+TEST(BackoffTest, ResetReturnsToTheInitialCeiling) {
+  Backoff backoff(absl::Milliseconds(10), absl::Seconds(1), 3.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    for (int i = 0; i < 8; ++i) backoff.Next();  // Ceiling at the max.
+    backoff.Reset();
+    EXPECT_LE(backoff.Next(), absl::Milliseconds(10)) << "trial " << trial;
+    EXPECT_LE(backoff.Next(), absl::Milliseconds(30)) << "trial " << trial;
+  }
+}
+
+TEST(StatusConversionTest, RoundTripsEveryCode) {
+  for (int c = 0; c <= 16; ++c) {
+    const auto code = static_cast<absl::StatusCode>(c);
+    const absl::Status original(code, "what went wrong");
+    const grpc::Status wire = ToGrpcStatus(original);
+    EXPECT_EQ(static_cast<int>(wire.error_code()), c);
+    if (code != absl::StatusCode::kOk) {
+      EXPECT_EQ(wire.error_message(), "what went wrong");
+    }
+    EXPECT_EQ(FromGrpcStatus(wire), original) << "code " << c;
+  }
+}
+
+TEST(StatusConversionTest, CodesMatchByName) {
+  EXPECT_EQ(ToGrpcStatus(absl::NotFoundError("x")).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(ToGrpcStatus(absl::FailedPreconditionError("x")).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ToGrpcStatus(absl::UnauthenticatedError("x")).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+  const absl::Status from =
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "down"));
+  EXPECT_TRUE(absl::IsUnavailable(from));
+  EXPECT_EQ(from.message(), "down");
+  EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
+}
+
+TEST(IsRetryableTest, TransientCodesOnly) {
+  for (int c = 0; c <= 16; ++c) {
+    const auto code = static_cast<absl::StatusCode>(c);
+    const bool expected = code == absl::StatusCode::kUnavailable ||
+                          code == absl::StatusCode::kDeadlineExceeded ||
+                          code == absl::StatusCode::kAborted ||
+                          code == absl::StatusCode::kResourceExhausted;
+    EXPECT_EQ(IsRetryable(absl::Status(code, "x")), expected)
+        << absl::StatusCodeToString(code);
+  }
+}
+
+TEST(PortOfTest, ParsesHostAndPort) {
+  EXPECT_EQ(PortOf("localhost:50051"), 50051);
+  EXPECT_EQ(PortOf("127.0.0.1:0"), 0);
+  EXPECT_EQ(PortOf("[::1]:8080"), 8080);
+  EXPECT_EQ(PortOf(":9000"), 9000);
+  EXPECT_EQ(PortOf("dns:///ps-server-0.ps:7000"), 7000);
+  EXPECT_EQ(PortOf("host:65535"), 65535);
+}
+
+TEST(PortOfTest, MalformedIsMinusOne) {
+  EXPECT_EQ(PortOf(""), -1);
+  EXPECT_EQ(PortOf("localhost"), -1);
+  EXPECT_EQ(PortOf("localhost:"), -1);
+  EXPECT_EQ(PortOf("localhost:http"), -1);
+  EXPECT_EQ(PortOf("localhost:80x"), -1);
+  EXPECT_EQ(PortOf("localhost:99999999999"), -1);
+}
+
+TEST(PortOfTest, NumbersOutsidePortRangeAreMinusOne) {
+  // "returns the port, or -1": a value that is no TCP port is not returned.
+  EXPECT_EQ(PortOf("localhost:-5"), -1);
+  EXPECT_EQ(PortOf("localhost:65536"), -1);
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,647 @@
+// One job's shards on a server: pulls, pushes applied exactly once, refusals
+// that change nothing, BSP and SSP waiting, Close, and reloading from a store.
+// Every test runs against MemoryShardStore and RocksDbShardStore.
+#include "server/server_job.h"
+
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/float_codec.h"
+#include "common/model_layout.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "server/memory_shard_store.h"
+#include "server/rocksdb_shard_store.h"
+#include "server/server_metrics.h"
+
+namespace ps {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pointwise;
+
+using Values = std::map<uint64_t, std::vector<float>>;
+
+constexpr float kLearningRate = 0.5f;
+constexpr uint64_t kSeed = 7;
+constexpr int64_t kMapVersion = 1;
+constexpr char kJobId[] = "job-000001";
+
+// Softmax regression 3 -> 2 in blocks of at most 4 values:
+// dense0.weight (6 values) is two blocks, dense0.bias (2 values) one.
+const uint64_t kW0 = BlockKey(0, 0);  // 4 values.
+const uint64_t kW1 = BlockKey(0, 1);  // 2 values.
+const uint64_t kB0 = BlockKey(1, 0);  // 2 values.
+
+struct JobOptions {
+  v1::ConsistencySpec::Model model = v1::ConsistencySpec::SSP;
+  int32_t staleness = 0;
+  int num_workers = 1;
+  v1::Durability durability = v1::WAL;
+};
+
+v1::JobSpec Spec(const JobOptions& options) {
+  v1::JobSpec spec;
+  spec.set_name("tiny");
+  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
+  spec.mutable_model()->set_input_dim(3);
+  spec.mutable_model()->set_num_classes(2);
+  auto* dataset = spec.mutable_dataset();
+  dataset->set_format(v1::DatasetSpec::IDX);
+  dataset->set_train_images("train-images");
+  dataset->set_train_labels("train-labels");
+  dataset->set_test_images("test-images");
+  dataset->set_test_labels("test-labels");
+  spec.set_epochs(1);
+  spec.set_batch_size(1);
+  spec.set_seed(kSeed);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(kLearningRate);
+  spec.mutable_consistency()->set_model(options.model);
+  spec.mutable_consistency()->set_staleness(options.staleness);
+  spec.set_num_workers(options.num_workers);
+  spec.set_num_servers(1);
+  spec.set_block_elems(4);
+  spec.set_durability(options.durability);
+  return spec;
+}
+
+// An assignment for server 0 holding every block, built without the coordinator.
+v1::Assignment MakeAssignment(const JobOptions& options) {
+  v1::Assignment assignment;
+  assignment.set_job_id(kJobId);
+  *assignment.mutable_spec() = Spec(options);
+  assignment.set_index(0);
+  assignment.set_num_workers(options.num_workers);
+  v1::ShardMap* map = assignment.mutable_shard_map();
+  map->set_version(kMapVersion);
+  map->add_servers("localhost:0");
+  auto tensors = ModelTensors(assignment.spec().model());
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  for (const BlockSpec& b : SplitIntoBlocks(*tensors, 4)) {
+    v1::BlockPlacement* p = map->add_blocks();
+    p->set_key(b.key);
+    p->set_server(0);
+    p->set_num_elems(b.num_elems);
+  }
+  return assignment;
+}
+
+// The values every block starts with.
+Values InitialValues() {
+  auto tensors = ModelTensors(Spec({}).model());
+  EXPECT_TRUE(tensors.ok());
+  Values values;
+  for (const BlockSpec& b : SplitIntoBlocks(*tensors, 4)) {
+    values[b.key] = InitialBlockValues((*tensors)[b.tensor_index], b, kSeed);
+  }
+  return values;
+}
+
+// A gradient for every block, distinct per `salt`, exactly representable.
+Values Gradients(int salt) {
+  Values g;
+  for (const auto& [key, v] : InitialValues()) {
+    std::vector<float>& out = g[key];
+    for (size_t i = 0; i < v.size(); ++i) {
+      out.push_back(0.25f * static_cast<float>((salt + 1) * (i + 1)) *
+                    (i % 2 ? -1.0f : 1.0f));
+    }
+  }
+  return g;
+}
+
+// p - lr * g, block by block (SGD without momentum or decay).
+Values Sgd(const Values& p, const Values& g) {
+  Values out = p;
+  for (auto& [key, v] : out) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] -= kLearningRate * g.at(key)[i];
+  }
+  return out;
+}
+
+// The element-wise mean of two gradients.
+Values Mean(const Values& a, const Values& b) {
+  Values out = a;
+  for (auto& [key, v] : out) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = (v[i] + b.at(key)[i]) * 0.5f;
+  }
+  return out;
+}
+
+v1::PushRequest MakePush(int worker, int64_t clock, const Values& gradients,
+                         int64_t version = kMapVersion) {
+  v1::PushRequest request;
+  request.set_job_id(kJobId);
+  request.set_worker_index(worker);
+  request.set_clock(clock);
+  request.set_map_version(version);
+  for (const auto& [key, g] : gradients) {
+    v1::Block* block = request.add_gradients();
+    block->set_key(key);
+    EncodeFloats(g, block->mutable_data());
+  }
+  return request;
+}
+
+Values ValuesOf(const v1::PullResponse& reply) {
+  Values values;
+  for (const v1::Block& b : reply.blocks()) {
+    std::vector<float>& v = values[b.key()];
+    v.resize(FloatCount(b.data()));
+    DecodeFloats(b.data(), v);
+  }
+  return values;
+}
+
+// The state of one Pull: whether its callback ran, and with what.
+struct PullResult {
+  int calls = 0;
+  absl::StatusOr<v1::PullResponse> reply = absl::UnknownError("not called");
+};
+
+std::shared_ptr<PullResult> StartPull(ServerJob& job, int worker, int64_t clock,
+                                      std::vector<uint64_t> keys = {},
+                                      int64_t version = kMapVersion) {
+  v1::PullRequest request;
+  request.set_job_id(kJobId);
+  request.set_worker_index(worker);
+  request.set_clock(clock);
+  request.set_map_version(version);
+  for (uint64_t k : keys) request.add_keys(k);
+  auto result = std::make_shared<PullResult>();
+  job.Pull(request, [result](absl::StatusOr<v1::PullResponse> reply) {
+    ++result->calls;
+    result->reply = std::move(reply);
+  });
+  return result;
+}
+
+// Expects two sets of blocks to hold the same keys and (float-)equal values.
+void ExpectValuesEq(const Values& actual, const Values& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (const auto& [key, v] : expected) {
+    ASSERT_TRUE(actual.contains(key)) << "block " << key;
+    EXPECT_THAT(actual.at(key), Pointwise(::testing::FloatEq(), v))
+        << "block " << key;
+  }
+}
+
+enum class StoreKind { kMemory, kRocksDb };
+
+class ServerJobTest : public ::testing::TestWithParam<StoreKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == StoreKind::kRocksDb) {
+      std::string pattern = ::testing::TempDir() + "server_job_test_XXXXXX";
+      ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+      dir_ = pattern;
+    }
+    OpenStore();
+  }
+
+  void TearDown() override {
+    store_.reset();
+    if (!dir_.empty()) {
+      std::error_code error;
+      fs::remove_all(dir_, error);
+    }
+  }
+
+  void OpenStore() {
+    if (GetParam() == StoreKind::kMemory) {
+      if (store_ == nullptr) store_ = MemoryShardStore::Create();
+      return;
+    }
+    auto store = RocksDbShardStore::Open({.path = dir_ + "/db"});
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  // Closes and reopens a RocksDB store (a server restart); keeps a memory store.
+  void ReopenStore() {
+    if (GetParam() == StoreKind::kRocksDb) {
+      store_.reset();
+      OpenStore();
+    }
+  }
+
+  std::unique_ptr<ServerJob> Open(const JobOptions& options) {
+    auto job = ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *std::move(job) : nullptr;
+  }
+
+  // Pulls every block at `clock` as `worker`; the pull must complete at once.
+  Values PullNow(ServerJob& job, int worker, int64_t clock) {
+    auto result = StartPull(job, worker, clock);
+    EXPECT_EQ(result->calls, 1) << "pull at clock " << clock << " waited";
+    EXPECT_TRUE(result->reply.ok()) << result->reply.status();
+    return result->reply.ok() ? ValuesOf(*result->reply) : Values{};
+  }
+
+  void ExpectPushOk(ServerJob& job, const v1::PushRequest& request,
+                    bool duplicate = false) {
+    auto response = job.Push(request);
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_EQ(response->duplicate(), duplicate);
+  }
+
+  prometheus::Registry registry_;
+  ServerMetrics metrics_{registry_};
+  std::string dir_;
+  std::unique_ptr<ShardStore> store_;
+};
+
+TEST_P(ServerJobTest, PullReturnsInitialValues) {
+  auto job = Open({});
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->job_id(), kJobId);
+  EXPECT_EQ(job->min_clock(), 0);
+  auto all = StartPull(*job, 0, 0);
+  ASSERT_EQ(all->calls, 1);
+  ASSERT_TRUE(all->reply.ok()) << all->reply.status();
+  EXPECT_EQ(all->reply->min_clock(), 0);
+  // Every block, in key order.
+  ASSERT_EQ(all->reply->blocks_size(), 3);
+  EXPECT_EQ(all->reply->blocks(0).key(), kW0);
+  EXPECT_EQ(all->reply->blocks(1).key(), kW1);
+  EXPECT_EQ(all->reply->blocks(2).key(), kB0);
+  const Values initial = InitialValues();
+  EXPECT_EQ(ValuesOf(*all->reply), initial);
+  EXPECT_THAT(initial.at(kB0), ElementsAre(0.0f, 0.0f));
+  EXPECT_NE(initial.at(kW0), std::vector<float>(4, 0.0f));
+
+  auto some = StartPull(*job, 0, 0, {kB0, kW1});
+  ASSERT_TRUE(some->reply.ok()) << some->reply.status();
+  ASSERT_EQ(some->reply->blocks_size(), 2);
+  EXPECT_EQ(some->reply->blocks(0).key(), kB0);
+  EXPECT_EQ(some->reply->blocks(1).key(), kW1);
+  EXPECT_EQ(ValuesOf(*some->reply),
+            (Values{{kB0, initial.at(kB0)}, {kW1, initial.at(kW1)}}));
+}
+
+TEST_P(ServerJobTest, SspPushAppliesSgdAndAdvancesTheClock) {
+  auto job = Open({.model = v1::ConsistencySpec::SSP, .staleness = 1});
+  ASSERT_NE(job, nullptr);
+  const Values g0 = Gradients(0), g1 = Gradients(1);
+  ExpectPushOk(*job, MakePush(0, 0, g0));
+  EXPECT_EQ(job->min_clock(), 1);
+  const Values after_one = Sgd(InitialValues(), g0);
+  ExpectValuesEq(PullNow(*job, 0, 1), after_one);
+  // A push of only some blocks updates only those.
+  ExpectPushOk(*job, MakePush(0, 1, {{kW1, g1.at(kW1)}}));
+  EXPECT_EQ(job->min_clock(), 2);
+  Values expected = after_one;
+  expected[kW1] = Sgd({{kW1, after_one.at(kW1)}}, g1).at(kW1);
+  ExpectValuesEq(PullNow(*job, 0, 2), expected);
+  EXPECT_EQ(metrics_.updates_applied.Value(), 4);
+}
+
+TEST_P(ServerJobTest, DuplicatePushIsAcknowledgedAndNotReapplied) {
+  auto job = Open({});
+  ASSERT_NE(job, nullptr);
+  const v1::PushRequest push = MakePush(0, 0, Gradients(0));
+  ExpectPushOk(*job, push);
+  const Values once = Sgd(InitialValues(), Gradients(0));
+  ExpectPushOk(*job, push, /*duplicate=*/true);
+  // A retry with other contents is recognised by (worker, clock) alone.
+  ExpectPushOk(*job, MakePush(0, 0, Gradients(5)), /*duplicate=*/true);
+  EXPECT_EQ(job->min_clock(), 1);
+  ExpectValuesEq(PullNow(*job, 0, 1), once);
+  EXPECT_EQ(metrics_.pushes_duplicate.Value(), 2);
+}
+
+TEST_P(ServerJobTest, NonFinitePushIsRefusedAndChangesNothing) {
+  auto job = Open({.model = v1::ConsistencySpec::SSP, .num_workers = 2});
+  ASSERT_NE(job, nullptr);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    Values g = Gradients(0);
+    g[kB0][1] = bad;  // The last block: the earlier ones are valid.
+    auto response = job->Push(MakePush(0, 0, g));
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(response.status().message(), HasSubstr("NaN or Inf"));
+  }
+  EXPECT_EQ(metrics_.pushes_rejected.Value(), 3);
+  // Values and clocks are unchanged: worker 0 has not reached clock 1.
+  EXPECT_EQ(job->min_clock(), 0);
+  EXPECT_EQ(PullNow(*job, 0, 0), InitialValues());
+  auto ahead = StartPull(*job, 0, 1);
+  EXPECT_EQ(ahead->reply.status().code(), absl::StatusCode::kFailedPrecondition);
+  // A valid push for the same clock is applied (not taken for a duplicate).
+  ExpectPushOk(*job, MakePush(0, 0, Gradients(0)));
+  ExpectValuesEq(PullNow(*job, 0, 1), Sgd(InitialValues(), Gradients(0)));
+}
+
+TEST_P(ServerJobTest, MalformedPushesAreRefusedAndChangeNothing) {
+  auto job = Open({.num_workers = 2});
+  ASSERT_NE(job, nullptr);
+  const Values g = Gradients(0);
+  struct Case {
+    const char* what;
+    v1::PushRequest request;
+    absl::StatusCode code;
+  };
+  std::vector<Case> cases;
+  {
+    v1::PushRequest r = MakePush(0, 0, g);
+    r.mutable_gradients(0)->mutable_data()->pop_back();  // 15 bytes.
+    cases.push_back({"ragged bytes", r, absl::StatusCode::kInvalidArgument});
+  }
+  {
+    Values short_g = g;
+    short_g[kW0].pop_back();  // 3 floats for a 4-value block.
+    cases.push_back({"wrong size", MakePush(0, 0, short_g),
+                     absl::StatusCode::kInvalidArgument});
+  }
+  {
+    Values unknown = g;
+    unknown[BlockKey(0, 2)] = {1.0f};
+    cases.push_back({"unknown key", MakePush(0, 0, unknown),
+                     absl::StatusCode::kInvalidArgument});
+  }
+  {
+    v1::PushRequest r = MakePush(0, 0, g);
+    *r.add_gradients() = r.gradients(0);
+    cases.push_back({"key twice", r, absl::StatusCode::kInvalidArgument});
+  }
+  cases.push_back({"old map", MakePush(0, 0, g, kMapVersion - 1),
+                   absl::StatusCode::kFailedPrecondition});
+  cases.push_back({"newer map", MakePush(0, 0, g, kMapVersion + 1),
+                   absl::StatusCode::kFailedPrecondition});
+  cases.push_back({"worker -1", MakePush(-1, 0, g),
+                   absl::StatusCode::kInvalidArgument});
+  cases.push_back({"worker 2 of 2", MakePush(2, 0, g),
+                   absl::StatusCode::kInvalidArgument});
+  cases.push_back({"negative clock", MakePush(0, -1, g),
+                   absl::StatusCode::kInvalidArgument});
+  cases.push_back({"clock gap", MakePush(0, 1, g),
+                   absl::StatusCode::kFailedPrecondition});
+  for (const Case& c : cases) {
+    auto response = job->Push(c.request);
+    EXPECT_EQ(response.status().code(), c.code)
+        << c.what << ": " << response.status();
+  }
+  EXPECT_EQ(job->min_clock(), 0);
+  EXPECT_EQ(PullNow(*job, 0, 0), InitialValues());
+  // Nothing was recorded for worker 0's clock 0: the valid push is applied.
+  ExpectPushOk(*job, MakePush(0, 0, g));
+  ExpectValuesEq(PullNow(*job, 0, 1), Sgd(InitialValues(), g));
+}
+
+TEST_P(ServerJobTest, MalformedPullsAreRefused) {
+  auto job = Open({.num_workers = 2});
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(StartPull(*job, 0, 0, {BlockKey(5, 0)})->reply.status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StartPull(*job, 0, 0, {}, kMapVersion + 1)->reply.status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(StartPull(*job, 0, 0, {}, 0)->reply.status().message(),
+              HasSubstr("map_version"));
+  EXPECT_EQ(StartPull(*job, 2, 0)->reply.status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StartPull(*job, -1, 0)->reply.status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StartPull(*job, 0, 3)->reply.status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(ServerJobTest, BspAppliesTheMeanOnceEveryWorkerPushed) {
+  auto job = Open({.model = v1::ConsistencySpec::BSP, .num_workers = 2});
+  ASSERT_NE(job, nullptr);
+  const Values g0 = Gradients(0), g1 = Gradients(1);
+  ExpectPushOk(*job, MakePush(0, 0, g0));
+  // Accumulated, not applied: worker 1 still reads the initial values.
+  EXPECT_EQ(job->min_clock(), 0);
+  EXPECT_EQ(PullNow(*job, 1, 0), InitialValues());
+  EXPECT_EQ(metrics_.updates_applied.Value(), 0);
+  // Worker 0 asks for clock 1, which needs worker 1's clock 0.
+  auto waiting = StartPull(*job, 0, 1);
+  EXPECT_EQ(waiting->calls, 0);
+  // A duplicate of worker 0's push neither completes the clock nor counts twice.
+  ExpectPushOk(*job, MakePush(0, 0, g0), /*duplicate=*/true);
+  EXPECT_EQ(waiting->calls, 0);
+  ExpectPushOk(*job, MakePush(1, 0, g1));
+  ASSERT_EQ(waiting->calls, 1);
+  ASSERT_TRUE(waiting->reply.ok()) << waiting->reply.status();
+  EXPECT_EQ(waiting->reply->min_clock(), 1);
+  const Values expected = Sgd(InitialValues(), Mean(g0, g1));
+  ExpectValuesEq(ValuesOf(*waiting->reply), expected);
+  EXPECT_EQ(job->min_clock(), 1);
+  ExpectValuesEq(PullNow(*job, 1, 1), expected);
+  EXPECT_EQ(metrics_.updates_applied.Value(), 3);
+}
+
+TEST_P(ServerJobTest, BspRefusedPushDoesNotAccumulate) {
+  auto job = Open({.model = v1::ConsistencySpec::BSP, .num_workers = 2});
+  ASSERT_NE(job, nullptr);
+  Values bad = Gradients(3);
+  bad[kW0][0] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(job->Push(MakePush(0, 0, bad)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const Values g0 = Gradients(0), g1 = Gradients(1);
+  ExpectPushOk(*job, MakePush(0, 0, g0));
+  ExpectPushOk(*job, MakePush(1, 0, g1));
+  ExpectValuesEq(PullNow(*job, 0, 1), Sgd(InitialValues(), Mean(g0, g1)));
+}
+
+TEST_P(ServerJobTest, SspPullWaitsForTheSlowestWorkerWithinTheBound) {
+  auto job = Open({.model = v1::ConsistencySpec::SSP,
+                   .staleness = 1,
+                   .num_workers = 2});
+  ASSERT_NE(job, nullptr);
+  const Values g0 = Gradients(0), g1 = Gradients(1), g2 = Gradients(2);
+  ExpectPushOk(*job, MakePush(0, 0, g0));
+  // Clock 1 is within the bound of min_clock 0.
+  ExpectValuesEq(PullNow(*job, 0, 1), Sgd(InitialValues(), g0));
+  ExpectPushOk(*job, MakePush(0, 1, g1));
+  auto waiting = StartPull(*job, 0, 2);
+  EXPECT_EQ(waiting->calls, 0);
+  ExpectPushOk(*job, MakePush(1, 0, g2));
+  ASSERT_EQ(waiting->calls, 1);
+  ASSERT_TRUE(waiting->reply.ok()) << waiting->reply.status();
+  EXPECT_EQ(waiting->reply->min_clock(), 1);
+  ExpectValuesEq(ValuesOf(*waiting->reply),
+                 Sgd(Sgd(Sgd(InitialValues(), g0), g1), g2));
+}
+
+TEST_P(ServerJobTest, CloseFailsWaitingPullsAndLaterRequests) {
+  auto job = Open({.model = v1::ConsistencySpec::BSP, .num_workers = 2});
+  ASSERT_NE(job, nullptr);
+  ExpectPushOk(*job, MakePush(0, 0, Gradients(0)));
+  auto waiting = StartPull(*job, 0, 1);
+  ASSERT_EQ(waiting->calls, 0);
+  job->Close(absl::CancelledError("job cancelled"));
+  ASSERT_EQ(waiting->calls, 1);
+  EXPECT_EQ(waiting->reply.status(), absl::CancelledError("job cancelled"));
+  EXPECT_EQ(StartPull(*job, 1, 0)->reply.status(),
+            absl::CancelledError("job cancelled"));
+  EXPECT_EQ(job->Push(MakePush(1, 0, Gradients(1))).status(),
+            absl::CancelledError("job cancelled"));
+  // A second Close keeps the first reason.
+  job->Close(absl::AbortedError("other"));
+  EXPECT_EQ(StartPull(*job, 1, 0)->reply.status(),
+            absl::CancelledError("job cancelled"));
+  job.reset();
+  EXPECT_EQ(waiting->calls, 1);  // Called exactly once.
+}
+
+TEST_P(ServerJobTest, DestroyingTheJobFailsWaitingPulls) {
+  auto job = Open({.model = v1::ConsistencySpec::BSP, .num_workers = 2});
+  ASSERT_NE(job, nullptr);
+  ExpectPushOk(*job, MakePush(0, 0, Gradients(0)));
+  auto waiting = StartPull(*job, 0, 1);
+  ASSERT_EQ(waiting->calls, 0);
+  job.reset();
+  ASSERT_EQ(waiting->calls, 1);
+  EXPECT_EQ(waiting->reply.status().code(), absl::StatusCode::kAborted);
+}
+
+TEST_P(ServerJobTest, ReopenRestoresValuesAndClocks) {
+  const JobOptions options = {.model = v1::ConsistencySpec::SSP,
+                              .staleness = 2,
+                              .num_workers = 2};
+  const Values g0 = Gradients(0), g1 = Gradients(1), g2 = Gradients(2);
+  Values expected;
+  {
+    auto job = Open(options);
+    ASSERT_NE(job, nullptr);
+    ExpectPushOk(*job, MakePush(0, 0, g0));
+    ExpectPushOk(*job, MakePush(0, 1, g1));
+    ExpectPushOk(*job, MakePush(1, 0, g2));
+    expected = Sgd(Sgd(Sgd(InitialValues(), g0), g1), g2);
+    ExpectValuesEq(PullNow(*job, 0, 2), expected);
+  }
+  ReopenStore();
+  auto job = Open(options);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->min_clock(), 1);
+  ExpectValuesEq(PullNow(*job, 0, 2), expected);
+  // Worker 0 reached clock 2 and worker 1 clock 1, as before.
+  EXPECT_EQ(StartPull(*job, 0, 3)->reply.status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(StartPull(*job, 1, 2)->reply.status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Retries of applied pushes are still recognised.
+  ExpectPushOk(*job, MakePush(0, 1, g1), /*duplicate=*/true);
+  ExpectPushOk(*job, MakePush(1, 0, g2), /*duplicate=*/true);
+  ExpectValuesEq(PullNow(*job, 0, 2), expected);
+  // And the next clocks apply.
+  ExpectPushOk(*job, MakePush(1, 1, g0));
+  EXPECT_EQ(job->min_clock(), 2);
+  ExpectValuesEq(PullNow(*job, 1, 2), Sgd(expected, g0));
+}
+
+TEST_P(ServerJobTest, BspReopenRestoresCompletedClocks) {
+  const JobOptions options = {.model = v1::ConsistencySpec::BSP,
+                              .num_workers = 2};
+  const Values g0 = Gradients(0), g1 = Gradients(1);
+  const Values expected = Sgd(InitialValues(), Mean(g0, g1));
+  {
+    auto job = Open(options);
+    ASSERT_NE(job, nullptr);
+    ExpectPushOk(*job, MakePush(0, 0, g0));
+    ExpectPushOk(*job, MakePush(1, 0, g1));
+  }
+  ReopenStore();
+  auto job = Open(options);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->min_clock(), 1);
+  ExpectValuesEq(PullNow(*job, 0, 1), expected);
+  ExpectPushOk(*job, MakePush(0, 0, g0), /*duplicate=*/true);
+  ExpectPushOk(*job, MakePush(1, 0, g1), /*duplicate=*/true);
+  ExpectValuesEq(PullNow(*job, 1, 1), expected);
+}
+
+// Design §5: "every acknowledged push survives a process crash of the server".
+// Under BSP a push that does not complete its clock is acknowledged while its
+// gradient lives only in memory (ServerJob::Block::accum).
+TEST_P(ServerJobTest, BspAcknowledgedPushOfAnIncompleteClockSurvivesReopen) {
+  const JobOptions options = {.model = v1::ConsistencySpec::BSP,
+                              .num_workers = 2};
+  const Values g0 = Gradients(0), g1 = Gradients(1);
+  {
+    auto job = Open(options);
+    ASSERT_NE(job, nullptr);
+    ExpectPushOk(*job, MakePush(0, 0, g0));  // Acknowledged.
+  }
+  ReopenStore();
+  auto job = Open(options);
+  ASSERT_NE(job, nullptr);
+  // Worker 0 does not retry an acknowledged push; worker 1 pushes its part.
+  ExpectPushOk(*job, MakePush(1, 0, g1));
+  auto pull = StartPull(*job, 0, 1);
+  ASSERT_EQ(pull->calls, 1) << "clock 0 did not complete after the reopen";
+  ASSERT_TRUE(pull->reply.ok()) << pull->reply.status();
+  ExpectValuesEq(ValuesOf(*pull->reply), Sgd(InitialValues(), Mean(g0, g1)));
+}
+
+TEST_P(ServerJobTest, MemoryDurabilityWritesNothing) {
+  auto job = Open({.durability = v1::MEMORY});
+  ASSERT_NE(job, nullptr);
+  ExpectPushOk(*job, MakePush(0, 0, Gradients(0)));
+  auto jobs = store_->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_TRUE(jobs->empty());
+  EXPECT_EQ(store_->Load(kJobId).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(ServerJobTest, ReopenWithAnotherShardMapIsRefused) {
+  { ASSERT_NE(Open({}), nullptr); }
+  v1::Assignment other = MakeAssignment({});
+  other.mutable_shard_map()->set_version(kMapVersion + 1);
+  auto job = ServerJob::Open(other, store_.get(), &metrics_);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(ServerJobTest, OpenRefusesABadAssignment) {
+  v1::Assignment bad_spec = MakeAssignment({});
+  bad_spec.mutable_spec()->set_epochs(0);
+  EXPECT_EQ(ServerJob::Open(bad_spec, store_.get(), &metrics_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::Assignment unplaced = MakeAssignment({});
+  unplaced.mutable_shard_map()->mutable_blocks()->RemoveLast();
+  EXPECT_EQ(ServerJob::Open(unplaced, store_.get(), &metrics_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(ServerJobTest, ServerHoldsOnlyItsOwnBlocks) {
+  v1::Assignment assignment = MakeAssignment({});
+  assignment.mutable_shard_map()->add_servers("localhost:1");
+  for (auto& p : *assignment.mutable_shard_map()->mutable_blocks()) {
+    if (p.key() == kW1) p.set_server(1);
+  }
+  auto job = ServerJob::Open(assignment, store_.get(), &metrics_);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const Values initial = InitialValues();
+  EXPECT_EQ(PullNow(**job, 0, 0),
+            (Values{{kW0, initial.at(kW0)}, {kB0, initial.at(kB0)}}));
+  EXPECT_EQ(StartPull(**job, 0, 0, {kW1})->reply.status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, ServerJobTest,
+                         ::testing::Values(StoreKind::kMemory,
+                                           StoreKind::kRocksDb),
+                         [](const auto& info) {
+                           return info.param == StoreKind::kMemory ? "Memory"
+                                                                   : "RocksDb";
+                         });
+
+}  // namespace
+}  // namespace ps
