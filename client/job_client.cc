@@ -48,7 +48,8 @@ absl::StatusOr<std::vector<v1::JobStatus>> JobClient::List() {
   v1::ListJobsResponse response;
   grpc::Status status = stub_->ListJobs(&ctx, v1::ListJobsRequest(), &response);
   if (!status.ok()) return Annotate(FromGrpcStatus(status));
-  return std::vector<v1::JobStatus>(response.jobs().begin(), response.jobs().end());
+  return std::vector<v1::JobStatus>(response.jobs().begin(),
+                                    response.jobs().end());
 }
 
 absl::StatusOr<v1::JobStatus> JobClient::Cancel(const std::string& job_id) {
@@ -81,7 +82,8 @@ absl::StatusOr<v1::JobStatus> JobClient::Watch(
     while (reader->Read(&status)) {
       on_update(status);
       last = status;
-      terminal = status.state() == v1::SUCCEEDED || status.state() == v1::FAILED ||
+      terminal = status.state() == v1::SUCCEEDED ||
+                 status.state() == v1::FAILED ||
                  status.state() == v1::CANCELLED;
       // Data arrived: the connection is healthy again.
       backoff.Reset();
@@ -91,8 +93,9 @@ absl::StatusOr<v1::JobStatus> JobClient::Watch(
     if (terminal) return last;
     if (!finish.ok() && !IsRetryable(finish)) return Annotate(finish);
     if (absl::Now() > give_up) {
-      return Annotate(finish.ok() ? absl::UnavailableError("watch stream ended early")
-                                  : finish);
+      return Annotate(finish.ok()
+                          ? absl::UnavailableError("watch stream ended early")
+                          : finish);
     }
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
   }

@@ -31,10 +31,10 @@ class JobClient {
   absl::StatusOr<std::vector<v1::JobStatus>> List();
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id);
 
-  // Streams the job's status to `on_update` until it ends, and returns the final
-  // status. If the stream breaks (coordinator restart) it reconnects with backoff
-  // for up to `reconnect_window`. Errors: NOT_FOUND; the last error once
-  // reconnecting gives up.
+  // Streams the job's status to `on_update` until it ends, and returns the
+  // final status. If the stream breaks (coordinator restart) it reconnects with
+  // backoff for up to `reconnect_window`. Errors: NOT_FOUND; the last error
+  // once reconnecting gives up.
   absl::StatusOr<v1::JobStatus> Watch(
       const std::string& job_id,
       const std::function<void(const v1::JobStatus&)>& on_update,

@@ -10,7 +10,8 @@ namespace ps {
 
 // One line: id, state, epoch, a progress bar of `bar_width` cells, loss,
 // samples/s and the latest test accuracy, e.g.
-// "job-000001 RUNNING epoch 3/15 [#####-----]  20%  loss 0.4120  5321 samples/s  test acc 0.8512 (epoch 3)".
+// "job-000001 RUNNING epoch 3/15 [#####-----]  20%  loss 0.4120  5321 samples/s
+// test acc 0.8512 (epoch 3)".
 std::string FormatProgressLine(const v1::JobStatus& job, int bar_width = 24);
 
 // The closing summary of a finished job: state, message, accuracy, wall time.

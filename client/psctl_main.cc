@@ -20,16 +20,19 @@
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");
 ABSL_FLAG(int, timeout_ms, 10000, "deadline of each call");
-ABSL_FLAG(bool, watch, false, "submit: follow the job's progress until it ends");
+ABSL_FLAG(bool, watch, false,
+          "submit: follow the job's progress until it ends");
 
 namespace {
 
 constexpr char kUsage[] =
     "psctl [--coordinator=HOST:PORT] COMMAND\n"
-    "  submit JOB.json [--watch]  submit a job spec (Protobuf JSON of ps.v1.JobSpec)\n"
+    "  submit JOB.json [--watch]  submit a job spec (Protobuf JSON of "
+    "ps.v1.JobSpec)\n"
     "  list                       list jobs\n"
     "  get JOB                    print a job's status as JSON\n"
-    "  watch JOB                  follow a job until it ends (exit 0 if SUCCEEDED)\n"
+    "  watch JOB                  follow a job until it ends (exit 0 if "
+    "SUCCEEDED)\n"
     "  cancel JOB                 cancel a pending or running job";
 
 int Fail(const absl::Status& status) {
@@ -93,7 +96,8 @@ int Submit(ps::JobClient& client, const std::string& path) {
   ps::v1::JobSpec checked = *spec;
   ps::ApplyJobSpecDefaults(&checked);
   if (auto s = ps::ValidateJobSpec(checked); !s.ok()) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message())));
+    return Fail(
+        absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message())));
   }
   auto id = client.Submit(*spec);
   if (!id.ok()) return Fail(id.status());
@@ -142,6 +146,7 @@ int main(int argc, char** argv) {
     std::cout << ps::FormatSummary(*job) << std::endl;
     return 0;
   }
-  std::cerr << "psctl: unknown command \"" << command << "\"\nusage: " << kUsage << "\n";
+  std::cerr << "psctl: unknown command \"" << command << "\"\nusage: " << kUsage
+            << "\n";
   return 64;
 }

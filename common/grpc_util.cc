@@ -45,11 +45,14 @@ bool IsRetryable(const absl::Status& status) {
 }
 
 Backoff::Backoff(absl::Duration initial, absl::Duration max, double multiplier)
-    : initial_(initial), max_(max), multiplier_(multiplier), ceiling_(initial) {}
+    : initial_(initial),
+      max_(max),
+      multiplier_(multiplier),
+      ceiling_(initial) {}
 
 absl::Duration Backoff::Next() {
-  const absl::Duration delay =
-      absl::Nanoseconds(absl::Uniform<int64_t>(rng_, 0, ceiling_ / absl::Nanoseconds(1) + 1));
+  const absl::Duration delay = absl::Nanoseconds(
+      absl::Uniform<int64_t>(rng_, 0, ceiling_ / absl::Nanoseconds(1) + 1));
   ceiling_ = std::min(max_, ceiling_ * multiplier_);
   return delay;
 }

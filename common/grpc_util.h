@@ -13,15 +13,16 @@
 
 namespace ps {
 
-// Largest message either side accepts: a block is at most 4 MiB and a Pull reply
-// holds many blocks, so the 4 MiB default would break at exactly 4 MiB (design §3).
+// Largest message either side accepts: a block is at most 4 MiB and a Pull
+// reply holds many blocks, so the 4 MiB default would break at exactly 4 MiB
+// (design §3).
 inline constexpr int kMaxMessageBytes = 256 * 1024 * 1024;
 
 // An insecure channel to `target` (host:port) with the raised message limits.
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target);
 
-// Sets the raised message limits on a server builder and enables gRPC's standard
-// health service (grpc.health.v1.Health) for the server it builds.
+// Sets the raised message limits on a server builder and enables gRPC's
+// standard health service (grpc.health.v1.Health) for the server it builds.
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 
 // Status conversions (codes and messages are kept).
@@ -40,7 +41,8 @@ class Backoff {
  public:
   // initial: first ceiling (default 50ms); max: largest ceiling (default 2s).
   explicit Backoff(absl::Duration initial = absl::Milliseconds(50),
-                   absl::Duration max = absl::Seconds(2), double multiplier = 2.0);
+                   absl::Duration max = absl::Seconds(2),
+                   double multiplier = 2.0);
   absl::Duration Next();
   void Reset();
 

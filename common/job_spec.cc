@@ -29,16 +29,19 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& optimizer) {
   switch (optimizer.kind_case()) {
     case v1::OptimizerSpec::kSgd: {
       const auto& sgd = optimizer.sgd();
-      if (auto s = check_rate("optimizer.sgd.learning_rate", sgd.learning_rate());
+      if (auto s =
+              check_rate("optimizer.sgd.learning_rate", sgd.learning_rate());
           !s.ok())
         return s;
-      if (auto s = check_unit("optimizer.sgd.momentum", sgd.momentum()); !s.ok())
+      if (auto s = check_unit("optimizer.sgd.momentum", sgd.momentum());
+          !s.ok())
         return s;
       return check_decay("optimizer.sgd.weight_decay", sgd.weight_decay());
     }
     case v1::OptimizerSpec::kAdam: {
       const auto& adam = optimizer.adam();
-      if (auto s = check_rate("optimizer.adam.learning_rate", adam.learning_rate());
+      if (auto s =
+              check_rate("optimizer.adam.learning_rate", adam.learning_rate());
           !s.ok())
         return s;
       if (auto s = check_unit("optimizer.adam.beta1", adam.beta1()); !s.ok())
@@ -83,7 +86,8 @@ absl::StatusOr<v1::JobSpec> JobSpecFromJson(const std::string& json) {
   v1::JobSpec spec;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  auto status = google::protobuf::util::JsonStringToMessage(json, &spec, options);
+  auto status =
+      google::protobuf::util::JsonStringToMessage(json, &spec, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("job spec is not valid JSON for ps.v1.JobSpec: ",
@@ -152,7 +156,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.num_workers() < 1) return Invalid("num_workers", "must be >= 1");
   if (spec.num_servers() < 1) return Invalid("num_servers", "must be >= 1");
   if (spec.block_elems() < 1) return Invalid("block_elems", "must be >= 1");
-  // A block travels in one message; keep it well under the 64 MiB message limit.
+  // A block travels in one message; keep it well under the 64 MiB message
+  // limit.
   if (spec.block_elems() > 4 * kDefaultBlockElems) {
     return Invalid("block_elems", "must be <= 1048576 (4 MiB)");
   }

@@ -17,20 +17,21 @@ void LogLine(LogSeverity severity, std::string_view message);
 
 }  // namespace ps
 
-#define PS_LOG_INFO(...) ::ps::LogLine(::ps::LogSeverity::kInfo, absl::StrCat(__VA_ARGS__))
+#define PS_LOG_INFO(...) \
+  ::ps::LogLine(::ps::LogSeverity::kInfo, absl::StrCat(__VA_ARGS__))
 #define PS_LOG_WARNING(...) \
   ::ps::LogLine(::ps::LogSeverity::kWarning, absl::StrCat(__VA_ARGS__))
 #define PS_LOG_ERROR(...) \
   ::ps::LogLine(::ps::LogSeverity::kError, absl::StrCat(__VA_ARGS__))
 
 // Aborts with a message when a programmer's invariant does not hold.
-#define PS_CHECK(cond, ...)                                                   \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      ::ps::LogLine(::ps::LogSeverity::kFatal,                                \
+#define PS_CHECK(cond, ...)                                                  \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      ::ps::LogLine(::ps::LogSeverity::kFatal,                               \
                     absl::StrCat(__FILE__, ":", __LINE__, " check failed: ", \
-                                 #cond, " " __VA_OPT__(, ) __VA_ARGS__));     \
-    }                                                                         \
+                                 #cond, " " __VA_OPT__(, ) __VA_ARGS__));    \
+    }                                                                        \
   } while (0)
 
 #endif  // PS_COMMON_LOGGING_H_

@@ -13,7 +13,9 @@ Membership::Membership(MembershipOptions options,
 
 Membership::~Membership() { Stop(); }
 
-void Membership::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Membership::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void Membership::Stop() {
   {
@@ -51,7 +53,8 @@ bool Membership::Register() {
               response.node_id());
   absl::MutexLock lock(&mu_);
   node_id_ = response.node_id();
-  interval_ = absl::Milliseconds(std::max<int64_t>(response.heartbeat_interval_ms(), 10));
+  interval_ = absl::Milliseconds(
+      std::max<int64_t>(response.heartbeat_interval_ms(), 10));
   return true;
 }
 
@@ -78,7 +81,8 @@ void Membership::Loop() {
       wait = interval_;
     }
     if (status.ok()) {
-      on_assignments_({response.assignments().begin(), response.assignments().end()});
+      on_assignments_(
+          {response.assignments().begin(), response.assignments().end()});
     } else if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
       // The coordinator forgot us (restart, or our lease expired): join again.
       PS_LOG_WARNING("coordinator does not know node ", node_id(),

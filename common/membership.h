@@ -1,5 +1,6 @@
-// A node's membership in the cluster: registers with the coordinator, heartbeats
-// to keep its lease, and hands the assignments each heartbeat returns to its owner.
+// A node's membership in the cluster: registers with the coordinator,
+// heartbeats to keep its lease, and hands the assignments each heartbeat
+// returns to its owner.
 #ifndef PS_COMMON_MEMBERSHIP_H_
 #define PS_COMMON_MEMBERSHIP_H_
 

@@ -7,7 +7,8 @@
 namespace ps {
 
 absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
-    const std::string& address, std::shared_ptr<prometheus::Registry> registry) {
+    const std::string& address,
+    std::shared_ptr<prometheus::Registry> registry) {
   std::unique_ptr<MetricsExposer> exposer(new MetricsExposer());
   try {
     // prometheus-cpp reports bind failures by throwing; keep that inside here.
@@ -24,19 +25,30 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
 
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-      0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,     10, 30};
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+      0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30};
   return *buckets;
 }
 
 namespace {
 std::string CodeName(int code) {
-  static const char* kNames[] = {
-      "OK",        "CANCELLED",          "UNKNOWN",          "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS",   "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",      "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static const char* kNames[] = {"OK",
+                                 "CANCELLED",
+                                 "UNKNOWN",
+                                 "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND",
+                                 "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION",
+                                 "ABORTED",
+                                 "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED",
+                                 "INTERNAL",
+                                 "UNAVAILABLE",
+                                 "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
   return code >= 0 && code < 17 ? kNames[code] : absl::StrCat(code);
 }
 }  // namespace
@@ -54,10 +66,11 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry)
                       .Name("ps_rpc_sent_bytes_total")
                       .Help("Response payload bytes sent, by method.")
                       .Register(registry)),
-      latency_(prometheus::BuildHistogram()
-                   .Name("ps_rpc_latency_seconds")
-                   .Help("Time from receiving a request to its reply, by method.")
-                   .Register(registry)) {}
+      latency_(
+          prometheus::BuildHistogram()
+              .Name("ps_rpc_latency_seconds")
+              .Help("Time from receiving a request to its reply, by method.")
+              .Register(registry)) {}
 
 void RpcMetrics::Record(const std::string& method, int code,
                         size_t received_bytes, size_t sent_bytes,

@@ -1,4 +1,5 @@
-// Prometheus metrics: the HTTP exposer and the RPC metrics every service records.
+// Prometheus metrics: the HTTP exposer and the RPC metrics every service
+// records.
 #ifndef PS_COMMON_METRICS_H_
 #define PS_COMMON_METRICS_H_
 
@@ -21,7 +22,8 @@ class MetricsExposer {
   // address: "host:port"; port 0 picks a free port. Errors: UNAVAILABLE if the
   // address cannot be bound.
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
-      const std::string& address, std::shared_ptr<prometheus::Registry> registry);
+      const std::string& address,
+      std::shared_ptr<prometheus::Registry> registry);
   // The bound port.
   int port() const { return port_; }
 
@@ -34,9 +36,9 @@ class MetricsExposer {
 // Latency buckets in seconds, 100us to 30s.
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
 
-// Per-RPC metrics: ps_rpc_requests_total{method,code}, ps_rpc_received_bytes_total
-// and ps_rpc_sent_bytes_total{method}, ps_rpc_latency_seconds{method}.
-// Thread-safe.
+// Per-RPC metrics: ps_rpc_requests_total{method,code},
+// ps_rpc_received_bytes_total and ps_rpc_sent_bytes_total{method},
+// ps_rpc_latency_seconds{method}. Thread-safe.
 class RpcMetrics {
  public:
   explicit RpcMetrics(prometheus::Registry& registry);

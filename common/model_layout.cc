@@ -93,13 +93,15 @@ std::vector<float> InitialBlockValues(const TensorSpec& tensor,
       limit = std::sqrt(6.0 / static_cast<double>(tensor.fan_in));
       break;
     case InitKind::kXavierUniform:
-      limit = std::sqrt(6.0 / static_cast<double>(tensor.fan_in + tensor.fan_out));
+      limit =
+          std::sqrt(6.0 / static_cast<double>(tensor.fan_in + tensor.fan_out));
       break;
   }
-  // seed_seq mixes the job seed with the block key, so blocks draw independently.
-  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                    static_cast<uint32_t>(block.key),
-                    static_cast<uint32_t>(block.key >> 32)};
+  // seed_seq mixes the job seed with the block key, so blocks draw
+  // independently.
+  std::seed_seq seq{
+      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+      static_cast<uint32_t>(block.key), static_cast<uint32_t>(block.key >> 32)};
   std::mt19937_64 rng(seq);
   std::uniform_real_distribution<double> dist(-limit, limit);
   for (float& v : values) v = static_cast<float>(dist(rng));

@@ -31,10 +31,11 @@ struct TensorSpec {
 };
 
 // The tensors of `model`, in order. For an MLP with layer widths
-// input_dim, h1, ..., num_classes, layer i contributes "dense<i>.weight" of shape
-// [in, out] (row-major) and "dense<i>.bias" of shape [out].
-// Errors: INVALID_ARGUMENT for an unknown kind or non-positive sizes.
-absl::StatusOr<std::vector<TensorSpec>> ModelTensors(const v1::ModelSpec& model);
+// input_dim, h1, ..., num_classes, layer i contributes "dense<i>.weight" of
+// shape [in, out] (row-major) and "dense<i>.bias" of shape [out]. Errors:
+// INVALID_ARGUMENT for an unknown kind or non-positive sizes.
+absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
+    const v1::ModelSpec& model);
 
 // A block's key: (tensor_index << 32) | block_index.
 inline uint64_t BlockKey(uint32_t tensor_index, uint32_t block_index) {
@@ -55,8 +56,8 @@ struct BlockSpec {
 std::vector<BlockSpec> SplitIntoBlocks(const std::vector<TensorSpec>& tensors,
                                        int64_t block_elems);
 
-// Initial values of one block, a pure function of (seed, key, tensor): every server
-// computes the same values for a block wherever it is placed.
+// Initial values of one block, a pure function of (seed, key, tensor): every
+// server computes the same values for a block wherever it is placed.
 std::vector<float> InitialBlockValues(const TensorSpec& tensor,
                                       const BlockSpec& block, uint64_t seed);
 

@@ -11,7 +11,8 @@ namespace ps {
 // Writes "grpc_port=<p>\nmetrics_port=<m>\n" to `path` atomically (a temporary
 // file renamed into place), so a reader never sees a partial file. Errors:
 // UNAVAILABLE naming the path.
-absl::Status WritePortFile(const std::string& path, int grpc_port, int metrics_port);
+absl::Status WritePortFile(const std::string& path, int grpc_port,
+                           int metrics_port);
 
 }  // namespace ps
 

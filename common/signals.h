@@ -4,8 +4,8 @@
 
 namespace ps {
 
-// Blocks SIGTERM and SIGINT in the calling thread and in every thread it creates
-// afterwards. Call first in main(), before any thread starts.
+// Blocks SIGTERM and SIGINT in the calling thread and in every thread it
+// creates afterwards. Call first in main(), before any thread starts.
 void BlockTerminationSignals();
 
 // Waits until SIGTERM or SIGINT arrives and returns its number.

@@ -21,10 +21,12 @@ absl::Status Coordinator::Start() {
   auto table = JobTable::Open(options_.data_dir);
   if (!table.ok()) return table.status();
   table_ = *std::move(table);
-  auto manager = JobManager::Create(table_.get(), options_.timing, metrics_.get());
+  auto manager =
+      JobManager::Create(table_.get(), options_.timing, metrics_.get());
   if (!manager.ok()) return manager.status();
   manager_ = *std::move(manager);
-  job_service_ = std::make_unique<JobServiceImpl>(manager_.get(), rpc_metrics_.get());
+  job_service_ =
+      std::make_unique<JobServiceImpl>(manager_.get(), rpc_metrics_.get());
   cluster_service_ =
       std::make_unique<ClusterServiceImpl>(manager_.get(), rpc_metrics_.get());
 
@@ -36,8 +38,8 @@ absl::Status Coordinator::Start() {
   builder.RegisterService(cluster_service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("coordinator: cannot listen on ", options_.listen_address));
+    return absl::UnavailableError(absl::StrCat("coordinator: cannot listen on ",
+                                               options_.listen_address));
   }
   if (!options_.metrics_address.empty()) {
     auto exposer = MetricsExposer::Start(options_.metrics_address, registry_);
@@ -52,7 +54,8 @@ absl::Status Coordinator::Start() {
 
 void Coordinator::TickLoop() {
   absl::MutexLock lock(&mu_);
-  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.tick_interval)) {
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                               options_.tick_interval)) {
     mu_.Unlock();
     manager_->Tick(absl::Now());
     mu_.Lock();
@@ -67,7 +70,8 @@ void Coordinator::Stop() {
   }
   if (ticker_.joinable()) ticker_.join();
   if (server_) {
-    // Watch streams end when their deadline is reached; do not wait long for them.
+    // Watch streams end when their deadline is reached; do not wait long for
+    // them.
     server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
     server_->Wait();
   }

@@ -1,6 +1,6 @@
 // The coordinator process's parts wired together: job table, JobManager, the
-// gRPC server (JobService, ClusterService, health), metrics, and the ticker that
-// expires leases and schedules jobs.
+// gRPC server (JobService, ClusterService, health), metrics, and the ticker
+// that expires leases and schedules jobs.
 #ifndef PS_COORDINATOR_COORDINATOR_H_
 #define PS_COORDINATOR_COORDINATOR_H_
 

@@ -9,11 +9,15 @@
 #include "coordinator/coordinator.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7000", "gRPC listen address");
-ABSL_FLAG(std::string, data_dir, "", "RocksDB directory of the job table (required)");
-ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port (0: any free port, -1: none)");
-ABSL_FLAG(std::string, port_file, "", "if set, write the bound ports to this file");
+ABSL_FLAG(std::string, data_dir, "",
+          "RocksDB directory of the job table (required)");
+ABSL_FLAG(int, metrics_port, 0,
+          "Prometheus /metrics port (0: any free port, -1: none)");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, write the bound ports to this file");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Prometheus listen host");
-ABSL_FLAG(int, lease_ms, 5000, "a node missing heartbeats this long loses its lease");
+ABSL_FLAG(int, lease_ms, 5000,
+          "a node missing heartbeats this long loses its lease");
 ABSL_FLAG(int, heartbeat_interval_ms, 500, "heartbeat interval given to nodes");
 
 int main(int argc, char** argv) {
@@ -25,8 +29,9 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    options.metrics_address = absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":",
-                                           absl::GetFlag(FLAGS_metrics_port));
+    options.metrics_address =
+        absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":",
+                     absl::GetFlag(FLAGS_metrics_port));
   }
   options.timing.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   options.timing.heartbeat_interval =
@@ -37,7 +42,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    if (absl::Status s = ps::WritePortFile(path, coordinator.port(), coordinator.metrics_port()); !s.ok()) {
+    if (absl::Status s = ps::WritePortFile(path, coordinator.port(),
+                                           coordinator.metrics_port());
+        !s.ok()) {
       PS_LOG_ERROR("ps-coordinator: ", s.ToString());
       return 1;
     }

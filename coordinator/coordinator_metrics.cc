@@ -3,11 +3,12 @@
 namespace ps {
 
 CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
-    : leases_expired(prometheus::BuildCounter()
-                         .Name("ps_leases_expired_total")
-                         .Help("Nodes dropped because they missed their heartbeats.")
-                         .Register(registry)
-                         .Add({})),
+    : leases_expired(
+          prometheus::BuildCounter()
+              .Name("ps_leases_expired_total")
+              .Help("Nodes dropped because they missed their heartbeats.")
+              .Register(registry)
+              .Add({})),
       jobs_(prometheus::BuildGauge()
                 .Name("ps_jobs")
                 .Help("Jobs by state.")
@@ -20,8 +21,8 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                     .Name("ps_jobs_finished_total")
                     .Help("Jobs that reached a terminal state, by state.")
                     .Register(registry)) {
-  for (v1::JobState s : {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED,
-                         v1::CANCELLED}) {
+  for (v1::JobState s :
+       {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
     jobs(s).Set(0);
   }
   nodes("server").Set(0);

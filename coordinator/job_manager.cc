@@ -21,14 +21,15 @@ const char* RoleName(v1::NodeRole role) {
 }  // namespace
 
 bool IsTerminal(v1::JobState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+  return state == v1::SUCCEEDED || state == v1::FAILED ||
+         state == v1::CANCELLED;
 }
 
 JobManager::JobManager(JobTable* table, MembershipTiming timing,
                        CoordinatorMetrics* metrics)
     : table_(table), timing_(timing), metrics_(metrics) {
-  // Node ids carry a per-incarnation tag so that ids from before a restart never
-  // alias new ones.
+  // Node ids carry a per-incarnation tag so that ids from before a restart
+  // never alias new ones.
   absl::BitGen rng;
   next_node_ = int64_t{absl::Uniform<uint32_t>(rng)} << 20;
 }
@@ -168,7 +169,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
   node.last_seen = absl::Now();
   v1::HeartbeatResponse response;
   if (!node.job_id.empty()) {
-    *response.add_assignments() = AssignmentOf(jobs_.at(node.job_id), node.index);
+    *response.add_assignments() =
+        AssignmentOf(jobs_.at(node.job_id), node.index);
   }
   return response;
 }
@@ -200,9 +202,9 @@ absl::StatusOr<v1::ProgressResponse> JobManager::ReportProgress(
   const int w = report.worker_index();
   if (w < 0 || w >= static_cast<int>(job.workers.size()) ||
       job.workers[w] != report.node_id()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "worker_index: node ", report.node_id(), " is not worker ", w, " of ",
-        report.job_id()));
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker_index: node ", report.node_id(), " is not worker ",
+                     w, " of ", report.job_id()));
   }
   if (!report.error().empty()) {
     Finish(job, v1::FAILED, absl::StrCat("worker ", w, ": ", report.error()));
@@ -280,7 +282,8 @@ void JobManager::Schedule(absl::Time now) {
     const v1::JobSpec& spec = job.status.spec();
     std::vector<std::string> servers, workers;
     for (const auto& [node_id, node] : nodes_) {
-      if (!node.job_id.empty() || now - node.last_seen > timing_.lease) continue;
+      if (!node.job_id.empty() || now - node.last_seen > timing_.lease)
+        continue;
       if (node.role == v1::SERVER &&
           static_cast<int>(servers.size()) < spec.num_servers()) {
         servers.push_back(node_id);
@@ -289,7 +292,8 @@ void JobManager::Schedule(absl::Time now) {
         workers.push_back(node_id);
       }
     }
-    // Jobs start in submission order: a job that does not fit holds back later ones.
+    // Jobs start in submission order: a job that does not fit holds back later
+    // ones.
     if (static_cast<int>(servers.size()) < spec.num_servers() ||
         static_cast<int>(workers.size()) < spec.num_workers()) {
       return;
@@ -355,12 +359,13 @@ void JobManager::Changed(Job& job) {
 void JobManager::UpdateGauges() {
   std::map<v1::JobState, int> counts;
   for (const auto& [id, job] : jobs_) ++counts[job.status.state()];
-  for (v1::JobState s : {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED,
-                         v1::CANCELLED}) {
+  for (v1::JobState s :
+       {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
     metrics_->jobs(s).Set(counts[s]);
   }
   int servers = 0, workers = 0;
-  for (const auto& [id, node] : nodes_) (node.role == v1::SERVER ? servers : workers)++;
+  for (const auto& [id, node] : nodes_)
+    (node.role == v1::SERVER ? servers : workers)++;
   metrics_->nodes("server").Set(servers);
   metrics_->nodes("worker").Set(workers);
 }

@@ -40,12 +40,14 @@ class JobManager {
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(
       JobTable* table, MembershipTiming timing, CoordinatorMetrics* metrics);
 
-  // Validates and queues a job; returns its id. INVALID_ARGUMENT names the field.
+  // Validates and queues a job; returns its id. INVALID_ARGUMENT names the
+  // field.
   absl::StatusOr<std::string> Submit(v1::JobSpec spec);
   // NOT_FOUND for an unknown job.
   absl::StatusOr<v1::JobStatus> Get(const std::string& job_id) const;
   std::vector<v1::JobStatus> List() const;
-  // Cancels a pending or running job. NOT_FOUND; FAILED_PRECONDITION if it ended.
+  // Cancels a pending or running job. NOT_FOUND; FAILED_PRECONDITION if it
+  // ended.
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id);
 
   // Calls `watcher` with the current status now and after every change until
@@ -55,12 +57,16 @@ class JobManager {
   void Unwatch(int64_t token);
 
   // Membership. Register always succeeds (INVALID_ARGUMENT for a bad role).
-  absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request);
-  // Renews the lease and returns the node's assignments. NOT_FOUND: re-register.
+  absl::StatusOr<v1::RegisterResponse> Register(
+      const v1::RegisterRequest& request);
+  // Renews the lease and returns the node's assignments. NOT_FOUND:
+  // re-register.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& node_id);
   // Records a worker's progress; finishes or fails the job as reports say.
-  // NOT_FOUND for an unknown job; the reply says stop once the job is not running.
-  absl::StatusOr<v1::ProgressResponse> ReportProgress(const v1::ProgressReport& report);
+  // NOT_FOUND for an unknown job; the reply says stop once the job is not
+  // running.
+  absl::StatusOr<v1::ProgressResponse> ReportProgress(
+      const v1::ProgressReport& report);
 
   // Expires leases (failing the jobs of lost nodes) and starts pending jobs on
   // free nodes. Call periodically.
@@ -82,10 +88,12 @@ class JobManager {
     std::vector<v1::ProgressReport> reports;  // Latest per worker.
   };
 
-  JobManager(JobTable* table, MembershipTiming timing, CoordinatorMetrics* metrics);
+  JobManager(JobTable* table, MembershipTiming timing,
+             CoordinatorMetrics* metrics);
 
   absl::Status Load();
-  // Persists, publishes to watchers and updates gauges. Logs persistence errors.
+  // Persists, publishes to watchers and updates gauges. Logs persistence
+  // errors.
   void Changed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves a job to a terminal state and frees its nodes.
   void Finish(Job& job, v1::JobState state, const std::string& message)
@@ -102,7 +110,8 @@ class JobManager {
   mutable absl::Mutex mu_;
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, std::pair<std::string, Watcher>> watchers_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::pair<std::string, Watcher>> watchers_
+      ABSL_GUARDED_BY(mu_);
   int64_t next_watch_token_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t next_node_ ABSL_GUARDED_BY(mu_) = 1;
 };

@@ -8,9 +8,9 @@
 namespace ps {
 namespace {
 
-// Streams status updates to one watcher. Updates that arrive while a write is in
-// flight are coalesced: only the newest is sent next, and a terminal status is
-// always the last message.
+// Streams status updates to one watcher. Updates that arrive while a write is
+// in flight are coalesced: only the newest is sent next, and a terminal status
+// is always the last message.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
  public:
   WatchReactor(JobManager* manager, const std::string& job_id)
@@ -29,7 +29,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
-      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away"));
+      FinishOnce(
+          grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away"));
       return;
     }
     if (finish_after_write_.has_value()) {
@@ -76,7 +77,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
   }
 
   // Finishes the call now, or right after the write in flight completes.
-  void FinishOnce(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void FinishOnce(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     if (writing_) {
       if (!finish_after_write_.has_value()) finish_after_write_ = status;

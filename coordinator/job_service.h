@@ -28,7 +28,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       v1::CancelJobResponse* response) override;
   // Streams the job's status on every change; ends after a terminal state.
   grpc::ServerWriteReactor<v1::JobStatus>* WatchJob(
-      grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* request) override;
+      grpc::CallbackServerContext* ctx,
+      const v1::WatchJobRequest* request) override;
 
  private:
   JobManager* const manager_;

@@ -23,7 +23,8 @@ absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 JobTable::JobTable(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
 JobTable::~JobTable() = default;
 
-absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
+    const std::string& path) {
   rocksdb::Options options;
   options.create_if_missing = true;
   rocksdb::DB* db = nullptr;
@@ -31,7 +32,8 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(const std::string& path
   if (!s.ok()) {
     return FromRocks(s, absl::StrCat("job table at ", path));
   }
-  return std::unique_ptr<JobTable>(new JobTable(std::unique_ptr<rocksdb::DB>(db)));
+  return std::unique_ptr<JobTable>(
+      new JobTable(std::unique_ptr<rocksdb::DB>(db)));
 }
 
 absl::Status JobTable::Put(const v1::JobStatus& job) {
@@ -44,7 +46,8 @@ absl::Status JobTable::Put(const v1::JobStatus& job) {
 
 absl::StatusOr<std::vector<v1::JobStatus>> JobTable::LoadAll() {
   std::vector<v1::JobStatus> jobs;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek(kJobPrefix); it->Valid() && it->key().starts_with(kJobPrefix);
        it->Next()) {
     v1::JobStatus job;
@@ -71,8 +74,9 @@ absl::StatusOr<int64_t> JobTable::NextJobNumber() {
   }
   rocksdb::WriteOptions options;
   options.sync = true;
-  if (auto st = FromRocks(db_->Put(options, kCounterKey, absl::StrCat(next + 1)),
-                          "job table counter");
+  if (auto st =
+          FromRocks(db_->Put(options, kCounterKey, absl::StrCat(next + 1)),
+                    "job table counter");
       !st.ok()) {
     return st;
   }

@@ -16,9 +16,10 @@ namespace ps {
 // Thread-safe (RocksDB is).
 class JobTable {
  public:
-  // Opens or creates the table at `path`. Errors: a clear status naming the path
-  // if it is not a usable RocksDB directory.
-  static absl::StatusOr<std::unique_ptr<JobTable>> Open(const std::string& path);
+  // Opens or creates the table at `path`. Errors: a clear status naming the
+  // path if it is not a usable RocksDB directory.
+  static absl::StatusOr<std::unique_ptr<JobTable>> Open(
+      const std::string& path);
   ~JobTable();
 
   // Writes (replaces) one job's status durably (WAL, fsync).

@@ -10,7 +10,8 @@ namespace ps {
 absl::StatusOr<v1::ShardMap> PlanShards(const v1::JobSpec& spec,
                                         const std::vector<std::string>& servers,
                                         int64_t version) {
-  if (servers.empty()) return absl::InvalidArgumentError("no servers to place blocks on");
+  if (servers.empty())
+    return absl::InvalidArgumentError("no servers to place blocks on");
   auto tensors = ModelTensors(spec.model());
   if (!tensors.ok()) return tensors.status();
   const int64_t block_elems =
@@ -24,7 +25,8 @@ absl::StatusOr<v1::ShardMap> PlanShards(const v1::JobSpec& spec,
   std::vector<int64_t> load(servers.size(), 0);
   std::vector<int> placement(blocks.size(), 0);
   for (size_t i : order) {
-    const int server = std::min_element(load.begin(), load.end()) - load.begin();
+    const int server =
+        std::min_element(load.begin(), load.end()) - load.begin();
     placement[i] = server;
     load[server] += blocks[i].num_elems;
   }

@@ -13,8 +13,8 @@ namespace ps {
 
 // Cuts the spec's model into blocks and assigns each to one of `servers`,
 // balancing element counts: blocks are taken largest first and each goes to the
-// least-loaded server (ties to the lowest index), so the result is deterministic.
-// Errors: INVALID_ARGUMENT for a bad model spec or no servers.
+// least-loaded server (ties to the lowest index), so the result is
+// deterministic. Errors: INVALID_ARGUMENT for a bad model spec or no servers.
 absl::StatusOr<v1::ShardMap> PlanShards(const v1::JobSpec& spec,
                                         const std::vector<std::string>& servers,
                                         int64_t version);

@@ -72,9 +72,9 @@ absl::Status ClockTable::CheckPull(int worker, int64_t clock) const {
   const int64_t reached =
       clocks_[worker] + (bulk_synchronous_ && bsp_pushed_[worker] ? 1 : 0);
   if (clock > reached) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "clock: worker ", worker, " reads at clock ", clock,
-        " but has pushed only up to clock ", reached - 1));
+    return absl::FailedPreconditionError(
+        absl::StrCat("clock: worker ", worker, " reads at clock ", clock,
+                     " but has pushed only up to clock ", reached - 1));
   }
   return absl::OkStatus();
 }
@@ -84,7 +84,8 @@ bool ClockTable::CanRead(int64_t clock) const {
 }
 
 void ClockTable::RecomputeMin() {
-  min_clock_ = clocks_.empty() ? 0 : *std::min_element(clocks_.begin(), clocks_.end());
+  min_clock_ =
+      clocks_.empty() ? 0 : *std::min_element(clocks_.begin(), clocks_.end());
 }
 
 }  // namespace ps

@@ -1,5 +1,6 @@
-// Per-worker clocks of one job on one server, and the consistency rules over them
-// (design §4). Pure logic, no locking: the owner (ServerJob) serialises access.
+// Per-worker clocks of one job on one server, and the consistency rules over
+// them (design §4). Pure logic, no locking: the owner (ServerJob) serialises
+// access.
 #ifndef PS_SERVER_CLOCK_TABLE_H_
 #define PS_SERVER_CLOCK_TABLE_H_
 
@@ -19,8 +20,8 @@ enum class PushDisposition {
 
 // Tracks, for every worker, how many pushes the server has recorded from it.
 // Under SSP/ASP a push is applied on arrival, so the worker's clock is its push
-// count. Under BSP the pushes of clock c are summed and applied together when the
-// last worker's arrives; only then does every worker's clock become c + 1.
+// count. Under BSP the pushes of clock c are summed and applied together when
+// the last worker's arrives; only then does every worker's clock become c + 1.
 class ClockTable {
  public:
   // staleness: 0 for BSP or SSP(0), kAsyncStaleness for ASP.
@@ -30,20 +31,21 @@ class ClockTable {
   void Restore(const std::vector<int64_t>& clocks);
 
   // Classifies a push of `clock` from `worker`. Errors: INVALID_ARGUMENT for a
-  // worker index out of range or a negative clock; FAILED_PRECONDITION for a clock
-  // the worker has not reached (a gap), which would break the ordering.
+  // worker index out of range or a negative clock; FAILED_PRECONDITION for a
+  // clock the worker has not reached (a gap), which would break the ordering.
   absl::StatusOr<PushDisposition> CheckPush(int worker, int64_t clock) const;
 
-  // Records an accepted push (after CheckPush returned kApply). Returns true when
-  // the push completes a BSP clock, i.e. the accumulated update must be applied
-  // now; always true under SSP/ASP.
+  // Records an accepted push (after CheckPush returned kApply). Returns true
+  // when the push completes a BSP clock, i.e. the accumulated update must be
+  // applied now; always true under SSP/ASP.
   bool RecordPush(int worker, int64_t clock);
 
   // Checks that `worker` may read at `clock`: it cannot read beyond its own
   // pushes. Errors: INVALID_ARGUMENT, FAILED_PRECONDITION.
   absl::Status CheckPull(int worker, int64_t clock) const;
 
-  // True when a read at `clock` is allowed now: min_clock() >= clock - staleness.
+  // True when a read at `clock` is allowed now: min_clock() >= clock -
+  // staleness.
   bool CanRead(int64_t clock) const;
 
   // The slowest worker's clock (updates of every clock below it are applied).
@@ -58,9 +60,9 @@ class ClockTable {
 
   int64_t staleness_;
   bool bulk_synchronous_;
-  std::vector<int64_t> clocks_;    // Applied clock of each worker.
-  std::vector<bool> bsp_pushed_;   // BSP: pushed for clock min_clock_ already.
-  int bsp_pending_ = 0;            // BSP: pushes recorded for clock min_clock_.
+  std::vector<int64_t> clocks_;   // Applied clock of each worker.
+  std::vector<bool> bsp_pushed_;  // BSP: pushed for clock min_clock_ already.
+  int bsp_pending_ = 0;           // BSP: pushes recorded for clock min_clock_.
   int64_t min_clock_ = 0;
 };
 

@@ -67,8 +67,8 @@ absl::StatusOr<std::shared_ptr<ServerJob>> ParameterManager::Find(
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job_id: job \"", job_id, "\" is not held by this server"));
+    return absl::NotFoundError(absl::StrCat("job_id: job \"", job_id,
+                                            "\" is not held by this server"));
   }
   return it->second;
 }

@@ -1,5 +1,6 @@
 // The jobs a parameter server holds, kept in step with the coordinator's
-// assignments, and the dispatch of Pull and Push to them. Knows nothing of gRPC.
+// assignments, and the dispatch of Pull and Push to them. Knows nothing of
+// gRPC.
 #ifndef PS_SERVER_PARAMETER_MANAGER_H_
 #define PS_SERVER_PARAMETER_MANAGER_H_
 
@@ -23,8 +24,9 @@ class ParameterManager {
   ~ParameterManager();
 
   // Makes the loaded jobs equal to `assignments`: opens new ones (reloading any
-  // stored state) and unloads jobs no longer assigned. Returns the errors of jobs
-  // that could not be opened (they stay unloaded and are retried next time).
+  // stored state) and unloads jobs no longer assigned. Returns the errors of
+  // jobs that could not be opened (they stay unloaded and are retried next
+  // time).
   std::vector<absl::Status> SyncAssignments(
       const std::vector<v1::Assignment>& assignments);
 
@@ -39,7 +41,8 @@ class ParameterManager {
   std::vector<std::string> job_ids() const;
 
  private:
-  absl::StatusOr<std::shared_ptr<ServerJob>> Find(const std::string& job_id) const;
+  absl::StatusOr<std::shared_ptr<ServerJob>> Find(
+      const std::string& job_id) const;
 
   ShardStore* const store_;
   ServerMetrics* const metrics_;

@@ -40,8 +40,8 @@ absl::Status ParameterServer::Start() {
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("parameter server: cannot listen on ", options_.listen_address));
+    return absl::UnavailableError(absl::StrCat(
+        "parameter server: cannot listen on ", options_.listen_address));
   }
   if (!options_.metrics_address.empty()) {
     auto exposer = MetricsExposer::Start(options_.metrics_address, registry_);
@@ -55,15 +55,17 @@ absl::Status ParameterServer::Start() {
     membership.address = address();
     membership_ = std::make_unique<Membership>(
         membership, [this](const std::vector<v1::Assignment>& assignments) {
-          for (const absl::Status& error : manager_->SyncAssignments(assignments)) {
+          for (const absl::Status& error :
+               manager_->SyncAssignments(assignments)) {
             PS_LOG_ERROR(error.message());
           }
         });
     membership_->Start();
   }
   PS_LOG_INFO("parameter server listening on ", address(),
-              options_.data_dir.empty() ? " (in-memory store)"
-                                        : absl::StrCat(" (RocksDB at ", options_.data_dir, ")"));
+              options_.data_dir.empty()
+                  ? " (in-memory store)"
+                  : absl::StrCat(" (RocksDB at ", options_.data_dir, ")"));
   return absl::OkStatus();
 }
 
@@ -71,7 +73,8 @@ void ParameterServer::Stop() {
   if (stopped_ || server_ == nullptr) return;
   stopped_ = true;
   if (membership_) membership_->Stop();
-  // Fail waiting pulls first so that Shutdown does not wait for their deadlines.
+  // Fail waiting pulls first so that Shutdown does not wait for their
+  // deadlines.
   manager_->Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   server_->Wait();

@@ -22,7 +22,8 @@ struct ParameterServerOptions {
   std::string listen_address = "127.0.0.1:0";
   // Host that workers use to reach this server (the port is the bound one).
   std::string advertise_host = "127.0.0.1";
-  // Coordinator address; empty: run without membership (tests drive the manager).
+  // Coordinator address; empty: run without membership (tests drive the
+  // manager).
   std::string coordinator;
   // RocksDB directory; empty: keep shards in memory only.
   std::string data_dir;
@@ -37,7 +38,8 @@ class ParameterServer {
   ~ParameterServer();
 
   // Opens the store, starts serving and joins the cluster. Errors: the store's
-  // (a damaged or foreign data directory), UNAVAILABLE if a port cannot be bound.
+  // (a damaged or foreign data directory), UNAVAILABLE if a port cannot be
+  // bound.
   absl::Status Start();
   // Leaves the cluster, fails waiting pulls, drains RPCs, closes the store.
   void Stop();

@@ -8,10 +8,11 @@
 
 namespace ps {
 
-// Callback-API service. A Pull that waits on the staleness bound holds no thread:
-// its reactor is finished by the push that lets it through, or cancelled when the
-// client's deadline passes.
-class ParameterServiceImpl final : public v1::ParameterService::CallbackService {
+// Callback-API service. A Pull that waits on the staleness bound holds no
+// thread: its reactor is finished by the push that lets it through, or
+// cancelled when the client's deadline passes.
+class ParameterServiceImpl final
+    : public v1::ParameterService::CallbackService {
  public:
   // `manager` and `metrics` must outlive the service.
   ParameterServiceImpl(ParameterManager* manager, RpcMetrics* metrics);

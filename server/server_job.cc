@@ -12,8 +12,9 @@
 namespace ps {
 namespace {
 
-// The persisted identity of a job on a server: spec and shard map. A reload under a
-// different identity means the data directory belongs to something else.
+// The persisted identity of a job on a server: spec and shard map. A reload
+// under a different identity means the data directory belongs to something
+// else.
 std::string JobMeta(const v1::Assignment& assignment) {
   v1::Assignment meta = assignment;
   meta.clear_index();
@@ -126,13 +127,15 @@ absl::Status ServerJob::Restore(StoredJob stored) {
   for (StoredBlock& s : stored.blocks) {
     auto it = index_.find(s.key);
     if (it == index_.end()) {
-      return absl::DataLossError(absl::StrCat(
-          "job ", job_id_, ": stored block ", s.key, " is not in the shard map"));
+      return absl::DataLossError(absl::StrCat("job ", job_id_,
+                                              ": stored block ", s.key,
+                                              " is not in the shard map"));
     }
     Block& b = blocks_[it->second];
-    if (s.values.size() != b.values.size() || s.optimizer_state.size() != b.state.size()) {
-      return absl::DataLossError(absl::StrCat("job ", job_id_, ": stored block ",
-                                              s.key, " has the wrong size"));
+    if (s.values.size() != b.values.size() ||
+        s.optimizer_state.size() != b.state.size()) {
+      return absl::DataLossError(absl::StrCat(
+          "job ", job_id_, ": stored block ", s.key, " has the wrong size"));
     }
     b.values = std::move(s.values);
     b.state = std::move(s.optimizer_state);
@@ -181,13 +184,14 @@ absl::Status ServerJob::ValidateKeys(
   return absl::OkStatus();
 }
 
-absl::Status ServerJob::ValidateGradients(const v1::PushRequest& request) const {
+absl::Status ServerJob::ValidateGradients(
+    const v1::PushRequest& request) const {
   absl::flat_hash_set<uint64_t> seen;
   for (const v1::Block& g : request.gradients()) {
     auto it = index_.find(g.key());
     if (it == index_.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradients: block ", g.key(), " is not held by this server"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradients: block ", g.key(), " is not held by this server"));
     }
     if (!seen.insert(g.key()).second) {
       return absl::InvalidArgumentError(
@@ -196,15 +200,16 @@ absl::Status ServerJob::ValidateGradients(const v1::PushRequest& request) const 
     // index_ is immutable after Open, so reading blocks_ sizes needs no lock.
     const int64_t expected = blocks_[it->second].spec.num_elems;
     if (FloatCount(g.data()) != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradients: block ", g.key(), " has ", g.data().size(),
-          " bytes, expected ", expected * sizeof(float)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradients: block ", g.key(), " has ", g.data().size(),
+                       " bytes, expected ", expected * sizeof(float)));
     }
   }
   return absl::OkStatus();
 }
 
-v1::PullResponse ServerJob::BuildReply(const std::vector<uint64_t>& keys) const {
+v1::PullResponse ServerJob::BuildReply(
+    const std::vector<uint64_t>& keys) const {
   v1::PullResponse reply;
   reply.set_min_clock(clocks_.min_clock());
   for (uint64_t key : keys) {
@@ -240,14 +245,16 @@ void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
   done(std::move(reply));
 }
 
-absl::StatusOr<v1::PushResponse> ServerJob::Push(const v1::PushRequest& request) {
+absl::StatusOr<v1::PushResponse> ServerJob::Push(
+    const v1::PushRequest& request) {
   Ready ready;
   v1::PushResponse response;
   absl::Status failure;
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckRequest(request.map_version()); !s.ok()) return s;
-    auto disposition = clocks_.CheckPush(request.worker_index(), request.clock());
+    auto disposition =
+        clocks_.CheckPush(request.worker_index(), request.clock());
     if (!disposition.ok()) {
       metrics_->pushes_rejected.Increment();
       return disposition.status();
@@ -261,7 +268,8 @@ absl::StatusOr<v1::PushResponse> ServerJob::Push(const v1::PushRequest& request)
       metrics_->pushes_rejected.Increment();
       return s;
     }
-    // Decode every block first: a NaN anywhere refuses the whole push unchanged.
+    // Decode every block first: a NaN anywhere refuses the whole push
+    // unchanged.
     std::vector<std::pair<size_t, std::vector<float>>> grads;
     grads.reserve(request.gradients_size());
     for (const v1::Block& g : request.gradients()) {
@@ -270,8 +278,8 @@ absl::StatusOr<v1::PushResponse> ServerJob::Push(const v1::PushRequest& request)
       DecodeFloats(g.data(), values);
       if (!AllFinite(values)) {
         metrics_->pushes_rejected.Increment();
-        return absl::InvalidArgumentError(absl::StrCat(
-            "gradients: block ", g.key(), " contains NaN or Inf"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("gradients: block ", g.key(), " contains NaN or Inf"));
       }
       grads.emplace_back(pos, std::move(values));
     }
@@ -310,10 +318,9 @@ absl::StatusOr<v1::PushResponse> ServerJob::Push(const v1::PushRequest& request)
     if (!persisted.ok()) {
       // Memory is now ahead of the store: stop serving rather than ack updates
       // that a restart would lose.
-      closed_ = absl::UnavailableError(
-          absl::StrCat("job ", job_id_,
-                       ": shard store write failed, refusing requests: ",
-                       persisted.message()));
+      closed_ = absl::UnavailableError(absl::StrCat(
+          "job ", job_id_, ": shard store write failed, refusing requests: ",
+          persisted.message()));
       PS_LOG_ERROR(closed_.message());
     }
     // With the job closed, this fails every waiter with the same status.
@@ -342,7 +349,8 @@ absl::Status ServerJob::Persist(const std::vector<size_t>& touched) {
   }
   const absl::Time start = absl::Now();
   absl::Status status = store_->Write(write);
-  metrics_->store_write_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  metrics_->store_write_seconds.Observe(
+      absl::ToDoubleSeconds(absl::Now() - start));
   metrics_->store_written_bytes.Increment(bytes);
   return status;
 }
@@ -352,10 +360,12 @@ void ServerJob::CollectReady(Ready* ready) {
   auto keep = waiters_.begin();
   for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
     if (!closed_.ok() || clocks_.CanRead(it->clock)) {
-      metrics_->pull_wait_seconds.Observe(absl::ToDoubleSeconds(now - it->since));
-      ready->emplace_back(std::move(it->done),
-                          closed_.ok() ? absl::StatusOr<v1::PullResponse>(BuildReply(it->keys))
-                                       : absl::StatusOr<v1::PullResponse>(closed_));
+      metrics_->pull_wait_seconds.Observe(
+          absl::ToDoubleSeconds(now - it->since));
+      ready->emplace_back(
+          std::move(it->done),
+          closed_.ok() ? absl::StatusOr<v1::PullResponse>(BuildReply(it->keys))
+                       : absl::StatusOr<v1::PullResponse>(closed_));
     } else {
       if (keep != it) *keep = std::move(*it);
       ++keep;

@@ -22,19 +22,19 @@
 
 namespace ps {
 
-// Thread-safe. Pull replies that must wait for slower workers are completed later,
-// from the thread whose push let them through.
+// Thread-safe. Pull replies that must wait for slower workers are completed
+// later, from the thread whose push let them through.
 class ServerJob {
  public:
   // Receives the reply of a Pull, or why it failed; called exactly once.
   using PullCallback = std::function<void(absl::StatusOr<v1::PullResponse>)>;
 
-  // Creates the job's shards for `assignment` (this server is assignment.index()).
-  // If `store` holds the job, its blocks and clocks are reloaded; otherwise blocks
-  // get their initial values and, unless durability is MEMORY, are written to the
-  // store. `store` may be null (nothing is persisted). Errors: INVALID_ARGUMENT
-  // for a bad spec, DATA_LOSS if stored blocks do not match the shard map, and
-  // the store's errors.
+  // Creates the job's shards for `assignment` (this server is
+  // assignment.index()). If `store` holds the job, its blocks and clocks are
+  // reloaded; otherwise blocks get their initial values and, unless durability
+  // is MEMORY, are written to the store. `store` may be null (nothing is
+  // persisted). Errors: INVALID_ARGUMENT for a bad spec, DATA_LOSS if stored
+  // blocks do not match the shard map, and the store's errors.
   static absl::StatusOr<std::unique_ptr<ServerJob>> Open(
       const v1::Assignment& assignment, ShardStore* store,
       ServerMetrics* metrics);
@@ -43,15 +43,15 @@ class ServerJob {
 
   // Serves a pull once the reader's clock is within the staleness bound. Errors
   // (through `done`): FAILED_PRECONDITION for a stale shard map or a clock the
-  // worker has not reached, INVALID_ARGUMENT for a bad worker or key, ABORTED if
-  // the job is closed while waiting.
+  // worker has not reached, INVALID_ARGUMENT for a bad worker or key, ABORTED
+  // if the job is closed while waiting.
   void Pull(const v1::PullRequest& request, PullCallback done);
 
-  // Applies (or, under BSP, accumulates) a push exactly once per (worker, clock),
-  // and persists the update with the clock it advances before returning. Errors:
-  // INVALID_ARGUMENT (unknown key, wrong size, NaN or Inf), FAILED_PRECONDITION
-  // (stale map, clock gap), UNAVAILABLE if the store failed (the job then refuses
-  // all requests). A refused push changes nothing.
+  // Applies (or, under BSP, accumulates) a push exactly once per (worker,
+  // clock), and persists the update with the clock it advances before
+  // returning. Errors: INVALID_ARGUMENT (unknown key, wrong size, NaN or Inf),
+  // FAILED_PRECONDITION (stale map, clock gap), UNAVAILABLE if the store failed
+  // (the job then refuses all requests). A refused push changes nothing.
   absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& request);
 
   // Fails every waiting pull with `reason` and refuses later requests.
@@ -77,7 +77,8 @@ class ServerJob {
     PullCallback done;
     absl::Time since;
   };
-  using Ready = std::vector<std::pair<PullCallback, absl::StatusOr<v1::PullResponse>>>;
+  using Ready =
+      std::vector<std::pair<PullCallback, absl::StatusOr<v1::PullResponse>>>;
 
   ServerJob(const v1::Assignment& assignment, ShardStore* store,
             ServerMetrics* metrics, std::unique_ptr<Optimizer> optimizer,
@@ -86,12 +87,14 @@ class ServerJob {
   absl::Status Restore(StoredJob stored);
   absl::Status CheckRequest(int64_t map_version) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ValidateKeys(const google::protobuf::RepeatedField<uint64_t>& keys,
-                            std::vector<uint64_t>* out) const;
+  absl::Status ValidateKeys(
+      const google::protobuf::RepeatedField<uint64_t>& keys,
+      std::vector<uint64_t>* out) const;
   absl::Status ValidateGradients(const v1::PushRequest& request) const;
   v1::PullResponse BuildReply(const std::vector<uint64_t>& keys) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes `touched` blocks and the clocks in one batch (no-op without a store).
+  // Writes `touched` blocks and the clocks in one batch (no-op without a
+  // store).
   absl::Status Persist(const std::vector<size_t>& touched)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the waiters the current min_clock lets through into `ready`.

@@ -13,13 +13,14 @@ namespace ps {
 struct ServerMetrics {
   explicit ServerMetrics(prometheus::Registry& registry);
 
-  prometheus::Histogram& pull_wait_seconds;      // Time pulls waited on the bound.
-  prometheus::Counter& updates_applied;          // Optimizer updates applied.
-  prometheus::Counter& pushes_duplicate;         // Retried pushes acknowledged again.
-  prometheus::Counter& pushes_rejected;          // Pushes refused as invalid.
-  prometheus::Histogram& store_write_seconds;    // ShardStore (RocksDB) write time.
-  prometheus::Counter& store_written_bytes;      // Bytes handed to the store.
-  prometheus::Gauge& jobs;                       // Jobs loaded on this server.
+  prometheus::Histogram& pull_wait_seconds;  // Time pulls waited on the bound.
+  prometheus::Counter& updates_applied;      // Optimizer updates applied.
+  prometheus::Counter& pushes_duplicate;  // Retried pushes acknowledged again.
+  prometheus::Counter& pushes_rejected;   // Pushes refused as invalid.
+  prometheus::Histogram&
+      store_write_seconds;                   // ShardStore (RocksDB) write time.
+  prometheus::Counter& store_written_bytes;  // Bytes handed to the store.
+  prometheus::Gauge& jobs;                   // Jobs loaded on this server.
 };
 
 }  // namespace ps

@@ -47,8 +47,8 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
   absl::flat_hash_map<uint64_t, int> placement;
   for (const auto& p : map.blocks()) {
     if (p.server() < 0 || p.server() >= map.servers_size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shard_map: block ", p.key(), " on unknown server ", p.server()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard_map: block ", p.key(), " on unknown server ", p.server()));
     }
     placement[p.key()] = p.server();
   }
@@ -98,13 +98,14 @@ absl::Status ParameterClient::ForAllServers(const char* what, Call call) {
     }
     if (failed.empty()) return absl::OkStatus();
     if (stop_ != nullptr && stop_->load()) {
-      return absl::CancelledError(absl::StrCat(what, " cancelled: job stopped"));
+      return absl::CancelledError(
+          absl::StrCat(what, " cancelled: job stopped"));
     }
     if (absl::Now() > give_up) {
-      return absl::Status(last.code(),
-                          absl::StrCat(what, " failed after retrying for ",
-                                       absl::FormatDuration(options_.retry_window),
-                                       ": ", last.message()));
+      return absl::Status(
+          last.code(), absl::StrCat(what, " failed after retrying for ",
+                                    absl::FormatDuration(options_.retry_window),
+                                    ": ", last.message()));
     }
     todo = std::move(failed);
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
@@ -118,7 +119,8 @@ absl::Status ParameterClient::Pull(int64_t clock,
     (*params)[t].resize(tensors_[t].num_elems());
   }
   // One context and reply per server and attempt; they outlive the async call
-  // because ForAllServers waits for every callback before returning or retrying.
+  // because ForAllServers waits for every callback before returning or
+  // retrying.
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(servers_.size());
   std::vector<v1::PullResponse> replies(servers_.size());
   std::vector<v1::PullRequest> requests(servers_.size());
@@ -142,17 +144,18 @@ absl::Status ParameterClient::Pull(int64_t clock,
           const Server& server = servers_[s];
           const v1::PullResponse& reply = replies[s];
           if (reply.blocks_size() != static_cast<int>(server.blocks.size())) {
-            done(absl::InternalError(absl::StrCat(
-                "pull reply has ", reply.blocks_size(), " blocks, expected ",
-                server.blocks.size())));
+            done(absl::InternalError(
+                absl::StrCat("pull reply has ", reply.blocks_size(),
+                             " blocks, expected ", server.blocks.size())));
             return;
           }
           for (int i = 0; i < reply.blocks_size(); ++i) {
             const BlockRef& ref = server.blocks[i];
             const v1::Block& block = reply.blocks(i);
-            if (block.key() != ref.key || FloatCount(block.data()) != ref.num_elems) {
-              done(absl::InternalError(
-                  absl::StrCat("pull reply block ", block.key(), " does not match")));
+            if (block.key() != ref.key ||
+                FloatCount(block.data()) != ref.num_elems) {
+              done(absl::InternalError(absl::StrCat(
+                  "pull reply block ", block.key(), " does not match")));
               return;
             }
             DecodeFloats(block.data(), std::span<float>((*params)[ref.tensor])
@@ -163,8 +166,8 @@ absl::Status ParameterClient::Pull(int64_t clock,
   });
 }
 
-absl::Status ParameterClient::Push(int64_t clock,
-                                   const std::vector<std::vector<float>>& grads) {
+absl::Status ParameterClient::Push(
+    int64_t clock, const std::vector<std::vector<float>>& grads) {
   if (grads.size() != tensors_.size()) {
     return absl::InvalidArgumentError("push: one gradient per tensor required");
   }

@@ -26,8 +26,8 @@ struct ParameterClientOptions {
   absl::Duration retry_window = absl::Seconds(120);
 };
 
-// Not thread-safe: one trainer thread owns it. Retries are safe: a pull is a read
-// and a push is applied exactly once per (worker, clock) by the server.
+// Not thread-safe: one trainer thread owns it. Retries are safe: a pull is a
+// read and a push is applied exactly once per (worker, clock) by the server.
 class ParameterClient {
  public:
   // `stop`, if not null, aborts retries (with CANCELLED) once it becomes true.
@@ -39,7 +39,8 @@ class ParameterClient {
   // Fills params (one vector per tensor) with the parameters as of `clock`.
   absl::Status Pull(int64_t clock, std::vector<std::vector<float>>* params);
   // Pushes the gradients of iteration `clock`.
-  absl::Status Push(int64_t clock, const std::vector<std::vector<float>>& grads);
+  absl::Status Push(int64_t clock,
+                    const std::vector<std::vector<float>>& grads);
 
  private:
   struct BlockRef {
@@ -55,10 +56,11 @@ class ParameterClient {
   };
   ParameterClient(const v1::Assignment& assignment,
                   const std::vector<TensorSpec>& tensors,
-                  ParameterClientOptions options, const std::atomic<bool>* stop);
+                  ParameterClientOptions options,
+                  const std::atomic<bool>* stop);
 
-  // Runs `call(server)` on every server in parallel, retrying failed servers with
-  // backoff while their error is retryable.
+  // Runs `call(server)` on every server in parallel, retrying failed servers
+  // with backoff while their error is retryable.
   template <typename Call>
   absl::Status ForAllServers(const char* what, Call call);
 

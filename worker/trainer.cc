@@ -60,8 +60,8 @@ void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
 absl::StatusOr<float> Trainer::Evaluate(int64_t clock) {
   if (auto s = client_->Pull(clock, &params_); !s.ok()) return s;
   if (auto s = model_->SetParameters(params_); !s.ok()) return s;
-  auto correct =
-      model_->CountCorrect(test_.features.data(), test_.labels.data(), test_.num_samples);
+  auto correct = model_->CountCorrect(test_.features.data(),
+                                      test_.labels.data(), test_.num_samples);
   if (!correct.ok()) return correct.status();
   return static_cast<float>(*correct) / test_.num_samples;
 }
@@ -76,9 +76,10 @@ absl::Status Trainer::Train() {
                               spec.dataset().max_train_samples());
   if (!train.ok()) return train.status();
   if (train->dim != spec.model().input_dim()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.input_dim: is ", spec.model().input_dim(), " but ",
-        spec.dataset().train_images(), " has ", train->dim, " values per sample"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.input_dim: is ", spec.model().input_dim(), " but ",
+                     spec.dataset().train_images(), " has ", train->dim,
+                     " values per sample"));
   }
   if (evaluator) {
     auto test = ReadIdxDataset(spec.dataset().test_images(),
@@ -86,7 +87,8 @@ absl::Status Trainer::Train() {
                                spec.dataset().max_test_samples());
     if (!test.ok()) return test.status();
     if (test->dim != train->dim) {
-      return absl::InvalidArgumentError("dataset: test and train samples differ in size");
+      return absl::InvalidArgumentError(
+          "dataset: test and train samples differ in size");
     }
     test_ = *std::move(test);
   }
@@ -97,7 +99,8 @@ absl::Status Trainer::Train() {
                                         options_.parameter_client, &stop_);
   if (!client.ok()) return client.status();
   client_ = *std::move(client);
-  auto partition = DataPartition::Create(train->num_samples, assignment_.num_workers());
+  auto partition =
+      DataPartition::Create(train->num_samples, assignment_.num_workers());
   if (!partition.ok()) return partition.status();
 
   const int batch = spec.batch_size();
@@ -110,7 +113,8 @@ absl::Status Trainer::Train() {
   const int64_t total_clocks = steps * spec.epochs();
   PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", worker, " of ",
               assignment_.num_workers(), ", ", partition->per_worker(),
-              " samples, ", steps, " steps per epoch, backend ", backend_->name());
+              " samples, ", steps, " steps per epoch, backend ",
+              backend_->name());
 
   std::vector<float> features(static_cast<size_t>(batch) * train->dim);
   std::vector<int32_t> labels(batch);
@@ -120,16 +124,19 @@ absl::Status Trainer::Train() {
   absl::Time interval_start = absl::Now();
   int64_t clock = 0;
   for (int epoch = 0; epoch < spec.epochs(); ++epoch) {
-    const std::vector<int64_t> order = partition->EpochOrder(spec.seed(), epoch, worker);
+    const std::vector<int64_t> order =
+        partition->EpochOrder(spec.seed(), epoch, worker);
     for (int64_t step = 0; step < steps; ++step, ++clock) {
       if (stop_) return absl::CancelledError("training stopped");
       absl::Time t0 = absl::Now();
       if (auto s = client_->Pull(clock, &params_); !s.ok()) return s;
       absl::Time t1 = absl::Now();
-      GatherBatch(*train, std::span<const int64_t>(order).subspan(step * batch, batch),
+      GatherBatch(*train,
+                  std::span<const int64_t>(order).subspan(step * batch, batch),
                   features.data(), labels.data());
       if (auto s = model_->SetParameters(params_); !s.ok()) return s;
-      auto loss = model_->ComputeGradients(features.data(), labels.data(), batch, &grads);
+      auto loss = model_->ComputeGradients(features.data(), labels.data(),
+                                           batch, &grads);
       if (!loss.ok()) return loss.status();
       absl::Time t2 = absl::Now();
       if (auto s = client_->Push(clock, grads); !s.ok()) return s;
@@ -145,7 +152,8 @@ absl::Status Trainer::Train() {
       const absl::Duration elapsed = t3 - interval_start;
       const bool epoch_end = step + 1 == steps;
       if (elapsed >= options_.report_interval || epoch_end) {
-        const double rate = interval_steps * batch / absl::ToDoubleSeconds(elapsed);
+        const double rate =
+            interval_steps * batch / absl::ToDoubleSeconds(elapsed);
         const float mean_loss = interval_loss / interval_steps;
         metrics_->samples_per_second.Set(rate);
         metrics_->loss.Set(mean_loss);

@@ -30,8 +30,8 @@ struct TrainerOptions {
 // Runs on the caller's thread; Stop() may be called from any thread.
 class Trainer {
  public:
-  // `coordinator` (may be null: no reports), `backend` and `metrics` must outlive
-  // the trainer.
+  // `coordinator` (may be null: no reports), `backend` and `metrics` must
+  // outlive the trainer.
   Trainer(v1::Assignment assignment, std::string node_id,
           v1::ClusterService::Stub* coordinator, Backend* backend,
           WorkerMetrics* metrics, TrainerOptions options);

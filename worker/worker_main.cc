@@ -14,9 +14,12 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "gRPC listen address of the health service (port 0: any)");
 ABSL_FLAG(std::string, device, "auto",
           "compute device: auto (GPU if present), cpu or gpu");
-ABSL_FLAG(int, compute_threads, 1, "OpenBLAS threads of the CPU backend (0: default)");
-ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port (0: any free port, -1: none)");
-ABSL_FLAG(std::string, port_file, "", "if set, write the bound ports to this file");
+ABSL_FLAG(int, compute_threads, 1,
+          "OpenBLAS threads of the CPU backend (0: default)");
+ABSL_FLAG(int, metrics_port, 0,
+          "Prometheus /metrics port (0: any free port, -1: none)");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, write the bound ports to this file");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Prometheus listen host");
 
 int main(int argc, char** argv) {
@@ -30,7 +33,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (device != "auto" && device != "cpu") {
-    PS_LOG_ERROR("ps-worker: --device must be auto, cpu or gpu, not \"", device, "\"");
+    PS_LOG_ERROR("ps-worker: --device must be auto, cpu or gpu, not \"", device,
+                 "\"");
     return 1;
   }
   ps::CpuBackendOptions backend_options;
@@ -40,8 +44,9 @@ int main(int argc, char** argv) {
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.listen_address = absl::GetFlag(FLAGS_listen);
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    options.metrics_address = absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":",
-                                           absl::GetFlag(FLAGS_metrics_port));
+    options.metrics_address =
+        absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":",
+                     absl::GetFlag(FLAGS_metrics_port));
   }
   ps::WorkerNode worker(options, ps::CpuBackend::Create(backend_options));
   if (absl::Status s = worker.Start(); !s.ok()) {
@@ -49,7 +54,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    if (absl::Status s = ps::WritePortFile(path, worker.port(), worker.metrics_port()); !s.ok()) {
+    if (absl::Status s =
+            ps::WritePortFile(path, worker.port(), worker.metrics_port());
+        !s.ok()) {
       PS_LOG_ERROR("ps-worker: ", s.ToString());
       return 1;
     }

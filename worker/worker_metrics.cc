@@ -7,18 +7,22 @@ namespace {
 
 prometheus::Histogram& Latency(prometheus::Registry& registry, const char* name,
                                const char* help) {
-  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add(
-      {}, LatencyBuckets());
+  return prometheus::BuildHistogram()
+      .Name(name)
+      .Help(help)
+      .Register(registry)
+      .Add({}, LatencyBuckets());
 }
 
 }  // namespace
 
 WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
-    : samples_per_second(prometheus::BuildGauge()
-                             .Name("ps_worker_samples_per_second")
-                             .Help("Training samples per second, last interval.")
-                             .Register(registry)
-                             .Add({})),
+    : samples_per_second(
+          prometheus::BuildGauge()
+              .Name("ps_worker_samples_per_second")
+              .Help("Training samples per second, last interval.")
+              .Register(registry)
+              .Add({})),
       loss(prometheus::BuildGauge()
                .Name("ps_worker_loss")
                .Help("Mean training loss over the last interval.")

@@ -13,14 +13,14 @@ namespace ps {
 struct WorkerMetrics {
   explicit WorkerMetrics(prometheus::Registry& registry);
 
-  prometheus::Gauge& samples_per_second;    // Training throughput, last interval.
-  prometheus::Gauge& loss;                  // Mean training loss, last interval.
-  prometheus::Gauge& test_accuracy;         // Latest test-set evaluation.
-  prometheus::Counter& steps;               // Iterations completed.
-  prometheus::Counter& samples;             // Training samples processed.
-  prometheus::Histogram& pull_seconds;      // Whole Pull (all servers, retries).
-  prometheus::Histogram& push_seconds;      // Whole Push.
-  prometheus::Histogram& compute_seconds;   // Forward + backward of one batch.
+  prometheus::Gauge& samples_per_second;  // Training throughput, last interval.
+  prometheus::Gauge& loss;                // Mean training loss, last interval.
+  prometheus::Gauge& test_accuracy;       // Latest test-set evaluation.
+  prometheus::Counter& steps;             // Iterations completed.
+  prometheus::Counter& samples;           // Training samples processed.
+  prometheus::Histogram& pull_seconds;    // Whole Pull (all servers, retries).
+  prometheus::Histogram& push_seconds;    // Whole Push.
+  prometheus::Histogram& compute_seconds;  // Forward + backward of one batch.
 };
 
 }  // namespace ps

@@ -6,7 +6,8 @@
 
 namespace ps {
 
-WorkerNode::WorkerNode(WorkerNodeOptions options, std::unique_ptr<Backend> backend)
+WorkerNode::WorkerNode(WorkerNodeOptions options,
+                       std::unique_ptr<Backend> backend)
     : options_(std::move(options)),
       backend_(std::move(backend)),
       registry_(std::make_shared<prometheus::Registry>()),

@@ -36,7 +36,8 @@ class WorkerNode final : public v1::WorkerService::CallbackService {
   WorkerNode(WorkerNodeOptions options, std::unique_ptr<Backend> backend);
   ~WorkerNode();
 
-  // Starts metrics and membership. Errors: UNAVAILABLE for an unusable metrics port.
+  // Starts metrics and membership. Errors: UNAVAILABLE for an unusable metrics
+  // port.
   absl::Status Start();
   // Stops the current trainer and leaves the cluster.
   void Stop();
@@ -46,9 +47,9 @@ class WorkerNode final : public v1::WorkerService::CallbackService {
   int port() const { return port_; }
 
   // WorkerService: the node's id, backend and current job.
-  grpc::ServerUnaryReactor* GetWorkerStatus(grpc::CallbackServerContext* ctx,
-                                            const v1::WorkerStatusRequest* request,
-                                            v1::WorkerStatus* response) override;
+  grpc::ServerUnaryReactor* GetWorkerStatus(
+      grpc::CallbackServerContext* ctx, const v1::WorkerStatusRequest* request,
+      v1::WorkerStatus* response) override;
 
  private:
   void OnAssignments(const std::vector<v1::Assignment>& assignments);

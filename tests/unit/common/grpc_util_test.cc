@@ -29,8 +29,8 @@ TEST(BackoffTest, DelaysStayUnderTheGrowingCeilingAndTheMax) {
 }
 
 TEST(BackoffTest, CeilingGrowsToTheMax) {
-  // After a few attempts the ceiling is the max (100ms): 1000 draws that all stay
-  // under the first ceiling (10ms) would have probability 0.1^1000.
+  // After a few attempts the ceiling is the max (100ms): 1000 draws that all
+  // stay under the first ceiling (10ms) would have probability 0.1^1000.
   Backoff backoff(absl::Milliseconds(10), absl::Milliseconds(100), 2.0);
   for (int i = 0; i < 5; ++i) backoff.Next();
   absl::Duration largest = absl::ZeroDuration();

@@ -113,26 +113,27 @@ TEST(JobSpecFromJsonTest, UnknownFieldIsInvalidArgumentWithParserMessage) {
   auto spec = JobSpecFromJson(R"({"name": "x", "epochz": 3})");
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(spec.status().message(),
+  EXPECT_THAT(std::string(spec.status().message()),
               StartsWith("job spec is not valid JSON for ps.v1.JobSpec: "));
   // The parser's own message names the misspelt field.
-  EXPECT_THAT(spec.status().message(), HasSubstr("epochz"));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("epochz"));
 }
 
 TEST(JobSpecFromJsonTest, UnknownNestedFieldIsRefused) {
   auto spec = JobSpecFromJson(R"({"model": {"kind": "MLP", "layers": [3]}})");
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(spec.status().message(), HasSubstr("layers"));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("layers"));
 }
 
 TEST(JobSpecFromJsonTest, MalformedJsonIsInvalidArgument) {
-  for (const char* json : {R"({"name": "x",)", "not json", R"({"epochs": "many"})",
-                           R"({"consistency": {"model": "SOMETIMES"}})"}) {
+  for (const char* json :
+       {R"({"name": "x",)", "not json", R"({"epochs": "many"})",
+        R"({"consistency": {"model": "SOMETIMES"}})"}) {
     auto spec = JobSpecFromJson(json);
     ASSERT_FALSE(spec.ok()) << json;
     EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << json;
-    EXPECT_THAT(spec.status().message(),
+    EXPECT_THAT(std::string(spec.status().message()),
                 StartsWith("job spec is not valid JSON for ps.v1.JobSpec: "))
         << json;
   }
@@ -192,7 +193,8 @@ TEST(ApplyJobSpecDefaultsTest, DoesNotInventAnOptimizer) {
 }
 
 TEST(ValidateJobSpecTest, AcceptsTheFashionMnistJob) {
-  EXPECT_TRUE(ValidateJobSpec(ValidSpec()).ok()) << ValidateJobSpec(ValidSpec());
+  EXPECT_TRUE(ValidateJobSpec(ValidSpec()).ok())
+      << ValidateJobSpec(ValidSpec());
 }
 
 TEST(ValidateJobSpecTest, AcceptsSgdSspAndSoftmaxRegression) {
@@ -211,7 +213,8 @@ TEST(ValidateJobSpecTest, AcceptsSgdSspAndSoftmaxRegression) {
 // Expects INVALID_ARGUMENT whose message starts with "<field>: ".
 void ExpectFieldError(const absl::Status& status, const std::string& field) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(status.message(), StartsWith(field + ": ")) << status;
+  EXPECT_THAT(std::string(status.message()), StartsWith(field + ": "))
+      << status;
 }
 
 TEST(ValidateJobSpecTest, EpochsMustBePositive) {
@@ -247,11 +250,11 @@ TEST(ValidateJobSpecTest, OptimizerMustBeSet) {
 
 TEST(ValidateJobSpecTest, SgdLearningRateMustBePositive) {
   for (float lr : {0.0f, -0.1f}) {
-    ExpectFieldError(ValidateMutated([lr](v1::JobSpec* s) {
-                       s->mutable_optimizer()->mutable_sgd()->set_learning_rate(
-                           lr);
-                     }),
-                     "optimizer.sgd.learning_rate");
+    ExpectFieldError(
+        ValidateMutated([lr](v1::JobSpec* s) {
+          s->mutable_optimizer()->mutable_sgd()->set_learning_rate(lr);
+        }),
+        "optimizer.sgd.learning_rate");
   }
 }
 
@@ -265,27 +268,27 @@ TEST(ValidateJobSpecTest, AdamBeta1MustBeBelowOne) {
 }
 
 TEST(ValidateJobSpecTest, SspStalenessMustNotBeNegative) {
-  ExpectFieldError(ValidateMutated([](v1::JobSpec* s) {
-                     s->mutable_consistency()->set_model(
-                         v1::ConsistencySpec::SSP);
-                     s->mutable_consistency()->set_staleness(-1);
-                   }),
-                   "consistency.staleness");
+  ExpectFieldError(
+      ValidateMutated([](v1::JobSpec* s) {
+        s->mutable_consistency()->set_model(v1::ConsistencySpec::SSP);
+        s->mutable_consistency()->set_staleness(-1);
+      }),
+      "consistency.staleness");
 }
 
 TEST(ValidateJobSpecTest, StalenessIsOnlyForSsp) {
-  ExpectFieldError(ValidateMutated([](v1::JobSpec* s) {
-                     s->mutable_consistency()->set_model(
-                         v1::ConsistencySpec::BSP);
-                     s->mutable_consistency()->set_staleness(2);
-                   }),
-                   "consistency.staleness");
-  ExpectFieldError(ValidateMutated([](v1::JobSpec* s) {
-                     s->mutable_consistency()->set_model(
-                         v1::ConsistencySpec::ASP);
-                     s->mutable_consistency()->set_staleness(2);
-                   }),
-                   "consistency.staleness");
+  ExpectFieldError(
+      ValidateMutated([](v1::JobSpec* s) {
+        s->mutable_consistency()->set_model(v1::ConsistencySpec::BSP);
+        s->mutable_consistency()->set_staleness(2);
+      }),
+      "consistency.staleness");
+  ExpectFieldError(
+      ValidateMutated([](v1::JobSpec* s) {
+        s->mutable_consistency()->set_model(v1::ConsistencySpec::ASP);
+        s->mutable_consistency()->set_staleness(2);
+      }),
+      "consistency.staleness");
 }
 
 TEST(ValidateJobSpecTest, DatasetPathsAreRequired) {
@@ -308,11 +311,11 @@ TEST(ValidateJobSpecTest, DatasetPathsAreRequired) {
 }
 
 TEST(ValidateJobSpecTest, DatasetFormatMustBeIdx) {
-  ExpectFieldError(ValidateMutated([](v1::JobSpec* s) {
-                     s->mutable_dataset()->set_format(
-                         v1::DatasetSpec::FORMAT_UNSPECIFIED);
-                   }),
-                   "dataset.format");
+  ExpectFieldError(
+      ValidateMutated([](v1::JobSpec* s) {
+        s->mutable_dataset()->set_format(v1::DatasetSpec::FORMAT_UNSPECIFIED);
+      }),
+      "dataset.format");
 }
 
 TEST(ValidateJobSpecTest, ModelInputDimMustBePositive) {

@@ -14,8 +14,8 @@
 namespace ps {
 namespace {
 
-using ::testing::ElementsAre;
 using ::testing::Each;
+using ::testing::ElementsAre;
 using ::testing::Eq;
 using ::testing::StartsWith;
 
@@ -105,13 +105,15 @@ TEST(ModelTensorsTest, RefusesBadModels) {
   model.set_num_classes(2);
   auto unknown = ModelTensors(model);  // Kind unset.
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(unknown.status().message(), StartsWith("model.kind: "));
+  EXPECT_THAT(std::string(unknown.status().message()),
+              StartsWith("model.kind: "));
 
   model.set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
   model.add_hidden_layers(3);
   auto hidden = ModelTensors(model);
   EXPECT_EQ(hidden.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(hidden.status().message(), StartsWith("model.hidden_layers: "));
+  EXPECT_THAT(std::string(hidden.status().message()),
+              StartsWith("model.hidden_layers: "));
 }
 
 TEST(BlockKeyTest, RoundTrips) {
@@ -157,7 +159,9 @@ TEST(SplitIntoBlocksTest, CutsTensorsThatTheBlockSizeDoesNotDivide) {
   uint64_t previous = 0;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const BlockSpec& b = blocks[i];
-    if (i > 0) EXPECT_GT(b.key, previous);
+    if (i > 0) {
+      EXPECT_GT(b.key, previous);
+    }
     previous = b.key;
     EXPECT_EQ(TensorIndexOf(b.key), b.tensor_index);
     EXPECT_EQ(b.offset, int64_t{BlockIndexOf(b.key)} * kBlock);

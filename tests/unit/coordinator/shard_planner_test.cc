@@ -1,4 +1,5 @@
-// Placement of a job's blocks on its servers: complete, balanced, deterministic.
+// Placement of a job's blocks on its servers: complete, balanced,
+// deterministic.
 #include "coordinator/shard_planner.h"
 
 #include <algorithm>
@@ -53,9 +54,9 @@ TEST(ShardPlannerTest, PlacesEveryBlockExactlyOnce) {
     auto map = PlanShards(spec, Servers(n), 7);
     ASSERT_TRUE(map.ok()) << map.status();
     EXPECT_EQ(map->version(), 7);
-    EXPECT_THAT(std::vector<std::string>(map->servers().begin(),
-                                         map->servers().end()),
-                ::testing::ElementsAreArray(Servers(n)));
+    EXPECT_THAT(
+        std::vector<std::string>(map->servers().begin(), map->servers().end()),
+        ::testing::ElementsAreArray(Servers(n)));
     const std::vector<BlockSpec> blocks = ExpectedBlocks(spec);
     std::map<uint64_t, int64_t> expected;
     for (const BlockSpec& b : blocks) expected[b.key] = b.num_elems;
@@ -73,8 +74,8 @@ TEST(ShardPlannerTest, PlacesEveryBlockExactlyOnce) {
 TEST(ShardPlannerTest, BalancesLoadsWithinTheLargestBlock) {
   for (int32_t block_elems : {1000, 10000, 50000, 262144}) {
     for (int n : {2, 3, 4, 7}) {
-      SCOPED_TRACE(testing::Message() << n << " servers, blocks of "
-                                      << block_elems);
+      SCOPED_TRACE(testing::Message()
+                   << n << " servers, blocks of " << block_elems);
       auto map = PlanShards(MlpSpec(block_elems), Servers(n), 1);
       ASSERT_TRUE(map.ok()) << map.status();
       std::vector<int64_t> load(n, 0);
@@ -140,7 +141,8 @@ TEST(ShardPlannerTest, BadModelIsAnError) {
   spec.mutable_model()->set_input_dim(0);
   auto map = PlanShards(spec, Servers(2), 1);
   EXPECT_EQ(map.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(map.status().message(), ::testing::StartsWith("model.input_dim"));
+  EXPECT_THAT(std::string(map.status().message()),
+              ::testing::StartsWith("model.input_dim"));
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ TEST(ClockTableTest, PushWithAGapIsFailedPrecondition) {
   ClockTable table(2, 1, false);
   auto d = table.CheckPush(0, 1);
   EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(d.status().message(), HasSubstr("clock"));
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("clock"));
   EXPECT_TRUE(Push(table, 0, 0));
   EXPECT_EQ(table.CheckPush(0, 3).status().code(),
             absl::StatusCode::kFailedPrecondition);
@@ -106,7 +106,7 @@ TEST(ClockTableTest, BadWorkerOrClockIsInvalidArgument) {
   for (int worker : {-1, 2, 100}) {
     auto d = table.CheckPush(worker, 0);
     EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << worker;
-    EXPECT_THAT(d.status().message(), HasSubstr("worker_index"));
+    EXPECT_THAT(std::string(d.status().message()), HasSubstr("worker_index"));
     EXPECT_EQ(table.CheckPull(worker, 0).code(),
               absl::StatusCode::kInvalidArgument)
         << worker;
@@ -119,12 +119,15 @@ TEST(ClockTableTest, BadWorkerOrClockIsInvalidArgument) {
 TEST(ClockTableTest, SspPullBeyondOwnPushesIsRefused) {
   ClockTable table(2, 10, false);
   EXPECT_TRUE(table.CheckPull(0, 0).ok());
-  EXPECT_EQ(table.CheckPull(0, 1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table.CheckPull(0, 1).code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Push(table, 0, 0));
   EXPECT_TRUE(table.CheckPull(0, 1).ok());
-  EXPECT_EQ(table.CheckPull(0, 2).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table.CheckPull(0, 2).code(),
+            absl::StatusCode::kFailedPrecondition);
   // Worker 1 has pushed nothing: another worker's pushes do not count.
-  EXPECT_EQ(table.CheckPull(1, 1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table.CheckPull(1, 1).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(ClockTableTest, BspCompletesAClockOnTheLastWorkersPush) {
@@ -165,13 +168,16 @@ TEST(ClockTableTest, BspSecondPushOfTheSameClockIsADuplicate) {
 
 TEST(ClockTableTest, BspWorkerThatPushedMayPullTheNextClockButWaits) {
   ClockTable table(2, 0, true);
-  EXPECT_EQ(table.CheckPull(0, 1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table.CheckPull(0, 1).code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_FALSE(Push(table, 0, 0));
   // Worker 0 has pushed clock 0: it may ask for clock 1 ...
   EXPECT_TRUE(table.CheckPull(0, 1).ok());
-  EXPECT_EQ(table.CheckPull(0, 2).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table.CheckPull(0, 2).code(),
+            absl::StatusCode::kFailedPrecondition);
   // ... but worker 1 may not, and nobody can read clock 1 yet.
-  EXPECT_EQ(table.CheckPull(1, 1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table.CheckPull(1, 1).code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(table.CanRead(0));
   EXPECT_FALSE(table.CanRead(1));
   EXPECT_TRUE(Push(table, 1, 0));

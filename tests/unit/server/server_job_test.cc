@@ -79,7 +79,8 @@ v1::JobSpec Spec(const JobOptions& options) {
   return spec;
 }
 
-// An assignment for server 0 holding every block, built without the coordinator.
+// An assignment for server 0 holding every block, built without the
+// coordinator.
 v1::Assignment MakeAssignment(const JobOptions& options) {
   v1::Assignment assignment;
   assignment.set_job_id(kJobId);
@@ -231,7 +232,8 @@ class ServerJobTest : public ::testing::TestWithParam<StoreKind> {
     store_ = *std::move(store);
   }
 
-  // Closes and reopens a RocksDB store (a server restart); keeps a memory store.
+  // Closes and reopens a RocksDB store (a server restart); keeps a memory
+  // store.
   void ReopenStore() {
     if (GetParam() == StoreKind::kRocksDb) {
       store_.reset();
@@ -240,7 +242,8 @@ class ServerJobTest : public ::testing::TestWithParam<StoreKind> {
   }
 
   std::unique_ptr<ServerJob> Open(const JobOptions& options) {
-    auto job = ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_);
+    auto job =
+        ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_);
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? *std::move(job) : nullptr;
   }
@@ -335,14 +338,16 @@ TEST_P(ServerJobTest, NonFinitePushIsRefusedAndChangesNothing) {
     g[kB0][1] = bad;  // The last block: the earlier ones are valid.
     auto response = job->Push(MakePush(0, 0, g));
     EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(response.status().message(), HasSubstr("NaN or Inf"));
+    EXPECT_THAT(std::string(response.status().message()),
+                HasSubstr("NaN or Inf"));
   }
   EXPECT_EQ(metrics_.pushes_rejected.Value(), 3);
   // Values and clocks are unchanged: worker 0 has not reached clock 1.
   EXPECT_EQ(job->min_clock(), 0);
   EXPECT_EQ(PullNow(*job, 0, 0), InitialValues());
   auto ahead = StartPull(*job, 0, 1);
-  EXPECT_EQ(ahead->reply.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ahead->reply.status().code(),
+            absl::StatusCode::kFailedPrecondition);
   // A valid push for the same clock is applied (not taken for a duplicate).
   ExpectPushOk(*job, MakePush(0, 0, Gradients(0)));
   ExpectValuesEq(PullNow(*job, 0, 1), Sgd(InitialValues(), Gradients(0)));
@@ -384,14 +389,14 @@ TEST_P(ServerJobTest, MalformedPushesAreRefusedAndChangeNothing) {
                    absl::StatusCode::kFailedPrecondition});
   cases.push_back({"newer map", MakePush(0, 0, g, kMapVersion + 1),
                    absl::StatusCode::kFailedPrecondition});
-  cases.push_back({"worker -1", MakePush(-1, 0, g),
-                   absl::StatusCode::kInvalidArgument});
-  cases.push_back({"worker 2 of 2", MakePush(2, 0, g),
-                   absl::StatusCode::kInvalidArgument});
+  cases.push_back(
+      {"worker -1", MakePush(-1, 0, g), absl::StatusCode::kInvalidArgument});
+  cases.push_back(
+      {"worker 2 of 2", MakePush(2, 0, g), absl::StatusCode::kInvalidArgument});
   cases.push_back({"negative clock", MakePush(0, -1, g),
                    absl::StatusCode::kInvalidArgument});
-  cases.push_back({"clock gap", MakePush(0, 1, g),
-                   absl::StatusCode::kFailedPrecondition});
+  cases.push_back(
+      {"clock gap", MakePush(0, 1, g), absl::StatusCode::kFailedPrecondition});
   for (const Case& c : cases) {
     auto response = job->Push(c.request);
     EXPECT_EQ(response.status().code(), c.code)
@@ -411,8 +416,9 @@ TEST_P(ServerJobTest, MalformedPullsAreRefused) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(StartPull(*job, 0, 0, {}, kMapVersion + 1)->reply.status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(StartPull(*job, 0, 0, {}, 0)->reply.status().message(),
-              HasSubstr("map_version"));
+  EXPECT_THAT(
+      std::string(StartPull(*job, 0, 0, {}, 0)->reply.status().message()),
+      HasSubstr("map_version"));
   EXPECT_EQ(StartPull(*job, 2, 0)->reply.status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(StartPull(*job, -1, 0)->reply.status().code(),
@@ -433,7 +439,8 @@ TEST_P(ServerJobTest, BspAppliesTheMeanOnceEveryWorkerPushed) {
   // Worker 0 asks for clock 1, which needs worker 1's clock 0.
   auto waiting = StartPull(*job, 0, 1);
   EXPECT_EQ(waiting->calls, 0);
-  // A duplicate of worker 0's push neither completes the clock nor counts twice.
+  // A duplicate of worker 0's push neither completes the clock nor counts
+  // twice.
   ExpectPushOk(*job, MakePush(0, 0, g0), /*duplicate=*/true);
   EXPECT_EQ(waiting->calls, 0);
   ExpectPushOk(*job, MakePush(1, 0, g1));
@@ -461,9 +468,8 @@ TEST_P(ServerJobTest, BspRefusedPushDoesNotAccumulate) {
 }
 
 TEST_P(ServerJobTest, SspPullWaitsForTheSlowestWorkerWithinTheBound) {
-  auto job = Open({.model = v1::ConsistencySpec::SSP,
-                   .staleness = 1,
-                   .num_workers = 2});
+  auto job = Open(
+      {.model = v1::ConsistencySpec::SSP, .staleness = 1, .num_workers = 2});
   ASSERT_NE(job, nullptr);
   const Values g0 = Gradients(0), g1 = Gradients(1), g2 = Gradients(2);
   ExpectPushOk(*job, MakePush(0, 0, g0));
@@ -513,9 +519,8 @@ TEST_P(ServerJobTest, DestroyingTheJobFailsWaitingPulls) {
 }
 
 TEST_P(ServerJobTest, ReopenRestoresValuesAndClocks) {
-  const JobOptions options = {.model = v1::ConsistencySpec::SSP,
-                              .staleness = 2,
-                              .num_workers = 2};
+  const JobOptions options = {
+      .model = v1::ConsistencySpec::SSP, .staleness = 2, .num_workers = 2};
   const Values g0 = Gradients(0), g1 = Gradients(1), g2 = Gradients(2);
   Values expected;
   {

@@ -1,0 +1,192 @@
+// A whole cluster in one process: a coordinator, two parameter servers with
+// RocksDB in temporary directories and two workers, all on loopback port 0,
+// talking real gRPC. Trains on a subset of Fashion-MNIST.
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/job_client.h"
+#include "common/job_spec.h"
+#include "coordinator/coordinator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/parameter_server.h"
+#include "worker/cpu/cpu_backend.h"
+#include "worker/worker_node.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kData[] = "/usr/share/datasets/fashion-mnist/";
+
+bool HaveFashionMnist() {
+  return std::filesystem::exists(
+      absl::StrCat(kData, "train-images-idx3-ubyte.gz"));
+}
+
+v1::JobSpec SmallJob(v1::ConsistencySpec::Model model, int staleness) {
+  v1::JobSpec spec;
+  spec.set_name("integration");
+  auto* m = spec.mutable_model();
+  m->set_kind(v1::ModelSpec::MLP);
+  m->set_input_dim(784);
+  m->set_num_classes(10);
+  m->add_hidden_layers(64);
+  auto* d = spec.mutable_dataset();
+  d->set_format(v1::DatasetSpec::IDX);
+  d->set_train_images(absl::StrCat(kData, "train-images-idx3-ubyte.gz"));
+  d->set_train_labels(absl::StrCat(kData, "train-labels-idx1-ubyte.gz"));
+  d->set_test_images(absl::StrCat(kData, "t10k-images-idx3-ubyte.gz"));
+  d->set_test_labels(absl::StrCat(kData, "t10k-labels-idx1-ubyte.gz"));
+  d->set_max_train_samples(4000);
+  d->set_max_test_samples(1000);
+  spec.set_epochs(2);
+  spec.set_batch_size(32);
+  spec.set_seed(7);
+  spec.mutable_optimizer()->mutable_adam()->set_learning_rate(0.002f);
+  spec.mutable_consistency()->set_model(model);
+  spec.mutable_consistency()->set_staleness(staleness);
+  spec.set_num_workers(2);
+  spec.set_num_servers(2);
+  // Small blocks so that tensors span several blocks and both servers.
+  spec.set_block_elems(16384);
+  return spec;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed";
+    char pattern[] = "/tmp/ps-integration-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+
+    CoordinatorOptions coordinator;
+    coordinator.data_dir = dir_ + "/coordinator";
+    coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
+    coordinator.timing.lease = absl::Seconds(5);
+    coordinator_ = std::make_unique<Coordinator>(coordinator);
+    ASSERT_TRUE(coordinator_->Start().ok());
+    address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
+
+    for (int i = 0; i < 2; ++i) {
+      ParameterServerOptions server;
+      server.coordinator = address_;
+      server.data_dir = absl::StrCat(dir_, "/server", i);
+      servers_.push_back(std::make_unique<ParameterServer>(server));
+      ASSERT_TRUE(servers_.back()->Start().ok());
+    }
+    for (int i = 0; i < 2; ++i) {
+      WorkerNodeOptions worker;
+      worker.coordinator = address_;
+      CpuBackendOptions backend;
+      backend.num_threads = 1;
+      workers_.push_back(
+          std::make_unique<WorkerNode>(worker, CpuBackend::Create(backend)));
+      ASSERT_TRUE(workers_.back()->Start().ok());
+    }
+    client_ = std::make_unique<JobClient>(JobClientOptions{address_});
+  }
+
+  void TearDown() override {
+    for (auto& w : workers_) w->Stop();
+    for (auto& s : servers_) s->Stop();
+    if (coordinator_) coordinator_->Stop();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // Submits and waits for the job to end; returns its final status.
+  v1::JobStatus Run(const v1::JobSpec& spec) {
+    auto id = client_->Submit(spec);
+    EXPECT_TRUE(id.ok()) << id.status();
+    if (!id.ok()) return {};
+    int updates = 0;
+    auto final_status =
+        client_->Watch(*id, [&](const v1::JobStatus&) { ++updates; });
+    EXPECT_TRUE(final_status.ok()) << final_status.status();
+    EXPECT_GE(updates, 2);  // At least the initial status and the terminal one.
+    return final_status.ok() ? *final_status : v1::JobStatus();
+  }
+
+  std::string dir_;
+  std::string address_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<std::unique_ptr<ParameterServer>> servers_;
+  std::vector<std::unique_ptr<WorkerNode>> workers_;
+  std::unique_ptr<JobClient> client_;
+};
+
+TEST_F(ClusterTest, BspTrainsFarAboveChance) {
+  v1::JobStatus job = Run(SmallJob(v1::ConsistencySpec::BSP, 0));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.message();
+  EXPECT_EQ(job.progress().epoch(), 2);
+  EXPECT_EQ(job.progress().accuracy_epoch(), 2);
+  // Chance is 0.1; 4000 samples and two epochs give about 0.75.
+  EXPECT_GT(job.progress().test_accuracy(), 0.6);
+  EXPECT_GT(job.progress().samples_per_second(), 0);
+  EXPECT_EQ(job.progress().clock(), job.progress().total_clocks());
+  EXPECT_EQ(job.progress().total_clocks(), 2 * (2000 / 32));
+}
+
+TEST_F(ClusterTest, SspAndAspTrainToo) {
+  v1::JobStatus ssp = Run(SmallJob(v1::ConsistencySpec::SSP, 2));
+  ASSERT_EQ(ssp.state(), v1::SUCCEEDED) << ssp.message();
+  EXPECT_GT(ssp.progress().test_accuracy(), 0.6);
+  v1::JobStatus asp = Run(SmallJob(v1::ConsistencySpec::ASP, 0));
+  ASSERT_EQ(asp.state(), v1::SUCCEEDED) << asp.message();
+  EXPECT_GT(asp.progress().test_accuracy(), 0.6);
+}
+
+TEST_F(ClusterTest, MissingDataFailsTheJobAndTheClusterKeepsServing) {
+  v1::JobSpec bad = SmallJob(v1::ConsistencySpec::BSP, 0);
+  bad.mutable_dataset()->set_train_images("/nonexistent/train-images.gz");
+  v1::JobStatus failed = Run(bad);
+  EXPECT_EQ(failed.state(), v1::FAILED);
+  EXPECT_THAT(failed.message(), HasSubstr("/nonexistent/train-images.gz"));
+
+  v1::JobSpec good = SmallJob(v1::ConsistencySpec::BSP, 0);
+  good.set_epochs(1);
+  v1::JobStatus ok = Run(good);
+  EXPECT_EQ(ok.state(), v1::SUCCEEDED) << ok.message();
+}
+
+TEST_F(ClusterTest, InvalidSpecIsRefusedWithTheField) {
+  v1::JobSpec spec = SmallJob(v1::ConsistencySpec::SSP, -1);
+  auto id = client_->Submit(spec);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(id.status().message(), HasSubstr("consistency.staleness"));
+  auto list = client_->List();
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());
+}
+
+TEST_F(ClusterTest, CancelStopsARunningJobAndFreesTheNodes) {
+  v1::JobSpec long_job = SmallJob(v1::ConsistencySpec::BSP, 0);
+  long_job.set_epochs(100);
+  auto id = client_->Submit(long_job);
+  ASSERT_TRUE(id.ok());
+  for (int i = 0; i < 200; ++i) {
+    auto job = client_->Get(*id);
+    ASSERT_TRUE(job.ok());
+    if (job->progress().clock() > 0) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  auto cancelled = client_->Cancel(*id);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  EXPECT_EQ(client_->Cancel(*id).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  v1::JobSpec next = SmallJob(v1::ConsistencySpec::ASP, 0);
+  next.set_epochs(1);
+  EXPECT_EQ(Run(next).state(), v1::SUCCEEDED);
+}
+
+}  // namespace
+}  // namespace ps

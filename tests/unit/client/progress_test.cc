@@ -1,0 +1,150 @@
+// psctl's rendering of job status: progress lines, summaries and list rows.
+#include "client/progress.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+v1::JobStatus Running(int64_t clock, int64_t total_clocks) {
+  v1::JobStatus job;
+  job.set_job_id("job-000001");
+  job.set_state(v1::RUNNING);
+  job.mutable_spec()->set_name("fashion-mnist-mlp");
+  v1::JobProgress* p = job.mutable_progress();
+  p->set_epoch(3);
+  p->set_total_epochs(15);
+  p->set_clock(clock);
+  p->set_total_clocks(total_clocks);
+  p->set_loss(0.412f);
+  p->set_samples_per_second(5321.2);
+  p->set_test_accuracy(-1);
+  return job;
+}
+
+TEST(FormatProgressLineTest, PendingSaysItWaits) {
+  v1::JobStatus job;
+  job.set_job_id("job-000007");
+  job.set_state(v1::PENDING);
+  job.mutable_progress()->set_test_accuracy(-1);
+  EXPECT_EQ(FormatProgressLine(job), "job-000007 PENDING  waiting for nodes");
+}
+
+TEST(FormatProgressLineTest, RunningLineWithoutAccuracy) {
+  EXPECT_EQ(FormatProgressLine(Running(50, 100), 10),
+            "job-000001 RUNNING epoch 3/15 [#####-----]  50%  loss 0.4120  "
+            "5321 samples/s");
+}
+
+TEST(FormatProgressLineTest, AccuracyShownOnceMeasured) {
+  v1::JobStatus job = Running(50, 100);
+  job.mutable_progress()->set_test_accuracy(0.8512f);
+  job.mutable_progress()->set_accuracy_epoch(3);
+  EXPECT_EQ(FormatProgressLine(job, 10),
+            "job-000001 RUNNING epoch 3/15 [#####-----]  50%  loss 0.4120  "
+            "5321 samples/s  test acc 0.8512 (epoch 3)");
+  // An accuracy of exactly 0 is a measurement too.
+  job.mutable_progress()->set_test_accuracy(0);
+  EXPECT_THAT(FormatProgressLine(job, 10), HasSubstr("test acc 0.0000"));
+  job.mutable_progress()->set_test_accuracy(-1);
+  EXPECT_THAT(FormatProgressLine(job, 10), Not(HasSubstr("test acc")));
+}
+
+// The bar part of a line: what lies between '[' and ']'.
+std::string Bar(const std::string& line) {
+  const size_t open = line.find('[');
+  const size_t close = line.find(']');
+  EXPECT_NE(open, std::string::npos);
+  EXPECT_NE(close, std::string::npos);
+  return line.substr(open + 1, close - open - 1);
+}
+
+TEST(FormatProgressLineTest, BarIsProportionalToClocks) {
+  EXPECT_EQ(Bar(FormatProgressLine(Running(1, 100), 20)),
+            "--------------------");
+  EXPECT_EQ(Bar(FormatProgressLine(Running(25, 100), 20)),
+            "#####---------------");
+  EXPECT_EQ(Bar(FormatProgressLine(Running(75, 100), 20)),
+            "###############-----");
+  EXPECT_EQ(Bar(FormatProgressLine(Running(100, 100), 20)),
+            "####################");
+  EXPECT_EQ(Bar(FormatProgressLine(Running(1, 3), 24)),
+            "########----------------");
+  // The default width is 24 cells.
+  EXPECT_EQ(Bar(FormatProgressLine(Running(50, 100))).size(), 24u);
+}
+
+TEST(FormatProgressLineTest, PercentMatchesTheClock) {
+  EXPECT_THAT(FormatProgressLine(Running(25, 100), 10), HasSubstr("]  25%"));
+  EXPECT_THAT(FormatProgressLine(Running(100, 100), 10), HasSubstr("] 100%"));
+  EXPECT_THAT(FormatProgressLine(Running(0, 100), 10), HasSubstr("]   0%"));
+  // 29 of 100 iterations is 29%, whatever floating point makes of 0.29 * 100.
+  EXPECT_THAT(FormatProgressLine(Running(29, 100), 10), HasSubstr("]  29%"));
+  EXPECT_THAT(FormatProgressLine(Running(57, 100), 10), HasSubstr("]  57%"));
+}
+
+TEST(FormatProgressLineTest, UnknownTotalOrOverrunAreClamped) {
+  EXPECT_EQ(Bar(FormatProgressLine(Running(10, 0), 8)), "--------");
+  EXPECT_THAT(FormatProgressLine(Running(10, 0), 8), HasSubstr("]   0%"));
+  EXPECT_EQ(Bar(FormatProgressLine(Running(150, 100), 8)), "########");
+  EXPECT_THAT(FormatProgressLine(Running(150, 100), 8), HasSubstr("] 100%"));
+}
+
+TEST(FormatProgressLineTest, NoLossBeforeTheFirstIteration) {
+  const std::string line = FormatProgressLine(Running(0, 100), 4);
+  EXPECT_EQ(line, "job-000001 RUNNING epoch 3/15 [----]   0%");
+}
+
+TEST(FormatSummaryTest, SucceededWithAccuracyAndWallTime) {
+  v1::JobStatus job = Running(100, 100);
+  job.set_state(v1::SUCCEEDED);
+  job.set_start_time_ms(1'000'000);
+  job.set_end_time_ms(1'012'500);
+  job.mutable_progress()->set_test_accuracy(0.8512f);
+  job.mutable_progress()->set_accuracy_epoch(15);
+  job.mutable_progress()->set_total_epochs(15);
+  EXPECT_EQ(FormatSummary(job),
+            "job job-000001 SUCCEEDED after 12.5 s\n"
+            "test accuracy: 0.8512 (after epoch 15 of 15)");
+}
+
+TEST(FormatSummaryTest, FailedWithMessageAndNoAccuracy) {
+  v1::JobStatus job = Running(10, 100);
+  job.set_state(v1::FAILED);
+  job.set_message("worker 1: out of memory");
+  job.set_start_time_ms(2'000);
+  job.set_end_time_ms(5'000);
+  EXPECT_EQ(FormatSummary(job),
+            "job job-000001 FAILED: worker 1: out of memory after 3.0 s");
+}
+
+TEST(FormatSummaryTest, NeverStartedHasNoWallTime) {
+  v1::JobStatus job;
+  job.set_job_id("job-000002");
+  job.set_state(v1::CANCELLED);
+  job.set_message("cancelled by a client");
+  job.set_end_time_ms(5'000);
+  job.mutable_progress()->set_test_accuracy(-1);
+  EXPECT_EQ(FormatSummary(job),
+            "job job-000002 CANCELLED: cancelled by a client");
+}
+
+TEST(FormatListRowTest, ShowsIdStateNameEpochAndAccuracy) {
+  v1::JobStatus job = Running(50, 100);
+  const std::string row = FormatListRow(job);
+  EXPECT_THAT(row, StartsWith("job-000001   RUNNING    fashion-mnist-mlp"));
+  EXPECT_THAT(row, HasSubstr("epoch   3/15"));
+  EXPECT_THAT(row, Not(HasSubstr("acc")));
+  job.mutable_progress()->set_test_accuracy(0.875f);
+  EXPECT_THAT(FormatListRow(job), HasSubstr("acc 0.8750"));
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,546 @@
+// The coordinator's JobManager: submission, scheduling onto registered nodes,
+// assignments, progress, terminal states, leases, watchers and restarts.
+#include "coordinator/job_manager.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/model_layout.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_table.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+
+namespace ps {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AnyOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using ::testing::StartsWith;
+
+// A small valid job: softmax regression 4 -> 3 on `servers` and `workers`.
+v1::JobSpec Spec(int servers = 1, int workers = 2) {
+  v1::JobSpec spec;
+  spec.set_name("tiny");
+  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
+  spec.mutable_model()->set_input_dim(4);
+  spec.mutable_model()->set_num_classes(3);
+  auto* dataset = spec.mutable_dataset();
+  dataset->set_format(v1::DatasetSpec::IDX);
+  dataset->set_train_images("train-images");
+  dataset->set_train_labels("train-labels");
+  dataset->set_test_images("test-images");
+  dataset->set_test_labels("test-labels");
+  spec.set_epochs(3);
+  spec.set_batch_size(8);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+  spec.set_num_servers(servers);
+  spec.set_num_workers(workers);
+  spec.set_block_elems(5);
+  return spec;
+}
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "job_manager_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    auto table = JobTable::Open(dir_ + "/table");
+    ASSERT_TRUE(table.ok()) << table.status();
+    table_ = *std::move(table);
+    CreateManager();
+  }
+
+  void TearDown() override {
+    manager_.reset();
+    table_.reset();
+    std::error_code error;
+    fs::remove_all(dir_, error);
+  }
+
+  void CreateManager() {
+    manager_.reset();
+    auto manager = JobManager::Create(table_.get(), timing_, &metrics_);
+    ASSERT_TRUE(manager.ok()) << manager.status();
+    manager_ = *std::move(manager);
+  }
+
+  std::string Submit(const v1::JobSpec& spec = Spec()) {
+    auto id = manager_->Submit(spec);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or("");
+  }
+
+  std::string Register(v1::NodeRole role, const std::string& address = "") {
+    v1::RegisterRequest request;
+    request.set_role(role);
+    request.set_address(address);
+    auto response = manager_->Register(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? response->node_id() : "";
+  }
+
+  v1::JobState State(const std::string& job_id) {
+    auto status = manager_->Get(job_id);
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.ok() ? status->state() : v1::JOB_STATE_UNSPECIFIED;
+  }
+
+  std::vector<v1::Assignment> Assignments(const std::string& node_id) {
+    auto response = manager_->Heartbeat(node_id);
+    EXPECT_TRUE(response.ok()) << response.status();
+    if (!response.ok()) return {};
+    return {response->assignments().begin(), response->assignments().end()};
+  }
+
+  // Registers one server and two workers and starts `job_id` on them; fills
+  // server_ and workers_ (by worker index).
+  void StartJob(const std::string& job_id) {
+    server_ = Register(v1::SERVER, "10.0.0.1:7000");
+    const std::string a = Register(v1::WORKER);
+    const std::string b = Register(v1::WORKER);
+    manager_->Tick(absl::Now());
+    ASSERT_EQ(State(job_id), v1::RUNNING);
+    workers_.assign(2, "");
+    for (const std::string& w : {a, b}) {
+      auto assignments = Assignments(w);
+      ASSERT_THAT(assignments, SizeIs(1));
+      const int index = assignments[0].index();
+      ASSERT_TRUE(index == 0 || index == 1) << index;
+      workers_[index] = w;
+    }
+    ASSERT_NE(workers_[0], workers_[1]);
+  }
+
+  v1::ProgressReport Report(const std::string& job_id, int worker) {
+    v1::ProgressReport report;
+    report.set_node_id(workers_[worker]);
+    report.set_job_id(job_id);
+    report.set_worker_index(worker);
+    report.set_test_accuracy(-1);
+    return report;
+  }
+
+  absl::StatusOr<v1::ProgressResponse> Send(const v1::ProgressReport& report) {
+    return manager_->ReportProgress(report);
+  }
+
+  std::string dir_;
+  std::unique_ptr<JobTable> table_;
+  prometheus::Registry registry_;
+  CoordinatorMetrics metrics_{registry_};
+  MembershipTiming timing_{.lease = absl::Seconds(5),
+                           .heartbeat_interval = absl::Milliseconds(100)};
+  std::unique_ptr<JobManager> manager_;
+  std::string server_;
+  std::vector<std::string> workers_;
+};
+
+TEST_F(JobManagerTest, SubmitInvalidIsInvalidArgumentNamingTheField) {
+  v1::JobSpec spec = Spec();
+  spec.set_batch_size(0);
+  auto id = manager_->Submit(spec);
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(id.status().message()), StartsWith("batch_size: "));
+  EXPECT_THAT(manager_->List(), IsEmpty());
+}
+
+TEST_F(JobManagerTest, SubmitQueuesAPendingJob) {
+  const std::string id = Submit();
+  EXPECT_EQ(id, "job-000001");
+  auto status = manager_->Get(id);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->job_id(), id);
+  EXPECT_EQ(status->state(), v1::PENDING);
+  EXPECT_EQ(status->spec().name(), "tiny");
+  // Stored with its defaults applied.
+  EXPECT_EQ(status->spec().consistency().model(), v1::ConsistencySpec::BSP);
+  EXPECT_EQ(status->spec().durability(), v1::WAL);
+  EXPECT_EQ(status->progress().total_epochs(), 3);
+  EXPECT_EQ(status->progress().test_accuracy(), -1);
+  EXPECT_GT(status->create_time_ms(), 0);
+  EXPECT_EQ(Submit(), "job-000002");
+  EXPECT_THAT(manager_->List(), SizeIs(2));
+}
+
+TEST_F(JobManagerTest, GetUnknownIsNotFound) {
+  EXPECT_EQ(manager_->Get("job-999999").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(manager_->Cancel("job-999999").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(manager_->Watch("job-999999", [](const v1::JobStatus&) {})
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobManagerTest, RegisterChecksTheRequest) {
+  v1::RegisterRequest request;
+  EXPECT_EQ(manager_->Register(request).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.set_role(v1::SERVER);  // A server needs an address.
+  EXPECT_EQ(manager_->Register(request).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.set_address("10.0.0.1:7000");
+  auto response = manager_->Register(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_FALSE(response->node_id().empty());
+  EXPECT_EQ(response->lease_ms(), 5000);
+  EXPECT_EQ(response->heartbeat_interval_ms(), 100);
+  // Node ids are unique.
+  EXPECT_NE(Register(v1::SERVER, "10.0.0.2:7000"), response->node_id());
+  // A free node has no assignment.
+  EXPECT_THAT(Assignments(response->node_id()), IsEmpty());
+  EXPECT_EQ(manager_->Heartbeat("worker-unknown").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobManagerTest, JobStartsOnceEnoughNodesRegistered) {
+  const std::string id = Submit(Spec(/*servers=*/2, /*workers=*/2));
+  const std::string s0 = Register(v1::SERVER, "10.0.0.1:7000");
+  const std::string w0 = Register(v1::WORKER);
+  const std::string w1 = Register(v1::WORKER);
+  manager_->Tick(absl::Now());
+  EXPECT_EQ(State(id), v1::PENDING);  // One server short.
+  EXPECT_THAT(Assignments(w0), IsEmpty());
+  const std::string s1 = Register(v1::SERVER, "10.0.0.2:7000");
+  manager_->Tick(absl::Now());
+  auto status = manager_->Get(id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state(), v1::RUNNING);
+  EXPECT_GT(status->start_time_ms(), 0);
+
+  std::set<int> server_indices, worker_indices;
+  std::set<std::string> addresses;
+  v1::ShardMap map;
+  for (const std::string& node : {s0, s1, w0, w1}) {
+    auto assignments = Assignments(node);
+    ASSERT_THAT(assignments, SizeIs(1)) << node;
+    const v1::Assignment& a = assignments[0];
+    EXPECT_EQ(a.job_id(), id);
+    EXPECT_EQ(a.num_workers(), 2);
+    EXPECT_EQ(a.spec().name(), "tiny");
+    EXPECT_EQ(a.shard_map().version(), 1);
+    if (node == s0 || node == s1) {
+      server_indices.insert(a.index());
+      addresses.insert(a.shard_map().servers(a.index()));
+      // The server's own address is at its index.
+      EXPECT_EQ(a.shard_map().servers(a.index()),
+                node == s0 ? "10.0.0.1:7000" : "10.0.0.2:7000");
+    } else {
+      worker_indices.insert(a.index());
+    }
+    if (map.blocks_size() == 0) map = a.shard_map();
+    EXPECT_EQ(a.shard_map().SerializeAsString(), map.SerializeAsString());
+  }
+  EXPECT_THAT(server_indices, ElementsAre(0, 1));
+  EXPECT_THAT(worker_indices, ElementsAre(0, 1));
+  // The map places every block of the model (weight 12 + bias 3 in blocks of
+  // 5).
+  ASSERT_EQ(map.servers_size(), 2);
+  auto tensors = ModelTensors(Spec().model());
+  ASSERT_TRUE(tensors.ok());
+  std::set<uint64_t> expected, placed;
+  for (const BlockSpec& b : SplitIntoBlocks(*tensors, 5))
+    expected.insert(b.key);
+  for (const auto& p : map.blocks()) {
+    placed.insert(p.key());
+    EXPECT_TRUE(p.server() == 0 || p.server() == 1);
+  }
+  EXPECT_EQ(placed, expected);
+  EXPECT_EQ(placed.size(), 4u);
+}
+
+TEST_F(JobManagerTest, BusyNodesAreNotSharedAndExtraNodesStayFree) {
+  const std::string id = Submit();
+  StartJob(id);
+  const std::string spare = Register(v1::WORKER);
+  const std::string second = Submit();
+  manager_->Tick(absl::Now());
+  EXPECT_EQ(State(second), v1::PENDING);  // Needs a server and two workers.
+  EXPECT_THAT(Assignments(spare), IsEmpty());
+}
+
+TEST_F(JobManagerTest, ProgressIsAggregatedOverWorkers) {
+  const std::string id = Submit();
+  StartJob(id);
+  v1::ProgressReport r0 = Report(id, 0);
+  r0.set_epoch(2);
+  r0.set_clock(20);
+  r0.set_loss(0.5f);
+  r0.set_samples_per_second(100);
+  r0.set_test_accuracy(0.75f);
+  r0.set_total_clocks(60);
+  v1::ProgressReport r1 = Report(id, 1);
+  r1.set_epoch(1);
+  r1.set_clock(15);
+  r1.set_loss(0.75f);
+  r1.set_samples_per_second(150);
+  r1.set_test_accuracy(0.25f);  // Only worker 0's evaluation counts.
+  r1.set_total_clocks(60);
+  for (const auto& r : {r0, r1}) {
+    auto response = Send(r);
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_FALSE(response->stop());
+  }
+  auto status = manager_->Get(id);
+  ASSERT_TRUE(status.ok());
+  const v1::JobProgress& p = status->progress();
+  EXPECT_EQ(status->state(), v1::RUNNING);
+  EXPECT_EQ(p.epoch(), 1);
+  EXPECT_EQ(p.clock(), 15);
+  EXPECT_EQ(p.total_clocks(), 60);
+  EXPECT_EQ(p.total_epochs(), 3);
+  EXPECT_DOUBLE_EQ(p.samples_per_second(), 250);
+  EXPECT_FLOAT_EQ(p.loss(), 0.625f);
+  EXPECT_FLOAT_EQ(p.test_accuracy(), 0.75f);
+  EXPECT_EQ(p.accuracy_epoch(), 2);
+
+  // A later report without an evaluation keeps the latest accuracy.
+  r0.set_epoch(3);
+  r0.set_clock(30);
+  r0.set_test_accuracy(-1);
+  ASSERT_TRUE(Send(r0).ok());
+  status = manager_->Get(id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_FLOAT_EQ(status->progress().test_accuracy(), 0.75f);
+  EXPECT_EQ(status->progress().clock(), 15);
+}
+
+TEST_F(JobManagerTest, AccuracyComesOnlyFromWorkerZero) {
+  const std::string id = Submit();
+  StartJob(id);
+  v1::ProgressReport r1 = Report(id, 1);
+  r1.set_epoch(1);
+  r1.set_test_accuracy(0.5f);
+  ASSERT_TRUE(Send(r1).ok());
+  auto status = manager_->Get(id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->progress().test_accuracy(), -1);
+}
+
+TEST_F(JobManagerTest, LossIsTheMeanOfTheReportsReceived) {
+  // JobProgress.loss is "Mean training loss of the latest reports": a worker
+  // that has not reported yet has no loss to average in.
+  const std::string id = Submit();
+  StartJob(id);
+  v1::ProgressReport r0 = Report(id, 0);
+  r0.set_clock(5);
+  r0.set_loss(0.8f);
+  ASSERT_TRUE(Send(r0).ok());
+  auto status = manager_->Get(id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_FLOAT_EQ(status->progress().loss(), 0.8f);
+}
+
+TEST_F(JobManagerTest, AllWorkersFinishedSucceedsAndFreesNodes) {
+  const std::string id = Submit();
+  StartJob(id);
+  const std::string next = Submit();
+  EXPECT_EQ(State(next), v1::PENDING);
+  v1::ProgressReport r0 = Report(id, 0);
+  r0.set_epoch(3);
+  r0.set_finished(true);
+  ASSERT_TRUE(Send(r0).ok());
+  EXPECT_EQ(State(id), v1::RUNNING);  // Worker 1 is not done.
+  v1::ProgressReport r1 = Report(id, 1);
+  r1.set_epoch(3);
+  r1.set_finished(true);
+  ASSERT_TRUE(Send(r1).ok());
+  auto status = manager_->Get(id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state(), v1::SUCCEEDED);
+  EXPECT_EQ(status->message(), "");
+  EXPECT_GE(status->end_time_ms(), status->start_time_ms());
+  EXPECT_EQ(status->progress().epoch(), 3);
+  // Later reports are told to stop.
+  auto late = Send(r0);
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->stop());
+  // The freed nodes take the next job.
+  manager_->Tick(absl::Now());
+  EXPECT_EQ(State(next), v1::RUNNING);
+  for (const std::string& node : {server_, workers_[0], workers_[1]}) {
+    auto assignments = Assignments(node);
+    ASSERT_THAT(assignments, SizeIs(1));
+    EXPECT_EQ(assignments[0].job_id(), next);
+  }
+}
+
+TEST_F(JobManagerTest, WorkerErrorFailsTheJob) {
+  const std::string id = Submit();
+  StartJob(id);
+  v1::ProgressReport r1 = Report(id, 1);
+  r1.set_error("out of memory");
+  auto response = Send(r1);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_TRUE(response->stop());
+  auto status = manager_->Get(id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state(), v1::FAILED);
+  EXPECT_EQ(status->message(), "worker 1: out of memory");
+  EXPECT_THAT(Assignments(server_), IsEmpty());
+  EXPECT_THAT(Assignments(workers_[0]), IsEmpty());
+}
+
+TEST_F(JobManagerTest, ReportFromAnotherNodeIsPermissionDenied) {
+  const std::string id = Submit();
+  StartJob(id);
+  v1::ProgressReport wrong = Report(id, 0);
+  wrong.set_node_id(workers_[1]);  // Worker 1 claims to be worker 0.
+  EXPECT_EQ(Send(wrong).status().code(), absl::StatusCode::kPermissionDenied);
+  wrong.set_node_id(server_);
+  EXPECT_EQ(Send(wrong).status().code(), absl::StatusCode::kPermissionDenied);
+  v1::ProgressReport out_of_range = Report(id, 1);
+  out_of_range.set_worker_index(2);
+  EXPECT_EQ(Send(out_of_range).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // A refused error report does not fail the job.
+  wrong.set_error("boom");
+  EXPECT_EQ(Send(wrong).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(State(id), v1::RUNNING);
+  v1::ProgressReport unknown = Report(id, 0);
+  unknown.set_job_id("job-424242");
+  EXPECT_EQ(Send(unknown).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobManagerTest, LeaseExpiryFailsTheJobAndForgetsTheNode) {
+  timing_.lease = absl::Seconds(2);
+  CreateManager();
+  const std::string id = Submit();
+  StartJob(id);
+  const std::string idle = Register(v1::WORKER);
+  // Still within the lease: nothing happens.
+  manager_->Tick(absl::Now() + absl::Seconds(1));
+  EXPECT_EQ(State(id), v1::RUNNING);
+  manager_->Tick(absl::Now() + timing_.lease + absl::Seconds(1));
+  auto status = manager_->Get(id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state(), v1::FAILED);
+  EXPECT_THAT(status->message(), HasSubstr("lost its lease"));
+  EXPECT_THAT(status->message(),
+              AnyOf(HasSubstr(server_), HasSubstr(workers_[0]),
+                    HasSubstr(workers_[1])));
+  for (const std::string& node : {server_, workers_[0], workers_[1], idle}) {
+    EXPECT_EQ(manager_->Heartbeat(node).status().code(),
+              absl::StatusCode::kNotFound)
+        << node;
+  }
+  EXPECT_EQ(metrics_.leases_expired.Value(), 4);
+}
+
+TEST_F(JobManagerTest, HeartbeatsKeepTheLease) {
+  timing_.lease = absl::Seconds(2);
+  CreateManager();
+  const std::string node = Register(v1::WORKER);
+  const absl::Time soon = absl::Now() + absl::Seconds(1);
+  manager_->Tick(soon);
+  EXPECT_TRUE(manager_->Heartbeat(node).ok());
+}
+
+TEST_F(JobManagerTest, CancelEndsARunningJobOnce) {
+  const std::string id = Submit();
+  StartJob(id);
+  auto cancelled = manager_->Cancel(id);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  EXPECT_EQ(State(id), v1::CANCELLED);
+  EXPECT_THAT(Assignments(server_), IsEmpty());
+  EXPECT_EQ(manager_->Cancel(id).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto stop = Send(Report(id, 0));
+  ASSERT_TRUE(stop.ok());
+  EXPECT_TRUE(stop->stop());
+}
+
+TEST_F(JobManagerTest, CancelPendingJob) {
+  const std::string id = Submit();
+  auto cancelled = manager_->Cancel(id);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  // A cancelled job never starts.
+  Register(v1::SERVER, "10.0.0.1:7000");
+  Register(v1::WORKER);
+  Register(v1::WORKER);
+  manager_->Tick(absl::Now());
+  EXPECT_EQ(State(id), v1::CANCELLED);
+}
+
+TEST_F(JobManagerTest, WatchSeesTheCurrentStatusAndLaterChanges) {
+  const std::string id = Submit();
+  std::vector<v1::JobState> seen;
+  auto token = manager_->Watch(
+      id, [&seen](const v1::JobStatus& s) { seen.push_back(s.state()); });
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_THAT(seen, ElementsAre(v1::PENDING));
+  StartJob(id);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back(), v1::RUNNING);
+  const size_t before = seen.size();
+  v1::ProgressReport r0 = Report(id, 0);
+  r0.set_clock(3);
+  ASSERT_TRUE(Send(r0).ok());
+  EXPECT_EQ(seen.size(), before + 1);
+  manager_->Unwatch(*token);
+  ASSERT_TRUE(manager_->Cancel(id).ok());
+  EXPECT_EQ(seen.size(), before + 1);
+  EXPECT_EQ(seen.back(), v1::RUNNING);
+}
+
+TEST_F(JobManagerTest, WatchersSeeOnlyTheirJob) {
+  const std::string a = Submit();
+  const std::string b = Submit();
+  int calls_a = 0, calls_b = 0;
+  ASSERT_TRUE(
+      manager_->Watch(a, [&calls_a](const v1::JobStatus&) { ++calls_a; }).ok());
+  ASSERT_TRUE(
+      manager_->Watch(b, [&calls_b](const v1::JobStatus&) { ++calls_b; }).ok());
+  ASSERT_TRUE(manager_->Cancel(b).ok());
+  EXPECT_EQ(calls_a, 1);
+  EXPECT_EQ(calls_b, 2);
+}
+
+TEST_F(JobManagerTest, RestartKeepsJobsAndFailsRunningOnes) {
+  const std::string running = Submit();
+  const std::string pending = Submit();
+  StartJob(running);
+  const std::string finished = Submit();
+  ASSERT_TRUE(manager_->Cancel(finished).ok());
+
+  CreateManager();  // A new coordinator on the same table.
+  const std::vector<v1::JobStatus> jobs = manager_->List();
+  ASSERT_THAT(jobs, SizeIs(3));
+  auto status = manager_->Get(running);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), v1::FAILED);
+  EXPECT_THAT(status->message(), HasSubstr("restarted"));
+  EXPECT_EQ(State(pending), v1::PENDING);
+  EXPECT_EQ(State(finished), v1::CANCELLED);
+  // The old nodes are unknown; ids are never reused.
+  EXPECT_EQ(manager_->Heartbeat(server_).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Submit(), "job-000004");
+  // The pending job starts on nodes that register with the new coordinator.
+  Register(v1::SERVER, "10.0.0.1:7000");
+  Register(v1::WORKER);
+  Register(v1::WORKER);
+  manager_->Tick(absl::Now());
+  EXPECT_EQ(State(pending), v1::RUNNING);
+}
+
+}  // namespace
+}  // namespace ps
