@@ -2,6 +2,7 @@
 //
 //   psctl [--coordinator=HOST:PORT] submit JOB.json [--watch]
 //   psctl list | get JOB | watch JOB | cancel JOB
+//   psctl health HOST:PORT
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,8 +16,10 @@
 #include "absl/time/clock.h"
 #include "client/job_client.h"
 #include "client/progress.h"
+#include "common/grpc_util.h"
 #include "common/job_spec.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");
 ABSL_FLAG(int, timeout_ms, 10000, "deadline of each call");
@@ -33,7 +36,9 @@ constexpr char kUsage[] =
     "  get JOB                    print a job's status as JSON\n"
     "  watch JOB                  follow a job until it ends (exit 0 if "
     "SUCCEEDED)\n"
-    "  cancel JOB                 cancel a pending or running job";
+    "  cancel JOB                 cancel a pending or running job\n"
+    "  health HOST:PORT           check any process's gRPC health service\n"
+    "                             (prints SERVING and exits 0 if it serves)";
 
 int Fail(const absl::Status& status) {
   std::cerr << "psctl: " << status.message() << " ("
@@ -80,6 +85,29 @@ int Watch(ps::JobClient& client, const std::string& job_id) {
   if (!result.ok()) return Fail(result.status());
   std::cout << ps::FormatSummary(*result) << std::endl;
   return ExitCodeOf(*result);
+}
+
+// Calls grpc.health.v1.Health/Check (whole server) on `address`.
+int Health(const std::string& address, absl::Duration timeout) {
+  auto stub = grpc::health::v1::Health::NewStub(ps::CreateChannel(address));
+  grpc::ClientContext ctx;
+  ps::SetDeadline(&ctx, timeout);
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = stub->Check(&ctx, request, &response);
+  if (!status.ok()) {
+    absl::Status s = ps::FromGrpcStatus(status);
+    if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+      s = absl::Status(s.code(), absl::StrCat(address, " is not reachable: ",
+                                              s.message()));
+    }
+    return Fail(s);
+  }
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+                   response.status())
+            << std::endl;
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0
+                                                                             : 1;
 }
 
 int Submit(ps::JobClient& client, const std::string& path) {
@@ -132,6 +160,7 @@ int main(int argc, char** argv) {
     return 64;
   }
   const std::string arg = args[2];
+  if (command == "health") return Health(arg, options.timeout);
   if (command == "submit") return Submit(client, arg);
   if (command == "watch") return Watch(client, arg);
   if (command == "get") {

@@ -31,8 +31,8 @@ absl::Status ParameterServer::Start() {
     store_ = *std::move(store);
   }
   manager_ = std::make_unique<ParameterManager>(store_.get(), metrics_.get());
-  service_ = std::make_unique<ParameterServiceImpl>(manager_.get(),
-                                                    rpc_metrics_.get());
+  service_ = std::make_unique<ParameterServiceImpl>(
+      manager_.get(), rpc_metrics_.get(), options_.push_faults);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder);
   builder.AddListeningPort(options_.listen_address,

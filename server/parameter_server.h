@@ -29,6 +29,8 @@ struct ParameterServerOptions {
   std::string data_dir;
   // Prometheus listen address; empty: no HTTP endpoint.
   std::string metrics_address;
+  // Test-only: faults injected into push replies (empty: none).
+  PushFaultInjector push_faults;
 };
 
 // Start() then Stop(); not restartable. Thread-safe after Start().

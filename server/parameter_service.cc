@@ -85,8 +85,9 @@ class PullReactor final : public grpc::ServerUnaryReactor {
 }  // namespace
 
 ParameterServiceImpl::ParameterServiceImpl(ParameterManager* manager,
-                                           RpcMetrics* metrics)
-    : manager_(manager), metrics_(metrics) {}
+                                           RpcMetrics* metrics,
+                                           PushFaultInjector push_faults)
+    : manager_(manager), metrics_(metrics), push_faults_(std::move(push_faults)) {}
 
 grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
     grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
@@ -100,8 +101,16 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Push(
     grpc::CallbackServerContext* ctx, const v1::PushRequest* request,
     v1::PushResponse* response) {
   const absl::Time start = absl::Now();
-  return FinishUnary(ctx, "Push", metrics_, start, *request,
-                     manager_->Push(*request), response);
+  absl::StatusOr<v1::PushResponse> result = manager_->Push(*request);
+  if (push_faults_ && result.ok()) {
+    const PushFault fault = push_faults_(*request);
+    absl::SleepFor(fault.delay_reply);
+    if (fault.drop_reply) {
+      result = absl::UnavailableError("injected fault: push reply dropped");
+    }
+  }
+  return FinishUnary(ctx, "Push", metrics_, start, *request, std::move(result),
+                     response);
 }
 
 }  // namespace ps

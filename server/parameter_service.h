@@ -2,11 +2,23 @@
 #ifndef PS_SERVER_PARAMETER_SERVICE_H_
 #define PS_SERVER_PARAMETER_SERVICE_H_
 
+#include <functional>
+
+#include "absl/time/time.h"
 #include "common/metrics.h"
 #include "ps/v1/parameter.grpc.pb.h"
 #include "server/parameter_manager.h"
 
 namespace ps {
+
+// What to do to the reply of one applied push: test-only fault injection, to
+// prove that a push whose reply is lost is applied exactly once.
+struct PushFault {
+  absl::Duration delay_reply = absl::ZeroDuration();  // Hold the reply this long.
+  bool drop_reply = false;  // Reply UNAVAILABLE although the push was applied.
+};
+// Decides the fault for each successfully handled push. Production leaves it empty.
+using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 
 // Callback-API service. A Pull that waits on the staleness bound holds no
 // thread: its reactor is finished by the push that lets it through, or
@@ -15,7 +27,8 @@ class ParameterServiceImpl final
     : public v1::ParameterService::CallbackService {
  public:
   // `manager` and `metrics` must outlive the service.
-  ParameterServiceImpl(ParameterManager* manager, RpcMetrics* metrics);
+  ParameterServiceImpl(ParameterManager* manager, RpcMetrics* metrics,
+                       PushFaultInjector push_faults = nullptr);
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
                                  const v1::PullRequest* request,
@@ -27,6 +40,7 @@ class ParameterServiceImpl final
  private:
   ParameterManager* const manager_;
   RpcMetrics* const metrics_;
+  const PushFaultInjector push_faults_;
 };
 
 }  // namespace ps

@@ -212,6 +212,7 @@ v1::PullResponse ServerJob::BuildReply(
     const std::vector<uint64_t>& keys) const {
   v1::PullResponse reply;
   reply.set_min_clock(clocks_.min_clock());
+  for (int64_t c : clocks_.clocks()) reply.add_worker_clocks(c);
   for (uint64_t key : keys) {
     const Block& b = blocks_[index_.at(key)];
     v1::Block* out = reply.add_blocks();

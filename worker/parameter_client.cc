@@ -1,5 +1,6 @@
 #include "worker/parameter_client.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -30,7 +31,10 @@ ParameterClient::ParameterClient(const v1::Assignment& assignment,
       map_version_(assignment.shard_map().version()),
       options_(options),
       stop_(stop),
-      tensors_(tensors) {}
+      tensors_(tensors),
+      staleness_(EffectiveStaleness(assignment.spec().consistency())),
+      use_cache_(options.cache && assignment.spec().consistency().model() ==
+                                      v1::ConsistencySpec::SSP) {}
 
 absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     const v1::Assignment& assignment, const std::vector<TensorSpec>& tensors,
@@ -114,6 +118,20 @@ absl::Status ParameterClient::ForAllServers(const char* what, Call call) {
 
 absl::Status ParameterClient::Pull(int64_t clock,
                                    std::vector<std::vector<float>>* params) {
+  if (use_cache_ && cached_min_clock_ >= 0 &&
+      clock <= cached_min_clock_ + staleness_) {
+    ++pulls_saved_;
+    *params = cache_;
+    return absl::OkStatus();
+  }
+  ++pulls_made_;
+  if (auto s = PullFromServers(clock, params); !s.ok()) return s;
+  if (use_cache_) cache_ = *params;
+  return absl::OkStatus();
+}
+
+absl::Status ParameterClient::PullFromServers(
+    int64_t clock, std::vector<std::vector<float>>* params) {
   params->resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     (*params)[t].resize(tensors_[t].num_elems());
@@ -124,7 +142,7 @@ absl::Status ParameterClient::Pull(int64_t clock,
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(servers_.size());
   std::vector<v1::PullResponse> replies(servers_.size());
   std::vector<v1::PullRequest> requests(servers_.size());
-  return ForAllServers("pull", [&](int s, auto done) {
+  absl::Status status = ForAllServers("pull", [&](int s, auto done) {
     Server& server = servers_[s];
     v1::PullRequest& request = requests[s];
     request.set_job_id(job_id_);
@@ -164,6 +182,13 @@ absl::Status ParameterClient::Pull(int64_t clock,
           done(absl::OkStatus());
         });
   });
+  if (!status.ok()) return status;
+  int64_t min_clock = INT64_MAX;
+  for (const v1::PullResponse& reply : replies) {
+    min_clock = std::min(min_clock, reply.min_clock());
+  }
+  cached_min_clock_ = min_clock;
+  return absl::OkStatus();
 }
 
 absl::Status ParameterClient::Push(

@@ -24,6 +24,10 @@ struct ParameterClientOptions {
   absl::Duration push_timeout = absl::Seconds(30);
   // Retrying stops once this much time has passed since the first attempt.
   absl::Duration retry_window = absl::Seconds(120);
+  // SSP client cache (design §4): parameters whose slowest worker was at clock m
+  // serve reads at any clock c <= m + s without a new pull. Unused under BSP (it
+  // could never hit) and ASP (it would never pull again).
+  bool cache = true;
 };
 
 // Not thread-safe: one trainer thread owns it. Retries are safe: a pull is a
@@ -36,8 +40,15 @@ class ParameterClient {
       const v1::Assignment& assignment, const std::vector<TensorSpec>& tensors,
       ParameterClientOptions options, const std::atomic<bool>* stop);
 
-  // Fills params (one vector per tensor) with the parameters as of `clock`.
+  // Fills params (one vector per tensor) with parameters that hold every update
+  // of clocks below clock - s (from the cache when that allows it).
   absl::Status Pull(int64_t clock, std::vector<std::vector<float>>* params);
+
+  // Pulls sent to the servers and pulls served from the cache so far.
+  int64_t pulls_made() const { return pulls_made_; }
+  int64_t pulls_saved() const { return pulls_saved_; }
+  // The slowest worker's clock in the parameters last returned by Pull.
+  int64_t params_min_clock() const { return cached_min_clock_; }
   // Pushes the gradients of iteration `clock`.
   absl::Status Push(int64_t clock,
                     const std::vector<std::vector<float>>& grads);
@@ -63,6 +74,8 @@ class ParameterClient {
   // with backoff while their error is retryable.
   template <typename Call>
   absl::Status ForAllServers(const char* what, Call call);
+  absl::Status PullFromServers(int64_t clock,
+                               std::vector<std::vector<float>>* params);
 
   const std::string job_id_;
   const int worker_index_;
@@ -71,6 +84,12 @@ class ParameterClient {
   const std::atomic<bool>* const stop_;
   std::vector<TensorSpec> tensors_;
   std::vector<Server> servers_;
+  const int64_t staleness_;
+  const bool use_cache_;
+  std::vector<std::vector<float>> cache_;
+  int64_t cached_min_clock_ = -1;  // -1: nothing cached.
+  int64_t pulls_made_ = 0;
+  int64_t pulls_saved_ = 0;
 };
 
 }  // namespace ps

@@ -123,6 +123,7 @@ absl::Status Trainer::Train() {
   int64_t interval_steps = 0;
   absl::Time interval_start = absl::Now();
   int64_t clock = 0;
+  int64_t pulls_made = 0, pulls_saved = 0;
   for (int epoch = 0; epoch < spec.epochs(); ++epoch) {
     const std::vector<int64_t> order =
         partition->EpochOrder(spec.seed(), epoch, worker);
@@ -141,10 +142,17 @@ absl::Status Trainer::Train() {
       absl::Time t2 = absl::Now();
       if (auto s = client_->Push(clock, grads); !s.ok()) return s;
       absl::Time t3 = absl::Now();
+      if (options_.slowdown > 1.0) {
+        absl::SleepFor((t3 - t1) * (options_.slowdown - 1.0));
+      }
       metrics_->pull_seconds.Observe(absl::ToDoubleSeconds(t1 - t0));
       metrics_->compute_seconds.Observe(absl::ToDoubleSeconds(t2 - t1));
       metrics_->push_seconds.Observe(absl::ToDoubleSeconds(t3 - t2));
       metrics_->steps.Increment();
+      metrics_->pulls_made.Increment(client_->pulls_made() - pulls_made);
+      metrics_->pulls_saved.Increment(client_->pulls_saved() - pulls_saved);
+      pulls_made = client_->pulls_made();
+      pulls_saved = client_->pulls_saved();
       metrics_->samples.Increment(batch);
       interval_loss += *loss;
       ++interval_steps;

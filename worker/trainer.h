@@ -25,6 +25,10 @@ struct TrainerOptions {
   // Deadline of each ReportProgress call.
   absl::Duration report_timeout = absl::Seconds(2);
   ParameterClientOptions parameter_client;
+  // Straggler simulation for experiments: after each step, sleep (slowdown - 1)
+  // times the step's own work (compute and push; pulls may wait on others).
+  // 1 means no slowdown.
+  double slowdown = 1.0;
 };
 
 // Runs on the caller's thread; Stop() may be called from any thread.

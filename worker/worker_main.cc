@@ -16,6 +16,8 @@ ABSL_FLAG(std::string, device, "auto",
           "compute device: auto (GPU if present), cpu or gpu");
 ABSL_FLAG(int, compute_threads, 1,
           "OpenBLAS threads of the CPU backend (0: default)");
+ABSL_FLAG(double, slowdown, 1.0,
+          "experiments: make this worker this many times slower (straggler)");
 ABSL_FLAG(int, metrics_port, 0,
           "Prometheus /metrics port (0: any free port, -1: none)");
 ABSL_FLAG(std::string, port_file, "",
@@ -43,6 +45,11 @@ int main(int argc, char** argv) {
   ps::WorkerNodeOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.trainer.slowdown = absl::GetFlag(FLAGS_slowdown);
+  if (options.trainer.slowdown < 1.0) {
+    PS_LOG_ERROR("ps-worker: --slowdown must be >= 1");
+    return 1;
+  }
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
     options.metrics_address =
         absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":",

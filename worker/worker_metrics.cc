@@ -14,6 +14,15 @@ prometheus::Histogram& Latency(prometheus::Registry& registry, const char* name,
       .Add({}, LatencyBuckets());
 }
 
+prometheus::Family<prometheus::Counter>& PullCounter(
+    prometheus::Registry& registry) {
+  // Registering an existing family again returns it.
+  return prometheus::BuildCounter()
+      .Name("ps_worker_pulls_total")
+      .Help("Parameter reads, by where they were served from.")
+      .Register(registry);
+}
+
 }  // namespace
 
 WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
@@ -48,6 +57,8 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
       push_seconds(Latency(registry, "ps_worker_push_seconds",
                            "Time to push all gradients to every server.")),
       compute_seconds(Latency(registry, "ps_worker_compute_seconds",
-                              "Forward and backward pass of one batch.")) {}
+                              "Forward and backward pass of one batch.")),
+      pulls_made(PullCounter(registry).Add({{"source", "server"}})),
+      pulls_saved(PullCounter(registry).Add({{"source", "cache"}})) {}
 
 }  // namespace ps

@@ -21,6 +21,8 @@ struct WorkerMetrics {
   prometheus::Histogram& pull_seconds;    // Whole Pull (all servers, retries).
   prometheus::Histogram& push_seconds;    // Whole Push.
   prometheus::Histogram& compute_seconds;  // Forward + backward of one batch.
+  prometheus::Counter& pulls_made;         // Pulls sent to the servers.
+  prometheus::Counter& pulls_saved;        // Pulls served by the SSP cache.
 };
 
 }  // namespace ps
