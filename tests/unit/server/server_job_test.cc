@@ -329,7 +329,9 @@ TEST_P(ServerJobTest, DuplicatePushIsAcknowledgedAndNotReapplied) {
 }
 
 TEST_P(ServerJobTest, NonFinitePushIsRefusedAndChangesNothing) {
-  auto job = Open({.model = v1::ConsistencySpec::SSP, .num_workers = 2});
+  // SSP(1): worker 0 may read clock 1 while worker 1 is at clock 0.
+  auto job = Open(
+      {.model = v1::ConsistencySpec::SSP, .staleness = 1, .num_workers = 2});
   ASSERT_NE(job, nullptr);
   for (float bad : {std::numeric_limits<float>::quiet_NaN(),
                     std::numeric_limits<float>::infinity(),
@@ -354,7 +356,7 @@ TEST_P(ServerJobTest, NonFinitePushIsRefusedAndChangesNothing) {
 }
 
 TEST_P(ServerJobTest, MalformedPushesAreRefusedAndChangeNothing) {
-  auto job = Open({.num_workers = 2});
+  auto job = Open({.staleness = 1, .num_workers = 2});
   ASSERT_NE(job, nullptr);
   const Values g = Gradients(0);
   struct Case {

@@ -1,0 +1,385 @@
+// The consistency models as tested facts (design §4): BSP equals one big batch,
+// the SSP bound holds under random delays, ASP never waits, pushes are applied
+// exactly once when replies are lost, and the worker cache respects the bound.
+// Real parameter servers on loopback; no coordinator (the tests assign jobs).
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/idx_reader.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/model_layout.h"
+#include "coordinator/shard_planner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/optimizer.h"
+#include "server/parameter_server.h"
+#include "worker/batcher.h"
+#include "worker/cpu/cpu_backend.h"
+#include "worker/model.h"
+#include "worker/parameter_client.h"
+#include "worker/trainer.h"
+
+namespace ps {
+namespace {
+
+constexpr char kData[] = "/usr/share/datasets/fashion-mnist/";
+
+std::string TempDir() {
+  char pattern[] = "/tmp/ps-consistency-XXXXXX";
+  PS_CHECK(mkdtemp(pattern) != nullptr);
+  return pattern;
+}
+
+// Parameter servers holding one job, assigned directly (as the coordinator would).
+class ServerGroup {
+ public:
+  ServerGroup(int num_servers, const std::string& data_dir,
+              PushFaultInjector faults = nullptr) {
+    for (int i = 0; i < num_servers; ++i) {
+      ParameterServerOptions options;
+      if (!data_dir.empty()) options.data_dir = absl::StrCat(data_dir, "/s", i);
+      options.push_faults = faults;
+      servers_.push_back(std::make_unique<ParameterServer>(options));
+      PS_CHECK(servers_.back()->Start().ok());
+    }
+  }
+  ~ServerGroup() {
+    for (auto& s : servers_) s->Stop();
+  }
+
+  // Assigns `spec` to the servers; returns the assignment of worker `index`.
+  v1::Assignment Assign(v1::JobSpec spec, int num_workers) {
+    ApplyJobSpecDefaults(&spec);
+    std::vector<std::string> addresses;
+    for (auto& s : servers_) addresses.push_back(s->address());
+    auto map = PlanShards(spec, addresses, 1);
+    PS_CHECK(map.ok());
+    v1::Assignment a;
+    a.set_job_id(absl::StrCat("job-", ++jobs_));
+    *a.mutable_spec() = spec;
+    *a.mutable_shard_map() = *map;
+    a.set_num_workers(num_workers);
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      v1::Assignment mine = a;
+      mine.set_index(i);
+      PS_CHECK(servers_[i]->manager()->SyncAssignments({mine}).empty());
+    }
+    return a;
+  }
+
+ private:
+  std::vector<std::unique_ptr<ParameterServer>> servers_;
+  int jobs_ = 0;
+};
+
+v1::Assignment ForWorker(v1::Assignment a, int worker) {
+  a.set_index(worker);
+  return a;
+}
+
+// ---------------------------------------------------------------------------
+// A counting model: softmax regression with input_dim = number of workers and
+// SGD with learning rate 1. Worker w's push at any clock has gradient -1 at
+// weight[w][0] and 0 elsewhere, so weight[w][0] - initial = the number of
+// worker w's pushes the values contain. The values themselves witness which
+// updates a read saw, independent of the server's bookkeeping.
+
+v1::JobSpec CountingSpec(int workers, v1::ConsistencySpec::Model model,
+                         int staleness) {
+  v1::JobSpec spec;
+  spec.set_name("counting");
+  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
+  spec.mutable_model()->set_input_dim(workers);
+  spec.mutable_model()->set_num_classes(2);
+  auto* d = spec.mutable_dataset();
+  d->set_format(v1::DatasetSpec::IDX);
+  d->set_train_images("unused");
+  d->set_train_labels("unused");
+  d->set_test_images("unused");
+  d->set_test_labels("unused");
+  spec.set_epochs(1);
+  spec.set_batch_size(1);
+  spec.set_seed(3);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(1.0f);
+  spec.mutable_consistency()->set_model(model);
+  spec.mutable_consistency()->set_staleness(staleness);
+  spec.set_num_workers(workers);
+  spec.set_num_servers(2);
+  // One value per block, so both servers hold parts of the weight.
+  spec.set_block_elems(1);
+  return spec;
+}
+
+std::vector<std::vector<float>> CountingGradient(const v1::JobSpec& spec,
+                                                 int worker) {
+  auto tensors = ModelTensors(spec.model());
+  std::vector<std::vector<float>> grads;
+  for (const TensorSpec& t : *tensors) grads.emplace_back(t.num_elems(), 0.0f);
+  grads[0][worker * 2] = -1.0f;  // weight[worker][0]
+  return grads;
+}
+
+// The parameters before any update, as every server initialises its blocks.
+std::vector<std::vector<float>> InitialParams(v1::JobSpec spec) {
+  ApplyJobSpecDefaults(&spec);
+  auto tensors = ModelTensors(spec.model());
+  std::vector<std::vector<float>> params;
+  for (const TensorSpec& t : *tensors) params.emplace_back(t.num_elems());
+  for (const BlockSpec& b : SplitIntoBlocks(*tensors, spec.block_elems())) {
+    const auto values =
+        InitialBlockValues((*tensors)[b.tensor_index], b, spec.seed());
+    std::copy(values.begin(), values.end(),
+              params[b.tensor_index].begin() + b.offset);
+  }
+  return params;
+}
+
+// How many pushes of each worker `params` contain.
+std::vector<int64_t> Counts(const std::vector<std::vector<float>>& params,
+                            const std::vector<std::vector<float>>& initial,
+                            int workers) {
+  std::vector<int64_t> counts(workers);
+  for (int w = 0; w < workers; ++w) {
+    counts[w] = std::lround(params[0][w * 2] - initial[0][w * 2]);
+  }
+  return counts;
+}
+
+struct BoundCase {
+  int workers;
+  int staleness;
+  uint32_t seed;
+  bool cache;
+};
+
+// Runs `clocks` iterations on each of `workers` threads with random per-worker
+// delays; checks every read against the bound. Returns the largest drift seen.
+int64_t RunSspUnderStress(const BoundCase& c, int clocks) {
+  ServerGroup servers(2, "");
+  const v1::JobSpec spec =
+      CountingSpec(c.workers, v1::ConsistencySpec::SSP, c.staleness);
+  const v1::Assignment assignment = servers.Assign(spec, c.workers);
+  ParameterClientOptions options;
+  options.cache = c.cache;
+
+  const std::vector<std::vector<float>> initial = InitialParams(spec);
+  absl::Mutex mu;
+  int64_t max_drift = 0;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < c.workers; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937 rng(c.seed * 131 + w);
+      // Each worker has its own speed; some are several times slower.
+      std::uniform_int_distribution<int> speed(0, 3);
+      const int slowness = speed(rng);
+      std::uniform_int_distribution<int> jitter(0, 1000);
+      auto client = ParameterClient::Create(ForWorker(assignment, w),
+                                            *ModelTensors(spec.model()),
+                                            options, nullptr);
+      ASSERT_TRUE(client.ok());
+      const auto grads = CountingGradient(spec, w);
+      std::vector<std::vector<float>> params;
+      for (int64_t clock = 0; clock < clocks; ++clock) {
+        ASSERT_TRUE((*client)->Pull(clock, &params).ok());
+        const std::vector<int64_t> counts = Counts(params, initial, c.workers);
+        const int64_t slowest = *std::min_element(counts.begin(), counts.end());
+        // No update of a clock below clock - s may be missing from the read.
+        EXPECT_GE(slowest, clock - c.staleness)
+            << "worker " << w << " at clock " << clock;
+        // Nothing from the future: a worker's own count never exceeds its clock.
+        EXPECT_LE(counts[w], clock);
+        {
+          absl::MutexLock lock(&mu);
+          max_drift = std::max(max_drift, clock - slowest);
+        }
+        std::this_thread::sleep_for(
+            std::chrono::microseconds(jitter(rng) * slowness));
+        ASSERT_TRUE((*client)->Push(clock, grads).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Every push applied exactly once.
+  auto client = ParameterClient::Create(ForWorker(assignment, 0),
+                                        *ModelTensors(spec.model()), options,
+                                        nullptr);
+  std::vector<std::vector<float>> final_params;
+  EXPECT_TRUE((*client)->Pull(clocks, &final_params).ok());
+  for (int64_t count : Counts(final_params, initial, c.workers)) {
+    EXPECT_EQ(count, clocks);
+  }
+  return max_drift;
+}
+
+TEST(SspBoundTest, NoReadMissesAnUpdateOlderThanTheBound) {
+  int runs = 0;
+  for (int workers : {2, 3, 4}) {
+    for (int staleness : {0, 1, 3}) {
+      for (uint32_t seed : {1u, 2u, 3u}) {
+        for (bool cache : {false, true}) {
+          SCOPED_TRACE(absl::StrCat("workers=", workers, " s=", staleness,
+                                    " seed=", seed, " cache=", cache));
+          const int64_t drift =
+              RunSspUnderStress({workers, staleness, seed, cache}, 24);
+          // The fastest reader is never more than s clocks ahead of the slowest.
+          EXPECT_LE(drift, staleness);
+          ++runs;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(runs, 54);
+}
+
+// A worker that never pushes holds SSP readers back exactly at the bound.
+TEST(SspBoundTest, ReadBeyondTheBoundWaitsForTheSlowestWorker) {
+  ServerGroup servers(2, "");
+  const v1::JobSpec spec = CountingSpec(2, v1::ConsistencySpec::SSP, 2);
+  const v1::Assignment assignment = servers.Assign(spec, 2);
+  ParameterClientOptions options;
+  options.cache = false;
+  options.pull_timeout = absl::Milliseconds(300);
+  options.retry_window = absl::ZeroDuration();
+  auto client = ParameterClient::Create(
+      ForWorker(assignment, 0), *ModelTensors(spec.model()), options, nullptr);
+  const auto grads = CountingGradient(spec, 0);
+  std::vector<std::vector<float>> params;
+  for (int64_t clock = 0; clock <= 2; ++clock) {
+    ASSERT_TRUE((*client)->Pull(clock, &params).ok()) << clock;
+    ASSERT_TRUE((*client)->Push(clock, grads).ok());
+  }
+  // Clock 3 needs worker 1 at clock >= 1; it is at 0.
+  absl::Status blocked = (*client)->Pull(3, &params);
+  EXPECT_EQ(blocked.code(), absl::StatusCode::kDeadlineExceeded) << blocked;
+
+  // Once worker 1 pushes clock 0, the read goes through.
+  auto slow = ParameterClient::Create(
+      ForWorker(assignment, 1), *ModelTensors(spec.model()), options, nullptr);
+  ASSERT_TRUE((*slow)->Push(0, CountingGradient(spec, 1)).ok());
+  EXPECT_TRUE((*client)->Pull(3, &params).ok());
+}
+
+TEST(AspTest, NeverWaits) {
+  ServerGroup servers(2, "");
+  const v1::JobSpec spec = CountingSpec(2, v1::ConsistencySpec::ASP, 0);
+  const v1::Assignment assignment = servers.Assign(spec, 2);
+  ParameterClientOptions options;
+  options.pull_timeout = absl::Milliseconds(500);
+  options.retry_window = absl::ZeroDuration();
+  auto client = ParameterClient::Create(
+      ForWorker(assignment, 0), *ModelTensors(spec.model()), options, nullptr);
+  const auto grads = CountingGradient(spec, 0);
+  std::vector<std::vector<float>> params;
+  // Worker 1 never runs; worker 0 goes 50 clocks ahead without waiting.
+  for (int64_t clock = 0; clock < 50; ++clock) {
+    ASSERT_TRUE((*client)->Pull(clock, &params).ok()) << clock;
+    ASSERT_TRUE((*client)->Push(clock, grads).ok());
+  }
+  EXPECT_EQ((*client)->pulls_saved(), 0);  // ASP keeps no cache.
+}
+
+TEST(WorkerCacheTest, SavesPullsWithinTheBoundOnly) {
+  ServerGroup servers(2, "");
+  const v1::JobSpec spec = CountingSpec(1, v1::ConsistencySpec::SSP, 3);
+  const v1::Assignment assignment = servers.Assign(spec, 1);
+  auto client = ParameterClient::Create(ForWorker(assignment, 0),
+                                        *ModelTensors(spec.model()),
+                                        ParameterClientOptions(), nullptr);
+  const auto grads = CountingGradient(spec, 0);
+  const std::vector<std::vector<float>> initial = InitialParams(spec);
+  std::vector<std::vector<float>> params;
+  for (int64_t clock = 0; clock < 20; ++clock) {
+    ASSERT_TRUE((*client)->Pull(clock, &params).ok());
+    // The read holds every update older than clock - 3.
+    EXPECT_GE(Counts(params, initial, 1)[0], clock - 3) << clock;
+    ASSERT_TRUE((*client)->Push(clock, grads).ok());
+  }
+  // A single worker: a pull at clock c returns min_clock c and serves c..c+3,
+  // so only the pulls at clocks 0, 4, 8, 12 and 16 go to the servers.
+  EXPECT_EQ((*client)->pulls_made(), 5);
+  EXPECT_EQ((*client)->pulls_saved(), 15);
+}
+
+// ---------------------------------------------------------------------------
+// Exactly once: replies are dropped or delayed past the client's deadline after
+// the server applied the push; the client retries; each push counts once.
+
+class ExactlyOnceTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ExactlyOnceTest, RetriedPushesAreAppliedOnce) {
+  const bool rocksdb = GetParam();
+  const std::string dir = rocksdb ? TempDir() : "";
+  std::atomic<int> dropped{0}, delayed{0};
+  {
+    absl::Mutex mu;
+    std::mt19937 rng(11);
+    ServerGroup servers(2, dir, [&](const v1::PushRequest&) {
+      absl::MutexLock lock(&mu);
+      PushFault fault;
+      const int roll = rng() % 10;
+      if (roll < 3) {
+        fault.drop_reply = true;
+        ++dropped;
+      } else if (roll == 3) {
+        fault.delay_reply = absl::Milliseconds(250);  // Past the deadline.
+        ++delayed;
+      }
+      return fault;
+    });
+    for (auto model : {v1::ConsistencySpec::SSP, v1::ConsistencySpec::BSP}) {
+      SCOPED_TRACE(v1::ConsistencySpec::Model_Name(model));
+      const v1::JobSpec spec =
+          CountingSpec(2, model, model == v1::ConsistencySpec::SSP ? 1 : 0);
+      const v1::Assignment assignment = servers.Assign(spec, 2);
+      ParameterClientOptions options;
+      options.push_timeout = absl::Milliseconds(100);
+      const std::vector<std::vector<float>> initial = InitialParams(spec);
+      std::vector<std::thread> threads;
+      constexpr int kClocks = 20;
+      for (int w = 0; w < 2; ++w) {
+        threads.emplace_back([&, w] {
+          auto client = ParameterClient::Create(ForWorker(assignment, w),
+                                                *ModelTensors(spec.model()),
+                                                options, nullptr);
+          std::vector<std::vector<float>> params;
+          for (int64_t clock = 0; clock < kClocks; ++clock) {
+            ASSERT_TRUE((*client)->Pull(clock, &params).ok());
+            ASSERT_TRUE((*client)->Push(clock, CountingGradient(spec, w)).ok());
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      auto client = ParameterClient::Create(ForWorker(assignment, 0),
+                                            *ModelTensors(spec.model()),
+                                            options, nullptr);
+      std::vector<std::vector<float>> params;
+      ASSERT_TRUE((*client)->Pull(kClocks, &params).ok());
+      // BSP applies the average of the two workers' gradients: half each.
+      const double per_push = model == v1::ConsistencySpec::BSP ? 0.5 : 1.0;
+      for (int w = 0; w < 2; ++w) {
+        EXPECT_NEAR(params[0][w * 2] - initial[0][w * 2], kClocks * per_push,
+                    1e-4)
+            << "worker " << w;
+      }
+    }
+  }
+  EXPECT_GT(dropped.load(), 0);
+  EXPECT_GT(delayed.load(), 0);
+  if (!dir.empty()) std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, ExactlyOnceTest, ::testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "RocksDb" : "Memory";
+                         });
+
+}  // namespace
+}  // namespace ps
