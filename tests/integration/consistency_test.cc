@@ -38,7 +38,8 @@ std::string TempDir() {
   return pattern;
 }
 
-// Parameter servers holding one job, assigned directly (as the coordinator would).
+// Parameter servers holding one job, assigned directly (as the coordinator
+// would).
 class ServerGroup {
  public:
   ServerGroup(int num_servers, const std::string& data_dir,
@@ -194,7 +195,8 @@ int64_t RunSspUnderStress(const BoundCase& c, int clocks) {
         // No update of a clock below clock - s may be missing from the read.
         EXPECT_GE(slowest, clock - c.staleness)
             << "worker " << w << " at clock " << clock;
-        // Nothing from the future: a worker's own count never exceeds its clock.
+        // Nothing from the future: a worker's own count never exceeds its
+        // clock.
         EXPECT_LE(counts[w], clock);
         {
           absl::MutexLock lock(&mu);
@@ -208,9 +210,8 @@ int64_t RunSspUnderStress(const BoundCase& c, int clocks) {
   }
   for (auto& t : threads) t.join();
   // Every push applied exactly once.
-  auto client = ParameterClient::Create(ForWorker(assignment, 0),
-                                        *ModelTensors(spec.model()), options,
-                                        nullptr);
+  auto client = ParameterClient::Create(
+      ForWorker(assignment, 0), *ModelTensors(spec.model()), options, nullptr);
   std::vector<std::vector<float>> final_params;
   EXPECT_TRUE((*client)->Pull(clocks, &final_params).ok());
   for (int64_t count : Counts(final_params, initial, c.workers)) {
@@ -229,7 +230,8 @@ TEST(SspBoundTest, NoReadMissesAnUpdateOlderThanTheBound) {
                                     " seed=", seed, " cache=", cache));
           const int64_t drift =
               RunSspUnderStress({workers, staleness, seed, cache}, 24);
-          // The fastest reader is never more than s clocks ahead of the slowest.
+          // The fastest reader is never more than s clocks ahead of the
+          // slowest.
           EXPECT_LE(drift, staleness);
           ++runs;
         }

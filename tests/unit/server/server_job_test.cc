@@ -449,6 +449,7 @@ TEST_P(ServerJobTest, BspAppliesTheMeanOnceEveryWorkerPushed) {
   ASSERT_EQ(waiting->calls, 1);
   ASSERT_TRUE(waiting->reply.ok()) << waiting->reply.status();
   EXPECT_EQ(waiting->reply->min_clock(), 1);
+  EXPECT_THAT(waiting->reply->worker_clocks(), ElementsAre(1, 1));
   const Values expected = Sgd(InitialValues(), Mean(g0, g1));
   ExpectValuesEq(ValuesOf(*waiting->reply), expected);
   EXPECT_EQ(job->min_clock(), 1);
@@ -484,6 +485,8 @@ TEST_P(ServerJobTest, SspPullWaitsForTheSlowestWorkerWithinTheBound) {
   ASSERT_EQ(waiting->calls, 1);
   ASSERT_TRUE(waiting->reply.ok()) << waiting->reply.status();
   EXPECT_EQ(waiting->reply->min_clock(), 1);
+  // Worker 0 has pushed clocks 0 and 1, worker 1 clock 0.
+  EXPECT_THAT(waiting->reply->worker_clocks(), ElementsAre(2, 1));
   ExpectValuesEq(ValuesOf(*waiting->reply),
                  Sgd(Sgd(Sgd(InitialValues(), g0), g1), g2));
 }
