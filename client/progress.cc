@@ -19,11 +19,15 @@ std::string FormatProgressLine(const v1::JobStatus& job, int bar_width) {
                        1.0)
           : 0.0;
   const int filled = static_cast<int>(fraction * bar_width + 0.5);
-  absl::StrAppend(&line,
-                  absl::StrFormat(" epoch %d/%d [%s%s] %3d%%", p.epoch(),
-                                  p.total_epochs(), std::string(filled, '#'),
-                                  std::string(bar_width - filled, '-'),
-                                  static_cast<int>(fraction * 100)));
+  // Integer arithmetic: 29 of 100 clocks is 29%, not a truncated 28.999...%.
+  const int percent = p.total_clocks() > 0
+                          ? static_cast<int>(std::clamp<int64_t>(
+                                p.clock() * 100 / p.total_clocks(), 0, 100))
+                          : 0;
+  absl::StrAppend(
+      &line, absl::StrFormat(" epoch %d/%d [%s%s] %3d%%", p.epoch(),
+                             p.total_epochs(), std::string(filled, '#'),
+                             std::string(bar_width - filled, '-'), percent));
   if (p.clock() > 0) {
     absl::StrAppend(&line, absl::StrFormat("  loss %.4f  %.0f samples/s",
                                            p.loss(), p.samples_per_second()));

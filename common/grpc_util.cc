@@ -63,7 +63,8 @@ int PortOf(const std::string& address) {
   const size_t colon = address.rfind(':');
   int port = -1;
   if (colon == std::string::npos ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
+      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
     return -1;
   }
   return port;

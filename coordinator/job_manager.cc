@@ -234,15 +234,18 @@ void JobManager::Aggregate(Job& job) {
   int32_t epoch = INT32_MAX;
   int64_t clock = INT64_MAX;
   double loss = 0, rate = 0;
+  int reported = 0;
   for (const v1::ProgressReport& r : job.reports) {
     epoch = std::min(epoch, r.epoch());
     clock = std::min(clock, r.clock());
+    if (r.node_id().empty()) continue;  // No report from this worker yet.
+    ++reported;
     loss += r.loss();
     rate += r.samples_per_second();
   }
   p->set_epoch(epoch);
   p->set_clock(clock);
-  p->set_loss(loss / job.reports.size());
+  p->set_loss(reported > 0 ? loss / reported : 0);
   p->set_samples_per_second(rate);
   p->set_total_clocks(job.reports[0].total_clocks());
   // Worker 0 evaluates the model on the test set after each epoch.

@@ -15,6 +15,7 @@ ClockTable::ClockTable(int num_workers, int64_t staleness,
       bsp_pushed_(num_workers, false) {}
 
 void ClockTable::Restore(const std::vector<int64_t>& clocks) {
+  std::fill(clocks_.begin(), clocks_.end(), 0);
   for (size_t w = 0; w < clocks.size() && w < clocks_.size(); ++w) {
     clocks_[w] = clocks[w];
   }

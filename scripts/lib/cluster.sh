@@ -10,6 +10,8 @@
 
 CLUSTER_PIDS=()
 CLUSTER_NAMES=()
+# Extra flags for worker i, e.g. CLUSTER_WORKER_ARGS[3]="--slowdown=2".
+declare -a CLUSTER_WORKER_ARGS=()
 
 # Waits until FILE exists (a process wrote its ports), or fails after 30 s.
 cluster_wait_file() {
@@ -53,8 +55,10 @@ cluster_start() {
       --coordinator="$COORDINATOR" --data_dir="$CLUSTER_RUN_DIR/server$i.data" || return 1
   done
   for i in $(seq 0 $((workers - 1))); do
+    # shellcheck disable=SC2086  # the extra flags are meant to split
     cluster_spawn "worker$i" "$CLUSTER_BUILD_DIR/worker/ps-worker" \
-      --coordinator="$COORDINATOR" --device=cpu --compute_threads=1 || return 1
+      --coordinator="$COORDINATOR" --device=cpu --compute_threads=1 \
+      ${CLUSTER_WORKER_ARGS[$i]:-} || return 1
   done
   export COORDINATOR
 }
