@@ -83,11 +83,14 @@ void ParameterManager::Pull(const v1::PullRequest& request,
   (*job)->Pull(request, std::move(done));
 }
 
-absl::StatusOr<v1::PushResponse> ParameterManager::Push(
-    const v1::PushRequest& request) {
+void ParameterManager::Push(const v1::PushRequest& request,
+                            ServerJob::PushCallback done) {
   auto job = Find(request.job_id());
-  if (!job.ok()) return job.status();
-  return (*job)->Push(request);
+  if (!job.ok()) {
+    done(job.status());
+    return;
+  }
+  (*job)->Push(request, std::move(done));
 }
 
 void ParameterManager::Shutdown() {

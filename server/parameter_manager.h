@@ -32,7 +32,7 @@ class ParameterManager {
 
   // Dispatches to the job. NOT_FOUND if this server does not hold the job.
   void Pull(const v1::PullRequest& request, ServerJob::PullCallback done);
-  absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& request);
+  void Push(const v1::PushRequest& request, ServerJob::PushCallback done);
 
   // Unloads every job, failing waiting pulls with UNAVAILABLE.
   void Shutdown();

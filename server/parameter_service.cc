@@ -2,36 +2,41 @@
 
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
-#include "common/unary_handler.h"
 
 namespace ps {
 namespace {
 
-// A Pull in flight. Finished exactly once: by the manager's reply or by
-// cancellation (deadline, client gone), whichever comes first.
-class PullReactor final : public grpc::ServerUnaryReactor {
+// A unary call whose reply may come later, from another thread: a Pull waiting
+// on the staleness bound, a BSP Push waiting for its clock. Finished exactly
+// once: by the manager's reply or by cancellation (deadline, client gone),
+// whichever comes first.
+template <typename Request, typename Response>
+class DeferredReactor final : public grpc::ServerUnaryReactor {
  public:
   // Shared with the manager's callback, which may outlive the reactor.
   struct Completion {
     absl::Mutex mu;
-    PullReactor* reactor ABSL_GUARDED_BY(mu);
+    DeferredReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
     bool finished ABSL_GUARDED_BY(mu) = false;
 
     // Returns the reactor if this caller is the one to finish it.
-    PullReactor* Claim() {
+    DeferredReactor* Claim() {
       absl::MutexLock lock(&mu);
       if (finished || reactor == nullptr) return nullptr;
       finished = true;
       return reactor;
     }
   };
+  using Callback = std::function<void(absl::StatusOr<Response>)>;
 
-  PullReactor(const v1::PullRequest* request, v1::PullResponse* response,
-              RpcMetrics* metrics)
-      : request_(request),
+  DeferredReactor(const char* method, const Request* request,
+                  Response* response, RpcMetrics* metrics)
+      : method_(method),
+        request_(request),
         response_(response),
         metrics_(metrics),
         start_(absl::Now()),
@@ -40,20 +45,26 @@ class PullReactor final : public grpc::ServerUnaryReactor {
     completion_->reactor = this;
   }
 
-  void Start(ParameterManager* manager) {
-    manager->Pull(*request_, [completion = completion_](
-                                 absl::StatusOr<v1::PullResponse> reply) {
-      PullReactor* self = completion->Claim();
+  // The callback to hand the manager. `before_reply`, if set, may change a
+  // successful reply first (test-only fault injection).
+  Callback MakeCallback(
+      std::function<void(const Request&, absl::StatusOr<Response>*)>
+          before_reply) {
+    return [completion = completion_, before_reply = std::move(before_reply)](
+               absl::StatusOr<Response> reply) {
+      DeferredReactor* self = completion->Claim();
       if (self == nullptr) return;
+      if (before_reply) before_reply(*self->request_, &reply);
       if (reply.ok()) self->response_->Swap(&*reply);
       self->FinishWith(reply.ok() ? grpc::Status::OK
                                   : ToGrpcStatus(reply.status()));
-    });
+    };
   }
 
   void OnCancel() override {
-    if (Claim() != nullptr) {
-      FinishWith(grpc::Status(grpc::StatusCode::CANCELLED, "pull cancelled"));
+    if (completion_->Claim() != nullptr) {
+      FinishWith(grpc::Status(grpc::StatusCode::CANCELLED,
+                              absl::StrCat(method_, " cancelled")));
     }
   }
 
@@ -66,17 +77,16 @@ class PullReactor final : public grpc::ServerUnaryReactor {
   }
 
  private:
-  PullReactor* Claim() { return completion_->Claim(); }
-
   void FinishWith(const grpc::Status& status) {
-    metrics_->Record("Pull", status.error_code(), request_->ByteSizeLong(),
+    metrics_->Record(method_, status.error_code(), request_->ByteSizeLong(),
                      status.ok() ? response_->ByteSizeLong() : 0,
                      absl::ToDoubleSeconds(absl::Now() - start_));
     Finish(status);
   }
 
-  const v1::PullRequest* request_;
-  v1::PullResponse* response_;
+  const char* method_;
+  const Request* request_;
+  Response* response_;
   RpcMetrics* metrics_;
   absl::Time start_;
   std::shared_ptr<Completion> completion_;
@@ -87,30 +97,39 @@ class PullReactor final : public grpc::ServerUnaryReactor {
 ParameterServiceImpl::ParameterServiceImpl(ParameterManager* manager,
                                            RpcMetrics* metrics,
                                            PushFaultInjector push_faults)
-    : manager_(manager), metrics_(metrics), push_faults_(std::move(push_faults)) {}
+    : manager_(manager),
+      metrics_(metrics),
+      push_faults_(std::move(push_faults)) {}
 
 grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
     grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
     v1::PullResponse* response) {
-  auto* reactor = new PullReactor(request, response, metrics_);
-  reactor->Start(manager_);
+  auto* reactor = new DeferredReactor<v1::PullRequest, v1::PullResponse>(
+      "Pull", request, response, metrics_);
+  manager_->Pull(*request, reactor->MakeCallback(nullptr));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServiceImpl::Push(
     grpc::CallbackServerContext* ctx, const v1::PushRequest* request,
     v1::PushResponse* response) {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<v1::PushResponse> result = manager_->Push(*request);
-  if (push_faults_ && result.ok()) {
-    const PushFault fault = push_faults_(*request);
-    absl::SleepFor(fault.delay_reply);
-    if (fault.drop_reply) {
-      result = absl::UnavailableError("injected fault: push reply dropped");
-    }
+  auto* reactor = new DeferredReactor<v1::PushRequest, v1::PushResponse>(
+      "Push", request, response, metrics_);
+  std::function<void(const v1::PushRequest&, absl::StatusOr<v1::PushResponse>*)>
+      faults;
+  if (push_faults_) {
+    faults = [this](const v1::PushRequest& pushed,
+                    absl::StatusOr<v1::PushResponse>* reply) {
+      if (!reply->ok()) return;
+      const PushFault fault = push_faults_(pushed);
+      absl::SleepFor(fault.delay_reply);
+      if (fault.drop_reply) {
+        *reply = absl::UnavailableError("injected fault: push reply dropped");
+      }
+    };
   }
-  return FinishUnary(ctx, "Push", metrics_, start, *request, std::move(result),
-                     response);
+  manager_->Push(*request, reactor->MakeCallback(std::move(faults)));
+  return reactor;
 }
 
 }  // namespace ps

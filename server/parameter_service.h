@@ -14,10 +14,12 @@ namespace ps {
 // What to do to the reply of one applied push: test-only fault injection, to
 // prove that a push whose reply is lost is applied exactly once.
 struct PushFault {
-  absl::Duration delay_reply = absl::ZeroDuration();  // Hold the reply this long.
-  bool drop_reply = false;  // Reply UNAVAILABLE although the push was applied.
+  absl::Duration delay_reply =
+      absl::ZeroDuration();  // Hold the reply this long.
+  bool drop_reply = false;   // Reply UNAVAILABLE although the push was applied.
 };
-// Decides the fault for each successfully handled push. Production leaves it empty.
+// Decides the fault for each successfully handled push. Production leaves it
+// empty.
 using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 
 // Callback-API service. A Pull that waits on the staleness bound holds no

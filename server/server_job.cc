@@ -246,91 +246,106 @@ void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
   done(std::move(reply));
 }
 
-absl::StatusOr<v1::PushResponse> ServerJob::Push(
-    const v1::PushRequest& request) {
+void ServerJob::Push(const v1::PushRequest& request, PushCallback done) {
   Ready ready;
-  v1::PushResponse response;
-  absl::Status failure;
+  std::optional<absl::StatusOr<v1::PushResponse>> reply;
   {
     absl::MutexLock lock(&mu_);
-    if (auto s = CheckRequest(request.map_version()); !s.ok()) return s;
-    auto disposition =
-        clocks_.CheckPush(request.worker_index(), request.clock());
-    if (!disposition.ok()) {
-      metrics_->pushes_rejected.Increment();
-      return disposition.status();
-    }
-    if (*disposition == PushDisposition::kDuplicate) {
-      metrics_->pushes_duplicate.Increment();
-      response.set_duplicate(true);
-      return response;
-    }
-    if (auto s = ValidateGradients(request); !s.ok()) {
-      metrics_->pushes_rejected.Increment();
-      return s;
-    }
-    // Decode every block first: a NaN anywhere refuses the whole push
-    // unchanged.
-    std::vector<std::pair<size_t, std::vector<float>>> grads;
-    grads.reserve(request.gradients_size());
-    for (const v1::Block& g : request.gradients()) {
-      const size_t pos = index_.at(g.key());
-      std::vector<float> values(blocks_[pos].spec.num_elems);
-      DecodeFloats(g.data(), values);
-      if (!AllFinite(values)) {
-        metrics_->pushes_rejected.Increment();
-        return absl::InvalidArgumentError(
-            absl::StrCat("gradients: block ", g.key(), " contains NaN or Inf"));
-      }
-      grads.emplace_back(pos, std::move(values));
-    }
-
-    std::vector<size_t> touched;
-    if (clocks_.bulk_synchronous()) {
-      for (auto& [pos, g] : grads) {
-        std::vector<float>& acc = blocks_[pos].accum;
-        for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
-      }
-      if (clocks_.RecordPush(request.worker_index(), request.clock())) {
-        // The last worker of this clock: apply one averaged update everywhere.
-        const float scale = 1.0f / clocks_.num_workers();
-        for (size_t pos = 0; pos < blocks_.size(); ++pos) {
-          Block& b = blocks_[pos];
-          for (float& v : b.accum) v *= scale;
-          optimizer_->Apply(b.values, b.accum, b.state, &b.step);
-          std::fill(b.accum.begin(), b.accum.end(), 0.0f);
-          touched.push_back(pos);
-        }
-        metrics_->updates_applied.Increment(blocks_.size());
-      }
-    } else {
-      for (auto& [pos, g] : grads) {
-        Block& b = blocks_[pos];
-        optimizer_->Apply(b.values, g, b.state, &b.step);
-        touched.push_back(pos);
-      }
-      metrics_->updates_applied.Increment(grads.size());
-      clocks_.RecordPush(request.worker_index(), request.clock());
-    }
-    absl::Status persisted;
-    if (!touched.empty() || !clocks_.bulk_synchronous()) {
-      persisted = Persist(touched);
-    }
-    if (!persisted.ok()) {
-      // Memory is now ahead of the store: stop serving rather than ack updates
-      // that a restart would lose.
-      closed_ = absl::UnavailableError(absl::StrCat(
-          "job ", job_id_, ": shard store write failed, refusing requests: ",
-          persisted.message()));
-      PS_LOG_ERROR(closed_.message());
-    }
-    // With the job closed, this fails every waiter with the same status.
-    CollectReady(&ready);
-    if (!persisted.ok()) failure = closed_;
+    reply = PushLocked(request, done, &ready);
   }
-  for (auto& [cb, reply] : ready) cb(std::move(reply));
-  if (!failure.ok()) return failure;
-  return response;
+  ready.Run();
+  if (reply.has_value()) done(*std::move(reply));
+}
+
+std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
+    const v1::PushRequest& request, PushCallback& done, Ready* ready) {
+  if (auto s = CheckRequest(request.map_version()); !s.ok()) return s;
+  const int worker = request.worker_index();
+  const int64_t clock = request.clock();
+  auto disposition = clocks_.CheckPush(worker, clock);
+  if (!disposition.ok()) {
+    metrics_->pushes_rejected.Increment();
+    return disposition.status();
+  }
+  if (*disposition == PushDisposition::kDuplicate) {
+    metrics_->pushes_duplicate.Increment();
+    if (clock >= clocks_.clocks()[worker]) {
+      // A retry of a BSP push still waiting for its clock: acknowledge it with
+      // the original, once the clock is applied.
+      parked_pushes_.push_back({clock, true, std::move(done)});
+      return std::nullopt;
+    }
+    v1::PushResponse response;
+    response.set_duplicate(true);
+    return response;
+  }
+  if (auto s = ValidateGradients(request); !s.ok()) {
+    metrics_->pushes_rejected.Increment();
+    return s;
+  }
+  // Decode every block first: a NaN anywhere refuses the whole push unchanged.
+  std::vector<std::pair<size_t, std::vector<float>>> grads;
+  grads.reserve(request.gradients_size());
+  for (const v1::Block& g : request.gradients()) {
+    const size_t pos = index_.at(g.key());
+    std::vector<float> values(blocks_[pos].spec.num_elems);
+    DecodeFloats(g.data(), values);
+    if (!AllFinite(values)) {
+      metrics_->pushes_rejected.Increment();
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradients: block ", g.key(), " contains NaN or Inf"));
+    }
+    grads.emplace_back(pos, std::move(values));
+  }
+
+  std::vector<size_t> touched;
+  if (clocks_.bulk_synchronous()) {
+    for (auto& [pos, g] : grads) {
+      std::vector<float>& acc = blocks_[pos].accum;
+      for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
+    }
+    if (!clocks_.RecordPush(worker, clock)) {
+      // Not the last worker of this clock: acknowledged when the clock applies.
+      parked_pushes_.push_back({clock, false, std::move(done)});
+      return std::nullopt;
+    }
+    // The last worker of this clock: apply one averaged update everywhere.
+    const float scale = 1.0f / clocks_.num_workers();
+    for (size_t pos = 0; pos < blocks_.size(); ++pos) {
+      Block& b = blocks_[pos];
+      for (float& v : b.accum) v *= scale;
+      optimizer_->Apply(b.values, b.accum, b.state, &b.step);
+      std::fill(b.accum.begin(), b.accum.end(), 0.0f);
+      touched.push_back(pos);
+    }
+    metrics_->updates_applied.Increment(blocks_.size());
+  } else {
+    for (auto& [pos, g] : grads) {
+      Block& b = blocks_[pos];
+      optimizer_->Apply(b.values, g, b.state, &b.step);
+      touched.push_back(pos);
+    }
+    metrics_->updates_applied.Increment(grads.size());
+    clocks_.RecordPush(worker, clock);
+  }
+  if (absl::Status persisted = Persist(touched); !persisted.ok()) {
+    // Memory is now ahead of the store: stop serving rather than acknowledge
+    // updates that a restart would lose.
+    closed_ = absl::UnavailableError(absl::StrCat(
+        "job ", job_id_, ": shard store write failed, refusing requests: ",
+        persisted.message()));
+    PS_LOG_ERROR(closed_.message());
+  }
+  // Releases the pulls this clock lets through and the parked pushes of this
+  // clock (or fails them all if the job just closed).
+  CollectReady(ready);
+  if (!closed_.ok()) return closed_;
+  return v1::PushResponse();
+}
+
+void ServerJob::Ready::Run() {
+  for (auto& [callback, reply] : pulls) callback(std::move(reply));
+  for (auto& [callback, reply] : pushes) callback(std::move(reply));
 }
 
 absl::Status ServerJob::Persist(const std::vector<size_t>& touched) {
@@ -363,7 +378,7 @@ void ServerJob::CollectReady(Ready* ready) {
     if (!closed_.ok() || clocks_.CanRead(it->clock)) {
       metrics_->pull_wait_seconds.Observe(
           absl::ToDoubleSeconds(now - it->since));
-      ready->emplace_back(
+      ready->pulls.emplace_back(
           std::move(it->done),
           closed_.ok() ? absl::StatusOr<v1::PullResponse>(BuildReply(it->keys))
                        : absl::StatusOr<v1::PullResponse>(closed_));
@@ -373,6 +388,21 @@ void ServerJob::CollectReady(Ready* ready) {
     }
   }
   waiters_.erase(keep, waiters_.end());
+
+  auto keep_push = parked_pushes_.begin();
+  for (auto it = parked_pushes_.begin(); it != parked_pushes_.end(); ++it) {
+    if (!closed_.ok()) {
+      ready->pushes.emplace_back(std::move(it->done), closed_);
+    } else if (it->clock < clocks_.min_clock()) {
+      v1::PushResponse response;
+      response.set_duplicate(it->duplicate);
+      ready->pushes.emplace_back(std::move(it->done), std::move(response));
+    } else {
+      if (keep_push != it) *keep_push = std::move(*it);
+      ++keep_push;
+    }
+  }
+  parked_pushes_.erase(keep_push, parked_pushes_.end());
 }
 
 void ServerJob::Close(const absl::Status& reason) {
@@ -382,7 +412,7 @@ void ServerJob::Close(const absl::Status& reason) {
     if (closed_.ok()) closed_ = reason;
     CollectReady(&ready);
   }
-  for (auto& [cb, reply] : ready) cb(std::move(reply));
+  ready.Run();
 }
 
 }  // namespace ps

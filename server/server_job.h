@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,12 +23,15 @@
 
 namespace ps {
 
-// Thread-safe. Pull replies that must wait for slower workers are completed
-// later, from the thread whose push let them through.
+// Thread-safe. Pulls that must wait for slower workers, and BSP pushes that
+// wait for their clock, are completed later, from the thread whose push let
+// them through.
 class ServerJob {
  public:
   // Receives the reply of a Pull, or why it failed; called exactly once.
   using PullCallback = std::function<void(absl::StatusOr<v1::PullResponse>)>;
+  // Receives the reply of a Push, or why it failed; called exactly once.
+  using PushCallback = std::function<void(absl::StatusOr<v1::PushResponse>)>;
 
   // Creates the job's shards for `assignment` (this server is
   // assignment.index()). If `store` holds the job, its blocks and clocks are
@@ -47,14 +51,21 @@ class ServerJob {
   // if the job is closed while waiting.
   void Pull(const v1::PullRequest& request, PullCallback done);
 
-  // Applies (or, under BSP, accumulates) a push exactly once per (worker,
-  // clock), and persists the update with the clock it advances before
-  // returning. Errors: INVALID_ARGUMENT (unknown key, wrong size, NaN or Inf),
-  // FAILED_PRECONDITION (stale map, clock gap), UNAVAILABLE if the store failed
-  // (the job then refuses all requests). A refused push changes nothing.
-  absl::StatusOr<v1::PushResponse> Push(const v1::PushRequest& request);
+  // Applies a push exactly once per (worker, clock) and acknowledges it only
+  // once the update it contributes to is applied and persisted with the clock
+  // it advances: at once under SSP/ASP; under BSP when the last worker's push
+  // of the clock arrives. A push parked until then is never acknowledged if
+  // the server dies, so the worker retries it and nothing acknowledged is
+  // lost. A retry of an applied push is acknowledged with duplicate=true; a
+  // retry of a parked one is parked too. Errors (through `done`):
+  // INVALID_ARGUMENT (unknown key, wrong size, NaN or Inf), FAILED_PRECONDITION
+  // (stale map, clock gap), UNAVAILABLE if the store failed (the job then
+  // refuses all requests), the Close reason if the job closes while the push is
+  // parked. A refused push changes nothing.
+  void Push(const v1::PushRequest& request, PushCallback done);
 
-  // Fails every waiting pull with `reason` and refuses later requests.
+  // Fails every waiting pull and parked push with `reason` and refuses later
+  // requests.
   void Close(const absl::Status& reason);
 
   const std::string& job_id() const { return job_id_; }
@@ -77,8 +88,19 @@ class ServerJob {
     PullCallback done;
     absl::Time since;
   };
-  using Ready =
-      std::vector<std::pair<PullCallback, absl::StatusOr<v1::PullResponse>>>;
+  struct ParkedPush {
+    int64_t clock;
+    bool duplicate;
+    PushCallback done;
+  };
+  // Callbacks made ready under the lock, run after it is released.
+  struct Ready {
+    std::vector<std::pair<PullCallback, absl::StatusOr<v1::PullResponse>>>
+        pulls;
+    std::vector<std::pair<PushCallback, absl::StatusOr<v1::PushResponse>>>
+        pushes;
+    void Run();
+  };
 
   ServerJob(const v1::Assignment& assignment, ShardStore* store,
             ServerMetrics* metrics, std::unique_ptr<Optimizer> optimizer,
@@ -97,8 +119,14 @@ class ServerJob {
   // store).
   absl::Status Persist(const std::vector<size_t>& touched)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves the waiters the current min_clock lets through into `ready`.
+  // Moves the pulls the current min_clock lets through, and the parked pushes
+  // whose clock is applied, into `ready` (all of them, failed, once closed).
   void CollectReady(Ready* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Push under the lock: returns the reply now, or nullopt if `done` was
+  // parked.
+  std::optional<absl::StatusOr<v1::PushResponse>> PushLocked(
+      const v1::PushRequest& request, PushCallback& done, Ready* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const v1::Assignment assignment_;
   const std::string job_id_;
@@ -111,8 +139,8 @@ class ServerJob {
   absl::flat_hash_map<uint64_t, size_t> index_;     // Key -> blocks_ position.
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  std::vector<ParkedPush> parked_pushes_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed or broken.
-  std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps

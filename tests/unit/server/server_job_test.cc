@@ -191,6 +191,31 @@ std::shared_ptr<PullResult> StartPull(ServerJob& job, int worker, int64_t clock,
   return result;
 }
 
+// The state of one Push: whether its callback ran (it is parked under BSP
+// until the clock applies), and with what.
+struct PushResult {
+  int calls = 0;
+  absl::StatusOr<v1::PushResponse> reply = absl::UnknownError("not called");
+};
+
+std::shared_ptr<PushResult> StartPush(ServerJob& job,
+                                      const v1::PushRequest& request) {
+  auto result = std::make_shared<PushResult>();
+  job.Push(request, [result](absl::StatusOr<v1::PushResponse> reply) {
+    ++result->calls;
+    result->reply = std::move(reply);
+  });
+  return result;
+}
+
+// A push that must be answered at once (applied, duplicate or refused).
+absl::StatusOr<v1::PushResponse> PushNow(ServerJob& job,
+                                         const v1::PushRequest& request) {
+  auto result = StartPush(job, request);
+  EXPECT_EQ(result->calls, 1) << "push was parked";
+  return result->reply;
+}
+
 // Expects two sets of blocks to hold the same keys and (float-)equal values.
 void ExpectValuesEq(const Values& actual, const Values& expected) {
   ASSERT_EQ(actual.size(), expected.size());
@@ -258,7 +283,7 @@ class ServerJobTest : public ::testing::TestWithParam<StoreKind> {
 
   void ExpectPushOk(ServerJob& job, const v1::PushRequest& request,
                     bool duplicate = false) {
-    auto response = job.Push(request);
+    auto response = PushNow(job, request);
     ASSERT_TRUE(response.ok()) << response.status();
     EXPECT_EQ(response->duplicate(), duplicate);
   }
@@ -338,7 +363,7 @@ TEST_P(ServerJobTest, NonFinitePushIsRefusedAndChangesNothing) {
                     -std::numeric_limits<float>::infinity()}) {
     Values g = Gradients(0);
     g[kB0][1] = bad;  // The last block: the earlier ones are valid.
-    auto response = job->Push(MakePush(0, 0, g));
+    auto response = PushNow(*job, MakePush(0, 0, g));
     EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(response.status().message()),
                 HasSubstr("NaN or Inf"));
@@ -400,7 +425,7 @@ TEST_P(ServerJobTest, MalformedPushesAreRefusedAndChangeNothing) {
   cases.push_back(
       {"clock gap", MakePush(0, 1, g), absl::StatusCode::kFailedPrecondition});
   for (const Case& c : cases) {
-    auto response = job->Push(c.request);
+    auto response = PushNow(*job, c.request);
     EXPECT_EQ(response.status().code(), c.code)
         << c.what << ": " << response.status();
   }
@@ -433,19 +458,28 @@ TEST_P(ServerJobTest, BspAppliesTheMeanOnceEveryWorkerPushed) {
   auto job = Open({.model = v1::ConsistencySpec::BSP, .num_workers = 2});
   ASSERT_NE(job, nullptr);
   const Values g0 = Gradients(0), g1 = Gradients(1);
-  ExpectPushOk(*job, MakePush(0, 0, g0));
-  // Accumulated, not applied: worker 1 still reads the initial values.
+  // Accumulated, not applied, so not acknowledged yet.
+  auto first = StartPush(*job, MakePush(0, 0, g0));
+  EXPECT_EQ(first->calls, 0);
+  // Worker 1 still reads the initial values.
   EXPECT_EQ(job->min_clock(), 0);
   EXPECT_EQ(PullNow(*job, 1, 0), InitialValues());
   EXPECT_EQ(metrics_.updates_applied.Value(), 0);
   // Worker 0 asks for clock 1, which needs worker 1's clock 0.
   auto waiting = StartPull(*job, 0, 1);
   EXPECT_EQ(waiting->calls, 0);
-  // A duplicate of worker 0's push neither completes the clock nor counts
-  // twice.
-  ExpectPushOk(*job, MakePush(0, 0, g0), /*duplicate=*/true);
+  // A retry of worker 0's push neither completes the clock nor counts twice;
+  // it is parked too and acknowledged as a duplicate.
+  auto retry = StartPush(*job, MakePush(0, 0, g0));
+  EXPECT_EQ(retry->calls, 0);
   EXPECT_EQ(waiting->calls, 0);
   ExpectPushOk(*job, MakePush(1, 0, g1));
+  ASSERT_EQ(first->calls, 1);
+  ASSERT_TRUE(first->reply.ok()) << first->reply.status();
+  EXPECT_FALSE(first->reply->duplicate());
+  ASSERT_EQ(retry->calls, 1);
+  ASSERT_TRUE(retry->reply.ok()) << retry->reply.status();
+  EXPECT_TRUE(retry->reply->duplicate());
   ASSERT_EQ(waiting->calls, 1);
   ASSERT_TRUE(waiting->reply.ok()) << waiting->reply.status();
   EXPECT_EQ(waiting->reply->min_clock(), 1);
@@ -462,11 +496,13 @@ TEST_P(ServerJobTest, BspRefusedPushDoesNotAccumulate) {
   ASSERT_NE(job, nullptr);
   Values bad = Gradients(3);
   bad[kW0][0] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_EQ(job->Push(MakePush(0, 0, bad)).status().code(),
+  EXPECT_EQ(PushNow(*job, MakePush(0, 0, bad)).status().code(),
             absl::StatusCode::kInvalidArgument);
   const Values g0 = Gradients(0), g1 = Gradients(1);
-  ExpectPushOk(*job, MakePush(0, 0, g0));
+  auto first = StartPush(*job, MakePush(0, 0, g0));
+  EXPECT_EQ(first->calls, 0);
   ExpectPushOk(*job, MakePush(1, 0, g1));
+  EXPECT_EQ(first->calls, 1);
   ExpectValuesEq(PullNow(*job, 0, 1), Sgd(InitialValues(), Mean(g0, g1)));
 }
 
@@ -491,18 +527,21 @@ TEST_P(ServerJobTest, SspPullWaitsForTheSlowestWorkerWithinTheBound) {
                  Sgd(Sgd(Sgd(InitialValues(), g0), g1), g2));
 }
 
-TEST_P(ServerJobTest, CloseFailsWaitingPullsAndLaterRequests) {
+TEST_P(ServerJobTest, CloseFailsWaitingPullsParkedPushesAndLaterRequests) {
   auto job = Open({.model = v1::ConsistencySpec::BSP, .num_workers = 2});
   ASSERT_NE(job, nullptr);
-  ExpectPushOk(*job, MakePush(0, 0, Gradients(0)));
+  auto parked = StartPush(*job, MakePush(0, 0, Gradients(0)));
   auto waiting = StartPull(*job, 0, 1);
   ASSERT_EQ(waiting->calls, 0);
+  ASSERT_EQ(parked->calls, 0);
   job->Close(absl::CancelledError("job cancelled"));
   ASSERT_EQ(waiting->calls, 1);
   EXPECT_EQ(waiting->reply.status(), absl::CancelledError("job cancelled"));
+  ASSERT_EQ(parked->calls, 1);
+  EXPECT_EQ(parked->reply.status(), absl::CancelledError("job cancelled"));
   EXPECT_EQ(StartPull(*job, 1, 0)->reply.status(),
             absl::CancelledError("job cancelled"));
-  EXPECT_EQ(job->Push(MakePush(1, 0, Gradients(1))).status(),
+  EXPECT_EQ(PushNow(*job, MakePush(1, 0, Gradients(1))).status(),
             absl::CancelledError("job cancelled"));
   // A second Close keeps the first reason.
   job->Close(absl::AbortedError("other"));
@@ -512,15 +551,17 @@ TEST_P(ServerJobTest, CloseFailsWaitingPullsAndLaterRequests) {
   EXPECT_EQ(waiting->calls, 1);  // Called exactly once.
 }
 
-TEST_P(ServerJobTest, DestroyingTheJobFailsWaitingPulls) {
+TEST_P(ServerJobTest, DestroyingTheJobFailsWaitingPullsAndParkedPushes) {
   auto job = Open({.model = v1::ConsistencySpec::BSP, .num_workers = 2});
   ASSERT_NE(job, nullptr);
-  ExpectPushOk(*job, MakePush(0, 0, Gradients(0)));
+  auto parked = StartPush(*job, MakePush(0, 0, Gradients(0)));
   auto waiting = StartPull(*job, 0, 1);
   ASSERT_EQ(waiting->calls, 0);
   job.reset();
   ASSERT_EQ(waiting->calls, 1);
   EXPECT_EQ(waiting->reply.status().code(), absl::StatusCode::kAborted);
+  ASSERT_EQ(parked->calls, 1);
+  EXPECT_EQ(parked->reply.status().code(), absl::StatusCode::kAborted);
 }
 
 TEST_P(ServerJobTest, ReopenRestoresValuesAndClocks) {
@@ -565,8 +606,9 @@ TEST_P(ServerJobTest, BspReopenRestoresCompletedClocks) {
   {
     auto job = Open(options);
     ASSERT_NE(job, nullptr);
-    ExpectPushOk(*job, MakePush(0, 0, g0));
+    auto first = StartPush(*job, MakePush(0, 0, g0));
     ExpectPushOk(*job, MakePush(1, 0, g1));
+    EXPECT_EQ(first->calls, 1);
   }
   ReopenStore();
   auto job = Open(options);
@@ -579,22 +621,33 @@ TEST_P(ServerJobTest, BspReopenRestoresCompletedClocks) {
 }
 
 // Design §5: "every acknowledged push survives a process crash of the server".
-// Under BSP a push that does not complete its clock is acknowledged while its
-// gradient lives only in memory (ServerJob::Block::accum).
-TEST_P(ServerJobTest, BspAcknowledgedPushOfAnIncompleteClockSurvivesReopen) {
+// Under BSP a push that does not complete its clock lives only in memory, so it
+// is not acknowledged until its clock is applied and persisted: if the server
+// dies first, the worker retries it and nothing acknowledged is lost.
+TEST_P(ServerJobTest, BspPushIsAcknowledgedOnlyOnceItsClockIsPersisted) {
   const JobOptions options = {.model = v1::ConsistencySpec::BSP,
                               .num_workers = 2};
   const Values g0 = Gradients(0), g1 = Gradients(1);
+  std::shared_ptr<PushResult> lost;
   {
     auto job = Open(options);
     ASSERT_NE(job, nullptr);
-    ExpectPushOk(*job, MakePush(0, 0, g0));  // Acknowledged.
+    lost = StartPush(*job, MakePush(0, 0, g0));
+    EXPECT_EQ(lost->calls, 0);  // Not acknowledged.
   }
+  // The server went away: the push failed, so the worker will retry it.
+  ASSERT_EQ(lost->calls, 1);
+  EXPECT_FALSE(lost->reply.ok());
   ReopenStore();
   auto job = Open(options);
   ASSERT_NE(job, nullptr);
-  // Worker 0 does not retry an acknowledged push; worker 1 pushes its part.
+  EXPECT_EQ(job->min_clock(), 0);
+  auto retried = StartPush(*job, MakePush(0, 0, g0));
+  EXPECT_EQ(retried->calls, 0);
   ExpectPushOk(*job, MakePush(1, 0, g1));
+  ASSERT_EQ(retried->calls, 1);
+  ASSERT_TRUE(retried->reply.ok()) << retried->reply.status();
+  EXPECT_FALSE(retried->reply->duplicate());
   auto pull = StartPull(*job, 0, 1);
   ASSERT_EQ(pull->calls, 1) << "clock 0 did not complete after the reopen";
   ASSERT_TRUE(pull->reply.ok()) << pull->reply.status();
