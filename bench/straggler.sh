@@ -6,6 +6,8 @@
 # REPEATS times (default 3) on a fresh local cluster; medians are reported.
 #
 #   bench/straggler.sh [OUT_DIR]      (EPOCHS=6 REPEATS=3 SLOWDOWN=2 to change)
+#
+# A run takes about 15 minutes on 2 cores with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-$(mktemp -d -t ps-straggler.XXXXXX)}
@@ -15,7 +17,9 @@ SLOWDOWN=${SLOWDOWN:-2}
 TARGET=${TARGET:-0.85}
 BUILD_DIR=${BUILD_DIR:-build}
 mkdir -p "$OUT"
-BUILD_DIR=$BUILD_DIR bash scripts/build.sh --target ps-coordinator ps-server ps-worker psctl >/dev/null
+# SKIP_BUILD=1 uses the executables already in BUILD_DIR (e.g. a frozen copy).
+[ -n "${SKIP_BUILD:-}" ] ||
+  BUILD_DIR=$BUILD_DIR bash scripts/build.sh --target ps-coordinator ps-server ps-worker psctl >/dev/null
 source scripts/lib/cluster.sh
 
 # Writes the job spec of one configuration: MODEL STALENESS FILE.
