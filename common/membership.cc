@@ -6,9 +6,10 @@
 namespace ps {
 
 Membership::Membership(MembershipOptions options,
-                       AssignmentsCallback on_assignments)
+                       AssignmentsCallback on_assignments, HeldCallback held)
     : options_(std::move(options)),
       on_assignments_(std::move(on_assignments)),
+      held_(std::move(held)),
       stub_(v1::ClusterService::NewStub(CreateChannel(options_.coordinator))) {}
 
 Membership::~Membership() { Stop(); }
@@ -40,6 +41,9 @@ bool Membership::Register() {
   v1::RegisterRequest request;
   request.set_role(options_.role);
   request.set_address(options_.address);
+  if (held_) {
+    for (v1::HeldAssignment& h : held_()) *request.add_held() = std::move(h);
+  }
   v1::RegisterResponse response;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.rpc_timeout);

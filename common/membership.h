@@ -34,8 +34,13 @@ class Membership {
   // after every successful heartbeat.
   using AssignmentsCallback =
       std::function<void(const std::vector<v1::Assignment>&)>;
+  // Returns what the node is working on, sent when it registers (again), so the
+  // coordinator can give it back its place after a restart. Called from the
+  // membership thread.
+  using HeldCallback = std::function<std::vector<v1::HeldAssignment>()>;
 
-  Membership(MembershipOptions options, AssignmentsCallback on_assignments);
+  Membership(MembershipOptions options, AssignmentsCallback on_assignments,
+             HeldCallback held = nullptr);
   ~Membership();
 
   // Starts the loop. While the coordinator is unreachable the loop retries with
@@ -57,6 +62,7 @@ class Membership {
 
   const MembershipOptions options_;
   const AssignmentsCallback on_assignments_;
+  const HeldCallback held_;
   std::unique_ptr<v1::ClusterService::Stub> stub_;
   std::thread thread_;
 

@@ -28,4 +28,18 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ReportProgress(
                      manager_->ReportProgress(*request), response);
 }
 
+grpc::ServerUnaryReactor* ClusterServiceImpl::UploadModel(
+    grpc::CallbackServerContext* ctx, const v1::UploadModelRequest* request,
+    v1::UploadModelResponse* response) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::UploadModelResponse> result;
+  if (absl::Status s = manager_->UploadModel(*request); s.ok()) {
+    result.emplace();
+  } else {
+    result = s;
+  }
+  return FinishUnary(ctx, "UploadModel", metrics_, start, *request,
+                     std::move(result), response);
+}
+
 }  // namespace ps

@@ -23,6 +23,10 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   grpc::ServerUnaryReactor* ReportProgress(
       grpc::CallbackServerContext* ctx, const v1::ProgressReport* request,
       v1::ProgressResponse* response) override;
+  // Stores worker 0's trained model (JobManager::UploadModel).
+  grpc::ServerUnaryReactor* UploadModel(
+      grpc::CallbackServerContext* ctx, const v1::UploadModelRequest* request,
+      v1::UploadModelResponse* response) override;
 
  private:
   JobManager* const manager_;

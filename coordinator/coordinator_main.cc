@@ -19,6 +19,9 @@ ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Prometheus listen host");
 ABSL_FLAG(int, lease_ms, 5000,
           "a node missing heartbeats this long loses its lease");
 ABSL_FLAG(int, heartbeat_interval_ms, 500, "heartbeat interval given to nodes");
+ABSL_FLAG(int, recovery_grace_ms, 60000,
+          "how long a running job waits for a lost server or worker to be "
+          "back or replaced before it fails");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Coordinator of the parameter-server cluster.");
@@ -34,6 +37,8 @@ int main(int argc, char** argv) {
                      absl::GetFlag(FLAGS_metrics_port));
   }
   options.timing.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  options.timing.recovery_grace =
+      absl::Milliseconds(absl::GetFlag(FLAGS_recovery_grace_ms));
   options.timing.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   ps::Coordinator coordinator(options);

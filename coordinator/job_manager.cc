@@ -49,8 +49,14 @@ absl::Status JobManager::Load() {
     Job& job = jobs_[status.job_id()];
     job.status = std::move(status);
     if (job.status.state() == v1::RUNNING) {
-      Finish(job, v1::FAILED,
-             "the coordinator restarted while the job was running");
+      // Its nodes will register again; until then every place is vacant.
+      const absl::Time now = absl::Now();
+      job.servers.assign(job.status.spec().num_servers(), Slot{"", now});
+      job.workers.assign(job.status.spec().num_workers(), Slot{"", now});
+      job.reports.assign(job.workers.size(), v1::ProgressReport());
+      for (auto& r : job.reports) r.set_test_accuracy(-1);
+      PS_LOG_INFO("job ", job.status.job_id(),
+                  " was running: waiting for its nodes to register again");
     }
   }
   UpdateGauges();
@@ -147,7 +153,31 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
   node.address = request.address();
   node.last_seen = absl::Now();
   PS_LOG_INFO("node ", id, " registered (", request.address(), ")");
+  for (auto& [job_id, job] : jobs_) {
+    if (job.status.state() != v1::RUNNING || !node.job_id.empty()) continue;
+    if (node.role == v1::SERVER) {
+      // A server restarted on the same address gets its place back: its blocks
+      // are in its data directory.
+      const auto& servers = job.status.shard_map().servers();
+      for (int i = 0; i < servers.size(); ++i) {
+        if (servers[i] == node.address) Attach(job, v1::SERVER, i, id);
+      }
+      continue;
+    }
+    for (const v1::HeldAssignment& held : request.held()) {
+      const int i = held.index();
+      if (held.job_id() != job_id || i < 0 ||
+          i >= static_cast<int>(job.workers.size())) {
+        continue;
+      }
+      const std::string& holder = job.workers[i].node_id;
+      if (holder.empty() || !nodes_.contains(holder)) {
+        Attach(job, v1::WORKER, i, id);
+      }
+    }
+  }
   UpdateGauges();
+  Recover(node.last_seen);
   Schedule(node.last_seen);
   v1::RegisterResponse response;
   response.set_node_id(id);
@@ -179,7 +209,7 @@ v1::Assignment JobManager::AssignmentOf(const Job& job, int index) const {
   v1::Assignment a;
   a.set_job_id(job.status.job_id());
   *a.mutable_spec() = job.status.spec();
-  *a.mutable_shard_map() = job.shard_map;
+  *a.mutable_shard_map() = job.status.shard_map();
   a.set_index(index);
   a.set_num_workers(job.workers.size());
   return a;
@@ -201,7 +231,7 @@ absl::StatusOr<v1::ProgressResponse> JobManager::ReportProgress(
   }
   const int w = report.worker_index();
   if (w < 0 || w >= static_cast<int>(job.workers.size()) ||
-      job.workers[w] != report.node_id()) {
+      job.workers[w].node_id != report.node_id()) {
     return absl::PermissionDeniedError(
         absl::StrCat("worker_index: node ", report.node_id(), " is not worker ",
                      w, " of ", report.job_id()));
@@ -269,38 +299,97 @@ void JobManager::Tick(absl::Time now) {
                    absl::FormatDuration(now - node.last_seen), ")");
     if (!node.job_id.empty()) {
       Job& job = jobs_.at(node.job_id);
-      Finish(job, v1::FAILED,
-             absl::StrCat(RoleName(node.role), " ", node.index, " (node ",
-                          it->first, ") lost its lease"));
+      Slot& slot =
+          (node.role == v1::SERVER ? job.servers : job.workers).at(node.index);
+      if (slot.node_id == it->first) slot = Slot{"", now};
+      PS_LOG_WARNING("job ", node.job_id, ": ", RoleName(node.role), " ",
+                     node.index, " is vacant; waiting up to ",
+                     absl::FormatDuration(timing_.recovery_grace),
+                     " for a replacement");
     }
     it = nodes_.erase(it);
   }
   UpdateGauges();
+  Recover(now);
   Schedule(now);
+}
+
+std::vector<std::string> JobManager::FreeNodes(v1::NodeRole role,
+                                               absl::Time now) const {
+  std::vector<std::string> free;
+  for (const auto& [node_id, node] : nodes_) {
+    if (node.role == role && node.job_id.empty() &&
+        now - node.last_seen <= timing_.lease) {
+      free.push_back(node_id);
+    }
+  }
+  return free;
+}
+
+void JobManager::Attach(Job& job, v1::NodeRole role, int index,
+                        const std::string& node_id) {
+  Slot& slot = (role == v1::SERVER ? job.servers : job.workers)[index];
+  if (!slot.node_id.empty() && slot.node_id != node_id) {
+    // The previous holder is gone (same address, or its place was vacant).
+    auto old = nodes_.find(slot.node_id);
+    if (old != nodes_.end()) {
+      old->second.job_id.clear();
+      old->second.index = -1;
+    }
+  }
+  const bool recovered = slot.vacant_since != absl::InfiniteFuture();
+  slot = Slot{node_id, absl::InfiniteFuture()};
+  Node& node = nodes_.at(node_id);
+  node.job_id = job.status.job_id();
+  node.index = index;
+  if (recovered) {
+    PS_LOG_INFO("job ", job.status.job_id(), ": node ", node_id, " takes ",
+                RoleName(role), " ", index);
+  }
+}
+
+void JobManager::Recover(absl::Time now) {
+  for (auto& [id, job] : jobs_) {
+    if (job.status.state() != v1::RUNNING) continue;
+    std::vector<std::string> free = FreeNodes(v1::WORKER, now);
+    for (size_t i = 0; i < job.workers.size() && !free.empty(); ++i) {
+      if (!job.workers[i].node_id.empty()) continue;
+      Attach(job, v1::WORKER, i, free.front());
+      free.erase(free.begin());
+    }
+    for (const auto& [slots, role] :
+         {std::pair{&job.servers, v1::SERVER}, {&job.workers, v1::WORKER}}) {
+      for (size_t i = 0; i < slots->size(); ++i) {
+        const Slot& slot = (*slots)[i];
+        if (slot.node_id.empty() &&
+            now - slot.vacant_since > timing_.recovery_grace) {
+          Finish(
+              job, v1::FAILED,
+              absl::StrCat(RoleName(role), " ", i, " was lost and not ",
+                           role == v1::SERVER ? "back" : "replaced", " within ",
+                           absl::FormatDuration(timing_.recovery_grace)));
+          break;
+        }
+      }
+      if (job.status.state() != v1::RUNNING) break;
+    }
+  }
 }
 
 void JobManager::Schedule(absl::Time now) {
   for (auto& [id, job] : jobs_) {
     if (job.status.state() != v1::PENDING) continue;
     const v1::JobSpec& spec = job.status.spec();
-    std::vector<std::string> servers, workers;
-    for (const auto& [node_id, node] : nodes_) {
-      if (!node.job_id.empty() || now - node.last_seen > timing_.lease)
-        continue;
-      if (node.role == v1::SERVER &&
-          static_cast<int>(servers.size()) < spec.num_servers()) {
-        servers.push_back(node_id);
-      } else if (node.role == v1::WORKER &&
-                 static_cast<int>(workers.size()) < spec.num_workers()) {
-        workers.push_back(node_id);
-      }
-    }
+    std::vector<std::string> servers = FreeNodes(v1::SERVER, now);
+    std::vector<std::string> workers = FreeNodes(v1::WORKER, now);
     // Jobs start in submission order: a job that does not fit holds back later
     // ones.
     if (static_cast<int>(servers.size()) < spec.num_servers() ||
         static_cast<int>(workers.size()) < spec.num_workers()) {
       return;
     }
+    servers.resize(spec.num_servers());
+    workers.resize(spec.num_workers());
     std::vector<std::string> addresses;
     for (const std::string& s : servers) addresses.push_back(nodes_[s].address);
     auto map = PlanShards(spec, addresses, /*version=*/1);
@@ -308,19 +397,17 @@ void JobManager::Schedule(absl::Time now) {
       Finish(job, v1::FAILED, std::string(map.status().message()));
       continue;
     }
-    job.shard_map = *std::move(map);
-    job.servers = servers;
-    job.workers = workers;
-    job.reports.assign(workers.size(), v1::ProgressReport());
-    for (auto& r : job.reports) r.set_test_accuracy(-1);
+    *job.status.mutable_shard_map() = *std::move(map);
+    job.servers.assign(servers.size(), Slot());
+    job.workers.assign(workers.size(), Slot());
     for (size_t i = 0; i < servers.size(); ++i) {
-      nodes_[servers[i]].job_id = id;
-      nodes_[servers[i]].index = i;
+      Attach(job, v1::SERVER, i, servers[i]);
     }
     for (size_t i = 0; i < workers.size(); ++i) {
-      nodes_[workers[i]].job_id = id;
-      nodes_[workers[i]].index = i;
+      Attach(job, v1::WORKER, i, workers[i]);
     }
+    job.reports.assign(workers.size(), v1::ProgressReport());
+    for (auto& r : job.reports) r.set_test_accuracy(-1);
     job.status.set_state(v1::RUNNING);
     job.status.set_start_time_ms(NowMs());
     PS_LOG_INFO("job ", id, " running on ", servers.size(), " servers and ",
@@ -334,9 +421,9 @@ void JobManager::Finish(Job& job, v1::JobState state,
   job.status.set_state(state);
   job.status.set_message(message);
   job.status.set_end_time_ms(NowMs());
-  for (const auto& ids : {job.servers, job.workers}) {
-    for (const std::string& id : ids) {
-      auto it = nodes_.find(id);
+  for (const auto* slots : {&job.servers, &job.workers}) {
+    for (const Slot& slot : *slots) {
+      auto it = nodes_.find(slot.node_id);
       if (it != nodes_.end() && it->second.job_id == job.status.job_id()) {
         it->second.job_id.clear();
         it->second.index = -1;

@@ -25,6 +25,10 @@ struct MembershipTiming {
   absl::Duration lease = absl::Seconds(5);
   // How often nodes are told to heartbeat.
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  // How long a running job waits for a lost server to come back (on the same
+  // address) or for a lost worker's place to be taken by a free worker before
+  // it fails.
+  absl::Duration recovery_grace = absl::Seconds(60);
 };
 
 // Thread-safe.
@@ -34,8 +38,9 @@ class JobManager {
   // held, so it must not call back into the manager.
   using Watcher = std::function<void(const v1::JobStatus&)>;
 
-  // Loads the table. Jobs that were RUNNING when the coordinator stopped are
-  // marked FAILED (their workers' and servers' leases cannot be recovered yet).
+  // Loads the table. Jobs that were RUNNING when the coordinator stopped keep
+  // running: their servers and workers register again and are given back their
+  // places (servers by address, workers by the assignment they report holding).
   // `table` and `metrics` must outlive the manager.
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(
       JobTable* table, MembershipTiming timing, CoordinatorMetrics* metrics);
@@ -56,7 +61,9 @@ class JobManager {
   // After it returns, the watcher is never called again.
   void Unwatch(int64_t token);
 
-  // Membership. Register always succeeds (INVALID_ARGUMENT for a bad role).
+  // Membership. A server whose address is that of a running job's server, and a
+  // worker that reports holding a place whose node is gone, get that place
+  // back. INVALID_ARGUMENT for a bad role or a server without an address.
   absl::StatusOr<v1::RegisterResponse> Register(
       const v1::RegisterRequest& request);
   // Renews the lease and returns the node's assignments. NOT_FOUND:
@@ -68,9 +75,21 @@ class JobManager {
   absl::StatusOr<v1::ProgressResponse> ReportProgress(
       const v1::ProgressReport& report);
 
-  // Expires leases (failing the jobs of lost nodes) and starts pending jobs on
-  // free nodes. Call periodically.
+  // Expires leases, gives the places of lost workers to free workers, fails
+  // jobs whose lost nodes were not back within the recovery grace, and starts
+  // pending jobs on free nodes. Call periodically.
   void Tick(absl::Time now);
+
+  // Stores the trained model worker 0 uploads at the end of a job (durably,
+  // in the job table, outside the manager's lock). Errors: NOT_FOUND for an
+  // unknown job; PERMISSION_DENIED unless the caller is the job's worker 0;
+  // FAILED_PRECONDITION unless the job is RUNNING; INVALID_ARGUMENT if the
+  // tensors do not match the job's model (names, shapes, data sizes); the
+  // table's error if the write fails.
+  absl::Status UploadModel(const v1::UploadModelRequest& request);
+  // The trained model of a SUCCEEDED job. NOT_FOUND, saying why, for an
+  // unknown job, one that has not succeeded, or one without a stored model.
+  absl::StatusOr<v1::TrainedModel> ExportModel(const std::string& job_id);
 
  private:
   struct Node {
@@ -80,11 +99,15 @@ class JobManager {
     std::string job_id;  // Empty when free.
     int index = -1;      // Server or worker index in its job.
   };
+  // A server or worker place in a running job.
+  struct Slot {
+    std::string node_id;  // Empty while vacant.
+    absl::Time vacant_since = absl::InfiniteFuture();
+  };
   struct Job {
-    v1::JobStatus status;
-    std::vector<std::string> servers;  // Node ids by server index.
-    std::vector<std::string> workers;  // Node ids by worker index.
-    v1::ShardMap shard_map;
+    v1::JobStatus status;  // status.shard_map() places the blocks.
+    std::vector<Slot> servers;
+    std::vector<Slot> workers;
     std::vector<v1::ProgressReport> reports;  // Latest per worker.
   };
 
@@ -99,6 +122,15 @@ class JobManager {
   void Finish(Job& job, v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Schedule(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills vacant worker places with free workers; fails jobs whose places
+  // stayed vacant longer than the grace.
+  void Recover(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives `node_id` the place `index` of `role` in `job`.
+  void Attach(Job& job, v1::NodeRole role, int index,
+              const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Live nodes of `role` without a job, in id order.
+  std::vector<std::string> FreeNodes(v1::NodeRole role, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Aggregate(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Assignment AssignmentOf(const Job& job, int index) const;

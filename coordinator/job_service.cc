@@ -153,4 +153,12 @@ grpc::ServerWriteReactor<v1::JobStatus>* JobServiceImpl::WatchJob(
   return new WatchReactor(manager_, request->job_id());
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::ExportModel(
+    grpc::CallbackServerContext* ctx, const v1::ExportModelRequest* request,
+    v1::TrainedModel* response) {
+  const absl::Time start = absl::Now();
+  return FinishUnary(ctx, "ExportModel", metrics_, start, *request,
+                     manager_->ExportModel(request->job_id()), response);
+}
+
 }  // namespace ps

@@ -30,6 +30,10 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerWriteReactor<v1::JobStatus>* WatchJob(
       grpc::CallbackServerContext* ctx,
       const v1::WatchJobRequest* request) override;
+  // The trained model of a SUCCEEDED job (JobManager::ExportModel).
+  grpc::ServerUnaryReactor* ExportModel(grpc::CallbackServerContext* ctx,
+                                        const v1::ExportModelRequest* request,
+                                        v1::TrainedModel* response) override;
 
  private:
   JobManager* const manager_;

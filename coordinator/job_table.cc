@@ -8,6 +8,7 @@ namespace {
 
 constexpr char kJobPrefix[] = "job/";
 constexpr char kCounterKey[] = "meta/next_job";
+constexpr char kModelPrefix[] = "model/";
 
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return absl::OkStatus();
@@ -81,6 +82,35 @@ absl::StatusOr<int64_t> JobTable::NextJobNumber() {
     return st;
   }
   return next;
+}
+
+absl::Status JobTable::PutModel(const v1::TrainedModel& model) {
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  return FromRocks(
+      db_->Put(options, absl::StrCat(kModelPrefix, model.job_id()),
+               model.SerializeAsString()),
+      absl::StrCat("job table write of the model of ", model.job_id()));
+}
+
+absl::StatusOr<v1::TrainedModel> JobTable::GetModel(const std::string& job_id) {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(),
+                               absl::StrCat(kModelPrefix, job_id), &value);
+  if (s.IsNotFound()) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", job_id, " has no stored model"));
+  }
+  if (!s.ok()) {
+    return FromRocks(s,
+                     absl::StrCat("job table read of the model of ", job_id));
+  }
+  v1::TrainedModel model;
+  if (!model.ParseFromString(value)) {
+    return absl::DataLossError(
+        absl::StrCat("job table: unreadable model of ", job_id));
+  }
+  return model;
 }
 
 }  // namespace ps

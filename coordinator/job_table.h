@@ -29,6 +29,13 @@ class JobTable {
   // Returns a fresh job number, persisted so that ids are never reused.
   absl::StatusOr<int64_t> NextJobNumber();
 
+  // Writes (replaces) the trained model of job `model.job_id()` durably (WAL,
+  // fsync), under its own key so that LoadAll never reads parameters.
+  absl::Status PutModel(const v1::TrainedModel& model);
+  // The trained model stored for `job_id`. NOT_FOUND if there is none;
+  // DATA_LOSS for an unreadable record.
+  absl::StatusOr<v1::TrainedModel> GetModel(const std::string& job_id);
+
  private:
   explicit JobTable(std::unique_ptr<rocksdb::DB> db);
   std::unique_ptr<rocksdb::DB> db_;

@@ -130,6 +130,14 @@ absl::Status ParameterClient::Pull(int64_t clock,
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> ParameterClient::ResumeClock() {
+  // A read at clock 0 never waits and is always allowed.
+  std::vector<std::vector<float>> params;
+  if (auto s = PullFromServers(0, &params); !s.ok()) return s;
+  cached_min_clock_ = -1;  // Do not serve later reads from this pull.
+  return own_clock_;
+}
+
 absl::Status ParameterClient::PullFromServers(
     int64_t clock, std::vector<std::vector<float>>* params) {
   params->resize(tensors_.size());
@@ -184,10 +192,15 @@ absl::Status ParameterClient::PullFromServers(
   });
   if (!status.ok()) return status;
   int64_t min_clock = INT64_MAX;
+  int64_t own_clock = INT64_MAX;
   for (const v1::PullResponse& reply : replies) {
     min_clock = std::min(min_clock, reply.min_clock());
+    if (worker_index_ < reply.worker_clocks_size()) {
+      own_clock = std::min(own_clock, reply.worker_clocks(worker_index_));
+    }
   }
   cached_min_clock_ = min_clock;
+  own_clock_ = own_clock == INT64_MAX ? 0 : own_clock;
   return absl::OkStatus();
 }
 

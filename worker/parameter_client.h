@@ -24,9 +24,9 @@ struct ParameterClientOptions {
   absl::Duration push_timeout = absl::Seconds(30);
   // Retrying stops once this much time has passed since the first attempt.
   absl::Duration retry_window = absl::Seconds(120);
-  // SSP client cache (design §4): parameters whose slowest worker was at clock m
-  // serve reads at any clock c <= m + s without a new pull. Unused under BSP (it
-  // could never hit) and ASP (it would never pull again).
+  // SSP client cache (design §4): parameters whose slowest worker was at clock
+  // m serve reads at any clock c <= m + s without a new pull. Unused under BSP
+  // (it could never hit) and ASP (it would never pull again).
   bool cache = true;
 };
 
@@ -49,6 +49,12 @@ class ParameterClient {
   int64_t pulls_saved() const { return pulls_saved_; }
   // The slowest worker's clock in the parameters last returned by Pull.
   int64_t params_min_clock() const { return cached_min_clock_; }
+  // The clock this worker resumes at: the number of its pushes every server has
+  // recorded (0 for a new job). A worker that takes over a lost worker's place
+  // continues from there; a push some servers recorded and others did not is
+  // sent again (servers that have it acknowledge it as a duplicate).
+  absl::StatusOr<int64_t> ResumeClock();
+
   // Pushes the gradients of iteration `clock`.
   absl::Status Push(int64_t clock,
                     const std::vector<std::vector<float>>& grads);
@@ -88,6 +94,7 @@ class ParameterClient {
   const bool use_cache_;
   std::vector<std::vector<float>> cache_;
   int64_t cached_min_clock_ = -1;  // -1: nothing cached.
+  int64_t own_clock_ = 0;          // This worker's clock in the last pull.
   int64_t pulls_made_ = 0;
   int64_t pulls_saved_ = 0;
 };

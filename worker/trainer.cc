@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/float_codec.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "worker/batcher.h"
@@ -38,7 +39,7 @@ void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
   report.set_worker_index(assignment_.index());
   // Reports are idempotent (latest state wins), so retrying them is safe.
   Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  const absl::Time give_up = absl::Now() + options_.report_retry_window;
   while (true) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, options_.report_timeout);
@@ -53,6 +54,56 @@ void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
       PS_LOG_WARNING("progress report failed: ", status.error_message());
       return;
     }
+    std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
+  }
+}
+
+absl::Status Trainer::UploadModel(int64_t clock, float accuracy) {
+  if (coordinator_ == nullptr) return absl::OkStatus();
+  v1::UploadModelRequest request;
+  request.set_node_id(node_id_);
+  request.set_worker_index(assignment_.index());
+  v1::TrainedModel* model = request.mutable_model();
+  model->set_job_id(assignment_.job_id());
+  *model->mutable_model() = assignment_.spec().model();
+  model->set_clock(clock);
+  model->set_test_accuracy(accuracy);
+  model->set_test_samples(test_.num_samples);
+  const std::vector<TensorSpec>& tensors = model_->tensors();
+  PS_CHECK(params_.size() == tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    v1::Tensor* t = model->add_tensors();
+    t->set_name(tensors[i].name);
+    for (int64_t d : tensors[i].shape) t->add_shape(d);
+    EncodeFloats(params_[i], t->mutable_data());
+  }
+  // Storing the same model twice is harmless, so retrying is safe.
+  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
+  const absl::Time give_up = absl::Now() + options_.upload_window;
+  while (true) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, options_.upload_timeout);
+    v1::UploadModelResponse response;
+    absl::Status status =
+        FromGrpcStatus(coordinator_->UploadModel(&ctx, request, &response));
+    if (status.ok()) {
+      PS_LOG_INFO("job ", assignment_.job_id(), ": uploaded the trained model",
+                  " (clock ", clock, ", test accuracy ", accuracy, ")");
+      return absl::OkStatus();
+    }
+    if (absl::IsFailedPrecondition(status)) {
+      stop_ = true;  // The job ended elsewhere (cancelled, failed).
+      return absl::CancelledError(
+          absl::StrCat("model upload: ", status.message()));
+    }
+    if (stop_) return absl::CancelledError("training stopped");
+    if (absl::Now() > give_up || !IsRetryable(status)) {
+      return absl::Status(
+          status.code(),
+          absl::StrCat("model upload to the coordinator: ", status.message()));
+    }
+    PS_LOG_WARNING("job ", assignment_.job_id(),
+                   ": model upload failed, retrying: ", status.ToString());
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
   }
 }
@@ -111,6 +162,14 @@ absl::Status Trainer::Train() {
         partition->per_worker(), " samples)"));
   }
   const int64_t total_clocks = steps * spec.epochs();
+  // A worker taking over a lost worker's place continues at its clock, with the
+  // same data order (a pure function of seed, epoch and index).
+  auto resume = client_->ResumeClock();
+  if (!resume.ok()) return resume.status();
+  if (*resume > 0) {
+    PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", worker,
+                " resumes at clock ", *resume, " of ", total_clocks);
+  }
   PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", worker, " of ",
               assignment_.num_workers(), ", ", partition->per_worker(),
               " samples, ", steps, " steps per epoch, backend ",
@@ -122,12 +181,12 @@ absl::Status Trainer::Train() {
   double interval_loss = 0;
   int64_t interval_steps = 0;
   absl::Time interval_start = absl::Now();
-  int64_t clock = 0;
+  int64_t clock = *resume;
   int64_t pulls_made = 0, pulls_saved = 0;
-  for (int epoch = 0; epoch < spec.epochs(); ++epoch) {
+  for (int epoch = clock / steps; epoch < spec.epochs(); ++epoch) {
     const std::vector<int64_t> order =
         partition->EpochOrder(spec.seed(), epoch, worker);
-    for (int64_t step = 0; step < steps; ++step, ++clock) {
+    for (int64_t step = clock % steps; step < steps; ++step, ++clock) {
       if (stop_) return absl::CancelledError("training stopped");
       absl::Time t0 = absl::Now();
       if (auto s = client_->Pull(clock, &params_); !s.ok()) return s;
@@ -172,24 +231,52 @@ absl::Status Trainer::Train() {
         report.set_loss(mean_loss);
         report.set_samples_per_second(rate);
         report.set_test_accuracy(-1);
-        if (epoch_end && evaluator) {
-          auto accuracy = Evaluate(clock + 1);
-          if (!accuracy.ok()) return accuracy.status();
-          last_accuracy_ = *accuracy;
-          metrics_->test_accuracy.Set(*accuracy);
-          report.set_test_accuracy(*accuracy);
-          PS_LOG_INFO("job ", assignment_.job_id(), ": epoch ", epoch + 1,
-                      " test accuracy ", *accuracy);
+        if (epoch_end) {
+          if (auto s = EndEpoch(std::move(report), epoch + 1 == spec.epochs());
+              !s.ok()) {
+            return s;
+          }
+        } else {
+          Report(std::move(report), /*must_arrive=*/false);
         }
-        const bool finished = epoch_end && epoch + 1 == spec.epochs();
-        report.set_finished(finished);
-        Report(std::move(report), /*must_arrive=*/epoch_end);
         interval_loss = 0;
         interval_steps = 0;
         interval_start = absl::Now();
       }
     }
   }
+  if (*resume >= total_clocks) {
+    // The previous holder of this place pushed everything before it was lost;
+    // only the end of the last epoch remains.
+    v1::ProgressReport report;
+    report.set_epoch(spec.epochs());
+    report.set_clock(total_clocks);
+    report.set_total_clocks(total_clocks);
+    report.set_test_accuracy(-1);
+    return EndEpoch(std::move(report), /*last=*/true);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::EndEpoch(v1::ProgressReport report, bool last) {
+  if (assignment_.index() == 0) {
+    // Worker 0 evaluates the model as of its clock on the test set.
+    auto accuracy = Evaluate(report.clock());
+    if (!accuracy.ok()) return accuracy.status();
+    last_accuracy_ = *accuracy;
+    metrics_->test_accuracy.Set(*accuracy);
+    report.set_test_accuracy(*accuracy);
+    PS_LOG_INFO("job ", assignment_.job_id(), ": epoch ", report.epoch(),
+                " test accuracy ", *accuracy);
+    if (last) {
+      // Before the final report: the job must not SUCCEED without its model.
+      if (auto s = UploadModel(report.clock(), last_accuracy_); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  report.set_finished(last);
+  Report(std::move(report), /*must_arrive=*/true);
   return absl::OkStatus();
 }
 

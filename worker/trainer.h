@@ -24,11 +24,18 @@ struct TrainerOptions {
   absl::Duration report_interval = absl::Seconds(1);
   // Deadline of each ReportProgress call.
   absl::Duration report_timeout = absl::Seconds(2);
+  // How long end-of-epoch reports are retried (they must outlast a coordinator
+  // restart); other reports are sent once.
+  absl::Duration report_retry_window = absl::Minutes(5);
   ParameterClientOptions parameter_client;
   // Straggler simulation for experiments: after each step, sleep (slowdown - 1)
   // times the step's own work (compute and push; pulls may wait on others).
   // 1 means no slowdown.
   double slowdown = 1.0;
+  // Deadline of each UploadModel call (worker 0, at the end of the job).
+  absl::Duration upload_timeout = absl::Seconds(10);
+  // How long worker 0 retries a failing UploadModel before the job fails.
+  absl::Duration upload_window = absl::Seconds(60);
 };
 
 // Runs on the caller's thread; Stop() may be called from any thread.
@@ -52,8 +59,18 @@ class Trainer {
  private:
   absl::Status Train();
   absl::StatusOr<float> Evaluate(int64_t clock);
+  // Reports the end of an epoch (`last`: of the job). Worker 0 first measures
+  // test accuracy and, after the last epoch, uploads the model.
+  absl::Status EndEpoch(v1::ProgressReport report, bool last);
   // Sends a report; a reply asking to stop sets stop_.
   void Report(v1::ProgressReport report, bool must_arrive);
+  // Worker 0, after its final evaluation: uploads params_ (the parameters it
+  // evaluated at `clock`) with their test accuracy to the coordinator,
+  // retrying with backoff for up to options_.upload_window. Does nothing
+  // without a coordinator. Errors: the last error once retrying gives up or on
+  // a non-retryable one; CANCELLED (and stop_ set) if the job is no longer
+  // running.
+  absl::Status UploadModel(int64_t clock, float accuracy);
 
   const v1::Assignment assignment_;
   const std::string node_id_;

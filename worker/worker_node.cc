@@ -36,7 +36,16 @@ absl::Status WorkerNode::Start() {
   membership.role = v1::WORKER;
   membership_ = std::make_unique<Membership>(
       membership,
-      [this](const std::vector<v1::Assignment>& a) { OnAssignments(a); });
+      [this](const std::vector<v1::Assignment>& a) { OnAssignments(a); },
+      [this] {
+        absl::MutexLock lock(&mu_);
+        std::vector<v1::HeldAssignment> held;
+        if (trainer_ != nullptr) {
+          held.emplace_back().set_job_id(current_job_);
+          held.back().set_index(current_index_);
+        }
+        return held;
+      });
   membership_->Start();
   PS_LOG_INFO("worker started, backend ", backend_->name(), ", coordinator ",
               options_.coordinator);
@@ -46,11 +55,17 @@ absl::Status WorkerNode::Start() {
 void WorkerNode::OnAssignments(const std::vector<v1::Assignment>& assignments) {
   absl::MutexLock lock(&mu_);
   const v1::Assignment* next = assignments.empty() ? nullptr : &assignments[0];
-  if (next != nullptr && next->job_id() == current_job_) return;
+  if (next != nullptr && next->job_id() == current_job_ &&
+      next->index() == current_index_) {
+    return;
+  }
   StopTrainer();
-  if (next == nullptr || done_jobs_.contains(next->job_id())) return;
+  const std::string place =
+      next == nullptr ? "" : absl::StrCat(next->job_id(), "/", next->index());
+  if (next == nullptr || done_jobs_.contains(place)) return;
   current_job_ = next->job_id();
-  done_jobs_.insert(current_job_);
+  current_index_ = next->index();
+  done_jobs_.insert(place);
   trainer_ = std::make_unique<Trainer>(*next, membership_->node_id(),
                                        membership_->stub(), backend_.get(),
                                        &metrics_, options_.trainer);
@@ -77,6 +92,7 @@ void WorkerNode::StopTrainer() {
   thread_.join();
   trainer_.reset();
   current_job_.clear();
+  current_index_ = -1;
 }
 
 void WorkerNode::Stop() {

@@ -66,10 +66,11 @@ class WorkerNode final : public v1::WorkerService::CallbackService {
 
   absl::Mutex mu_;
   std::string current_job_ ABSL_GUARDED_BY(mu_);
+  int current_index_ ABSL_GUARDED_BY(mu_) = -1;
   std::unique_ptr<Trainer> trainer_ ABSL_GUARDED_BY(mu_);
   std::thread thread_ ABSL_GUARDED_BY(mu_);
-  // Jobs this node has run: never started twice, even while the coordinator
-  // still lists one it has finished.
+  // Places ("job/index") this node has run: never started twice, even while
+  // the coordinator still lists one it has finished.
   std::set<std::string> done_jobs_ ABSL_GUARDED_BY(mu_);
 };
 

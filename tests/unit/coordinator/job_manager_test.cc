@@ -418,8 +418,9 @@ TEST_F(JobManagerTest, ReportFromAnotherNodeIsPermissionDenied) {
   EXPECT_EQ(Send(unknown).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(JobManagerTest, LeaseExpiryFailsTheJobAndForgetsTheNode) {
+TEST_F(JobManagerTest, LostNodesLeaveVacantPlacesAndTheJobFailsAfterTheGrace) {
   timing_.lease = absl::Seconds(2);
+  timing_.recovery_grace = absl::Seconds(10);
   CreateManager();
   const std::string id = Submit();
   StartJob(id);
@@ -427,20 +428,107 @@ TEST_F(JobManagerTest, LeaseExpiryFailsTheJobAndForgetsTheNode) {
   // Still within the lease: nothing happens.
   manager_->Tick(absl::Now() + absl::Seconds(1));
   EXPECT_EQ(State(id), v1::RUNNING);
-  manager_->Tick(absl::Now() + timing_.lease + absl::Seconds(1));
-  auto status = manager_->Get(id);
-  ASSERT_TRUE(status.ok());
-  EXPECT_EQ(status->state(), v1::FAILED);
-  EXPECT_THAT(status->message(), HasSubstr("lost its lease"));
-  EXPECT_THAT(status->message(),
-              AnyOf(HasSubstr(server_), HasSubstr(workers_[0]),
-                    HasSubstr(workers_[1])));
+  // Every node lost its lease: their places are vacant, the job waits.
+  const absl::Time expired = absl::Now() + timing_.lease + absl::Seconds(1);
+  manager_->Tick(expired);
+  EXPECT_EQ(State(id), v1::RUNNING);
   for (const std::string& node : {server_, workers_[0], workers_[1], idle}) {
     EXPECT_EQ(manager_->Heartbeat(node).status().code(),
               absl::StatusCode::kNotFound)
         << node;
   }
   EXPECT_EQ(metrics_.leases_expired.Value(), 4);
+  // Nobody came back within the grace.
+  manager_->Tick(expired + timing_.recovery_grace + absl::Seconds(1));
+  auto status = manager_->Get(id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state(), v1::FAILED);
+  EXPECT_THAT(status->message(), HasSubstr("was lost and not"));
+  EXPECT_THAT(status->message(), HasSubstr("within 10s"));
+}
+
+// Leases are real time: expire one node by letting it miss heartbeats while
+// the others keep theirs.
+TEST_F(JobManagerTest, AFreeWorkerTakesALostWorkersPlace) {
+  timing_.lease = absl::Seconds(2);
+  CreateManager();
+  const std::string id = Submit();
+  StartJob(id);
+  absl::SleepFor(absl::Milliseconds(1500));
+  for (const std::string& node : {server_, workers_[0]}) {
+    ASSERT_TRUE(manager_->Heartbeat(node).ok());
+  }
+  absl::SleepFor(absl::Milliseconds(1000));
+  manager_->Tick(absl::Now());  // workers_[1] is 2.5 s silent, others 1 s.
+  EXPECT_EQ(manager_->Heartbeat(workers_[1]).status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(manager_->Heartbeat(workers_[0]).ok());
+  EXPECT_EQ(State(id), v1::RUNNING);
+  // A new worker registers and is given worker 1's place at once.
+  const std::string replacement = Register(v1::WORKER);
+  auto assignments = Assignments(replacement);
+  ASSERT_THAT(assignments, SizeIs(1));
+  EXPECT_EQ(assignments[0].job_id(), id);
+  EXPECT_EQ(assignments[0].index(), 1);
+  // Its reports count for worker 1; the lost node's do not.
+  v1::ProgressReport report = Report(id, 1);
+  EXPECT_EQ(Send(report).status().code(), absl::StatusCode::kPermissionDenied);
+  report.set_node_id(replacement);
+  EXPECT_TRUE(Send(report).ok());
+}
+
+TEST_F(JobManagerTest, NodesGetTheirPlacesBackAfterACoordinatorRestart) {
+  const std::string running = Submit();
+  const std::string pending = Submit();
+  StartJob(running);
+  const std::string finished = Submit();
+  ASSERT_TRUE(manager_->Cancel(finished).ok());
+
+  CreateManager();  // A new coordinator on the same table.
+  const std::vector<v1::JobStatus> jobs = manager_->List();
+  ASSERT_THAT(jobs, SizeIs(3));
+  EXPECT_EQ(State(running), v1::RUNNING);
+  EXPECT_EQ(State(pending), v1::PENDING);
+  EXPECT_EQ(State(finished), v1::CANCELLED);
+  // The old nodes are unknown; ids are never reused.
+  EXPECT_EQ(manager_->Heartbeat(server_).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Submit(), "job-000004");
+
+  // The server registers again on its address; the workers say what they hold.
+  const std::string server = Register(v1::SERVER, "10.0.0.1:7000");
+  std::vector<std::string> workers;
+  for (int i : {1, 0}) {
+    v1::RegisterRequest request;
+    request.set_role(v1::WORKER);
+    v1::HeldAssignment* held = request.add_held();
+    held->set_job_id(running);
+    held->set_index(i);
+    auto response = manager_->Register(request);
+    ASSERT_TRUE(response.ok());
+    workers.push_back(response->node_id());
+  }
+  manager_->Tick(absl::Now());
+  auto server_assignment = Assignments(server);
+  ASSERT_THAT(server_assignment, SizeIs(1));
+  EXPECT_EQ(server_assignment[0].job_id(), running);
+  EXPECT_EQ(server_assignment[0].index(), 0);
+  EXPECT_EQ(server_assignment[0].shard_map().servers(0), "10.0.0.1:7000");
+  for (int k = 0; k < 2; ++k) {
+    auto a = Assignments(workers[k]);
+    ASSERT_THAT(a, SizeIs(1));
+    EXPECT_EQ(a[0].job_id(), running);
+    EXPECT_EQ(a[0].index(), 1 - k);
+  }
+  EXPECT_EQ(State(running), v1::RUNNING);
+  EXPECT_EQ(State(pending), v1::PENDING);  // Its nodes are busy.
+
+  // The pending job starts on nodes that are free.
+  Register(v1::SERVER, "10.0.0.9:7000");
+  Register(v1::WORKER);
+  Register(v1::WORKER);
+  manager_->Tick(absl::Now());
+  EXPECT_EQ(State(pending), v1::RUNNING);
 }
 
 TEST_F(JobManagerTest, HeartbeatsKeepTheLease) {
@@ -512,34 +600,6 @@ TEST_F(JobManagerTest, WatchersSeeOnlyTheirJob) {
   ASSERT_TRUE(manager_->Cancel(b).ok());
   EXPECT_EQ(calls_a, 1);
   EXPECT_EQ(calls_b, 2);
-}
-
-TEST_F(JobManagerTest, RestartKeepsJobsAndFailsRunningOnes) {
-  const std::string running = Submit();
-  const std::string pending = Submit();
-  StartJob(running);
-  const std::string finished = Submit();
-  ASSERT_TRUE(manager_->Cancel(finished).ok());
-
-  CreateManager();  // A new coordinator on the same table.
-  const std::vector<v1::JobStatus> jobs = manager_->List();
-  ASSERT_THAT(jobs, SizeIs(3));
-  auto status = manager_->Get(running);
-  ASSERT_TRUE(status.ok()) << status.status();
-  EXPECT_EQ(status->state(), v1::FAILED);
-  EXPECT_THAT(status->message(), HasSubstr("restarted"));
-  EXPECT_EQ(State(pending), v1::PENDING);
-  EXPECT_EQ(State(finished), v1::CANCELLED);
-  // The old nodes are unknown; ids are never reused.
-  EXPECT_EQ(manager_->Heartbeat(server_).status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(Submit(), "job-000004");
-  // The pending job starts on nodes that register with the new coordinator.
-  Register(v1::SERVER, "10.0.0.1:7000");
-  Register(v1::WORKER);
-  Register(v1::WORKER);
-  manager_->Tick(absl::Now());
-  EXPECT_EQ(State(pending), v1::RUNNING);
 }
 
 }  // namespace
