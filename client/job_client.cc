@@ -63,6 +63,18 @@ absl::StatusOr<v1::JobStatus> JobClient::Cancel(const std::string& job_id) {
   return response.job();
 }
 
+absl::StatusOr<v1::TrainedModel> JobClient::ExportModel(
+    const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.timeout);
+  v1::ExportModelRequest request;
+  request.set_job_id(job_id);
+  v1::TrainedModel response;
+  grpc::Status status = stub_->ExportModel(&ctx, request, &response);
+  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  return response;
+}
+
 absl::StatusOr<v1::JobStatus> JobClient::Watch(
     const std::string& job_id,
     const std::function<void(const v1::JobStatus&)>& on_update,

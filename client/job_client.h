@@ -30,6 +30,9 @@ class JobClient {
   absl::StatusOr<v1::JobStatus> Get(const std::string& job_id);
   absl::StatusOr<std::vector<v1::JobStatus>> List();
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id);
+  // The trained model of a SUCCEEDED job. NOT_FOUND (saying why) for an
+  // unknown job or one without a trained model.
+  absl::StatusOr<v1::TrainedModel> ExportModel(const std::string& job_id);
 
   // Streams the job's status to `on_update` until it ends, and returns the
   // final status. If the stream breaks (coordinator restart) it reconnects with

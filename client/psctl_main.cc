@@ -3,6 +3,8 @@
 //   psctl [--coordinator=HOST:PORT] submit JOB.json [--watch]
 //   psctl list | get JOB | watch JOB | cancel JOB
 //   psctl health HOST:PORT
+//   psctl export JOB --output=FILE   (or -o FILE)
+//   psctl eval MODEL_FILE [--images=PATH --labels=PATH] [--max_samples=N]
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,18 +15,36 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/job_client.h"
+#include "client/model_eval.h"
 #include "client/progress.h"
 #include "common/grpc_util.h"
+#include "common/idx_reader.h"
 #include "common/job_spec.h"
+#include "common/model_file.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+
+constexpr char kDefaultTestImages[] =
+    "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+constexpr char kDefaultTestLabels[] =
+    "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");
 ABSL_FLAG(int, timeout_ms, 10000, "deadline of each call");
 ABSL_FLAG(bool, watch, false,
           "submit: follow the job's progress until it ends");
+ABSL_FLAG(std::string, output, "", "export: the model file to write");
+ABSL_FLAG(std::string, o, "", "export: short for --output");
+ABSL_FLAG(std::string, images, kDefaultTestImages,
+          "eval: IDX images file (gzip or plain)");
+ABSL_FLAG(std::string, labels, kDefaultTestLabels,
+          "eval: IDX labels file (gzip or plain)");
+ABSL_FLAG(int64_t, max_samples, 0,
+          "eval: use the first N samples only (0: all); pass the job's "
+          "max_test_samples to reproduce its test accuracy");
 
 namespace {
 
@@ -38,7 +58,12 @@ constexpr char kUsage[] =
     "SUCCEEDED)\n"
     "  cancel JOB                 cancel a pending or running job\n"
     "  health HOST:PORT           check any process's gRPC health service\n"
-    "                             (prints SERVING and exits 0 if it serves)";
+    "                             (prints SERVING and exits 0 if it serves)\n"
+    "  export JOB --output=FILE   write a SUCCEEDED job's trained model\n"
+    "                             (-o FILE too; see docs/model-format.md)\n"
+    "  eval MODEL_FILE            a model file's accuracy on a data set\n"
+    "      [--images=PATH --labels=PATH]  (default: Fashion-MNIST's test set)\n"
+    "      [--max_samples=N]      first N samples only (0: all)";
 
 int Fail(const absl::Status& status) {
   std::cerr << "psctl: " << status.message() << " ("
@@ -98,16 +123,17 @@ int Health(const std::string& address, absl::Duration timeout) {
   if (!status.ok()) {
     absl::Status s = ps::FromGrpcStatus(status);
     if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
-      s = absl::Status(s.code(), absl::StrCat(address, " is not reachable: ",
-                                              s.message()));
+      s = absl::Status(
+          s.code(), absl::StrCat(address, " is not reachable: ", s.message()));
     }
     return Fail(s);
   }
   std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
                    response.status())
             << std::endl;
-  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0
-                                                                             : 1;
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING
+             ? 0
+             : 1;
 }
 
 int Submit(ps::JobClient& client, const std::string& path) {
@@ -131,6 +157,55 @@ int Submit(ps::JobClient& client, const std::string& path) {
   if (!id.ok()) return Fail(id.status());
   std::cout << "submitted " << *id << std::endl;
   if (absl::GetFlag(FLAGS_watch)) return Watch(client, *id);
+  return 0;
+}
+
+// Fetches a job's trained model and writes it to the --output file.
+int Export(ps::JobClient& client, const std::string& job_id) {
+  std::string path = absl::GetFlag(FLAGS_output);
+  if (path.empty()) path = absl::GetFlag(FLAGS_o);
+  if (path.empty()) {
+    std::cerr << "psctl: export needs --output=FILE (or -o FILE)\nusage: "
+              << kUsage << "\n";
+    return 64;
+  }
+  auto model = client.ExportModel(job_id);
+  if (!model.ok()) return Fail(model.status());
+  if (auto s = ps::WriteModelFile(*model, path); !s.ok()) return Fail(s);
+  int64_t values = 0;
+  for (const auto& t : model->tensors()) values += t.data().size() / 4;
+  std::cout << absl::StrFormat(
+                   "wrote %s to %s: %d tensors, %d values, clock %d, test "
+                   "accuracy %.4f (%d samples)",
+                   job_id, path, model->tensors_size(), values, model->clock(),
+                   model->test_accuracy(), model->test_samples())
+            << std::endl;
+  return 0;
+}
+
+// Evaluates a model file on --images/--labels and prints its accuracy.
+int Eval(const std::string& path) {
+  auto model = ps::ReadModelFile(path);
+  if (!model.ok()) return Fail(model.status());
+  const std::string images = absl::GetFlag(FLAGS_images);
+  const std::string labels = absl::GetFlag(FLAGS_labels);
+  auto data =
+      ps::ReadIdxDataset(images, labels, absl::GetFlag(FLAGS_max_samples));
+  if (!data.ok()) return Fail(data.status());
+  auto result = ps::EvaluateModel(*model, *data);
+  if (!result.ok()) {
+    return Fail(
+        absl::Status(result.status().code(),
+                     absl::StrCat(path, ": ", result.status().message())));
+  }
+  std::cout << absl::StrFormat(
+                   "model %s (clock %d): recorded test accuracy %.4f (%d "
+                   "samples)\n",
+                   model->job_id(), model->clock(), model->test_accuracy(),
+                   model->test_samples())
+            << absl::StrFormat("accuracy %.4f (%d samples)", result->accuracy,
+                               result->samples)
+            << std::endl;
   return 0;
 }
 
@@ -161,6 +236,8 @@ int main(int argc, char** argv) {
   }
   const std::string arg = args[2];
   if (command == "health") return Health(arg, options.timeout);
+  if (command == "export") return Export(client, arg);
+  if (command == "eval") return Eval(arg);
   if (command == "submit") return Submit(client, arg);
   if (command == "watch") return Watch(client, arg);
   if (command == "get") {

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/float_codec.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -74,7 +75,7 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
     }
     if (auto s = job->Restore(*std::move(stored)); !s.ok()) return s;
     PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ", job->blocks_.size(),
-                " blocks at min clock ", job->min_clock());
+                " blocks, worker clocks ", job->ClocksString());
     return job;
   }
   if (!absl::IsNotFound(stored.status())) return stored.status();
@@ -147,6 +148,11 @@ absl::Status ServerJob::Restore(StoredJob stored) {
   }
   clocks_.Restore(clocks);
   return absl::OkStatus();
+}
+
+std::string ServerJob::ClocksString() const {
+  absl::MutexLock lock(&mu_);
+  return absl::StrCat("[", absl::StrJoin(clocks_.clocks(), " "), "]");
 }
 
 int64_t ServerJob::min_clock() const {

@@ -73,6 +73,8 @@ class ServerJob {
   const v1::Assignment& assignment() const { return assignment_; }
   // The slowest worker's clock.
   int64_t min_clock() const;
+  // Every worker's clock, as "[c0 c1 ...]" (for logs).
+  std::string ClocksString() const;
 
  private:
   struct Block {

@@ -162,6 +162,13 @@ absl::Status Trainer::Train() {
         partition->per_worker(), " samples)"));
   }
   const int64_t total_clocks = steps * spec.epochs();
+  if (!options_.ack_log.empty()) {
+    ack_log_.open(options_.ack_log, std::ios::app);
+    if (!ack_log_) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot open ack log ", options_.ack_log));
+    }
+  }
   // A worker taking over a lost worker's place continues at its clock, with the
   // same data order (a pure function of seed, epoch and index).
   auto resume = client_->ResumeClock();
@@ -201,6 +208,10 @@ absl::Status Trainer::Train() {
       absl::Time t2 = absl::Now();
       if (auto s = client_->Push(clock, grads); !s.ok()) return s;
       absl::Time t3 = absl::Now();
+      if (ack_log_.is_open()) {
+        ack_log_ << assignment_.job_id() << " " << worker << " " << clock
+                 << std::endl;  // Flushed: the line must survive a kill -9.
+      }
       if (options_.slowdown > 1.0) {
         absl::SleepFor((t3 - t1) * (options_.slowdown - 1.0));
       }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <fstream>
 #include <string>
 
 #include "absl/status/status.h"
@@ -28,6 +29,10 @@ struct TrainerOptions {
   // restart); other reports are sent once.
   absl::Duration report_retry_window = absl::Minutes(5);
   ParameterClientOptions parameter_client;
+  // If set, a line "<job> <worker> <clock>" is appended to this file after
+  // every acknowledged push, so a fault test can check that no acknowledged
+  // update is lost. Empty: no log.
+  std::string ack_log;
   // Straggler simulation for experiments: after each step, sleep (slowdown - 1)
   // times the step's own work (compute and push; pulls may wait on others).
   // 1 means no slowdown.
@@ -82,6 +87,7 @@ class Trainer {
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<ParameterClient> client_;
+  std::ofstream ack_log_;
   Dataset test_;
   std::vector<std::vector<float>> params_;
   float last_accuracy_ = -1;

@@ -18,6 +18,9 @@ ABSL_FLAG(int, compute_threads, 1,
           "OpenBLAS threads of the CPU backend (0: default)");
 ABSL_FLAG(double, slowdown, 1.0,
           "experiments: make this worker this many times slower (straggler)");
+ABSL_FLAG(std::string, ack_log, "",
+          "fault tests: append \"job worker clock\" here after every "
+          "acknowledged push");
 ABSL_FLAG(int, metrics_port, 0,
           "Prometheus /metrics port (0: any free port, -1: none)");
 ABSL_FLAG(std::string, port_file, "",
@@ -46,6 +49,7 @@ int main(int argc, char** argv) {
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.trainer.slowdown = absl::GetFlag(FLAGS_slowdown);
+  options.trainer.ack_log = absl::GetFlag(FLAGS_ack_log);
   if (options.trainer.slowdown < 1.0) {
     PS_LOG_ERROR("ps-worker: --slowdown must be >= 1");
     return 1;

@@ -10,7 +10,9 @@
 
 CLUSTER_PIDS=()
 CLUSTER_NAMES=()
-# Extra flags for worker i, e.g. CLUSTER_WORKER_ARGS[3]="--slowdown=2".
+declare -A CLUSTER_CMDS=()  # name -> the command line that started it (%q-quoted)
+# Extra flags for worker i, e.g. CLUSTER_WORKER_ARGS[3]="--slowdown=2", and for
+# the coordinator (CLUSTER_COORDINATOR_ARGS="--lease_ms=1500"); later flags win.
 declare -a CLUSTER_WORKER_ARGS=()
 
 # Waits until FILE exists (a process wrote its ports), or fails after 30 s.
@@ -35,10 +37,45 @@ cluster_spawn() {
   shift 2
   rm -f "$CLUSTER_RUN_DIR/$name.ports"
   "$binary" --port_file="$CLUSTER_RUN_DIR/$name.ports" "$@" \
-    >"$CLUSTER_RUN_DIR/$name.log" 2>&1 &
+    >>"$CLUSTER_RUN_DIR/$name.log" 2>&1 &
   CLUSTER_PIDS+=($!)
   CLUSTER_NAMES+=("$name")
+  CLUSTER_CMDS[$name]=$(printf '%q ' "$binary" "$@")
   cluster_wait_file "$CLUSTER_RUN_DIR/$name.ports"
+}
+
+# Index of NAME in CLUSTER_NAMES (the latest process of that name).
+cluster_index() {
+  local i
+  for i in "${!CLUSTER_NAMES[@]}"; do
+    [ "${CLUSTER_NAMES[$i]}" = "$1" ] && echo "$i"
+  done | tail -n 1
+}
+
+# Kills NAME with SIGKILL (a crash) and reaps it.
+cluster_kill() {
+  local i pid
+  i=$(cluster_index "$1")
+  pid=${CLUSTER_PIDS[$i]}
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  unset "CLUSTER_PIDS[$i]" "CLUSTER_NAMES[$i]"
+}
+
+# Starts NAME again with the same flags, on the same gRPC port (a server keeps
+# its address, so it gets its place back; the coordinator keeps the address the
+# others know).
+cluster_restart() {
+  local name=$1 port
+  port=$(cluster_port "$CLUSTER_RUN_DIR/$name.ports" grpc_port)
+  local -a cmd
+  eval "cmd=(${CLUSTER_CMDS[$name]})"
+  local -a args=()
+  local arg
+  for arg in "${cmd[@]:1}"; do
+    case $arg in --listen=*) ;; *) args+=("$arg") ;; esac
+  done
+  cluster_spawn "$name" "${cmd[0]}" "${args[@]}" --listen="127.0.0.1:$port"
 }
 
 cluster_start() {
@@ -46,9 +83,10 @@ cluster_start() {
   CLUSTER_RUN_DIR=$2
   local servers=$3 workers=$4 i
   mkdir -p "$CLUSTER_RUN_DIR"
+  # shellcheck disable=SC2086  # the extra flags are meant to split
   cluster_spawn coordinator "$CLUSTER_BUILD_DIR/coordinator/ps-coordinator" \
     --listen=127.0.0.1:0 --data_dir="$CLUSTER_RUN_DIR/coordinator.data" \
-    --heartbeat_interval_ms=200 --lease_ms=5000 || return 1
+    --heartbeat_interval_ms=200 --lease_ms=5000 ${CLUSTER_COORDINATOR_ARGS:-} || return 1
   COORDINATOR="127.0.0.1:$(cluster_port "$CLUSTER_RUN_DIR/coordinator.ports" grpc_port)"
   for i in $(seq 0 $((servers - 1))); do
     cluster_spawn "server$i" "$CLUSTER_BUILD_DIR/server/ps-server" \
@@ -76,6 +114,7 @@ cluster_metrics_ports() {
 cluster_stop() {
   local pid i status=0 rc
   for pid in "${CLUSTER_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  # Port files of restarted processes are rewritten; indices may have gaps.
   for i in "${!CLUSTER_PIDS[@]}"; do
     pid=${CLUSTER_PIDS[$i]}
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

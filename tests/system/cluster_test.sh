@@ -11,21 +11,30 @@
 #     an unknown job is NOT_FOUND, an unreachable coordinator is reported;
 #   - cancel: a long job is cancelled while RUNNING, its workers stop, and the
 #     freed nodes run the next job;
+#   - export: psctl export writes a SUCCEEDED job's model file, and psctl eval
+#     of it prints exactly the job's test accuracy; jobs that did not succeed
+#     have no model (NOT_FOUND); a truncated model file is DATA_LOSS;
 #   - every /metrics endpoint passes `promtool check metrics` and has the
 #     expected series;
-#   - clean shutdown: every process exits 0 on SIGTERM.
+#   - clean shutdown: every process exits 0 on SIGTERM;
+#   - a peer that is slow for a moment (paused 2 s) does not fail a call with a
+#     10 s deadline.
 #
 #   bash tests/system/cluster_test.sh BUILD_DIR SOURCE_DIR
 #
-# Prints "ok N - ..." per check; stops at the first "not ok" with the relevant
-# output and the processes' logs, and keeps the run directory (logs, RocksDB
-# data, job specs, psctl output) for inspection. Exits 77 (skipped) when the
-# data set or a needed tool is missing. PS_KEEP_RUN_DIR=1 keeps the run
-# directory after a pass too. No timing is asserted (design §9): the
-# only time limits are generous bounds that keep a hung process from hanging the
-# test.
+# Prints "ok N - ..." per check and stops at the first "not ok" with the
+# relevant output and the processes' logs. A check that reveals a known product
+# bug prints "not ok N - ... # BUG: ..." and lets the others run; the test then
+# fails at the end. A failing test keeps its run directory (logs, RocksDB data,
+# job specs, psctl output); PS_KEEP_RUN_DIR=1 keeps it after a pass too. Exits
+# 77 (skipped) when the data set or a needed tool is missing. No timing is
+# asserted (design §9): the only time limits are generous bounds that keep a
+# hung process from hanging the test.
 set -euo pipefail
 
+# The script is one compound command, parsed whole before it runs, so that a
+# checkout or an edit of this file while the test runs cannot change what runs.
+{
 if [ $# -ne 2 ]; then
   echo "usage: $0 BUILD_DIR SOURCE_DIR" >&2
   exit 64
@@ -67,13 +76,18 @@ source "$SOURCE_DIR/scripts/lib/cluster.sh"
 RUN_DIR=$(mktemp -d -t ps-system-test.XXXXXX)
 START_S=$SECONDS
 CHECKS=0
+BUGS=0
+CONNECT_RETRIES=0
+ONLY_KNOWN_BUGS=0
 
 # Prints the processes' logs and keeps RUN_DIR when the test fails; removes it
 # when it passes. Always stops whatever is left of the cluster.
+# shellcheck disable=SC2317  # called by the EXIT trap
 on_exit() {
   local rc=$? log
   set +e
   if [ "${#CLUSTER_PIDS[@]}" -gt 0 ]; then
+    kill -CONT "${CLUSTER_PIDS[@]}" 2>/dev/null  # in case a pause was cut short
     cluster_stop >/dev/null 2>&1
   fi
   if [ "$rc" -eq 0 ]; then
@@ -89,6 +103,10 @@ on_exit() {
     echo "----- $(basename "$log") (last 60 lines) -----"
     tail -n 60 "$log"
   done
+  if [ "$ONLY_KNOWN_BUGS" = 1 ]; then
+    # Every other check passed: the RocksDB data (hundreds of MB) tells nothing.
+    rm -rf "$RUN_DIR"/*.data
+  fi
   echo "# run directory kept: $RUN_DIR"
   echo "# failed after $((SECONDS - START_S)) s"
 }
@@ -110,8 +128,43 @@ fail() {
     [ -e "$file" ] || continue
     echo "----- $(basename "$file") -----"
     cat "$file"
+    if connect_failed "$file"; then
+      echo "# this is the known 100 ms connect timeout of common/grpc_util.cc (see the # BUG check)"
+    fi
   done
   exit 1
+}
+
+# bug MESSAGE DETAIL: a check that reveals a known product bug failed. Prints
+# "not ok" and lets the test go on; the test fails at the end.
+bug() {
+  CHECKS=$((CHECKS + 1))
+  BUGS=$((BUGS + 1))
+  echo "not ok $CHECKS - $1 # BUG: $2"
+}
+
+# paused NAME SECONDS CMD...: runs CMD while process NAME is stopped (SIGSTOP)
+# for SECONDS; returns CMD's status.
+paused() {
+  local name=$1 seconds=$2 i pid="" sleeper rc=0
+  shift 2
+  for i in "${!CLUSTER_NAMES[@]}"; do
+    [ "${CLUSTER_NAMES[$i]}" = "$name" ] && pid=${CLUSTER_PIDS[$i]}
+  done
+  [ -n "$pid" ] || fail "no process $name"
+  kill -STOP "$pid"
+  (sleep "$seconds"; kill -CONT "$pid") &
+  sleeper=$!
+  "$@" || rc=$?
+  wait "$sleeper"
+  kill -CONT "$pid"
+  return "$rc"
+}
+
+# True if psctl's stderr FILE says no connection could be made although
+# something listens (the call was never sent).
+connect_failed() {
+  grep -q 'failed to connect to all addresses' "$1" && ! grep -q 'Connection refused' "$1"
 }
 
 # psctl_run NAME [--limit=S] ARGS...: runs psctl against the cluster with stdout
@@ -122,8 +175,22 @@ psctl_run() {
   case ${1:-} in --limit=*) limit=${1#--limit=}; shift ;; esac
   OUT=$RUN_DIR/$name.out
   ERR=$RUN_DIR/$name.err
-  RC=0
-  timeout "$limit" "$PSCTL" --coordinator="$COORDINATOR" "$@" >"$OUT" 2>"$ERR" || RC=$?
+  local attempt
+  for attempt in 1 2 3 4 5; do
+    RC=0
+    timeout "$limit" "$PSCTL" --coordinator="$COORDINATOR" "$@" >"$OUT" 2>"$ERR" || RC=$?
+    # The connect-timeout bug (see the # BUG check below) fails calls at random
+    # on a loaded machine before they are sent ("failed to connect", though the
+    # peer is up); retry those, and only those, so that the other checks test
+    # what they are about. The dedicated check reveals the bug.
+    if [ "$RC" -eq 1 ] && [ "$attempt" -lt 5 ] && connect_failed "$ERR" &&
+        ! grep -q '^submitted ' "$OUT"; then
+      CONNECT_RETRIES=$((CONNECT_RETRIES + 1))
+      echo "# retrying psctl $* after: $(cat "$ERR")"
+      continue
+    fi
+    break
+  done
   if [ "$RC" -eq 124 ]; then
     echo "psctl $* did not finish within $limit s" >>"$ERR"
   fi
@@ -392,6 +459,80 @@ ok "the workers stopped training $LONG_ID (ps_worker_steps_total settled)"
 train "after the cancel, the freed nodes run: BSP" after-cancel '{ "model": "BSP" }'
 SUCCEEDED_JOBS+=("$JOB_ID")
 
+# --- 7b: export a trained model; psctl eval reproduces the job's accuracy ----
+EXPORT_ID=${SUCCEEDED_JOBS[0]}
+JOB_ACCURACY=$(sed -n 's/^test accuracy: \([0-9.]*\) .*/\1/p' "$RUN_DIR/small-bsp.out")
+MODEL=$RUN_DIR/model.bin
+psctl_run export export "$EXPORT_ID" --output="$MODEL"
+if [ "$RC" -ne 0 ] || [ ! -s "$MODEL" ] || [ "$(head -c 8 "$MODEL")" != PSMODEL1 ]; then
+  fail "psctl export $EXPORT_ID --output=$MODEL exits 0 and writes a PSMODEL1 file (got $RC)" "$OUT" "$ERR"
+fi
+grep -q '"name": "dense0.weight"' "$MODEL" || fail "the model file's JSON header names dense0.weight" "$MODEL"
+ok "psctl export $EXPORT_ID: $(cat "$OUT")"
+psctl_run export-o export "$EXPORT_ID" -o "$RUN_DIR/model-o.bin"
+if [ "$RC" -ne 0 ] || ! cmp -s "$MODEL" "$RUN_DIR/model-o.bin"; then
+  fail "psctl export $EXPORT_ID -o FILE exits 0 and writes the same file (got $RC)" "$OUT" "$ERR"
+fi
+ok "psctl export -o FILE writes the same file"
+# The job evaluated on its first 2000 test samples (max_test_samples).
+psctl_run eval eval "$MODEL" --images="$TEST_IMAGES" --labels="$TEST_LABELS" --max_samples=2000
+EVAL_ACCURACY=$(sed -n 's/^accuracy \([0-9.]*\) (2000 samples)$/\1/p' "$OUT")
+RECORDED=$(sed -n 's/.*recorded test accuracy \([0-9.]*\) (2000 samples)$/\1/p' "$OUT")
+if [ "$RC" -ne 0 ] || [ -z "$EVAL_ACCURACY" ]; then
+  fail "psctl eval $MODEL exits 0 and prints \"accuracy X (2000 samples)\" (got $RC)" "$OUT" "$ERR"
+fi
+if [ "$EVAL_ACCURACY" != "$JOB_ACCURACY" ] || [ "$RECORDED" != "$JOB_ACCURACY" ]; then
+  fail "psctl eval prints the job's test accuracy $JOB_ACCURACY (got $EVAL_ACCURACY, recorded $RECORDED)" \
+    "$OUT" "$RUN_DIR/small-bsp.out"
+fi
+ok "psctl eval: accuracy $EVAL_ACCURACY on 2000 samples, equal to $EXPORT_ID's reported $JOB_ACCURACY"
+psctl_run eval-all eval "$MODEL"
+grep -q '^accuracy 0\.[0-9]\{4\} (10000 samples)$' "$OUT" ||
+  fail "psctl eval $MODEL (default: the whole Fashion-MNIST test set) prints its accuracy" "$OUT" "$ERR"
+ok "psctl eval on the default test set: $(tail -n 1 "$OUT")"
+for id in "$FAILED_ID" "$LONG_ID" job-999999; do
+  psctl_run "export-$id" export "$id" --output="$RUN_DIR/none.bin"
+  if [ "$RC" -ne 1 ] || ! grep -q '(NOT_FOUND)$' "$ERR" || [ -e "$RUN_DIR/none.bin" ]; then
+    fail "psctl export $id (not SUCCEEDED) exits 1 with NOT_FOUND and writes nothing (got $RC)" "$OUT" "$ERR"
+  fi
+done
+ok "psctl export of a FAILED, a CANCELLED and an unknown job: NOT_FOUND ($(cat "$RUN_DIR/export-$FAILED_ID.err"))"
+psctl_run export-no-output export "$EXPORT_ID"
+[ "$RC" -eq 64 ] || fail "psctl export without --output exits 64 (got $RC)" "$OUT" "$ERR"
+head -c 1000 "$MODEL" >"$RUN_DIR/truncated.bin"
+psctl_run eval-truncated eval "$RUN_DIR/truncated.bin"
+if [ "$RC" -ne 1 ] || ! grep -q "truncated.bin.*(DATA_LOSS)$" "$ERR"; then
+  fail "psctl eval of a truncated model file exits 1 with DATA_LOSS naming it (got $RC)" "$OUT" "$ERR"
+fi
+ok "psctl eval of a truncated model file: $(cat "$ERR")"
+
+# --- a slow peer must not fail a call that has a 10 s deadline ---------------
+# A process that answers the connection late (stopped for 2 s here; on this
+# shared 2-core machine, one that is not scheduled for a few hundred ms) must
+# not fail a call whose deadline is 10 s. It does: CreateChannel
+# (common/grpc_util.cc) sets GRPC_ARG_MIN_RECONNECT_BACKOFF_MS to 100, which
+# gRPC also uses as the minimum connect timeout, so a connection attempt whose
+# HTTP/2 handshake takes over ~100 ms fails and the call fails at once with
+# UNAVAILABLE "connection attempt timed out before receiving SETTINGS frame".
+# Every channel of the system is made there; psctl's calls are not retried.
+for target in coordinator worker0; do
+  if [ "$target" = coordinator ]; then
+    cmd=(list)
+  else
+    cmd=(health "127.0.0.1:$(cluster_port "$RUN_DIR/$target.ports" grpc_port)")
+  fi
+  RC=0
+  paused "$target" 2 timeout "$CALL_LIMIT_S" "$PSCTL" --coordinator="$COORDINATOR" \
+    --timeout_ms=10000 "${cmd[@]}" >"$RUN_DIR/paused-$target.out" 2>"$RUN_DIR/paused-$target.err" || RC=$?
+  if [ "$RC" -eq 0 ]; then
+    ok "psctl ${cmd[0]} (10 s deadline) succeeds while $target is paused for 2 s"
+  else
+    bug "psctl ${cmd[0]} (10 s deadline) succeeds while $target is paused for 2 s (exit $RC: $(cat "$RUN_DIR/paused-$target.err"))" \
+      "a connection attempt times out after ~100 ms: GRPC_ARG_MIN_RECONNECT_BACKOFF_MS=100 in CreateChannel, common/grpc_util.cc"
+  fi
+done
+all_alive
+
 # --- 4: /metrics of every process ---------------------------------------------
 while read -r name port; do
   file=$RUN_DIR/$name.metrics
@@ -437,4 +578,14 @@ else
 fi
 
 echo "1..$CHECKS"
+if [ "$CONNECT_RETRIES" -gt 0 ]; then
+  echo "# $CONNECT_RETRIES psctl calls were retried after the connect-timeout bug"
+fi
+if [ "$BUGS" -gt 0 ]; then
+  ONLY_KNOWN_BUGS=1
+  echo "# $BUGS of $CHECKS checks revealed known product bugs (# BUG above); the others passed in $((SECONDS - START_S)) s"
+  exit 1
+fi
 echo "# all $CHECKS checks passed in $((SECONDS - START_S)) s"
+exit 0
+}

@@ -159,7 +159,7 @@ TEST_F(JobManagerModelTest, WorkerZeroUploadsAndASucceededJobExports) {
   // Still RUNNING: nothing to export yet.
   auto early = manager_->ExportModel(id);
   EXPECT_EQ(early.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(early.status().message(), HasSubstr("RUNNING"));
+  EXPECT_THAT(std::string(early.status().message()), HasSubstr("RUNNING"));
 
   Finish(id, 0);
   Finish(id, 1);
@@ -185,7 +185,7 @@ TEST_F(JobManagerModelTest, OnlyWorkerZeroMayUpload) {
   request.set_worker_index(0);
   absl::Status s = manager_->UploadModel(request);
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(s.message(), HasSubstr("is not worker 0"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("is not worker 0"));
   // Worker 0 claiming another index, and an unknown node.
   request = Upload(id, 0);
   request.set_worker_index(1);
@@ -203,7 +203,7 @@ TEST_F(JobManagerModelTest, UnknownJobIsNotFound) {
   EXPECT_EQ(manager_->UploadModel(request).code(), absl::StatusCode::kNotFound);
   auto model = manager_->ExportModel("job-999999");
   EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(model.status().message(), HasSubstr("no job"));
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("no job"));
 }
 
 TEST_F(JobManagerModelTest, TensorsMustMatchTheJobsModel) {
@@ -212,7 +212,7 @@ TEST_F(JobManagerModelTest, TensorsMustMatchTheJobsModel) {
   request.mutable_model()->mutable_tensors(0)->mutable_data()->resize(4);
   absl::Status s = manager_->UploadModel(request);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("dense0.weight"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("dense0.weight"));
 
   request = Upload(id, 0);
   request.mutable_model()->mutable_tensors()->RemoveLast();
@@ -230,13 +230,13 @@ TEST_F(JobManagerModelTest, PendingCancelledAndFailedJobsHaveNoModel) {
   ASSERT_TRUE(pending.ok());
   auto model = manager_->ExportModel(*pending);
   EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(model.status().message(), HasSubstr("PENDING"));
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("PENDING"));
 
   // Cancelled.
   ASSERT_TRUE(manager_->Cancel(*pending).ok());
   model = manager_->ExportModel(*pending);
   EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(model.status().message(), HasSubstr("CANCELLED"));
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("CANCELLED"));
 
   // Failed after worker 0 uploaded: no export, and no later upload.
   const std::string id = StartJob();
@@ -250,7 +250,7 @@ TEST_F(JobManagerModelTest, PendingCancelledAndFailedJobsHaveNoModel) {
   ASSERT_EQ(State(id), v1::FAILED);
   model = manager_->ExportModel(id);
   EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(model.status().message(), HasSubstr("FAILED"));
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("FAILED"));
   EXPECT_EQ(manager_->UploadModel(Upload(id, 0)).code(),
             absl::StatusCode::kFailedPrecondition);
 }

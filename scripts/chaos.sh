@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The chaos run: trains a job on a local cluster while killing random processes
+# (servers, workers, the coordinator) with SIGKILL at random moments and
+# restarting them, then reports faults injected and survived, acknowledged
+# updates lost (must be 0), jobs finished and the final accuracy against an
+# uninterrupted run of the same job.
+#
+#   scripts/chaos.sh [--faults N] [--seed S] [--build DIR] [--epochs E] [--samples N]
+#
+# Exit status 0 only if every fault was survived, no acknowledged update was
+# lost, the job SUCCEEDED and its accuracy is within 1 point of the
+# uninterrupted run. The test suite runs a short version (tests/system).
+#
+# How loss is detected: every worker appends "<job> <worker> <clock>" to an ack
+# log after each acknowledged push (--ack_log). Before a server is killed, the
+# largest acknowledged clock of each worker is noted; the restarted server logs
+# the worker clocks it reloaded from RocksDB, and each must be above that mark.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FAULTS=6
+SEED=$RANDOM
+BUILD_DIR=build
+EPOCHS=3
+SAMPLES=12000
+while [ $# -gt 0 ]; do
+  case $1 in
+    --faults) FAULTS=$2; shift 2 ;;
+    --seed) SEED=$2; shift 2 ;;
+    --build) BUILD_DIR=$2; shift 2 ;;
+    --epochs) EPOCHS=$2; shift 2 ;;
+    --samples) SAMPLES=$2; shift 2 ;;
+    *) echo "usage: $0 [--faults N] [--seed S] [--build DIR] [--epochs E] [--samples N]" >&2; exit 64 ;;
+  esac
+done
+RANDOM=$SEED
+RUN_DIR=$(mktemp -d -t ps-chaos.XXXXXX)
+PSCTL="$BUILD_DIR/client/psctl"
+source scripts/lib/cluster.sh
+echo "chaos: seed $SEED, $FAULTS faults, logs in $RUN_DIR"
+
+DATA=${PS_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+cat >"$RUN_DIR/job.json" <<JSON
+{
+  "name": "chaos",
+  "model": {"kind": "MLP", "input_dim": 784, "num_classes": 10, "hidden_layers": [64]},
+  "dataset": {
+    "format": "IDX",
+    "train_images": "$DATA/train-images-idx3-ubyte.gz",
+    "train_labels": "$DATA/train-labels-idx1-ubyte.gz",
+    "test_images": "$DATA/t10k-images-idx3-ubyte.gz",
+    "test_labels": "$DATA/t10k-labels-idx1-ubyte.gz",
+    "max_train_samples": $SAMPLES,
+    "max_test_samples": 2000
+  },
+  "epochs": $EPOCHS, "batch_size": 32, "seed": 11,
+  "optimizer": {"adam": {"learning_rate": 0.001}},
+  "consistency": {"model": "BSP"},
+  "num_workers": 2, "num_servers": 2, "durability": "WAL"
+}
+JSON
+
+# Leases short enough that a killed worker is replaced within seconds.
+CLUSTER_COORDINATOR_ARGS="--lease_ms=1500 --heartbeat_interval_ms=100 --recovery_grace_ms=60000"
+CLUSTER_WORKER_ARGS=([0]="--ack_log=$RUN_DIR/acks.log" [1]="--ack_log=$RUN_DIR/acks.log")
+cluster_start "$BUILD_DIR" "$RUN_DIR" 2 2 >/dev/null || { echo "chaos: cluster did not start"; exit 1; }
+trap 'cluster_stop >/dev/null 2>&1' EXIT
+
+accuracy_of() { sed -n 's/^test accuracy: \([0-9.]*\).*/\1/p' "$1" | tail -n 1; }
+
+# 1. The uninterrupted run.
+"$PSCTL" --coordinator="$COORDINATOR" submit "$RUN_DIR/job.json" --watch >"$RUN_DIR/baseline.out" 2>&1
+baseline=$(accuracy_of "$RUN_DIR/baseline.out")
+baseline_job=$(sed -n 's/^submitted //p' "$RUN_DIR/baseline.out")
+baseline_secs=$(sed -n 's/.*SUCCEEDED after \([0-9.]*\) s.*/\1/p' "$RUN_DIR/baseline.out")
+echo "chaos: uninterrupted run $baseline_job: accuracy ${baseline:-none} in ${baseline_secs:-?} s"
+[ -n "$baseline" ] || { cat "$RUN_DIR/baseline.out"; exit 1; }
+
+# 2. The same job under faults.
+"$PSCTL" --coordinator="$COORDINATOR" submit "$RUN_DIR/job.json" --watch >"$RUN_DIR/chaos.out" 2>&1 &
+watch_pid=$!
+for _ in $(seq 1 100); do grep -q '^submitted ' "$RUN_DIR/chaos.out" && break; sleep 0.1; done
+job=$(sed -n 's/^submitted //p' "$RUN_DIR/chaos.out")
+
+# Largest acknowledged clock per worker of $job, as "c0 c1".
+acked() {
+  awk -v job="$job" '$1 == job && (!($2 in m) || $3 > m[$2]) { m[$2] = $3 }
+    END { printf "%d %d\n", (0 in m) ? m[0] : -1, (1 in m) ? m[1] : -1 }' \
+    "$RUN_DIR/acks.log" 2>/dev/null || echo "-1 -1"
+}
+
+victims=(server0 server1 worker0 worker1 coordinator)
+injected=0 survived=0 lost=0
+interval=$(awk -v s="${baseline_secs:-10}" -v n="$FAULTS" 'BEGIN {printf "%.2f", s / (n + 1)}')
+for f in $(seq 1 "$FAULTS"); do
+  # A random moment within the next interval.
+  sleep "$(awk -v i="$interval" -v r=$RANDOM 'BEGIN {printf "%.2f", i * (0.5 + r / 32767)}')"
+  kill -0 "$watch_pid" 2>/dev/null || break  # The job already ended.
+  victim=${victims[$((RANDOM % ${#victims[@]}))]}
+  read -r a0 a1 <<<"$(acked)"
+  reloads_before=$(grep -c "job $job: reloaded" "$RUN_DIR/$victim.log" 2>/dev/null)
+  cluster_kill "$victim"
+  injected=$((injected + 1))
+  echo "chaos: fault $f: kill -9 $victim (acknowledged clocks: worker0 $a0, worker1 $a1)"
+  sleep 0.3
+  if ! cluster_restart "$victim" >/dev/null; then
+    echo "chaos: $victim did not restart"
+    continue
+  fi
+  case $victim in
+    server*)
+      # The restarted server reloads the job when the coordinator gives its
+      # place back; its clocks must cover every acknowledged push.
+      line=""
+      for _ in $(seq 1 150); do
+        line=$(grep "job $job: reloaded" "$RUN_DIR/$victim.log" | sed -n "$((reloads_before + 1))p")
+        [ -n "$line" ] && break
+        kill -0 "$watch_pid" 2>/dev/null || break
+        sleep 0.1
+      done
+      if [ -z "$line" ]; then
+        echo "chaos:   $victim did not reload the job (it may have ended)"
+      else
+        read -r c0 c1 <<<"$(echo "$line" | sed 's/.*worker clocks \[\(.*\)\].*/\1/')"
+        echo "chaos:   $victim reloaded worker clocks $c0 $c1"
+        [ "$c0" -gt "$a0" ] || { lost=$((lost + a0 + 1 - c0)); echo "chaos:   LOST worker 0 updates"; }
+        [ "$c1" -gt "$a1" ] || { lost=$((lost + a1 + 1 - c1)); echo "chaos:   LOST worker 1 updates"; }
+      fi
+      ;;
+  esac
+  survived=$((survived + 1))
+done
+wait "$watch_pid"
+watch_rc=$?
+final=$(accuracy_of "$RUN_DIR/chaos.out")
+state=$(grep -o 'job [a-z0-9-]* [A-Z]*' "$RUN_DIR/chaos.out" | tail -n 1 | awk '{print $3}')
+finished=0
+[ "$state" = SUCCEEDED ] && finished=1
+# A fault counts as survived only if the job still finished.
+[ $finished -eq 1 ] || survived=0
+
+echo "chaos: faults injected:          $injected"
+echo "chaos: faults survived:          $survived"
+echo "chaos: acknowledged updates lost: $lost"
+echo "chaos: jobs finished:            $finished of 1 ($state)"
+echo "chaos: final accuracy:           ${final:-none} (uninterrupted: $baseline)"
+ok=1
+[ $watch_rc -eq 0 ] && [ $finished -eq 1 ] && [ $lost -eq 0 ] && [ "$survived" -eq "$injected" ] || ok=0
+if [ -n "$final" ]; then
+  awk -v a="$final" -v b="$baseline" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(d <= 0.01)}' || ok=0
+else
+  ok=0
+fi
+if [ $ok -eq 1 ]; then
+  echo "chaos: PASS"
+  trap - EXIT
+  cluster_stop >/dev/null 2>&1
+  rm -rf "$RUN_DIR"
+  exit 0
+fi
+echo "chaos: FAIL (logs in $RUN_DIR)"
+tail -n 5 "$RUN_DIR/chaos.out"
+exit 1

@@ -1,0 +1,188 @@
+// Export of a trained model through a whole in-process cluster (a coordinator,
+// one parameter server, two workers on loopback): worker 0 uploads the
+// parameters it evaluated, JobService.ExportModel returns them, and the model
+// file they are written to evaluates to exactly the job's reported accuracy.
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/job_client.h"
+#include "client/model_eval.h"
+#include "common/idx_reader.h"
+#include "common/model_file.h"
+#include "coordinator/coordinator.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "server/parameter_server.h"
+#include "worker/cpu/cpu_backend.h"
+#include "worker/worker_node.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kData[] = "/usr/share/datasets/fashion-mnist/";
+constexpr int kTestSamples = 1000;
+
+bool HaveFashionMnist() {
+  return std::filesystem::exists(
+      absl::StrCat(kData, "train-images-idx3-ubyte.gz"));
+}
+
+// An MLP 784-32-10 trained for one epoch on 3000 samples by two workers.
+v1::JobSpec SmallJob() {
+  v1::JobSpec spec;
+  spec.set_name("export");
+  auto* m = spec.mutable_model();
+  m->set_kind(v1::ModelSpec::MLP);
+  m->set_input_dim(784);
+  m->set_num_classes(10);
+  m->add_hidden_layers(32);
+  auto* d = spec.mutable_dataset();
+  d->set_format(v1::DatasetSpec::IDX);
+  d->set_train_images(absl::StrCat(kData, "train-images-idx3-ubyte.gz"));
+  d->set_train_labels(absl::StrCat(kData, "train-labels-idx1-ubyte.gz"));
+  d->set_test_images(absl::StrCat(kData, "t10k-images-idx3-ubyte.gz"));
+  d->set_test_labels(absl::StrCat(kData, "t10k-labels-idx1-ubyte.gz"));
+  d->set_max_train_samples(3000);
+  d->set_max_test_samples(kTestSamples);
+  spec.set_epochs(1);
+  spec.set_batch_size(32);
+  spec.set_seed(11);
+  spec.mutable_optimizer()->mutable_adam()->set_learning_rate(0.002f);
+  spec.mutable_consistency()->set_model(v1::ConsistencySpec::BSP);
+  spec.set_num_workers(2);
+  spec.set_num_servers(1);
+  spec.set_block_elems(8192);
+  return spec;
+}
+
+class ExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed";
+    char pattern[] = "/tmp/ps-export-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+
+    CoordinatorOptions coordinator;
+    coordinator.data_dir = dir_ + "/coordinator";
+    coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
+    coordinator.timing.lease = absl::Seconds(5);
+    coordinator_ = std::make_unique<Coordinator>(coordinator);
+    ASSERT_TRUE(coordinator_->Start().ok());
+    address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
+
+    ParameterServerOptions server;
+    server.coordinator = address_;
+    server.data_dir = dir_ + "/server0";
+    server_ = std::make_unique<ParameterServer>(server);
+    ASSERT_TRUE(server_->Start().ok());
+    for (int i = 0; i < 2; ++i) {
+      WorkerNodeOptions worker;
+      worker.coordinator = address_;
+      workers_.push_back(std::make_unique<WorkerNode>(
+          worker, CpuBackend::Create({.num_threads = 1})));
+      ASSERT_TRUE(workers_.back()->Start().ok());
+    }
+    client_ = std::make_unique<JobClient>(JobClientOptions{address_});
+  }
+
+  void TearDown() override {
+    for (auto& w : workers_) w->Stop();
+    if (server_) server_->Stop();
+    if (coordinator_) coordinator_->Stop();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // Submits and waits for the job to end; returns its final status.
+  v1::JobStatus Run(const v1::JobSpec& spec) {
+    auto id = client_->Submit(spec);
+    EXPECT_TRUE(id.ok()) << id.status();
+    if (!id.ok()) return {};
+    auto final_status = client_->Watch(*id, [](const v1::JobStatus&) {});
+    EXPECT_TRUE(final_status.ok()) << final_status.status();
+    return final_status.ok() ? *final_status : v1::JobStatus();
+  }
+
+  std::string dir_;
+  std::string address_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<ParameterServer> server_;
+  std::vector<std::unique_ptr<WorkerNode>> workers_;
+  std::unique_ptr<JobClient> client_;
+};
+
+TEST_F(ExportTest, ExportedModelEvaluatesToTheJobsAccuracy) {
+  const v1::JobSpec spec = SmallJob();
+  const v1::JobStatus job = Run(spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.message();
+  ASSERT_GT(job.progress().test_accuracy(), 0.5);  // Chance is 0.1.
+
+  auto model = client_->ExportModel(job.job_id());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->job_id(), job.job_id());
+  EXPECT_EQ(model->model().SerializeAsString(),
+            job.spec().model().SerializeAsString());
+  EXPECT_EQ(model->clock(), job.progress().total_clocks());
+  EXPECT_EQ(model->test_accuracy(), job.progress().test_accuracy());
+  EXPECT_EQ(model->test_samples(), kTestSamples);
+  ASSERT_EQ(model->tensors_size(), 4);
+  EXPECT_EQ(model->tensors(0).name(), "dense0.weight");
+  EXPECT_EQ(model->tensors(0).data().size(), 784 * 32 * sizeof(float));
+
+  // Through a model file, as `psctl export` and `psctl eval` do.
+  const std::string path = dir_ + "/model.bin";
+  ASSERT_TRUE(WriteModelFile(*model, path).ok());
+  auto read = ReadModelFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(
+      google::protobuf::util::MessageDifferencer::Equals(*read, *model));
+
+  auto test = ReadIdxDataset(spec.dataset().test_images(),
+                             spec.dataset().test_labels(), kTestSamples);
+  ASSERT_TRUE(test.ok()) << test.status();
+  auto eval = EvaluateModel(*read, *test);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_EQ(eval->samples, kTestSamples);
+  // Bit-identical: the same parameters, samples and code as worker 0.
+  EXPECT_EQ(eval->accuracy, job.progress().test_accuracy());
+
+  // A data set of another shape is refused.
+  Dataset narrow = *test;
+  narrow.dim = 100;
+  EXPECT_EQ(EvaluateModel(*read, narrow).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ExportTest, JobsWithoutATrainedModelAreNotFound) {
+  auto unknown = client_->ExportModel("job-999999");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+
+  v1::JobSpec bad = SmallJob();
+  bad.mutable_dataset()->set_train_images("/nonexistent/train-images.gz");
+  const v1::JobStatus failed = Run(bad);
+  ASSERT_EQ(failed.state(), v1::FAILED);
+  auto model = client_->ExportModel(failed.job_id());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("FAILED"));
+
+  // Needs two servers; the cluster has one, so it stays PENDING.
+  v1::JobSpec big = SmallJob();
+  big.set_num_servers(2);
+  auto pending = client_->Submit(big);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  model = client_->ExportModel(*pending);
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("PENDING"));
+  ASSERT_TRUE(client_->Cancel(*pending).ok());
+}
+
+}  // namespace
+}  // namespace ps
