@@ -6,6 +6,10 @@
 # uninterrupted run of the same job.
 #
 #   scripts/chaos.sh [--faults N] [--seed S] [--build DIR] [--epochs E] [--samples N]
+#                    [--victims "worker1 server0 coordinator"]
+#
+# Victims are random among server0, server1, worker0, worker1 and the
+# coordinator, or taken in turn from --victims.
 #
 # Exit status 0 only if every fault was survived, no acknowledged update was
 # lost, the job SUCCEEDED and its accuracy is within 1 point of the
@@ -22,6 +26,7 @@ SEED=$RANDOM
 BUILD_DIR=build
 EPOCHS=3
 SAMPLES=12000
+VICTIMS=()
 while [ $# -gt 0 ]; do
   case $1 in
     --faults) FAULTS=$2; shift 2 ;;
@@ -29,7 +34,8 @@ while [ $# -gt 0 ]; do
     --build) BUILD_DIR=$2; shift 2 ;;
     --epochs) EPOCHS=$2; shift 2 ;;
     --samples) SAMPLES=$2; shift 2 ;;
-    *) echo "usage: $0 [--faults N] [--seed S] [--build DIR] [--epochs E] [--samples N]" >&2; exit 64 ;;
+    --victims) read -r -a VICTIMS <<<"$2"; shift 2 ;;
+    *) echo "usage: $0 [--faults N] [--seed S] [--build DIR] [--epochs E] [--samples N] [--victims LIST]" >&2; exit 64 ;;
   esac
 done
 RANDOM=$SEED
@@ -76,7 +82,9 @@ echo "chaos: uninterrupted run $baseline_job: accuracy ${baseline:-none} in ${ba
 [ -n "$baseline" ] || { cat "$RUN_DIR/baseline.out"; exit 1; }
 
 # 2. The same job under faults.
-"$PSCTL" --coordinator="$COORDINATOR" submit "$RUN_DIR/job.json" --watch >"$RUN_DIR/chaos.out" 2>&1 &
+# A job that cannot recover must not hang the run: bound the watch.
+limit=$(awk -v s="${baseline_secs:-10}" 'BEGIN {printf "%d", 10 * s + 180}')
+timeout "$limit" "$PSCTL" --coordinator="$COORDINATOR" submit "$RUN_DIR/job.json" --watch >"$RUN_DIR/chaos.out" 2>&1 &
 watch_pid=$!
 for _ in $(seq 1 100); do grep -q '^submitted ' "$RUN_DIR/chaos.out" && break; sleep 0.1; done
 job=$(sed -n 's/^submitted //p' "$RUN_DIR/chaos.out")
@@ -95,7 +103,11 @@ for f in $(seq 1 "$FAULTS"); do
   # A random moment within the next interval.
   sleep "$(awk -v i="$interval" -v r=$RANDOM 'BEGIN {printf "%.2f", i * (0.5 + r / 32767)}')"
   kill -0 "$watch_pid" 2>/dev/null || break  # The job already ended.
-  victim=${victims[$((RANDOM % ${#victims[@]}))]}
+  if [ ${#VICTIMS[@]} -gt 0 ]; then
+    victim=${VICTIMS[$(((f - 1) % ${#VICTIMS[@]}))]}
+  else
+    victim=${victims[$((RANDOM % ${#victims[@]}))]}
+  fi
   read -r a0 a1 <<<"$(acked)"
   reloads_before=$(grep -c "job $job: reloaded" "$RUN_DIR/$victim.log" 2>/dev/null)
   cluster_kill "$victim"

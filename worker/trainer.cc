@@ -10,7 +10,8 @@
 
 namespace ps {
 
-Trainer::Trainer(v1::Assignment assignment, std::string node_id,
+Trainer::Trainer(v1::Assignment assignment,
+                 std::function<std::string()> node_id,
                  v1::ClusterService::Stub* coordinator, Backend* backend,
                  WorkerMetrics* metrics, TrainerOptions options)
     : assignment_(std::move(assignment)),
@@ -32,15 +33,27 @@ absl::Status Trainer::Run() {
   return status;
 }
 
+namespace {
+
+// A call to the coordinator may be retried on the usual transient errors, and
+// on PERMISSION_DENIED: the node may be registering again under a new id (after
+// a coordinator restart). If it truly lost its place, its heartbeat stops the
+// trainer, which ends the retries.
+bool CoordinatorMayRetry(const absl::Status& status) {
+  return IsRetryable(status) || absl::IsPermissionDenied(status);
+}
+
+}  // namespace
+
 void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
   if (coordinator_ == nullptr) return;
-  report.set_node_id(node_id_);
   report.set_job_id(assignment_.job_id());
   report.set_worker_index(assignment_.index());
   // Reports are idempotent (latest state wins), so retrying them is safe.
   Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   const absl::Time give_up = absl::Now() + options_.report_retry_window;
   while (true) {
+    report.set_node_id(node_id_());
     grpc::ClientContext ctx;
     SetDeadline(&ctx, options_.report_timeout);
     v1::ProgressResponse response;
@@ -49,8 +62,8 @@ void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
       if (response.stop()) stop_ = true;
       return;
     }
-    if (!must_arrive || absl::Now() > give_up ||
-        !IsRetryable(FromGrpcStatus(status))) {
+    if (!must_arrive || stop_ || absl::Now() > give_up ||
+        !CoordinatorMayRetry(FromGrpcStatus(status))) {
       PS_LOG_WARNING("progress report failed: ", status.error_message());
       return;
     }
@@ -61,7 +74,6 @@ void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
 absl::Status Trainer::UploadModel(int64_t clock, float accuracy) {
   if (coordinator_ == nullptr) return absl::OkStatus();
   v1::UploadModelRequest request;
-  request.set_node_id(node_id_);
   request.set_worker_index(assignment_.index());
   v1::TrainedModel* model = request.mutable_model();
   model->set_job_id(assignment_.job_id());
@@ -81,6 +93,7 @@ absl::Status Trainer::UploadModel(int64_t clock, float accuracy) {
   Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   const absl::Time give_up = absl::Now() + options_.upload_window;
   while (true) {
+    request.set_node_id(node_id_());
     grpc::ClientContext ctx;
     SetDeadline(&ctx, options_.upload_timeout);
     v1::UploadModelResponse response;
@@ -97,7 +110,7 @@ absl::Status Trainer::UploadModel(int64_t clock, float accuracy) {
           absl::StrCat("model upload: ", status.message()));
     }
     if (stop_) return absl::CancelledError("training stopped");
-    if (absl::Now() > give_up || !IsRetryable(status)) {
+    if (absl::Now() > give_up || !CoordinatorMayRetry(status)) {
       return absl::Status(
           status.code(),
           absl::StrCat("model upload to the coordinator: ", status.message()));

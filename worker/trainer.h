@@ -5,8 +5,9 @@
 #define PS_WORKER_TRAINER_H_
 
 #include <atomic>
-#include <memory>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -48,7 +49,10 @@ class Trainer {
  public:
   // `coordinator` (may be null: no reports), `backend` and `metrics` must
   // outlive the trainer.
-  Trainer(v1::Assignment assignment, std::string node_id,
+  // `node_id` returns the node's current id (it changes when the node registers
+  // again, e.g. after a coordinator restart); may be null when `coordinator`
+  // is.
+  Trainer(v1::Assignment assignment, std::function<std::string()> node_id,
           v1::ClusterService::Stub* coordinator, Backend* backend,
           WorkerMetrics* metrics, TrainerOptions options);
 
@@ -78,7 +82,7 @@ class Trainer {
   absl::Status UploadModel(int64_t clock, float accuracy);
 
   const v1::Assignment assignment_;
-  const std::string node_id_;
+  const std::function<std::string()> node_id_;
   v1::ClusterService::Stub* const coordinator_;
   Backend* const backend_;
   WorkerMetrics* const metrics_;

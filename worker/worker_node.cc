@@ -66,9 +66,9 @@ void WorkerNode::OnAssignments(const std::vector<v1::Assignment>& assignments) {
   current_job_ = next->job_id();
   current_index_ = next->index();
   done_jobs_.insert(place);
-  trainer_ = std::make_unique<Trainer>(*next, membership_->node_id(),
-                                       membership_->stub(), backend_.get(),
-                                       &metrics_, options_.trainer);
+  trainer_ = std::make_unique<Trainer>(
+      *next, [m = membership_.get()] { return m->node_id(); },
+      membership_->stub(), backend_.get(), &metrics_, options_.trainer);
   thread_ = std::thread([trainer = trainer_.get()] { (void)trainer->Run(); });
 }
 

@@ -89,7 +89,7 @@ std::vector<std::vector<float>> TrainDistributed(const v1::JobSpec& spec) {
   for (int w = 0; w < kWorkers; ++w) {
     assignment.set_index(w);
     backends.push_back(CpuBackend::Create({.num_threads = 1}));
-    trainers.push_back(std::make_unique<Trainer>(assignment, "", nullptr,
+    trainers.push_back(std::make_unique<Trainer>(assignment, nullptr, nullptr,
                                                  backends.back().get(),
                                                  &metrics, TrainerOptions()));
   }
