@@ -278,7 +278,7 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     if (clock >= clocks_.clocks()[worker]) {
       // A retry of a BSP push still waiting for its clock: acknowledge it with
       // the original, once the clock is applied.
-      parked_pushes_.push_back({clock, true, std::move(done)});
+      parked_pushes_.push_back({clock, true, std::move(done), absl::Now()});
       return std::nullopt;
     }
     v1::PushResponse response;
@@ -312,7 +312,7 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     }
     if (!clocks_.RecordPush(worker, clock)) {
       // Not the last worker of this clock: acknowledged when the clock applies.
-      parked_pushes_.push_back({clock, false, std::move(done)});
+      parked_pushes_.push_back({clock, false, std::move(done), absl::Now()});
       return std::nullopt;
     }
     // The last worker of this clock: apply one averaged update everywhere.
@@ -400,6 +400,8 @@ void ServerJob::CollectReady(Ready* ready) {
     if (!closed_.ok()) {
       ready->pushes.emplace_back(std::move(it->done), closed_);
     } else if (it->clock < clocks_.min_clock()) {
+      metrics_->push_wait_seconds.Observe(
+          absl::ToDoubleSeconds(now - it->since));
       v1::PushResponse response;
       response.set_duplicate(it->duplicate);
       ready->pushes.emplace_back(std::move(it->done), std::move(response));

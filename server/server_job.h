@@ -94,6 +94,7 @@ class ServerJob {
     int64_t clock;
     bool duplicate;
     PushCallback done;
+    absl::Time since;
   };
   // Callbacks made ready under the lock, run after it is released.
   struct Ready {

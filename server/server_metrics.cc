@@ -11,6 +11,13 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
               .Help("Time pulls spent waiting for the staleness bound.")
               .Register(registry)
               .Add({}, LatencyBuckets())),
+      push_wait_seconds(
+          prometheus::BuildHistogram()
+              .Name("ps_push_wait_seconds")
+              .Help("Time BSP pushes waited for the other workers of their "
+                    "clock before being acknowledged.")
+              .Register(registry)
+              .Add({}, LatencyBuckets())),
       updates_applied(prometheus::BuildCounter()
                           .Name("ps_updates_applied_total")
                           .Help("Optimizer updates applied to the shards.")

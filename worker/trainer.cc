@@ -226,7 +226,7 @@ absl::Status Trainer::Train() {
                  << std::endl;  // Flushed: the line must survive a kill -9.
       }
       if (options_.slowdown > 1.0) {
-        absl::SleepFor((t3 - t1) * (options_.slowdown - 1.0));
+        absl::SleepFor((t2 - t1) * (options_.slowdown - 1.0));
       }
       metrics_->pull_seconds.Observe(absl::ToDoubleSeconds(t1 - t0));
       metrics_->compute_seconds.Observe(absl::ToDoubleSeconds(t2 - t1));

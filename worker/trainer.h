@@ -35,8 +35,8 @@ struct TrainerOptions {
   // update is lost. Empty: no log.
   std::string ack_log;
   // Straggler simulation for experiments: after each step, sleep (slowdown - 1)
-  // times the step's own work (compute and push; pulls may wait on others).
-  // 1 means no slowdown.
+  // times the step's computation (forward and backward), so the worker
+  // computes `slowdown` times slower. 1 means no slowdown.
   double slowdown = 1.0;
   // Deadline of each UploadModel call (worker 0, at the end of the job).
   absl::Duration upload_timeout = absl::Seconds(10);
