@@ -1,5 +1,7 @@
 #include "coordinator/job_table.h"
 
+#include <filesystem>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -8,6 +10,8 @@ namespace {
 
 constexpr char kJobPrefix[] = "job/";
 constexpr char kCounterKey[] = "meta/next_job";
+constexpr char kKindKey[] = "meta/kind";
+constexpr char kKind[] = "ps-coordinator-job-table";
 constexpr char kModelPrefix[] = "model/";
 
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
@@ -26,15 +30,42 @@ JobTable::~JobTable() = default;
 
 absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
     const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::exists(path, error) &&
+      !std::filesystem::is_directory(path, error)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job table at ", path, ": the path exists and is not a directory"));
+  }
+  const bool existing =
+      std::filesystem::exists(std::filesystem::path(path) / "CURRENT", error);
   rocksdb::Options options;
   options.create_if_missing = true;
-  rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, path, &raw);
   if (!s.ok()) {
     return FromRocks(s, absl::StrCat("job table at ", path));
   }
-  return std::unique_ptr<JobTable>(
-      new JobTable(std::unique_ptr<rocksdb::DB>(db)));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  // A marker written at creation tells our table from any other database,
+  // which must not be modified.
+  std::string kind;
+  rocksdb::Status marker = db->Get(rocksdb::ReadOptions(), kKindKey, &kind);
+  if (existing && (!marker.ok() || kind != kKind)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job table at ", path,
+                     ": the directory holds a RocksDB database that is not a "
+                     "coordinator job table; refusing to modify it"));
+  }
+  if (!existing) {
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    if (auto st = FromRocks(db->Put(sync, kKindKey, kKind),
+                            absl::StrCat("job table at ", path));
+        !st.ok()) {
+      return st;
+    }
+  }
+  return std::unique_ptr<JobTable>(new JobTable(std::move(db)));
 }
 
 absl::Status JobTable::Put(const v1::JobStatus& job) {

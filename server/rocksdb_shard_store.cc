@@ -193,9 +193,12 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
         "false)"));
   }
 
+  // An existing database must already have the store's column families:
+  // creating them would modify a database that belongs to something else.
+  const bool existing = fs::exists(fs::path(path) / "CURRENT", error);
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = options.create_if_missing;
-  db_options.create_missing_column_families = true;
+  db_options.create_missing_column_families = !existing;
   db_options.max_background_jobs = 2;
   // Bounds the WAL kept alive by rarely-flushed families (clocks, meta), and
   // so the replay time after a crash.
@@ -218,6 +221,13 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
       return absl::UnavailableError(absl::StrCat(
           where,
           ": the database is in use by another store: ", status.ToString()));
+    }
+    if (existing && status.IsInvalidArgument() &&
+        absl::StrContains(status.ToString(), "olumn famil")) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": the directory holds a RocksDB database that is not a "
+                 "parameter-server shard store; refusing to modify it (",
+          status.ToString(), ")"));
     }
     return RocksDbStatusToAbsl(status, absl::StrCat("cannot open ", where));
   }
