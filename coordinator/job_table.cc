@@ -40,22 +40,31 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
       std::filesystem::exists(std::filesystem::path(path) / "CURRENT", error);
   rocksdb::Options options;
   options.create_if_missing = true;
+  if (existing) {
+    // A marker written at creation tells our table from any other database.
+    // It is read through a read-only open, which modifies nothing: even a
+    // failed writable open may replay and flush another database's log.
+    std::string kind;
+    rocksdb::DB* reader = nullptr;
+    rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, path, &reader);
+    if (s.ok()) {
+      std::unique_ptr<rocksdb::DB> closer(reader);
+      s = reader->Get(rocksdb::ReadOptions(), kKindKey, &kind);
+    }
+    if (!s.ok() || kind != kKind) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job table at ", path,
+          ": the directory holds a RocksDB database that is not a coordinator "
+          "job table; refusing to modify it (",
+          s.ToString(), ")"));
+    }
+  }
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &raw);
   if (!s.ok()) {
     return FromRocks(s, absl::StrCat("job table at ", path));
   }
   std::unique_ptr<rocksdb::DB> db(raw);
-  // A marker written at creation tells our table from any other database,
-  // which must not be modified.
-  std::string kind;
-  rocksdb::Status marker = db->Get(rocksdb::ReadOptions(), kKindKey, &kind);
-  if (existing && (!marker.ok() || kind != kKind)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job table at ", path,
-                     ": the directory holds a RocksDB database that is not a "
-                     "coordinator job table; refusing to modify it"));
-  }
   if (!existing) {
     rocksdb::WriteOptions sync;
     sync.sync = true;

@@ -7,6 +7,7 @@
 #include <rocksdb/write_batch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdint>
@@ -199,6 +200,26 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = options.create_if_missing;
   db_options.create_missing_column_families = !existing;
+  if (existing) {
+    // Checked before opening: even a failed open may replay and flush another
+    // database's log.
+    std::vector<std::string> names;
+    rocksdb::Status listed =
+        rocksdb::DB::ListColumnFamilies(db_options, path, &names);
+    if (!listed.ok()) {
+      return RocksDbStatusToAbsl(listed, absl::StrCat("cannot open ", where));
+    }
+    for (int family = 0; family < kCount; ++family) {
+      if (std::find(names.begin(), names.end(), kFamilyNames[family]) ==
+          names.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            where,
+            ": the directory holds a RocksDB database that is not a "
+            "parameter-server shard store (no column family \"",
+            kFamilyNames[family], "\"); refusing to modify it"));
+      }
+    }
+  }
   db_options.max_background_jobs = 2;
   // Bounds the WAL kept alive by rarely-flushed families (clocks, meta), and
   // so the replay time after a crash.
@@ -224,10 +245,11 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
     }
     if (existing && status.IsInvalidArgument() &&
         absl::StrContains(status.ToString(), "olumn famil")) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          where, ": the directory holds a RocksDB database that is not a "
-                 "parameter-server shard store; refusing to modify it (",
-          status.ToString(), ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(where,
+                       ": the directory holds a RocksDB database that is not a "
+                       "parameter-server shard store; refusing to modify it (",
+                       status.ToString(), ")"));
     }
     return RocksDbStatusToAbsl(status, absl::StrCat("cannot open ", where));
   }

@@ -13,7 +13,7 @@ failures=0
 # Snapshot of a directory's data files and contents. RocksDB's informational
 # LOG file is rotated by any open attempt and holds no data, so it is left out.
 digest() {
-  (cd "$1" && find . -type f ! -name 'LOG*' -print0 | sort -z | xargs -0 sha256sum) | sha256sum
+  (cd "$1" && find . -type f ! -name 'LOG*' -print0 | sort -z | xargs -0 sha256sum)
 }
 
 # Runs a daemon that must refuse to start: NAME EXPECTED_MESSAGE CMD...
@@ -52,7 +52,7 @@ before=$(digest "$DIR/coordinator")
 expect_refusal "server on the coordinator's database" "not a parameter-server shard store" \
   "$SERVER" --coordinator=127.0.0.1:1 --metrics_port=-1 --data_dir="$DIR/coordinator"
 [ "$(digest "$DIR/coordinator")" = "$before" ] && echo "ok - the coordinator's database is unchanged" ||
-  { echo "not ok - the coordinator's database was modified"; failures=$((failures + 1)); }
+  { echo "not ok - the coordinator's database was modified"; diff <(echo "$before") <(digest "$DIR/coordinator"); failures=$((failures + 1)); }
 
 before=$(digest "$DIR/server")
 expect_refusal "coordinator on a server's database" "job table at $DIR/server" \
