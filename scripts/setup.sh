@@ -16,6 +16,16 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
+# Node.js and npm: tests/deploy validates the Kubernetes manifests against the
+# published schemas (npm package kubernetes-models, installed by `npm ci` when
+# the test runs). They are checked as commands, not packages: a machine may have
+# them from elsewhere (NodeSource's nodejs bundles npm and conflicts with
+# Debian's npm package). PS_SETUP_NODE=0 leaves them out (the image's build
+# stage, deploy/Dockerfile, runs no tests).
+if [ "${PS_SETUP_NODE:-1}" != 0 ] && ! { command -v node && command -v npm; } >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all packages present"
   exit 0

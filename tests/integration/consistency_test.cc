@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc_util.h"
 #include "common/idx_reader.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -382,6 +383,63 @@ INSTANTIATE_TEST_SUITE_P(Stores, ExactlyOnceTest, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "RocksDb" : "Memory";
                          });
+
+// ---------------------------------------------------------------------------
+// Bad input over the wire: each refusal is a specific status and changes
+// nothing (the values witness it).
+
+TEST(BadInputTest, RefusedPushesAndPullsChangeNothing) {
+  ServerGroup servers(1, "");
+  const v1::JobSpec spec = CountingSpec(2, v1::ConsistencySpec::SSP, 1);
+  const v1::Assignment assignment = servers.Assign(spec, 2);
+  auto stub = v1::ParameterService::NewStub(
+      CreateChannel(assignment.shard_map().servers(0)));
+  auto push = [&](const std::string& job, int worker, int64_t clock,
+                  int64_t version) {
+    v1::PushRequest request;
+    request.set_job_id(job);
+    request.set_worker_index(worker);
+    request.set_clock(clock);
+    request.set_map_version(version);
+    v1::PushResponse response;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(5));
+    return stub->Push(&ctx, request, &response);
+  };
+  const std::string job = assignment.job_id();
+  const int64_t version = assignment.shard_map().version();
+  struct Case {
+    const char* what;
+    grpc::Status status;
+    grpc::StatusCode expected;
+    const char* field;
+  };
+  const Case cases[] = {
+      {"unknown job", push("job-unknown", 0, 0, version),
+       grpc::StatusCode::NOT_FOUND, "job_id"},
+      {"unknown worker", push(job, 7, 0, version),
+       grpc::StatusCode::INVALID_ARGUMENT, "worker_index"},
+      {"clock not reached", push(job, 0, 3, version),
+       grpc::StatusCode::FAILED_PRECONDITION, "clock"},
+      {"stale shard map", push(job, 0, 0, version + 1),
+       grpc::StatusCode::FAILED_PRECONDITION, "map_version"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.status.error_code(), c.expected) << c.what;
+    EXPECT_THAT(c.status.error_message(), ::testing::StartsWith(c.field))
+        << c.what;
+  }
+  // Nothing was applied or recorded: the values are the initial ones and
+  // worker 0's first push is for clock 0 still.
+  ParameterClientOptions options;
+  options.cache = false;
+  auto client = ParameterClient::Create(
+      ForWorker(assignment, 0), *ModelTensors(spec.model()), options, nullptr);
+  std::vector<std::vector<float>> params;
+  ASSERT_TRUE((*client)->Pull(0, &params).ok());
+  EXPECT_EQ(params, InitialParams(spec));
+  EXPECT_TRUE(push(job, 0, 0, version).ok());
+}
 
 }  // namespace
 }  // namespace ps
