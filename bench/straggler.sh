@@ -6,7 +6,8 @@
 # the SSP bound, BSP pushes waiting for their clock), summed over servers. Each configuration runs
 # REPEATS times (default 3) on a fresh local cluster; medians are reported.
 #
-#   bench/straggler.sh [OUT_DIR]      (EPOCHS=6 REPEATS=3 SLOWDOWN=2 to change)
+#   bench/straggler.sh [OUT_DIR]      (EPOCHS=6 REPEATS=3 SLOWDOWN=2 CACHE=true
+#                                      CONFIGS="SSP 3 s=3;..." to change)
 #
 # A run takes about 15 minutes on 2 cores with the defaults.
 set -euo pipefail
@@ -15,6 +16,7 @@ OUT=${1:-$(mktemp -d -t ps-straggler.XXXXXX)}
 EPOCHS=${EPOCHS:-6}
 REPEATS=${REPEATS:-3}
 SLOWDOWN=${SLOWDOWN:-2}
+CACHE=${CACHE:-false}   # true: SSP workers keep a cache (consistency.worker_cache)
 TARGET=${TARGET:-0.85}
 BUILD_DIR=${BUILD_DIR:-build}
 mkdir -p "$OUT"
@@ -25,10 +27,11 @@ source scripts/lib/cluster.sh
 
 # Writes the job spec of one configuration: MODEL STALENESS FILE.
 write_job() {
-  local model=$1 staleness=$2 file=$3
+  local model=$1 staleness=$2 file=$3 cache=""
+  [ "$model" = SSP ] && [ "$CACHE" = true ] && cache=", \"worker_cache\": true"
   sed -e "s/\"epochs\": [0-9]*/\"epochs\": $EPOCHS/" \
       -e "s/\"num_workers\": [0-9]*/\"num_workers\": 4/" \
-      -e "s/\"consistency\": {[^}]*}/\"consistency\": { \"model\": \"$model\", \"staleness\": $staleness }/" \
+      -e "s/\"consistency\": {[^}]*}/\"consistency\": { \"model\": \"$model\", \"staleness\": $staleness$cache }/" \
       -e "s/\"durability\": \"[A-Z]*\"/\"durability\": \"MEMORY\"/" \
       deploy/jobs/fashion-mnist-mlp.json >"$file"
 }
@@ -72,6 +75,8 @@ run_one() {
 median() { sort -g | awk '{a[NR] = $1} END {if (NR == 0) print "nan"; else print a[int((NR + 1) / 2)]}'; }
 
 configs=("BSP 0 s=0(BSP)" "SSP 1 s=1" "SSP 3 s=3" "SSP 10 s=10" "ASP 0 s=inf(ASP)")
+# CONFIGS="SSP 3 s=3;SSP 10 s=10" runs only those.
+if [ -n "${CONFIGS:-}" ]; then IFS=';' read -r -a configs <<<"$CONFIGS"; fi
 total_clocks=$(( 60000 / 4 / 64 * EPOCHS ))
 printf "| staleness | time to %s acc (s) | clocks/s | final acc (%d epochs) | wait (s) |\n" "$TARGET" "$EPOCHS" | tee "$OUT/table.md"
 printf "| --- | --- | --- | --- | --- |\n" | tee -a "$OUT/table.md"

@@ -7,9 +7,23 @@
 
 namespace ps {
 
+namespace {
+
+ChannelSecurity WithToken(ChannelSecurity channel, const std::string& token) {
+  if (!token.empty()) {
+    channel.call_metadata.emplace_back(kAuthorizationKey,
+                                       absl::StrCat("Bearer ", token));
+  }
+  return channel;
+}
+
+}  // namespace
+
 JobClient::JobClient(JobClientOptions options)
     : options_(std::move(options)),
-      stub_(v1::JobService::NewStub(CreateChannel(options_.coordinator))) {}
+      stub_(v1::JobService::NewStub(CreateChannel(
+          options_.coordinator, WithToken(options_.channel, options_.token)))) {
+}
 
 absl::Status JobClient::Annotate(const absl::Status& status) const {
   if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {

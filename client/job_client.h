@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "ps/v1/job_service.grpc.pb.h"
 
 namespace ps {
@@ -18,9 +19,15 @@ struct JobClientOptions {
   std::string coordinator;
   // Deadline of each unary call.
   absl::Duration timeout = absl::Seconds(10);
+  // TLS of the channel (Credentials::ClientChannel). Default: plaintext.
+  ChannelSecurity channel;
+  // Bearer token sent with every call ("authorization: Bearer <token>").
+  // Default: empty, none sent.
+  std::string token;
 };
 
-// Thread-compatible. Errors are the coordinator's statuses; an unreachable
+// Thread-compatible. Errors are the coordinator's statuses (UNAUTHENTICATED
+// without a valid token where the coordinator needs one); an unreachable
 // coordinator gives UNAVAILABLE or DEADLINE_EXCEEDED naming its address.
 class JobClient {
  public:

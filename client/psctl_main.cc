@@ -1,6 +1,7 @@
 // psctl: command-line client of the coordinator's JobService.
 //
-//   psctl [--coordinator=HOST:PORT] submit JOB.json [--watch]
+//   psctl [--coordinator=HOST:PORT] [--tls_ca=PEM] [--token_file=FILE]
+//         submit JOB.json [--watch]
 //   psctl list | get JOB | watch JOB | cancel JOB
 //   psctl health HOST:PORT
 //   psctl export JOB --output=FILE   (or -o FILE)
@@ -42,6 +43,18 @@ ABSL_FLAG(std::string, images, kDefaultTestImages,
           "eval: IDX images file (gzip or plain)");
 ABSL_FLAG(std::string, labels, kDefaultTestLabels,
           "eval: IDX labels file (gzip or plain)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificates that verify the coordinator (turns TLS on)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate, for servers that require one");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name expected in the server's certificate instead of the host");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the bearer token for the job API");
+ABSL_FLAG(std::string, token, "",
+          "bearer token for the job API (visible in the process list; "
+          "prefer --token_file)");
 ABSL_FLAG(int64_t, max_samples, 0,
           "eval: use the first N samples only (0: all); pass the job's "
           "max_test_samples to reproduce its test accuracy");
@@ -63,7 +76,10 @@ constexpr char kUsage[] =
     "                             (-o FILE too; see docs/model-format.md)\n"
     "  eval MODEL_FILE            a model file's accuracy on a data set\n"
     "      [--images=PATH --labels=PATH]  (default: Fashion-MNIST's test set)\n"
-    "      [--max_samples=N]      first N samples only (0: all)";
+    "      [--max_samples=N]      first N samples only (0: all)\n"
+    "security (docs/security.md):\n"
+    "  --tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]  TLS to the coordinator\n"
+    "  --token_file=FILE          bearer token for the job API";
 
 int Fail(const absl::Status& status) {
   std::cerr << "psctl: " << status.message() << " ("
@@ -113,8 +129,10 @@ int Watch(ps::JobClient& client, const std::string& job_id) {
 }
 
 // Calls grpc.health.v1.Health/Check (whole server) on `address`.
-int Health(const std::string& address, absl::Duration timeout) {
-  auto stub = grpc::health::v1::Health::NewStub(ps::CreateChannel(address));
+int Health(const std::string& address, absl::Duration timeout,
+           const ps::ChannelSecurity& channel) {
+  auto stub = grpc::health::v1::Health::NewStub(
+      ps::CreateChannel(address, channel));
   grpc::ClientContext ctx;
   ps::SetDeadline(&ctx, timeout);
   grpc::health::v1::HealthCheckRequest request;
@@ -219,9 +237,28 @@ int main(int argc, char** argv) {
     return 64;
   }
   const std::string command = args[1];
+  ps::SecurityOptions security;
+  security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  security.tls.server_name_override = absl::GetFlag(FLAGS_tls_server_name);
+  auto credentials = ps::Credentials::Load(security);
+  if (!credentials.ok()) return Fail(credentials.status());
   ps::JobClientOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  options.channel = credentials->ClientChannel();
+  options.token = absl::GetFlag(FLAGS_token);
+  if (const std::string path = absl::GetFlag(FLAGS_token_file);
+      !path.empty()) {
+    if (!options.token.empty()) {
+      std::cerr << "psctl: pass --token_file or --token, not both\n";
+      return 64;
+    }
+    auto token = ps::ReadSecretFile(path);
+    if (!token.ok()) return Fail(token.status());
+    options.token = *std::move(token);
+  }
   ps::JobClient client(options);
 
   if (command == "list" && args.size() == 2) {
@@ -235,7 +272,7 @@ int main(int argc, char** argv) {
     return 64;
   }
   const std::string arg = args[2];
-  if (command == "health") return Health(arg, options.timeout);
+  if (command == "health") return Health(arg, options.timeout, options.channel);
   if (command == "export") return Export(client, arg);
   if (command == "eval") return Eval(arg);
   if (command == "submit") return Submit(client, arg);

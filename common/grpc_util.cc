@@ -4,10 +4,51 @@
 
 #include "absl/strings/numbers.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/client_interceptor.h"
 
 namespace ps {
+namespace {
 
-std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target) {
+using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+// Adds fixed metadata to every call of a channel.
+class MetadataInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit MetadataInterceptor(std::shared_ptr<const Metadata> metadata)
+      : metadata_(std::move(metadata)) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      std::multimap<std::string, std::string>* sent =
+          methods->GetSendInitialMetadata();
+      for (const auto& [key, value] : *metadata_) sent->emplace(key, value);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::shared_ptr<const Metadata> metadata_;
+};
+
+class MetadataInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit MetadataInterceptorFactory(std::shared_ptr<const Metadata> metadata)
+      : metadata_(std::move(metadata)) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    return new MetadataInterceptor(metadata_);
+  }
+
+ private:
+  const std::shared_ptr<const Metadata> metadata_;
+};
+
+grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -17,14 +58,53 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target) {
   // accept (a loaded machine, a paused process).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
-                                   args);
+  return args;
 }
 
-void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
+}  // namespace
+
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target) {
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                   ChannelArgs());
+}
+
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target,
+                                             const ChannelSecurity& security) {
+  grpc::ChannelArguments args = ChannelArgs();
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (security.tls) {
+    grpc::SslCredentialsOptions tls;
+    tls.pem_root_certs = security.ca_pem;
+    tls.pem_cert_chain = security.cert_pem;
+    tls.pem_private_key = security.key_pem;
+    credentials = grpc::SslCredentials(tls);
+    if (!security.server_name_override.empty()) {
+      args.SetSslTargetNameOverride(security.server_name_override);
+    }
+  } else {
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  if (security.call_metadata.empty()) {
+    return grpc::CreateCustomChannel(target, credentials, args);
+  }
+  std::vector<std::unique_ptr<
+      grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<MetadataInterceptorFactory>(
+      std::make_shared<const Metadata>(security.call_metadata)));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, credentials, args, std::move(interceptors));
+}
+
+void ConfigureServerBuilder(grpc::ServerBuilder* builder,
+                            const ServerLimits& limits) {
   grpc::EnableDefaultHealthCheckService(true);
-  builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder->SetMaxReceiveMessageSize(limits.max_receive_message_bytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
+  if (limits.max_concurrent_streams > 0) {
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                                limits.max_concurrent_streams);
+  }
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {

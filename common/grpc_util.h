@@ -9,6 +9,7 @@
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "grpcpp/grpcpp.h"
 
 namespace ps {
@@ -18,12 +19,31 @@ namespace ps {
 // (design §3).
 inline constexpr int kMaxMessageBytes = 256 * 1024 * 1024;
 
-// An insecure channel to `target` (host:port) with the raised message limits.
+// A plaintext channel to `target` (host:port) with the raised message limits.
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target);
 
-// Sets the raised message limits on a server builder and enables gRPC's
+// A channel to `target` with the raised message limits and `security`: TLS
+// credentials, and metadata (cluster secret, bearer token) added to every
+// call by a client interceptor.
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target,
+                                             const ChannelSecurity& security);
+
+// Transport limits of a gRPC server (docs/security.md).
+struct ServerLimits {
+  // Largest request message accepted; a larger one fails with
+  // RESOURCE_EXHAUSTED before any handler runs. Default kMaxMessageBytes.
+  int max_receive_message_bytes = kMaxMessageBytes;
+  // Calls (HTTP/2 streams) one client connection may have open at once
+  // (SETTINGS_MAX_CONCURRENT_STREAMS); that client's further calls wait in its
+  // own transport until one ends, and other connections are unaffected.
+  // Default 100 (a worker has a few calls open per server; psctl one).
+  int max_concurrent_streams = 100;
+};
+
+// Sets the message limits and `limits` on a server builder and enables gRPC's
 // standard health service (grpc.health.v1.Health) for the server it builds.
-void ConfigureServerBuilder(grpc::ServerBuilder* builder);
+void ConfigureServerBuilder(grpc::ServerBuilder* builder,
+                            const ServerLimits& limits = {});
 
 // Status conversions (codes and messages are kept).
 absl::Status FromGrpcStatus(const grpc::Status& status);

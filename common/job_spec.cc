@@ -71,6 +71,12 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
   for (const auto& [field, path] : paths) {
     if (path->empty()) return Invalid(field, "required");
   }
+  for (const auto& [field, path] : paths) {
+    if (path->size() > kMaxPathBytes) {
+      return Invalid(field, absl::StrCat("longer than ", kMaxPathBytes,
+                                         " bytes"));
+    }
+  }
   if (dataset.max_train_samples() < 0) {
     return Invalid("dataset.max_train_samples", "must be >= 0");
   }
@@ -80,7 +86,29 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
   return absl::OkStatus();
 }
 
+bool IsIdChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
 }  // namespace
+
+absl::Status ValidateId(absl::string_view field, absl::string_view id) {
+  if (id.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": required"));
+  }
+  if (id.size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": longer than ", kMaxIdBytes, " bytes"));
+  }
+  for (char c : id) {
+    if (!IsIdChar(c)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": may hold only letters, digits, '.', '_' and '-'"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<v1::JobSpec> JobSpecFromJson(const std::string& json) {
   v1::JobSpec spec;
@@ -119,6 +147,9 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
       model->activation() == v1::ACTIVATION_UNSPECIFIED) {
     model->set_activation(v1::RELU);
   }
+  if (spec->non_finite_gradients() == v1::NON_FINITE_POLICY_UNSPECIFIED) {
+    spec->set_non_finite_gradients(v1::NON_FINITE_REFUSE);
+  }
   if (spec->optimizer().has_adam()) {
     auto* adam = spec->mutable_optimizer()->mutable_adam();
     if (adam->beta1() == 0) adam->set_beta1(0.9f);
@@ -129,12 +160,14 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.name().size() > 128) return Invalid("name", "longer than 128 bytes");
-  if (auto tensors = ModelTensors(spec.model()); !tensors.ok()) {
-    return tensors.status();
-  }
+  auto tensors = ModelTensors(spec.model());
+  if (!tensors.ok()) return tensors.status();
   if (auto s = ValidateDataset(spec.dataset()); !s.ok()) return s;
   if (spec.epochs() < 1) return Invalid("epochs", "must be >= 1");
   if (spec.batch_size() < 1) return Invalid("batch_size", "must be >= 1");
+  if (spec.batch_size() > kMaxBatchSize) {
+    return Invalid("batch_size", absl::StrCat("must be <= ", kMaxBatchSize));
+  }
   if (auto s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;
   const auto& consistency = spec.consistency();
   switch (consistency.model()) {
@@ -142,6 +175,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
     case v1::ConsistencySpec::ASP:
       if (consistency.staleness() != 0) {
         return Invalid("consistency.staleness", "only SSP takes a bound");
+      }
+      if (consistency.worker_cache()) {
+        return Invalid("consistency.worker_cache", "only SSP uses a cache");
       }
       break;
     case v1::ConsistencySpec::SSP:
@@ -154,12 +190,30 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
       return Invalid("consistency.model", "must be BSP, SSP or ASP");
   }
   if (spec.num_workers() < 1) return Invalid("num_workers", "must be >= 1");
+  if (spec.num_workers() > kMaxNodesPerJob) {
+    return Invalid("num_workers", absl::StrCat("must be <= ", kMaxNodesPerJob));
+  }
   if (spec.num_servers() < 1) return Invalid("num_servers", "must be >= 1");
+  if (spec.num_servers() > kMaxNodesPerJob) {
+    return Invalid("num_servers", absl::StrCat("must be <= ", kMaxNodesPerJob));
+  }
   if (spec.block_elems() < 1) return Invalid("block_elems", "must be >= 1");
   // A block travels in one message; keep it well under the 64 MiB message
   // limit.
   if (spec.block_elems() > 4 * kDefaultBlockElems) {
     return Invalid("block_elems", "must be <= 1048576 (4 MiB)");
+  }
+  // The shard map lists every block and travels in every heartbeat reply.
+  int64_t blocks = 0;
+  for (const TensorSpec& t : *tensors) {
+    blocks += (t.num_elems() + spec.block_elems() - 1) / spec.block_elems();
+    if (blocks > kMaxBlocksPerJob) {
+      return Invalid("block_elems",
+                     absl::StrCat("the model would have more than ",
+                                  kMaxBlocksPerJob,
+                                  " blocks; use larger blocks or a smaller "
+                                  "model"));
+    }
   }
   switch (spec.durability()) {
     case v1::WAL:
@@ -169,7 +223,21 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
     default:
       return Invalid("durability", "must be WAL, SYNC or MEMORY");
   }
+  switch (spec.non_finite_gradients()) {
+    case v1::NON_FINITE_REFUSE:
+    case v1::NON_FINITE_DROP:
+      break;
+    default:
+      return Invalid("non_finite_gradients",
+                     "must be NON_FINITE_REFUSE or NON_FINITE_DROP");
+  }
   return absl::OkStatus();
+}
+
+int64_t ModelBytes(const std::vector<TensorSpec>& tensors) {
+  int64_t elems = 0;
+  for (const TensorSpec& t : tensors) elems += t.num_elems();
+  return elems * static_cast<int64_t>(sizeof(float));
 }
 
 int64_t EffectiveStaleness(const v1::ConsistencySpec& consistency) {

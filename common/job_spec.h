@@ -6,12 +6,31 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/model_layout.h"
 #include "ps/v1/job.pb.h"
 
 namespace ps {
 
 // Default block size in float32 values: 1 MiB (design §3).
 inline constexpr int32_t kDefaultBlockElems = 262144;
+// Most servers, and most workers, one job may ask for.
+inline constexpr int32_t kMaxNodesPerJob = 1024;
+// Most blocks in one job's model (its shard map lists every one).
+inline constexpr int64_t kMaxBlocksPerJob = 65536;
+// Largest batch per worker.
+inline constexpr int32_t kMaxBatchSize = 1 << 20;
+// Longest data set path.
+inline constexpr size_t kMaxPathBytes = 4096;
+
+// Longest job or node id.
+inline constexpr size_t kMaxIdBytes = 64;
+
+// OK if `id` is a job or node id: 1 to kMaxIdBytes of [A-Za-z0-9._-].
+// INVALID_ARGUMENT whose message starts with `field` otherwise. Every RPC
+// that names a job or node checks it first, so that no message echoes
+// arbitrary bytes.
+absl::Status ValidateId(absl::string_view field, absl::string_view id);
 
 // Parses a JobSpec from JSON. Unknown fields are errors, so a misspelt option
 // is never silently ignored. Errors: INVALID_ARGUMENT with the parser's
@@ -22,13 +41,18 @@ absl::StatusOr<v1::JobSpec> JobSpecFromJson(const std::string& json);
 std::string JobSpecToJson(const v1::JobSpec& spec);
 
 // Fills the documented defaults of unset fields (block_elems, consistency
-// model, durability, activation, Adam's betas and epsilon).
+// model, durability, non_finite_gradients, activation, Adam's betas and
+// epsilon).
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
-// Checks a spec (after ApplyJobSpecDefaults). Errors: INVALID_ARGUMENT whose
+// Checks a spec (after ApplyJobSpecDefaults), including the hard limits above
+// (nodes, blocks, batch size, path lengths). Errors: INVALID_ARGUMENT whose
 // message starts with the offending field's path, e.g. "batch_size: must be >=
 // 1".
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// Bytes of float32 parameters in `tensors` (ModelTensors of a valid spec).
+int64_t ModelBytes(const std::vector<TensorSpec>& tensors);
 
 // Staleness bound that a consistency spec means: 0 for BSP, the bound for SSP,
 // and kAsyncStaleness for ASP.

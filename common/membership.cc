@@ -10,7 +10,8 @@ Membership::Membership(MembershipOptions options,
     : options_(std::move(options)),
       on_assignments_(std::move(on_assignments)),
       held_(std::move(held)),
-      stub_(v1::ClusterService::NewStub(CreateChannel(options_.coordinator))) {}
+      stub_(v1::ClusterService::NewStub(
+          CreateChannel(options_.coordinator, options_.channel))) {}
 
 Membership::~Membership() { Stop(); }
 

@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "ps/v1/cluster.grpc.pb.h"
 
 namespace ps {
@@ -25,6 +26,9 @@ struct MembershipOptions {
   std::string address;
   // Deadline of each Register and Heartbeat call.
   absl::Duration rpc_timeout = absl::Seconds(2);
+  // How calls to the coordinator authenticate (TLS, the cluster secret);
+  // the owner's own calls through stub() too. Default: plaintext.
+  ChannelSecurity channel;
 };
 
 // Runs the register/heartbeat loop on its own thread. Thread-safe.

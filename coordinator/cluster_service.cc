@@ -8,24 +8,36 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Register(
     grpc::CallbackServerContext* ctx, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {
   const absl::Time start = absl::Now();
-  return FinishUnary(ctx, "Register", metrics_, start, *request,
-                     manager_->Register(*request), response);
+  absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+  return FinishUnary(
+      ctx, "Register", metrics_, start, *request,
+      allowed.ok() ? manager_->Register(*request)
+                   : absl::StatusOr<v1::RegisterResponse>(allowed),
+      response);
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(
     grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
   const absl::Time start = absl::Now();
-  return FinishUnary(ctx, "Heartbeat", metrics_, start, *request,
-                     manager_->Heartbeat(request->node_id()), response);
+  absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+  return FinishUnary(
+      ctx, "Heartbeat", metrics_, start, *request,
+      allowed.ok() ? manager_->Heartbeat(request->node_id())
+                   : absl::StatusOr<v1::HeartbeatResponse>(allowed),
+      response);
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ReportProgress(
     grpc::CallbackServerContext* ctx, const v1::ProgressReport* request,
     v1::ProgressResponse* response) {
   const absl::Time start = absl::Now();
-  return FinishUnary(ctx, "ReportProgress", metrics_, start, *request,
-                     manager_->ReportProgress(*request), response);
+  absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+  return FinishUnary(
+      ctx, "ReportProgress", metrics_, start, *request,
+      allowed.ok() ? manager_->ReportProgress(*request)
+                   : absl::StatusOr<v1::ProgressResponse>(allowed),
+      response);
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::UploadModel(
@@ -33,7 +45,10 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::UploadModel(
     v1::UploadModelResponse* response) {
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::UploadModelResponse> result;
-  if (absl::Status s = manager_->UploadModel(*request); s.ok()) {
+  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+      !allowed.ok()) {
+    result = allowed;
+  } else if (absl::Status s = manager_->UploadModel(*request); s.ok()) {
     result.emplace();
   } else {
     result = s;

@@ -2,17 +2,24 @@
 #ifndef PS_COORDINATOR_CLUSTER_SERVICE_H_
 #define PS_COORDINATOR_CLUSTER_SERVICE_H_
 
+#include "common/authorizer.h"
 #include "common/metrics.h"
 #include "coordinator/job_manager.h"
 #include "ps/v1/cluster.grpc.pb.h"
 
 namespace ps {
 
+// Internal: every call must come from a member of the cluster (`authorizer`:
+// the cluster secret, a verified client certificate); others get
+// UNAUTHENTICATED and reach no manager.
 class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
  public:
   // `manager` and `metrics` must outlive the service.
-  ClusterServiceImpl(JobManager* manager, RpcMetrics* metrics)
-      : manager_(manager), metrics_(metrics) {}
+  ClusterServiceImpl(JobManager* manager, RpcMetrics* metrics,
+                     Authorizer authorizer = Authorizer())
+      : manager_(manager),
+        metrics_(metrics),
+        authorizer_(std::move(authorizer)) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const v1::RegisterRequest* request,
@@ -31,6 +38,7 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
  private:
   JobManager* const manager_;
   RpcMetrics* const metrics_;
+  const Authorizer authorizer_;
 };
 
 }  // namespace ps

@@ -18,22 +18,34 @@ absl::Status Coordinator::Start() {
   if (options_.data_dir.empty()) {
     return absl::InvalidArgumentError("coordinator: data_dir is required");
   }
+  auto credentials = Credentials::Load(options_.security);
+  if (!credentials.ok()) return credentials.status();
+  auto server_credentials = credentials->ServerCredentials();
+  if (!server_credentials.ok()) return server_credentials.status();
+  AuthorizerOptions job_api;
+  if (!options_.auth_token_file.empty()) {
+    auto tokens = ReadTokenFile(options_.auth_token_file);
+    if (!tokens.ok()) return tokens.status();
+    job_api.job_tokens = *std::move(tokens);
+    job_api.allow_unauthenticated_reads = options_.allow_unauthenticated_reads;
+  }
   auto table = JobTable::Open(options_.data_dir);
   if (!table.ok()) return table.status();
   table_ = *std::move(table);
-  auto manager =
-      JobManager::Create(table_.get(), options_.timing, metrics_.get());
+  auto manager = JobManager::Create(table_.get(), options_.timing,
+                                    metrics_.get(), options_.job_limits);
   if (!manager.ok()) return manager.status();
   manager_ = *std::move(manager);
-  job_service_ =
-      std::make_unique<JobServiceImpl>(manager_.get(), rpc_metrics_.get());
-  cluster_service_ =
-      std::make_unique<ClusterServiceImpl>(manager_.get(), rpc_metrics_.get());
+  job_service_ = std::make_unique<JobServiceImpl>(
+      manager_.get(), rpc_metrics_.get(), Authorizer(std::move(job_api)));
+  cluster_service_ = std::make_unique<ClusterServiceImpl>(
+      manager_.get(), rpc_metrics_.get(),
+      Authorizer(credentials->MemberChecks()));
 
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(&builder);
-  builder.AddListeningPort(options_.listen_address,
-                           grpc::InsecureServerCredentials(), &port_);
+  ConfigureServerBuilder(&builder, options_.server_limits);
+  builder.AddListeningPort(options_.listen_address, *server_credentials,
+                           &port_);
   builder.RegisterService(job_service_.get());
   builder.RegisterService(cluster_service_.get());
   server_ = builder.BuildAndStart();
@@ -47,8 +59,13 @@ absl::Status Coordinator::Start() {
     exposer_ = *std::move(exposer);
   }
   ticker_ = std::thread([this] { TickLoop(); });
-  PS_LOG_INFO("coordinator listening on port ", port_, ", job table at ",
-              options_.data_dir);
+  PS_LOG_INFO("coordinator listening on port ", port_,
+              credentials->tls() ? " with TLS" : "", ", job table at ",
+              options_.data_dir,
+              options_.auth_token_file.empty() ? ", job API open"
+              : options_.allow_unauthenticated_reads
+                  ? ", job API changes need a token"
+                  : ", job API needs a token");
   return absl::OkStatus();
 }
 

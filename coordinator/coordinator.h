@@ -10,7 +10,9 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc_util.h"
 #include "common/metrics.h"
+#include "common/security.h"
 #include "coordinator/cluster_service.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
@@ -30,6 +32,20 @@ struct CoordinatorOptions {
   MembershipTiming timing;
   // How often leases are checked and pending jobs scheduled.
   absl::Duration tick_interval = absl::Milliseconds(100);
+  // TLS and the cluster secret ClusterService requires (docs/security.md).
+  // Default: plaintext, no secret, and ClusterService open.
+  SecurityOptions security;
+  // File of bearer tokens the job API (JobService) accepts, one per line
+  // (ReadTokenFile). Default: empty, and the job API is open.
+  std::string auth_token_file;
+  // With auth_token_file: GetJob, ListJobs and WatchJob need no token.
+  // Default false.
+  bool allow_unauthenticated_reads = false;
+  // What SubmitJob admits (jobs pending or running, model size).
+  JobLimits job_limits;
+  // Transport limits of the gRPC server (message size, streams per
+  // connection). Default: ServerLimits' defaults.
+  ServerLimits server_limits;
 };
 
 // Start() then Stop(); not restartable.
@@ -38,7 +54,8 @@ class Coordinator {
   explicit Coordinator(CoordinatorOptions options);
   ~Coordinator();
 
-  // Opens the job table and starts serving. Errors: the table's (bad data_dir),
+  // Opens the job table and starts serving. Errors: the security files'
+  // (Credentials::Load, ReadTokenFile), the table's (bad data_dir),
   // UNAVAILABLE if a port cannot be bound.
   absl::Status Start();
   void Stop();

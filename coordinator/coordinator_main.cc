@@ -22,6 +22,31 @@ ABSL_FLAG(int, heartbeat_interval_ms, 500, "heartbeat interval given to nodes");
 ABSL_FLAG(int, recovery_grace_ms, 60000,
           "how long a running job waits for a lost server or worker to be "
           "back or replaced before it fails");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate this process presents (server, and client to other "
+          "members); with --tls_key and --tls_ca turns TLS on");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificates that verify peers (required with TLS)");
+ABSL_FLAG(bool, tls_require_client_cert, false,
+          "refuse, in the TLS handshake, clients without a certificate signed "
+          "by --tls_ca");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name expected in servers' certificates instead of the dialled host");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "file holding the cluster secret that internal RPCs carry and "
+          "require (empty: none)");
+ABSL_FLAG(int, max_concurrent_streams, 100,
+          "calls one client connection may have open at once");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file of bearer tokens the job API accepts, one per line (empty: "
+          "the job API is open)");
+ABSL_FLAG(bool, allow_unauthenticated_reads, false,
+          "with --auth_token_file: get, list and watch need no token");
+ABSL_FLAG(int, max_jobs, 100,
+          "jobs pending or running at once; more are RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_model_bytes, int64_t{200} << 20,
+          "largest model (float32 parameters) a job may train");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Coordinator of the parameter-server cluster.");
@@ -41,6 +66,22 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_recovery_grace_ms));
   options.timing.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  options.security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options.security.tls.require_client_cert =
+      absl::GetFlag(FLAGS_tls_require_client_cert);
+  options.security.tls.server_name_override =
+      absl::GetFlag(FLAGS_tls_server_name);
+  options.security.cluster_secret_file =
+      absl::GetFlag(FLAGS_cluster_secret_file);
+  options.server_limits.max_concurrent_streams =
+      absl::GetFlag(FLAGS_max_concurrent_streams);
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options.allow_unauthenticated_reads =
+      absl::GetFlag(FLAGS_allow_unauthenticated_reads);
+  options.job_limits.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.job_limits.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
   ps::Coordinator coordinator(options);
   if (absl::Status s = coordinator.Start(); !s.ok()) {
     PS_LOG_ERROR("ps-coordinator: ", s.ToString());

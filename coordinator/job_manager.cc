@@ -26,8 +26,8 @@ bool IsTerminal(v1::JobState state) {
 }
 
 JobManager::JobManager(JobTable* table, MembershipTiming timing,
-                       CoordinatorMetrics* metrics)
-    : table_(table), timing_(timing), metrics_(metrics) {
+                       CoordinatorMetrics* metrics, JobLimits limits)
+    : table_(table), timing_(timing), metrics_(metrics), limits_(limits) {
   // Node ids carry a per-incarnation tag so that ids from before a restart
   // never alias new ones.
   absl::BitGen rng;
@@ -35,8 +35,10 @@ JobManager::JobManager(JobTable* table, MembershipTiming timing,
 }
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
-    JobTable* table, MembershipTiming timing, CoordinatorMetrics* metrics) {
-  std::unique_ptr<JobManager> manager(new JobManager(table, timing, metrics));
+    JobTable* table, MembershipTiming timing, CoordinatorMetrics* metrics,
+    JobLimits limits) {
+  std::unique_ptr<JobManager> manager(
+      new JobManager(table, timing, metrics, limits));
   if (auto s = manager->Load(); !s.ok()) return s;
   return manager;
 }
@@ -65,10 +67,16 @@ absl::Status JobManager::Load() {
 
 absl::StatusOr<std::string> JobManager::Submit(v1::JobSpec spec) {
   ApplyJobSpecDefaults(&spec);
-  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  if (auto s = ValidateSubmittedSpec(spec, limits_); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckJobCount(); !s.ok()) return s;
+  }
   auto number = table_->NextJobNumber();
   if (!number.ok()) return number.status();
   absl::MutexLock lock(&mu_);
+  // Checked again: another Submit may have queued a job meanwhile.
+  if (auto s = CheckJobCount(); !s.ok()) return s;
   const std::string id = absl::StrFormat("job-%06d", *number);
   Job& job = jobs_[id];
   job.status.set_job_id(id);
@@ -87,7 +95,21 @@ absl::StatusOr<std::string> JobManager::Submit(v1::JobSpec spec) {
   return id;
 }
 
+absl::Status JobManager::CheckJobCount() const {
+  int active = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (!IsTerminal(job.status.state())) ++active;
+  }
+  if (active >= limits_.max_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "jobs: ", active, " jobs are pending or running, the coordinator's "
+        "limit (--max_jobs); submit again once one has ended"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::JobStatus> JobManager::Get(const std::string& job_id) const {
+  if (auto s = ValidateId("job_id", job_id); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -104,6 +126,7 @@ std::vector<v1::JobStatus> JobManager::List() const {
 }
 
 absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id) {
+  if (auto s = ValidateId("job_id", job_id); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -121,6 +144,7 @@ absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id) {
 
 absl::StatusOr<int64_t> JobManager::Watch(const std::string& job_id,
                                           Watcher watcher) {
+  if (auto s = ValidateId("job_id", job_id); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -139,12 +163,7 @@ void JobManager::Unwatch(int64_t token) {
 
 absl::StatusOr<v1::RegisterResponse> JobManager::Register(
     const v1::RegisterRequest& request) {
-  if (request.role() != v1::SERVER && request.role() != v1::WORKER) {
-    return absl::InvalidArgumentError("role: must be SERVER or WORKER");
-  }
-  if (request.role() == v1::SERVER && request.address().empty()) {
-    return absl::InvalidArgumentError("address: required for a server");
-  }
+  if (auto s = ValidateRegisterRequest(request); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   const std::string id =
       absl::StrFormat("%s-%x", RoleName(request.role()), next_node_++);
@@ -189,6 +208,7 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
 
 absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     const std::string& node_id) {
+  if (auto s = ValidateId("node_id", node_id); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) {
@@ -217,6 +237,7 @@ v1::Assignment JobManager::AssignmentOf(const Job& job, int index) const {
 
 absl::StatusOr<v1::ProgressResponse> JobManager::ReportProgress(
     const v1::ProgressReport& report) {
+  if (auto s = ValidateProgressReport(report); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(report.job_id());
   if (it == jobs_.end()) {

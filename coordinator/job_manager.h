@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_table.h"
+#include "coordinator/request_validation.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/job.pb.h"
 
@@ -41,14 +42,18 @@ class JobManager {
   // Loads the table. Jobs that were RUNNING when the coordinator stopped keep
   // running: their servers and workers register again and are given back their
   // places (servers by address, workers by the assignment they report holding).
-  // `table` and `metrics` must outlive the manager.
+  // `table` and `metrics` must outlive the manager. `limits` bound what
+  // Submit admits.
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(
-      JobTable* table, MembershipTiming timing, CoordinatorMetrics* metrics);
+      JobTable* table, MembershipTiming timing, CoordinatorMetrics* metrics,
+      JobLimits limits = {});
 
   // Validates and queues a job; returns its id. INVALID_ARGUMENT names the
-  // field.
+  // field; RESOURCE_EXHAUSTED when limits.max_jobs jobs are already pending or
+  // running, or the model is larger than limits.max_model_bytes.
   absl::StatusOr<std::string> Submit(v1::JobSpec spec);
-  // NOT_FOUND for an unknown job.
+  // NOT_FOUND for an unknown job. Every call taking a job id refuses a
+  // malformed one (ValidateId) with INVALID_ARGUMENT.
   absl::StatusOr<v1::JobStatus> Get(const std::string& job_id) const;
   std::vector<v1::JobStatus> List() const;
   // Cancels a pending or running job. NOT_FOUND; FAILED_PRECONDITION if it
@@ -63,13 +68,15 @@ class JobManager {
 
   // Membership. A server whose address is that of a running job's server, and a
   // worker that reports holding a place whose node is gone, get that place
-  // back. INVALID_ARGUMENT for a bad role or a server without an address.
+  // back. INVALID_ARGUMENT for a bad role, a server without an address, or
+  // another malformed field (ValidateRegisterRequest).
   absl::StatusOr<v1::RegisterResponse> Register(
       const v1::RegisterRequest& request);
   // Renews the lease and returns the node's assignments. NOT_FOUND:
   // re-register.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& node_id);
   // Records a worker's progress; finishes or fails the job as reports say.
+  // INVALID_ARGUMENT for a malformed report (ValidateProgressReport);
   // NOT_FOUND for an unknown job; the reply says stop once the job is not
   // running.
   absl::StatusOr<v1::ProgressResponse> ReportProgress(
@@ -112,9 +119,11 @@ class JobManager {
   };
 
   JobManager(JobTable* table, MembershipTiming timing,
-             CoordinatorMetrics* metrics);
+             CoordinatorMetrics* metrics, JobLimits limits);
 
   absl::Status Load();
+  // RESOURCE_EXHAUSTED when limits_.max_jobs jobs are pending or running.
+  absl::Status CheckJobCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Persists, publishes to watchers and updates gauges. Logs persistence
   // errors.
   void Changed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -138,6 +147,7 @@ class JobManager {
   JobTable* const table_;
   const MembershipTiming timing_;
   CoordinatorMetrics* const metrics_;
+  const JobLimits limits_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);

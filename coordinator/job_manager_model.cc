@@ -10,6 +10,7 @@
 namespace ps {
 
 absl::Status JobManager::UploadModel(const v1::UploadModelRequest& request) {
+  if (auto s = ValidateUploadModelRequest(request); !s.ok()) return s;
   const std::string& job_id = request.model().job_id();
   v1::TrainedModel model = request.model();
   {
@@ -46,6 +47,7 @@ absl::Status JobManager::UploadModel(const v1::UploadModelRequest& request) {
 
 absl::StatusOr<v1::TrainedModel> JobManager::ExportModel(
     const std::string& job_id) {
+  if (auto s = ValidateId("job_id", job_id); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);

@@ -99,6 +99,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
   std::optional<grpc::Status> finish_after_write_ ABSL_GUARDED_BY(mu_);
 };
 
+// A WatchJob refused before it starts.
+class RefusedWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
+ public:
+  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
@@ -106,7 +113,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
     v1::SubmitJobResponse* response) {
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::SubmitJobResponse> result;
-  if (auto id = manager_->Submit(request->spec()); id.ok()) {
+  if (absl::Status allowed =
+          authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
+      !allowed.ok()) {
+    result = allowed;
+  } else if (auto id = manager_->Submit(request->spec()); id.ok()) {
     result.emplace().set_job_id(*id);
   } else {
     result = id.status();
@@ -119,19 +130,30 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(
     grpc::CallbackServerContext* ctx, const v1::GetJobRequest* request,
     v1::JobStatus* response) {
   const absl::Time start = absl::Now();
+  absl::Status allowed = authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
   return FinishUnary(ctx, "GetJob", metrics_, start, *request,
-                     manager_->Get(request->job_id()), response);
+                     allowed.ok() ? manager_->Get(request->job_id())
+                                  : absl::StatusOr<v1::JobStatus>(allowed),
+                     response);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(
     grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* request,
     v1::ListJobsResponse* response) {
   const absl::Time start = absl::Now();
-  v1::ListJobsResponse list;
-  for (v1::JobStatus& job : manager_->List()) *list.add_jobs() = std::move(job);
+  absl::StatusOr<v1::ListJobsResponse> result;
+  if (absl::Status allowed =
+          authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
+      !allowed.ok()) {
+    result = allowed;
+  } else {
+    v1::ListJobsResponse& list = result.emplace();
+    for (v1::JobStatus& job : manager_->List()) {
+      *list.add_jobs() = std::move(job);
+    }
+  }
   return FinishUnary(ctx, "ListJobs", metrics_, start, *request,
-                     absl::StatusOr<v1::ListJobsResponse>(std::move(list)),
-                     response);
+                     std::move(result), response);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(
@@ -139,7 +161,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(
     v1::CancelJobResponse* response) {
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::CancelJobResponse> result;
-  if (auto job = manager_->Cancel(request->job_id()); job.ok()) {
+  if (absl::Status allowed =
+          authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
+      !allowed.ok()) {
+    result = allowed;
+  } else if (auto job = manager_->Cancel(request->job_id()); job.ok()) {
     *result.emplace().mutable_job() = *std::move(job);
   } else {
     result = job.status();
@@ -150,6 +176,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(
 
 grpc::ServerWriteReactor<v1::JobStatus>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* request) {
+  if (absl::Status allowed =
+          authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
+      !allowed.ok()) {
+    metrics_->Record("WatchJob", static_cast<int>(allowed.code()),
+                     request->ByteSizeLong(), 0, 0);
+    return new RefusedWatch(ToGrpcStatus(allowed));
+  }
   return new WatchReactor(manager_, request->job_id());
 }
 
@@ -157,8 +190,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::ExportModel(
     grpc::CallbackServerContext* ctx, const v1::ExportModelRequest* request,
     v1::TrainedModel* response) {
   const absl::Time start = absl::Now();
+  absl::Status allowed = authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
   return FinishUnary(ctx, "ExportModel", metrics_, start, *request,
-                     manager_->ExportModel(request->job_id()), response);
+                     allowed.ok() ? manager_->ExportModel(request->job_id())
+                                  : absl::StatusOr<v1::TrainedModel>(allowed),
+                     response);
 }
 
 }  // namespace ps

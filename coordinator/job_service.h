@@ -2,17 +2,23 @@
 #ifndef PS_COORDINATOR_JOB_SERVICE_H_
 #define PS_COORDINATOR_JOB_SERVICE_H_
 
+#include "common/authorizer.h"
 #include "common/metrics.h"
 #include "coordinator/job_manager.h"
 #include "ps/v1/job_service.grpc.pb.h"
 
 namespace ps {
 
+// Every call is first authorized (`authorizer`: a bearer token, unless reads
+// are open); a refused call gets UNAUTHENTICATED and reaches no manager.
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
   // `manager` and `metrics` must outlive the service.
-  JobServiceImpl(JobManager* manager, RpcMetrics* metrics)
-      : manager_(manager), metrics_(metrics) {}
+  JobServiceImpl(JobManager* manager, RpcMetrics* metrics,
+                 Authorizer authorizer = Authorizer())
+      : manager_(manager),
+        metrics_(metrics),
+        authorizer_(std::move(authorizer)) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
                                       const v1::SubmitJobRequest* request,
@@ -38,6 +44,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
  private:
   JobManager* const manager_;
   RpcMetrics* const metrics_;
+  const Authorizer authorizer_;
 };
 
 }  // namespace ps

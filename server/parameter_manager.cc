@@ -3,6 +3,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/logging.h"
 
 namespace ps {
@@ -64,6 +65,7 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
 
 absl::StatusOr<std::shared_ptr<ServerJob>> ParameterManager::Find(
     const std::string& job_id) const {
+  if (auto s = ValidateId("job_id", job_id); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {

@@ -30,7 +30,8 @@ class ParameterManager {
   std::vector<absl::Status> SyncAssignments(
       const std::vector<v1::Assignment>& assignments);
 
-  // Dispatches to the job. NOT_FOUND if this server does not hold the job.
+  // Dispatches to the job. INVALID_ARGUMENT for a malformed job id
+  // (ValidateId); NOT_FOUND if this server does not hold the job.
   void Pull(const v1::PullRequest& request, ServerJob::PullCallback done);
   void Push(const v1::PushRequest& request, ServerJob::PushCallback done);
 

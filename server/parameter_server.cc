@@ -21,6 +21,10 @@ std::string ParameterServer::address() const {
 }
 
 absl::Status ParameterServer::Start() {
+  auto credentials = Credentials::Load(options_.security);
+  if (!credentials.ok()) return credentials.status();
+  auto server_credentials = credentials->ServerCredentials();
+  if (!server_credentials.ok()) return server_credentials.status();
   if (options_.data_dir.empty()) {
     store_ = MemoryShardStore::Create();
   } else {
@@ -32,11 +36,12 @@ absl::Status ParameterServer::Start() {
   }
   manager_ = std::make_unique<ParameterManager>(store_.get(), metrics_.get());
   service_ = std::make_unique<ParameterServiceImpl>(
-      manager_.get(), rpc_metrics_.get(), options_.push_faults);
+      manager_.get(), rpc_metrics_.get(), options_.push_faults,
+      Authorizer(credentials->MemberChecks()));
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(&builder);
-  builder.AddListeningPort(options_.listen_address,
-                           grpc::InsecureServerCredentials(), &port_);
+  ConfigureServerBuilder(&builder, options_.limits);
+  builder.AddListeningPort(options_.listen_address, *server_credentials,
+                           &port_);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
@@ -53,6 +58,7 @@ absl::Status ParameterServer::Start() {
     membership.coordinator = options_.coordinator;
     membership.role = v1::SERVER;
     membership.address = address();
+    membership.channel = credentials->MemberChannel();
     membership_ = std::make_unique<Membership>(
         membership, [this](const std::vector<v1::Assignment>& assignments) {
           for (const absl::Status& error :
@@ -63,6 +69,7 @@ absl::Status ParameterServer::Start() {
     membership_->Start();
   }
   PS_LOG_INFO("parameter server listening on ", address(),
+              credentials->tls() ? " with TLS" : "",
               options_.data_dir.empty()
                   ? " (in-memory store)"
                   : absl::StrCat(" (RocksDB at ", options_.data_dir, ")"));

@@ -7,8 +7,10 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/grpc_util.h"
 #include "common/membership.h"
 #include "common/metrics.h"
+#include "common/security.h"
 #include "grpcpp/grpcpp.h"
 #include "server/parameter_manager.h"
 #include "server/parameter_service.h"
@@ -29,6 +31,12 @@ struct ParameterServerOptions {
   std::string data_dir;
   // Prometheus listen address; empty: no HTTP endpoint.
   std::string metrics_address;
+  // TLS and the cluster secret (docs/security.md). Default: plaintext, no
+  // secret, and ParameterService open to anyone who can connect.
+  SecurityOptions security;
+  // Transport limits of the gRPC server (message size, streams per
+  // connection). Default: ServerLimits' defaults.
+  ServerLimits limits;
   // Test-only: faults injected into push replies (empty: none).
   PushFaultInjector push_faults;
 };
@@ -39,9 +47,9 @@ class ParameterServer {
   explicit ParameterServer(ParameterServerOptions options);
   ~ParameterServer();
 
-  // Opens the store, starts serving and joins the cluster. Errors: the store's
-  // (a damaged or foreign data directory), UNAVAILABLE if a port cannot be
-  // bound.
+  // Opens the store, starts serving and joins the cluster. Errors: the
+  // security files' (Credentials::Load), the store's (a damaged or foreign
+  // data directory), UNAVAILABLE if a port cannot be bound.
   absl::Status Start();
   // Leaves the cluster, fails waiting pulls, drains RPCs, closes the store.
   void Stop();

@@ -96,16 +96,23 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
 
 ParameterServiceImpl::ParameterServiceImpl(ParameterManager* manager,
                                            RpcMetrics* metrics,
-                                           PushFaultInjector push_faults)
+                                           PushFaultInjector push_faults,
+                                           Authorizer authorizer)
     : manager_(manager),
       metrics_(metrics),
-      push_faults_(std::move(push_faults)) {}
+      push_faults_(std::move(push_faults)),
+      authorizer_(std::move(authorizer)) {}
 
 grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
     grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
     v1::PullResponse* response) {
   auto* reactor = new DeferredReactor<v1::PullRequest, v1::PullResponse>(
       "Pull", request, response, metrics_);
+  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+      !allowed.ok()) {
+    reactor->MakeCallback(nullptr)(allowed);
+    return reactor;
+  }
   manager_->Pull(*request, reactor->MakeCallback(nullptr));
   return reactor;
 }
@@ -115,6 +122,11 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Push(
     v1::PushResponse* response) {
   auto* reactor = new DeferredReactor<v1::PushRequest, v1::PushResponse>(
       "Push", request, response, metrics_);
+  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+      !allowed.ok()) {
+    reactor->MakeCallback(nullptr)(allowed);
+    return reactor;
+  }
   std::function<void(const v1::PushRequest&, absl::StatusOr<v1::PushResponse>*)>
       faults;
   if (push_faults_) {

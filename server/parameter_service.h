@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "absl/time/time.h"
+#include "common/authorizer.h"
 #include "common/metrics.h"
 #include "ps/v1/parameter.grpc.pb.h"
 #include "server/parameter_manager.h"
@@ -24,13 +25,15 @@ using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 
 // Callback-API service. A Pull that waits on the staleness bound holds no
 // thread: its reactor is finished by the push that lets it through, or
-// cancelled when the client's deadline passes.
+// cancelled when the client's deadline passes. Every call must come from a
+// member of the cluster (`authorizer`); others get UNAUTHENTICATED.
 class ParameterServiceImpl final
     : public v1::ParameterService::CallbackService {
  public:
   // `manager` and `metrics` must outlive the service.
   ParameterServiceImpl(ParameterManager* manager, RpcMetrics* metrics,
-                       PushFaultInjector push_faults = nullptr);
+                       PushFaultInjector push_faults = nullptr,
+                       Authorizer authorizer = Authorizer());
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
                                  const v1::PullRequest* request,
@@ -43,6 +46,7 @@ class ParameterServiceImpl final
   ParameterManager* const manager_;
   RpcMetrics* const metrics_;
   const PushFaultInjector push_faults_;
+  const Authorizer authorizer_;
 };
 
 }  // namespace ps

@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "server/shard_codec.h"
 
 namespace ps {
 namespace {
@@ -29,15 +30,13 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr char kFamilyNames[][10] = {"default", "values", "optimizer", "clocks",
                                      "meta"};
-constexpr size_t kBlockKeyBytes = 8;
-constexpr size_t kWorkerBytes = 4;
-constexpr size_t kInt64Bytes = 8;
+constexpr size_t kBlockKeyBytes = kStoredBlockKeyBytes;
+constexpr size_t kWorkerBytes = kStoredWorkerBytes;
+constexpr size_t kInt64Bytes = kStoredInt64Bytes;
 
 // The first key of a job's range: job_id '\0'.
 std::string JobPrefix(const std::string& job_id) {
-  std::string prefix = job_id;
-  prefix.push_back('\0');
-  return prefix;
+  return StoredJobPrefix(job_id);
 }
 
 // The first key past a job's range: job_id '\1'. Job ids contain no '\0', so
@@ -54,27 +53,11 @@ void AppendBigEndian(uint64_t value, size_t bytes, std::string* out) {
   }
 }
 
-uint64_t ReadBigEndian(const char* data, size_t bytes) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < bytes; ++i) {
-    value = (value << 8) | static_cast<unsigned char>(data[i]);
-  }
-  return value;
-}
-
 void EncodeInt64(int64_t value, char out[kInt64Bytes]) {
   const uint64_t bits = static_cast<uint64_t>(value);
   for (size_t i = 0; i < kInt64Bytes; ++i) {
     out[i] = static_cast<char>((bits >> (8 * i)) & 0xff);
   }
-}
-
-int64_t DecodeInt64(const char* data) {
-  uint64_t bits = 0;
-  for (size_t i = kInt64Bytes; i-- > 0;) {
-    bits = (bits << 8) | static_cast<unsigned char>(data[i]);
-  }
-  return static_cast<int64_t>(bits);
 }
 
 std::string BlockKey(const std::string& prefix, uint64_t key) {
@@ -92,20 +75,6 @@ std::string ClockKey(const std::string& prefix, int32_t worker) {
 rocksdb::Slice FloatSlice(std::span<const float> values) {
   return rocksdb::Slice(reinterpret_cast<const char*>(values.data()),
                         values.size_bytes());
-}
-
-// Copies a value of raw float32 bytes; false if its size is not a multiple of
-// four.
-bool DecodeFloats(rocksdb::Slice bytes, std::vector<float>* out) {
-  if (bytes.size() % sizeof(float) != 0) return false;
-  out->resize(bytes.size() / sizeof(float));
-  if (!out->empty()) std::memcpy(out->data(), bytes.data(), bytes.size());
-  return true;
-}
-
-absl::Status DataLoss(const std::string& job_id, absl::string_view what) {
-  return absl::DataLossError(
-      absl::StrCat("rocksdb shard store: job ", job_id, ": ", what));
 }
 
 std::string BlockName(uint64_t key) {
@@ -366,105 +335,37 @@ absl::StatusOr<StoredJob> RocksDbShardStore::Load(const std::string& job_id) {
   const std::string context =
       absl::StrCat("rocksdb shard store: job ", job_id, ": load");
 
-  StoredJob job;
-  bool found = false;
-  rocksdb::Status status =
-      db_->Get(read_options, handles_[kMeta], prefix, &job.meta);
+  StoredJobDecoder decoder(job_id);
+  std::string meta;
+  rocksdb::Status status = db_->Get(read_options, handles_[kMeta], prefix, &meta);
   if (status.ok()) {
-    found = true;
-  } else if (status.IsNotFound()) {
-    job.meta.clear();
-  } else {
+    decoder.SetMeta(std::move(meta));
+  } else if (!status.IsNotFound()) {
     return RocksDbStatusToAbsl(status, context);
   }
-
-  // Values, in key order.
-  {
+  // Values, then optimizer state, then clocks, each in key order: the order
+  // the decoder checks them in.
+  const std::pair<Family, absl::Status (StoredJobDecoder::*)(
+                              absl::string_view, absl::string_view)>
+      families[] = {{kValues, &StoredJobDecoder::AddValues},
+                    {kOptimizer, &StoredJobDecoder::AddOptimizer},
+                    {kClocks, &StoredJobDecoder::AddClock}};
+  for (const auto& [family, add] : families) {
     std::unique_ptr<rocksdb::Iterator> it(
-        db_->NewIterator(read_options, handles_[kValues]));
+        db_->NewIterator(read_options, handles_[family]));
     for (it->Seek(prefix); it->Valid(); it->Next()) {
       const rocksdb::Slice key = it->key();
-      if (key.size() != prefix.size() + kBlockKeyBytes) {
-        return DataLoss(job_id, absl::StrCat("values key of ", key.size(),
-                                             " bytes is malformed"));
-      }
-      StoredBlock& block = job.blocks.emplace_back();
-      block.key = ReadBigEndian(key.data() + prefix.size(), kBlockKeyBytes);
-      if (!DecodeFloats(it->value(), &block.values)) {
-        return DataLoss(job_id, absl::StrCat(BlockName(block.key),
-                                             ": values of ", it->value().size(),
-                                             " bytes are not whole float32s"));
-      }
-    }
-    if (!it->status().ok()) return RocksDbStatusToAbsl(it->status(), context);
-  }
-
-  // Optimizer state: exactly one record per block with values.
-  {
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->NewIterator(read_options, handles_[kOptimizer]));
-    size_t next = 0;
-    for (it->Seek(prefix); it->Valid(); it->Next()) {
-      const rocksdb::Slice key = it->key();
-      if (key.size() != prefix.size() + kBlockKeyBytes) {
-        return DataLoss(job_id, absl::StrCat("optimizer key of ", key.size(),
-                                             " bytes is malformed"));
-      }
-      const uint64_t block_key =
-          ReadBigEndian(key.data() + prefix.size(), kBlockKeyBytes);
-      if (next >= job.blocks.size() || job.blocks[next].key != block_key) {
-        return DataLoss(job_id, absl::StrCat(BlockName(block_key),
-                                             ": optimizer state without "
-                                             "values, or values without "
-                                             "optimizer state"));
-      }
-      StoredBlock& block = job.blocks[next++];
       const rocksdb::Slice value = it->value();
-      if (value.size() < kInt64Bytes ||
-          !DecodeFloats(rocksdb::Slice(value.data() + kInt64Bytes,
-                                       value.size() - kInt64Bytes),
-                        &block.optimizer_state)) {
-        return DataLoss(
-            job_id, absl::StrCat(BlockName(block_key), ": optimizer record of ",
-                                 value.size(), " bytes is malformed"));
+      if (absl::Status s =
+              (decoder.*add)(absl::string_view(key.data(), key.size()),
+                             absl::string_view(value.data(), value.size()));
+          !s.ok()) {
+        return s;
       }
-      block.optimizer_step = DecodeInt64(value.data());
-    }
-    if (!it->status().ok()) return RocksDbStatusToAbsl(it->status(), context);
-    if (next != job.blocks.size()) {
-      return DataLoss(job_id, absl::StrCat(BlockName(job.blocks[next].key),
-                                           ": values without optimizer "
-                                           "state"));
-    }
-  }
-
-  // Worker clocks.
-  {
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->NewIterator(read_options, handles_[kClocks]));
-    for (it->Seek(prefix); it->Valid(); it->Next()) {
-      const rocksdb::Slice key = it->key();
-      if (key.size() != prefix.size() + kWorkerBytes) {
-        return DataLoss(job_id, absl::StrCat("clock key of ", key.size(),
-                                             " bytes is malformed"));
-      }
-      const auto worker = static_cast<int32_t>(static_cast<uint32_t>(
-          ReadBigEndian(key.data() + prefix.size(), kWorkerBytes)));
-      if (it->value().size() != kInt64Bytes) {
-        return DataLoss(
-            job_id, absl::StrCat("clock of worker ", worker, ": value of ",
-                                 it->value().size(), " bytes is malformed"));
-      }
-      job.worker_clocks[worker] = DecodeInt64(it->value().data());
     }
     if (!it->status().ok()) return RocksDbStatusToAbsl(it->status(), context);
   }
-
-  if (!found && job.blocks.empty() && job.worker_clocks.empty()) {
-    return absl::NotFoundError(
-        absl::StrCat("rocksdb shard store: nothing stored for job ", job_id));
-  }
-  return job;
+  return decoder.Finish();
 }
 
 absl::StatusOr<std::vector<std::string>> RocksDbShardStore::ListJobs() {

@@ -1,5 +1,6 @@
 #include "server/server_job.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -39,6 +40,8 @@ ServerJob::ServerJob(const v1::Assignment& assignment, ShardStore* store,
       store_(store),
       metrics_(metrics),
       optimizer_(std::move(optimizer)),
+      drop_non_finite_(assignment.spec().non_finite_gradients() ==
+                       v1::NON_FINITE_DROP),
       clocks_(assignment.num_workers(), staleness,
               assignment.spec().consistency().model() ==
                   v1::ConsistencySpec::BSP) {}
@@ -138,13 +141,34 @@ absl::Status ServerJob::Restore(StoredJob stored) {
       return absl::DataLossError(absl::StrCat(
           "job ", job_id_, ": stored block ", s.key, " has the wrong size"));
     }
+    if (s.optimizer_step < 0) {
+      return absl::DataLossError(absl::StrCat("job ", job_id_, ": stored block ",
+                                              s.key, " has a negative step"));
+    }
+    if (!AllFinite(s.values)) {
+      return absl::DataLossError(absl::StrCat(
+          "job ", job_id_, ": stored block ", s.key, " holds NaN or Inf"));
+    }
     b.values = std::move(s.values);
     b.state = std::move(s.optimizer_state);
     b.step = s.optimizer_step;
   }
   std::vector<int64_t> clocks(clocks_.num_workers(), 0);
   for (const auto& [worker, clock] : stored.worker_clocks) {
+    if (clock < 0 || clock > kMaxClock) {
+      return absl::DataLossError(
+          absl::StrCat("job ", job_id_, ": stored clock ", clock, " of worker ",
+                       worker, " is out of range"));
+    }
     if (worker >= 0 && worker < clocks_.num_workers()) clocks[worker] = clock;
+  }
+  if (clocks_.bulk_synchronous() &&
+      std::any_of(clocks.begin(), clocks.end(),
+                  [&](int64_t c) { return c != clocks[0]; })) {
+    // BSP advances every clock in the same write.
+    return absl::DataLossError(absl::StrCat(
+        "job ", job_id_, ": stored clocks of a BSP job differ: [",
+        absl::StrJoin(clocks, " "), "]"));
   }
   clocks_.Restore(clocks);
   return absl::OkStatus();
@@ -180,10 +204,21 @@ absl::Status ServerJob::ValidateKeys(
     std::sort(out->begin(), out->end());
     return absl::OkStatus();
   }
+  if (keys.size() > static_cast<int>(index_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("keys: ", keys.size(), " keys, but this server holds ",
+                     index_.size(), " blocks of the job"));
+  }
+  absl::flat_hash_set<uint64_t> seen;
   for (uint64_t key : keys) {
     if (!index_.contains(key)) {
       return absl::InvalidArgumentError(
           absl::StrCat("keys: block ", key, " is not held by this server"));
+    }
+    // A repeated key would repeat its block in the reply.
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("keys: block ", key, " appears twice"));
     }
     out->push_back(key);
   }
@@ -233,14 +268,18 @@ void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
   absl::Status status = ValidateKeys(request.keys(), &keys);
   absl::StatusOr<v1::PullResponse> reply;
   if (status.ok()) {
-    absl::MutexLock lock(&mu_);
+    absl::ReleasableMutexLock lock(&mu_);
     status = CheckRequest(request.map_version());
     if (status.ok()) {
       status = clocks_.CheckPull(request.worker_index(), request.clock());
     }
     if (status.ok() && !clocks_.CanRead(request.clock())) {
-      waiters_.push_back(
-          {request.clock(), std::move(keys), std::move(done), absl::Now()});
+      Ready evicted;
+      EvictOldestWaiting(request.worker_index(), /*pulls=*/true, &evicted);
+      waiters_.push_back({request.worker_index(), request.clock(),
+                          std::move(keys), std::move(done), absl::Now()});
+      lock.Release();
+      evicted.Run();
       return;
     }
     if (status.ok()) {
@@ -278,7 +317,9 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     if (clock >= clocks_.clocks()[worker]) {
       // A retry of a BSP push still waiting for its clock: acknowledge it with
       // the original, once the clock is applied.
-      parked_pushes_.push_back({clock, true, std::move(done), absl::Now()});
+      EvictOldestWaiting(worker, /*pulls=*/false, ready);
+      parked_pushes_.push_back(
+          {worker, clock, true, std::move(done), absl::Now()});
       return std::nullopt;
     }
     v1::PushResponse response;
@@ -289,7 +330,8 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     metrics_->pushes_rejected.Increment();
     return s;
   }
-  // Decode every block first: a NaN anywhere refuses the whole push unchanged.
+  // Decode every block first: a NaN anywhere refuses the whole push unchanged
+  // (NON_FINITE_REFUSE), or drops all of its gradient here (NON_FINITE_DROP).
   std::vector<std::pair<size_t, std::vector<float>>> grads;
   grads.reserve(request.gradients_size());
   for (const v1::Block& g : request.gradients()) {
@@ -297,9 +339,16 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     std::vector<float> values(blocks_[pos].spec.num_elems);
     DecodeFloats(g.data(), values);
     if (!AllFinite(values)) {
-      metrics_->pushes_rejected.Increment();
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradients: block ", g.key(), " contains NaN or Inf"));
+      if (!drop_non_finite_) {
+        metrics_->pushes_rejected.Increment();
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gradients: block ", g.key(),
+            " contains NaN or Inf (the job's non_finite_gradients policy is "
+            "NON_FINITE_REFUSE)"));
+      }
+      metrics_->gradients_dropped.Increment();
+      grads.clear();
+      break;
     }
     grads.emplace_back(pos, std::move(values));
   }
@@ -312,7 +361,9 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     }
     if (!clocks_.RecordPush(worker, clock)) {
       // Not the last worker of this clock: acknowledged when the clock applies.
-      parked_pushes_.push_back({clock, false, std::move(done), absl::Now()});
+      EvictOldestWaiting(worker, /*pulls=*/false, ready);
+      parked_pushes_.push_back(
+          {worker, clock, false, std::move(done), absl::Now()});
       return std::nullopt;
     }
     // The last worker of this clock: apply one averaged update everywhere.
@@ -347,6 +398,34 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
   CollectReady(ready);
   if (!closed_.ok()) return closed_;
   return v1::PushResponse();
+}
+
+void ServerJob::EvictOldestWaiting(int worker, bool pulls, Ready* ready) {
+  const absl::Status evicted = absl::ResourceExhaustedError(absl::StrCat(
+      "worker_index: worker ", worker, " has more than ", kMaxWaitingPerWorker,
+      " waiting ", pulls ? "pulls" : "pushes", " on job ", job_id_,
+      " on this server; the oldest was dropped"));
+  if (pulls) {
+    auto first = waiters_.end();
+    int count = 0;
+    for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
+      if (it->worker != worker) continue;
+      if (count++ == 0) first = it;
+    }
+    if (count < kMaxWaitingPerWorker) return;
+    ready->pulls.emplace_back(std::move(first->done), evicted);
+    waiters_.erase(first);
+    return;
+  }
+  auto first = parked_pushes_.end();
+  int count = 0;
+  for (auto it = parked_pushes_.begin(); it != parked_pushes_.end(); ++it) {
+    if (it->worker != worker) continue;
+    if (count++ == 0) first = it;
+  }
+  if (count < kMaxWaitingPerWorker) return;
+  ready->pushes.emplace_back(std::move(first->done), evicted);
+  parked_pushes_.erase(first);
 }
 
 void ServerJob::Ready::Run() {

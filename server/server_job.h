@@ -47,9 +47,18 @@ class ServerJob {
 
   // Serves a pull once the reader's clock is within the staleness bound. Errors
   // (through `done`): FAILED_PRECONDITION for a stale shard map or a clock the
-  // worker has not reached, INVALID_ARGUMENT for a bad worker or key, ABORTED
-  // if the job is closed while waiting.
+  // worker has not reached, INVALID_ARGUMENT for a bad worker or an unknown or
+  // repeated key, the Close reason if the job is closed while waiting,
+  // RESOURCE_EXHAUSTED if it is dropped as kMaxWaitingPerWorker newer ones
+  // wait.
   void Pull(const v1::PullRequest& request, PullCallback done);
+
+  // Most pulls, and most pushes, of one worker that may wait here at once; a
+  // further one drops the oldest (whose client has most likely given up) with
+  // RESOURCE_EXHAUSTED. A live worker has one of each at most.
+  static constexpr int kMaxWaitingPerWorker = 4;
+  // Largest clock accepted from the store (DATA_LOSS beyond).
+  static constexpr int64_t kMaxClock = int64_t{1} << 62;
 
   // Applies a push exactly once per (worker, clock) and acknowledges it only
   // once the update it contributes to is applied and persisted with the clock
@@ -57,11 +66,14 @@ class ServerJob {
   // of the clock arrives. A push parked until then is never acknowledged if
   // the server dies, so the worker retries it and nothing acknowledged is
   // lost. A retry of an applied push is acknowledged with duplicate=true; a
-  // retry of a parked one is parked too. Errors (through `done`):
-  // INVALID_ARGUMENT (unknown key, wrong size, NaN or Inf), FAILED_PRECONDITION
-  // (stale map, clock gap), UNAVAILABLE if the store failed (the job then
-  // refuses all requests), the Close reason if the job closes while the push is
-  // parked. A refused push changes nothing.
+  // retry of a parked one is parked too. A push with NaN or Inf is refused, or
+  // under NON_FINITE_DROP acknowledged with none of its gradient applied here.
+  // Errors (through `done`): INVALID_ARGUMENT (unknown or repeated key, wrong
+  // size, NaN or Inf), FAILED_PRECONDITION (stale map, clock gap), UNAVAILABLE
+  // if the store failed (the job then refuses all requests), the Close reason
+  // if the job closes while the push is parked, RESOURCE_EXHAUSTED if it is
+  // dropped as kMaxWaitingPerWorker newer ones wait. A refused push changes
+  // nothing.
   void Push(const v1::PushRequest& request, PushCallback done);
 
   // Fails every waiting pull and parked push with `reason` and refuses later
@@ -85,12 +97,14 @@ class ServerJob {
     int64_t step = 0;          // Updates applied.
   };
   struct Waiter {
+    int worker;
     int64_t clock;
     std::vector<uint64_t> keys;
     PullCallback done;
     absl::Time since;
   };
   struct ParkedPush {
+    int worker;
     int64_t clock;
     bool duplicate;
     PushCallback done;
@@ -125,6 +139,10 @@ class ServerJob {
   // Moves the pulls the current min_clock lets through, and the parked pushes
   // whose clock is applied, into `ready` (all of them, failed, once closed).
   void CollectReady(Ready* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before `worker` parks one more pull (or push): if kMaxWaitingPerWorker of
+  // its pulls (pushes) already wait, moves the oldest into `ready`, failed.
+  void EvictOldestWaiting(int worker, bool pulls, Ready* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Push under the lock: returns the reply now, or nullopt if `done` was
   // parked.
   std::optional<absl::StatusOr<v1::PushResponse>> PushLocked(
@@ -136,6 +154,7 @@ class ServerJob {
   ShardStore* const store_;  // Null for MEMORY durability.
   ServerMetrics* const metrics_;
   const std::unique_ptr<Optimizer> optimizer_;
+  const bool drop_non_finite_;  // The job's policy is NON_FINITE_DROP.
 
   mutable absl::Mutex mu_;
   std::vector<Block> blocks_ ABSL_GUARDED_BY(mu_);  // Key order.

@@ -21,6 +21,22 @@ ABSL_FLAG(int, metrics_port, 0,
 ABSL_FLAG(std::string, port_file, "",
           "if set, write the bound ports to this file");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Prometheus listen host");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate this process presents (server, and client to other "
+          "members); with --tls_key and --tls_ca turns TLS on");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificates that verify peers (required with TLS)");
+ABSL_FLAG(bool, tls_require_client_cert, false,
+          "refuse, in the TLS handshake, clients without a certificate signed "
+          "by --tls_ca");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name expected in servers' certificates instead of the dialled host");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "file holding the cluster secret that internal RPCs carry and "
+          "require (empty: none)");
+ABSL_FLAG(int, max_concurrent_streams, 100,
+          "calls one client connection may have open at once");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -33,6 +49,17 @@ int main(int argc, char** argv) {
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options.security.tls.require_client_cert =
+      absl::GetFlag(FLAGS_tls_require_client_cert);
+  options.security.tls.server_name_override =
+      absl::GetFlag(FLAGS_tls_server_name);
+  options.security.cluster_secret_file =
+      absl::GetFlag(FLAGS_cluster_secret_file);
+  options.limits.max_concurrent_streams =
+      absl::GetFlag(FLAGS_max_concurrent_streams);
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
     options.metrics_address =
         absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":",

@@ -34,6 +34,14 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                           .Help("Pushes refused as invalid.")
                           .Register(registry)
                           .Add({})),
+      gradients_dropped(
+          prometheus::BuildCounter()
+              .Name("ps_gradients_dropped_total")
+              .Help("Pushes acknowledged without applying their gradient, "
+                    "which held NaN or Inf (job option non_finite_gradients: "
+                    "NON_FINITE_DROP).")
+              .Register(registry)
+              .Add({})),
       store_write_seconds(prometheus::BuildHistogram()
                               .Name("ps_store_write_latency_seconds")
                               .Help("Latency of one atomic shard store write "

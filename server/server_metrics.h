@@ -18,6 +18,7 @@ struct ServerMetrics {
   prometheus::Counter& updates_applied;      // Optimizer updates applied.
   prometheus::Counter& pushes_duplicate;  // Retried pushes acknowledged again.
   prometheus::Counter& pushes_rejected;   // Pushes refused as invalid.
+  prometheus::Counter& gradients_dropped;  // Pushes with NaN/Inf dropped.
   prometheus::Histogram&
       store_write_seconds;                   // ShardStore (RocksDB) write time.
   prometheus::Counter& store_written_bytes;  // Bytes handed to the store.

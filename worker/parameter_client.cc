@@ -33,8 +33,10 @@ ParameterClient::ParameterClient(const v1::Assignment& assignment,
       stop_(stop),
       tensors_(tensors),
       staleness_(EffectiveStaleness(assignment.spec().consistency())),
-      use_cache_(options.cache && assignment.spec().consistency().model() ==
-                                      v1::ConsistencySpec::SSP) {}
+      use_cache_(options.cache &&
+                 assignment.spec().consistency().model() ==
+                     v1::ConsistencySpec::SSP &&
+                 assignment.spec().consistency().worker_cache()) {}
 
 absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     const v1::Assignment& assignment, const std::vector<TensorSpec>& tensors,
@@ -45,7 +47,8 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
   for (const std::string& address : map.servers()) {
     Server server;
     server.address = address;
-    server.stub = v1::ParameterService::NewStub(CreateChannel(address));
+    server.stub = v1::ParameterService::NewStub(
+        CreateChannel(address, client->options_.channel));
     client->servers_.push_back(std::move(server));
   }
   absl::flat_hash_map<uint64_t, int> placement;

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/model_layout.h"
+#include "common/security.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/parameter.grpc.pb.h"
 
@@ -24,10 +25,15 @@ struct ParameterClientOptions {
   absl::Duration push_timeout = absl::Seconds(30);
   // Retrying stops once this much time has passed since the first attempt.
   absl::Duration retry_window = absl::Seconds(120);
-  // SSP client cache (design §4): parameters whose slowest worker was at clock
-  // m serve reads at any clock c <= m + s without a new pull. Unused under BSP
-  // (it could never hit) and ASP (it would never pull again).
+  // SSP client cache (design §4), used when the job asks for it
+  // (consistency.worker_cache): parameters whose slowest worker was at clock m
+  // serve reads at any clock c <= m + s without a new pull. Never used under
+  // BSP (it could never hit) or ASP (it would never pull again). Setting this
+  // false turns it off whatever the job says.
   bool cache = true;
+  // How calls to the servers authenticate (TLS, the cluster secret). Default:
+  // plaintext.
+  ChannelSecurity channel;
 };
 
 // Not thread-safe: one trainer thread owns it. Retries are safe: a pull is a

@@ -49,6 +49,14 @@ void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
   if (coordinator_ == nullptr) return;
   report.set_job_id(assignment_.job_id());
   report.set_worker_index(assignment_.index());
+  // The coordinator refuses longer errors (it keeps them in the job status).
+  constexpr size_t kMaxErrorBytes = 4096;
+  if (report.error().size() > kMaxErrorBytes) {
+    size_t cut = kMaxErrorBytes;
+    // Cut before a character, not inside one: the field must stay UTF-8.
+    while (cut > 0 && (report.error()[cut] & 0xC0) == 0x80) --cut;
+    report.mutable_error()->resize(cut);
+  }
   // Reports are idempotent (latest state wins), so retrying them is safe.
   Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   const absl::Time give_up = absl::Now() + options_.report_retry_window;

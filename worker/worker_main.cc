@@ -26,6 +26,22 @@ ABSL_FLAG(int, metrics_port, 0,
 ABSL_FLAG(std::string, port_file, "",
           "if set, write the bound ports to this file");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Prometheus listen host");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate this process presents (server, and client to other "
+          "members); with --tls_key and --tls_ca turns TLS on");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificates that verify peers (required with TLS)");
+ABSL_FLAG(bool, tls_require_client_cert, false,
+          "refuse, in the TLS handshake, clients without a certificate signed "
+          "by --tls_ca");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name expected in servers' certificates instead of the dialled host");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "file holding the cluster secret that internal RPCs carry and "
+          "require (empty: none)");
+ABSL_FLAG(int, max_concurrent_streams, 100,
+          "calls one client connection may have open at once");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Worker: computes gradients for assigned jobs.");
@@ -50,6 +66,17 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.trainer.slowdown = absl::GetFlag(FLAGS_slowdown);
   options.trainer.ack_log = absl::GetFlag(FLAGS_ack_log);
+  options.security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options.security.tls.require_client_cert =
+      absl::GetFlag(FLAGS_tls_require_client_cert);
+  options.security.tls.server_name_override =
+      absl::GetFlag(FLAGS_tls_server_name);
+  options.security.cluster_secret_file =
+      absl::GetFlag(FLAGS_cluster_secret_file);
+  options.limits.max_concurrent_streams =
+      absl::GetFlag(FLAGS_max_concurrent_streams);
   if (options.trainer.slowdown < 1.0) {
     PS_LOG_ERROR("ps-worker: --slowdown must be >= 1");
     return 1;

@@ -16,10 +16,17 @@ WorkerNode::WorkerNode(WorkerNodeOptions options,
 WorkerNode::~WorkerNode() { Stop(); }
 
 absl::Status WorkerNode::Start() {
+  auto credentials = Credentials::Load(options_.security);
+  if (!credentials.ok()) return credentials.status();
+  auto server_credentials = credentials->ServerCredentials();
+  if (!server_credentials.ok()) return server_credentials.status();
+  authorizer_ = Authorizer(credentials->MemberChecks());
+  trainer_options_ = options_.trainer;
+  trainer_options_.parameter_client.channel = credentials->MemberChannel();
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(&builder);
-  builder.AddListeningPort(options_.listen_address,
-                           grpc::InsecureServerCredentials(), &port_);
+  ConfigureServerBuilder(&builder, options_.limits);
+  builder.AddListeningPort(options_.listen_address, *server_credentials,
+                           &port_);
   builder.RegisterService(this);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
@@ -34,6 +41,7 @@ absl::Status WorkerNode::Start() {
   MembershipOptions membership;
   membership.coordinator = options_.coordinator;
   membership.role = v1::WORKER;
+  membership.channel = credentials->MemberChannel();
   membership_ = std::make_unique<Membership>(
       membership,
       [this](const std::vector<v1::Assignment>& a) { OnAssignments(a); },
@@ -68,20 +76,25 @@ void WorkerNode::OnAssignments(const std::vector<v1::Assignment>& assignments) {
   done_jobs_.insert(place);
   trainer_ = std::make_unique<Trainer>(
       *next, [m = membership_.get()] { return m->node_id(); },
-      membership_->stub(), backend_.get(), &metrics_, options_.trainer);
+      membership_->stub(), backend_.get(), &metrics_, trainer_options_);
   thread_ = std::thread([trainer = trainer_.get()] { (void)trainer->Run(); });
 }
 
 grpc::ServerUnaryReactor* WorkerNode::GetWorkerStatus(
     grpc::CallbackServerContext* ctx, const v1::WorkerStatusRequest* request,
     v1::WorkerStatus* response) {
+  auto* reactor = ctx->DefaultReactor();
+  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+      !allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
   response->set_node_id(membership_ ? membership_->node_id() : "");
   response->set_backend(backend_->name());
   {
     absl::MutexLock lock(&mu_);
     response->set_job_id(current_job_);
   }
-  auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

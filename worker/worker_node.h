@@ -10,8 +10,11 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/authorizer.h"
+#include "common/grpc_util.h"
 #include "common/membership.h"
 #include "common/metrics.h"
+#include "common/security.h"
 #include "ps/v1/cluster.grpc.pb.h"
 #include "worker/backend.h"
 #include "worker/trainer.h"
@@ -27,6 +30,12 @@ struct WorkerNodeOptions {
   // gRPC listen address of the worker's health service; port 0 picks one.
   std::string listen_address = "127.0.0.1:0";
   TrainerOptions trainer;
+  // TLS and the cluster secret, for the node's own server and its calls to
+  // the coordinator and the servers (docs/security.md). Default: plaintext,
+  // no secret. It replaces trainer.parameter_client.channel.
+  SecurityOptions security;
+  // Transport limits of the node's gRPC server. Default: ServerLimits'.
+  ServerLimits limits;
 };
 
 // Start() then Stop(); not restartable. Thread-safe.
@@ -36,8 +45,8 @@ class WorkerNode final : public v1::WorkerService::CallbackService {
   WorkerNode(WorkerNodeOptions options, std::unique_ptr<Backend> backend);
   ~WorkerNode();
 
-  // Starts metrics and membership. Errors: UNAVAILABLE for an unusable metrics
-  // port.
+  // Starts metrics and membership. Errors: the security files'
+  // (Credentials::Load), UNAVAILABLE for an unusable port.
   absl::Status Start();
   // Stops the current trainer and leaves the cluster.
   void Stop();
@@ -46,7 +55,8 @@ class WorkerNode final : public v1::WorkerService::CallbackService {
   // The bound port of the health service.
   int port() const { return port_; }
 
-  // WorkerService: the node's id, backend and current job.
+  // WorkerService: the node's id, backend and current job. Members only
+  // (UNAUTHENTICATED otherwise).
   grpc::ServerUnaryReactor* GetWorkerStatus(
       grpc::CallbackServerContext* ctx, const v1::WorkerStatusRequest* request,
       v1::WorkerStatus* response) override;
@@ -57,6 +67,9 @@ class WorkerNode final : public v1::WorkerService::CallbackService {
 
   const WorkerNodeOptions options_;
   const std::unique_ptr<Backend> backend_;
+  // options_.trainer with the channel security loaded at Start.
+  TrainerOptions trainer_options_;
+  Authorizer authorizer_;  // Set at Start.
   std::shared_ptr<prometheus::Registry> registry_;
   WorkerMetrics metrics_;
   std::unique_ptr<MetricsExposer> exposer_;

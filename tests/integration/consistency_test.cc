@@ -113,6 +113,9 @@ v1::JobSpec CountingSpec(int workers, v1::ConsistencySpec::Model model,
   spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(1.0f);
   spec.mutable_consistency()->set_model(model);
   spec.mutable_consistency()->set_staleness(staleness);
+  if (model == v1::ConsistencySpec::SSP) {
+    spec.mutable_consistency()->set_worker_cache(true);
+  }
   spec.set_num_workers(workers);
   spec.set_num_servers(2);
   // One value per block, so both servers hold parts of the weight.
@@ -309,6 +312,24 @@ TEST(WorkerCacheTest, SavesPullsWithinTheBoundOnly) {
   // so only the pulls at clocks 0, 4, 8, 12 and 16 go to the servers.
   EXPECT_EQ((*client)->pulls_made(), 5);
   EXPECT_EQ((*client)->pulls_saved(), 15);
+}
+
+TEST(WorkerCacheTest, IsOffUnlessTheJobAsksForIt) {
+  ServerGroup servers(1, "");
+  v1::JobSpec spec = CountingSpec(1, v1::ConsistencySpec::SSP, 3);
+  spec.mutable_consistency()->set_worker_cache(false);
+  const v1::Assignment assignment = servers.Assign(spec, 1);
+  auto client = ParameterClient::Create(ForWorker(assignment, 0),
+                                        *ModelTensors(spec.model()),
+                                        ParameterClientOptions(), nullptr);
+  const auto grads = CountingGradient(spec, 0);
+  std::vector<std::vector<float>> params;
+  for (int64_t clock = 0; clock < 8; ++clock) {
+    ASSERT_TRUE((*client)->Pull(clock, &params).ok());
+    ASSERT_TRUE((*client)->Push(clock, grads).ok());
+  }
+  EXPECT_EQ((*client)->pulls_made(), 8);
+  EXPECT_EQ((*client)->pulls_saved(), 0);
 }
 
 // ---------------------------------------------------------------------------

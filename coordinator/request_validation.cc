@@ -1,0 +1,170 @@
+#include "coordinator/request_validation.h"
+
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/model_layout.h"
+
+namespace ps {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view reason) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", reason));
+}
+
+// host:port with a printable host and a port in [1, 65535].
+absl::Status ValidateAddress(absl::string_view field,
+                             absl::string_view address) {
+  if (address.size() > kMaxAddressBytes) {
+    return Invalid(field, absl::StrCat("longer than ", kMaxAddressBytes,
+                                       " bytes"));
+  }
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 1 ||
+      port > 65535) {
+    return Invalid(field, "must be host:port with a port in [1, 65535]");
+  }
+  for (char c : address.substr(0, colon)) {
+    if (c <= ' ' || c > '~') {
+      return Invalid(field, "the host holds a character that is not printable "
+                            "ASCII");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateIndex(absl::string_view field, int64_t index) {
+  if (index < 0 || index >= kMaxNodesPerJob) {
+    return Invalid(field, absl::StrCat(index, " is not in [0, ",
+                                       kMaxNodesPerJob, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateNonNegative(absl::string_view field, int64_t value) {
+  if (value < 0) return Invalid(field, "must be >= 0");
+  return absl::OkStatus();
+}
+
+// -1 (or any negative value: not measured) or a fraction in [0, 1].
+absl::Status ValidateAccuracy(absl::string_view field, float accuracy) {
+  if (std::isnan(accuracy) || accuracy > 1) {
+    return Invalid(field, "must be in [0, 1], or -1 when not measured");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateSubmittedSpec(const v1::JobSpec& spec,
+                                   const JobLimits& limits) {
+  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  auto tensors = ModelTensors(spec.model());
+  if (!tensors.ok()) return tensors.status();
+  const int64_t bytes = ModelBytes(*tensors);
+  if (bytes > limits.max_model_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model: ", bytes, " bytes of parameters, more than the "
+                     "coordinator's limit of ",
+                     limits.max_model_bytes, " (--max_model_bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
+  if (request.role() != v1::SERVER && request.role() != v1::WORKER) {
+    return Invalid("role", "must be SERVER or WORKER");
+  }
+  if (request.role() == v1::SERVER) {
+    if (request.address().empty()) {
+      return Invalid("address", "required for a server");
+    }
+    if (auto s = ValidateAddress("address", request.address()); !s.ok()) {
+      return s;
+    }
+  } else if (!request.address().empty()) {
+    if (auto s = ValidateAddress("address", request.address()); !s.ok()) {
+      return s;
+    }
+  }
+  if (request.held_size() > kMaxHeldAssignments) {
+    return Invalid("held", absl::StrCat("more than ", kMaxHeldAssignments,
+                                        " assignments"));
+  }
+  for (int i = 0; i < request.held_size(); ++i) {
+    const v1::HeldAssignment& held = request.held(i);
+    if (auto s = ValidateId(absl::StrCat("held[", i, "].job_id"),
+                            held.job_id());
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = ValidateIndex(absl::StrCat("held[", i, "].index"),
+                               held.index());
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateHeartbeatRequest(const v1::HeartbeatRequest& request) {
+  return ValidateId("node_id", request.node_id());
+}
+
+absl::Status ValidateProgressReport(const v1::ProgressReport& report) {
+  if (auto s = ValidateId("node_id", report.node_id()); !s.ok()) return s;
+  if (auto s = ValidateId("job_id", report.job_id()); !s.ok()) return s;
+  if (auto s = ValidateIndex("worker_index", report.worker_index()); !s.ok()) {
+    return s;
+  }
+  if (auto s = ValidateNonNegative("epoch", report.epoch()); !s.ok()) return s;
+  if (auto s = ValidateNonNegative("clock", report.clock()); !s.ok()) return s;
+  if (auto s = ValidateNonNegative("total_clocks", report.total_clocks());
+      !s.ok()) {
+    return s;
+  }
+  if (!(report.samples_per_second() >= 0) ||
+      !std::isfinite(report.samples_per_second())) {
+    return Invalid("samples_per_second", "must be finite and >= 0");
+  }
+  if (auto s = ValidateAccuracy("test_accuracy", report.test_accuracy());
+      !s.ok()) {
+    return s;
+  }
+  if (report.error().size() > kMaxReportedErrorBytes) {
+    return Invalid("error", absl::StrCat("longer than ", kMaxReportedErrorBytes,
+                                         " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateUploadModelRequest(const v1::UploadModelRequest& request) {
+  if (auto s = ValidateId("node_id", request.node_id()); !s.ok()) return s;
+  if (auto s = ValidateIndex("worker_index", request.worker_index()); !s.ok()) {
+    return s;
+  }
+  const v1::TrainedModel& model = request.model();
+  if (auto s = ValidateId("model.job_id", model.job_id()); !s.ok()) return s;
+  if (auto s = ValidateNonNegative("model.clock", model.clock()); !s.ok()) {
+    return s;
+  }
+  if (auto s = ValidateAccuracy("model.test_accuracy", model.test_accuracy());
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = ValidateNonNegative("model.test_samples", model.test_samples());
+      !s.ok()) {
+    return s;
+  }
+  if (model.tensors_size() > kMaxModelTensors) {
+    return Invalid("model.tensors",
+                   absl::StrCat("more than ", kMaxModelTensors, " tensors"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps
