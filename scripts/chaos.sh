@@ -86,7 +86,7 @@ echo "chaos: uninterrupted run $baseline_job: accuracy ${baseline:-none} in ${ba
 limit=$(awk -v s="${baseline_secs:-10}" 'BEGIN {printf "%d", 10 * s + 180}')
 timeout "$limit" "$PSCTL" --coordinator="$COORDINATOR" submit "$RUN_DIR/job.json" --watch >"$RUN_DIR/chaos.out" 2>&1 &
 watch_pid=$!
-for _ in $(seq 1 100); do grep -q '^submitted ' "$RUN_DIR/chaos.out" && break; sleep 0.1; done
+for _ in $(seq 1 100); do grep -qs '^submitted ' "$RUN_DIR/chaos.out" && break; sleep 0.1; done
 job=$(sed -n 's/^submitted //p' "$RUN_DIR/chaos.out")
 
 # Largest acknowledged clock per worker of $job, as "c0 c1".
