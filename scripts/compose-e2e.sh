@@ -126,6 +126,7 @@ t0=$SECONDS
 podman build --pull=never --layers \
   -f deploy/Dockerfile --ignorefile deploy/Dockerfile.dockerignore \
   --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg JOBS="${JOBS:-2}" \
+  --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" \
   --timestamp "$SOURCE_DATE_EPOCH" -t "$PS_IMAGE" . >/var/tmp/ps-compose-e2e-build.log 2>&1 ||
   { tail -n 40 /var/tmp/ps-compose-e2e-build.log; die "image build failed (log: /var/tmp/ps-compose-e2e-build.log)"; }
 BUILD_S=$((SECONDS - t0))
@@ -133,7 +134,7 @@ say "built $PS_IMAGE in $BUILD_S s: $(podman image inspect --format '{{.Id}} {{.
 podman run --rm "$PS_IMAGE" sh -c 'id; ls /usr/local/bin' | tr '\n' ' ' | sed 's/^/compose-e2e:   image: /; s/$/\n/'
 t0=$SECONDS
 podman build --pull=never --layers --build-arg BASE_IMAGE="$BASE_IMAGE" \
-  --timestamp "$SOURCE_DATE_EPOCH" -t "$PS_PROMETHEUS_IMAGE" deploy/prometheus \
+  --build-arg SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" --timestamp "$SOURCE_DATE_EPOCH" -t "$PS_PROMETHEUS_IMAGE" deploy/prometheus \
   >/var/tmp/ps-compose-e2e-prometheus.log 2>&1 ||
   { tail -n 20 /var/tmp/ps-compose-e2e-prometheus.log; die "Prometheus image build failed"; }
 say "built $PS_PROMETHEUS_IMAGE in $((SECONDS - t0)) s"
@@ -169,7 +170,7 @@ podman ps --filter "label=io.podman.compose.project=$PROJECT" --format '  {{.Nam
 for s in coordinator server0 server1 worker0 worker1; do
   podman healthcheck run "$(container "$s")" >/dev/null || die "the healthcheck of $s fails"
 done
-say "the compose healthchecks (psctl health) pass: $(podman ps --filter "label=io.podman.compose.project=$PROJECT" --format '{{.Names}}={{.Status}}' | sed "s/${PROJECT}_//g; s/_1=/=/g; s/Up [^(]*//g" | tr '\n' ' ')"
+say "the compose healthchecks (psctl health) pass: $(podman ps --filter "label=io.podman.compose.project=$PROJECT" --format '{{.Names}}={{.Status}}' | grep -v _prometheus_ | sed "s/${PROJECT}_//g; s/_1=/=/g; s/Up [^(]*//g" | tr '\n' ' ')"
 # Both servers and both workers registered (the coordinator counts live nodes).
 for _ in $(seq 1 60); do
   nodes=$(curl -s "http://127.0.0.1:9090/api/v1/query?query=ps_nodes" | jq -r '[.data.result[]? | .value[1] | tonumber] | add // 0' 2>/dev/null || echo 0)

@@ -344,7 +344,6 @@ function kustomize(dir) {
   if (k.namespace) {
     for (const o of objects) {
       if (!CLUSTER_SCOPED.has(o.kind)) o.metadata.namespace = k.namespace;
-      if (o.kind === 'Namespace') continue;
     }
   }
   for (const image of k.images ?? []) {
