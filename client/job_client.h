@@ -20,10 +20,10 @@ struct JobClientOptions {
   // Deadline of each unary call.
   absl::Duration timeout = absl::Seconds(10);
   // TLS of the channel (Credentials::ClientChannel). Default: plaintext.
-  ChannelSecurity channel;
+  ChannelSecurity channel{};
   // Bearer token sent with every call ("authorization: Bearer <token>").
   // Default: empty, none sent.
-  std::string token;
+  std::string token{};
 };
 
 // Thread-compatible. Errors are the coordinator's statuses (UNAUTHENTICATED

@@ -51,7 +51,8 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_server_name, "",
           "name expected in the server's certificate instead of the host");
 ABSL_FLAG(std::string, token_file, "",
-          "file holding the bearer token for the job API");
+          "file holding the bearer token for the job API (the first token of "
+          "a token file)");
 ABSL_FLAG(std::string, token, "",
           "bearer token for the job API (visible in the process list; "
           "prefer --token_file)");
@@ -131,8 +132,8 @@ int Watch(ps::JobClient& client, const std::string& job_id) {
 // Calls grpc.health.v1.Health/Check (whole server) on `address`.
 int Health(const std::string& address, absl::Duration timeout,
            const ps::ChannelSecurity& channel) {
-  auto stub = grpc::health::v1::Health::NewStub(
-      ps::CreateChannel(address, channel));
+  auto stub =
+      grpc::health::v1::Health::NewStub(ps::CreateChannel(address, channel));
   grpc::ClientContext ctx;
   ps::SetDeadline(&ctx, timeout);
   grpc::health::v1::HealthCheckRequest request;
@@ -249,15 +250,15 @@ int main(int argc, char** argv) {
   options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   options.channel = credentials->ClientChannel();
   options.token = absl::GetFlag(FLAGS_token);
-  if (const std::string path = absl::GetFlag(FLAGS_token_file);
-      !path.empty()) {
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
     if (!options.token.empty()) {
       std::cerr << "psctl: pass --token_file or --token, not both\n";
       return 64;
     }
-    auto token = ps::ReadSecretFile(path);
-    if (!token.ok()) return Fail(token.status());
-    options.token = *std::move(token);
+    // The coordinator's format: the first token is the one sent.
+    auto tokens = ps::ReadTokenFile(path);
+    if (!tokens.ok()) return Fail(tokens.status());
+    options.token = tokens->front();
   }
   ps::JobClient client(options);
 

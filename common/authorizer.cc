@@ -16,7 +16,8 @@ const grpc::string_ref* Find(const ClientMetadata& metadata,
                              absl::string_view key, bool* several) {
   *several = false;
   const grpc::string_ref* found = nullptr;
-  auto [begin, end] = metadata.equal_range(grpc::string_ref(key.data(), key.size()));
+  auto [begin, end] =
+      metadata.equal_range(grpc::string_ref(key.data(), key.size()));
   for (auto it = begin; it != end; ++it) {
     if (found != nullptr) *several = true;
     found = &it->second;

@@ -18,7 +18,8 @@ class MetadataInterceptor final : public grpc::experimental::Interceptor {
   explicit MetadataInterceptor(std::shared_ptr<const Metadata> metadata)
       : metadata_(std::move(metadata)) {}
 
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::
                 PRE_SEND_INITIAL_METADATA)) {
@@ -87,8 +88,8 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target,
   if (security.call_metadata.empty()) {
     return grpc::CreateCustomChannel(target, credentials, args);
   }
-  std::vector<std::unique_ptr<
-      grpc::experimental::ClientInterceptorFactoryInterface>>
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
       interceptors;
   interceptors.push_back(std::make_unique<MetadataInterceptorFactory>(
       std::make_shared<const Metadata>(security.call_metadata)));

@@ -131,7 +131,11 @@ absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
   if (!labels.ok()) return labels.status();
 
   const int64_t count = images->dims[0];
-  const int64_t dim = images->dims[1] * images->dims[2];
+  // Each dimension is below 2^32, so their product could overflow: bound
+  // them first.
+  const int64_t dim = images->dims[1] <= kMaxDim && images->dims[2] <= kMaxDim
+                          ? images->dims[1] * images->dims[2]
+                          : kMaxDim + 1;
   if (dim < 1 || dim > kMaxDim) {
     return absl::InvalidArgumentError(
         absl::StrCat(images_path, ": unsupported image shape ", images->dims[1],
@@ -148,13 +152,13 @@ absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
   data.dim = dim;
   // Decode chunk by chunk, growing the output as bytes arrive, so a header
   // claiming more than the file holds fails with DATA_LOSS rather than
-  // allocating its claimed size up front.
-  const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkBytes / dim);
+  // allocating its claimed size up front (not even one image's worth: an
+  // image may be claimed to be a gigabyte).
   std::vector<uint8_t> buffer;
   constexpr float kScale = 1.0f / 255.0f;
-  for (int64_t row = 0; row < n; row += rows_per_chunk) {
-    const int64_t rows = std::min(rows_per_chunk, n - row);
-    buffer.resize(rows * dim);
+  const int64_t pixels = n * dim;  // n < 2^32, dim <= 2^30: no overflow.
+  for (int64_t done = 0; done < pixels;) {
+    buffer.resize(std::min(kChunkBytes, pixels - done));
     if (absl::Status s = ReadFully(images->handle.get(), images_path,
                                    buffer.data(), buffer.size());
         !s.ok()) {
@@ -166,16 +170,20 @@ absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
     const uint8_t* in = buffer.data();
     const int64_t m = static_cast<int64_t>(buffer.size());
     for (int64_t i = 0; i < m; ++i) out[i] = static_cast<float>(in[i]) * kScale;
+    done += m;
   }
 
-  buffer.resize(n);
-  if (absl::Status s = ReadFully(labels->handle.get(), labels_path,
-                                 buffer.data(), buffer.size());
-      !s.ok()) {
-    return s;
+  for (int64_t done = 0; done < n;) {
+    buffer.resize(std::min(kChunkBytes, n - done));
+    if (absl::Status s = ReadFully(labels->handle.get(), labels_path,
+                                   buffer.data(), buffer.size());
+        !s.ok()) {
+      return s;
+    }
+    // Unsigned bytes: every label is in [0, 256) by construction.
+    data.labels.insert(data.labels.end(), buffer.begin(), buffer.end());
+    done += static_cast<int64_t>(buffer.size());
   }
-  // Unsigned bytes: every label is in [0, 256) by construction.
-  data.labels.assign(buffer.begin(), buffer.end());
   data.num_samples = n;
   return data;
 }

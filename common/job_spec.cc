@@ -48,7 +48,7 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& optimizer) {
         return s;
       if (auto s = check_unit("optimizer.adam.beta2", adam.beta2()); !s.ok())
         return s;
-      if (!(adam.epsilon() > 0)) {
+      if (!(adam.epsilon() > 0) || !std::isfinite(adam.epsilon())) {
         return Invalid("optimizer.adam.epsilon", "must be > 0");
       }
       return check_decay("optimizer.adam.weight_decay", adam.weight_decay());
@@ -73,8 +73,8 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
   }
   for (const auto& [field, path] : paths) {
     if (path->size() > kMaxPathBytes) {
-      return Invalid(field, absl::StrCat("longer than ", kMaxPathBytes,
-                                         " bytes"));
+      return Invalid(field,
+                     absl::StrCat("longer than ", kMaxPathBytes, " bytes"));
     }
   }
   if (dataset.max_train_samples() < 0) {
@@ -208,11 +208,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   for (const TensorSpec& t : *tensors) {
     blocks += (t.num_elems() + spec.block_elems() - 1) / spec.block_elems();
     if (blocks > kMaxBlocksPerJob) {
-      return Invalid("block_elems",
-                     absl::StrCat("the model would have more than ",
-                                  kMaxBlocksPerJob,
-                                  " blocks; use larger blocks or a smaller "
-                                  "model"));
+      return Invalid(
+          "block_elems",
+          absl::StrCat("the model would have more than ", kMaxBlocksPerJob,
+                       " blocks; use larger blocks or a smaller "
+                       "model"));
     }
   }
   switch (spec.durability()) {

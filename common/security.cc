@@ -162,8 +162,8 @@ absl::StatusOr<std::vector<std::string>> ParseTokens(absl::string_view contents,
     ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
-    if (auto s = CheckSecret(line, absl::StrCat("token file ", name, " line ",
-                                                line_number));
+    if (auto s = CheckSecret(
+            line, absl::StrCat("token file ", name, " line ", line_number));
         !s.ok()) {
       return s;
     }

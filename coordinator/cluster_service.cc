@@ -9,11 +9,11 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Register(
     v1::RegisterResponse* response) {
   const absl::Time start = absl::Now();
   absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-  return FinishUnary(
-      ctx, "Register", metrics_, start, *request,
-      allowed.ok() ? manager_->Register(*request)
-                   : absl::StatusOr<v1::RegisterResponse>(allowed),
-      response);
+  return FinishUnary(ctx, "Register", metrics_, start, *request,
+                     allowed.ok()
+                         ? manager_->Register(*request)
+                         : absl::StatusOr<v1::RegisterResponse>(allowed),
+                     response);
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(
@@ -21,11 +21,11 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(
     v1::HeartbeatResponse* response) {
   const absl::Time start = absl::Now();
   absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-  return FinishUnary(
-      ctx, "Heartbeat", metrics_, start, *request,
-      allowed.ok() ? manager_->Heartbeat(request->node_id())
-                   : absl::StatusOr<v1::HeartbeatResponse>(allowed),
-      response);
+  return FinishUnary(ctx, "Heartbeat", metrics_, start, *request,
+                     allowed.ok()
+                         ? manager_->Heartbeat(request->node_id())
+                         : absl::StatusOr<v1::HeartbeatResponse>(allowed),
+                     response);
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ReportProgress(
@@ -33,11 +33,11 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ReportProgress(
     v1::ProgressResponse* response) {
   const absl::Time start = absl::Now();
   absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-  return FinishUnary(
-      ctx, "ReportProgress", metrics_, start, *request,
-      allowed.ok() ? manager_->ReportProgress(*request)
-                   : absl::StatusOr<v1::ProgressResponse>(allowed),
-      response);
+  return FinishUnary(ctx, "ReportProgress", metrics_, start, *request,
+                     allowed.ok()
+                         ? manager_->ReportProgress(*request)
+                         : absl::StatusOr<v1::ProgressResponse>(allowed),
+                     response);
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::UploadModel(
@@ -45,8 +45,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::UploadModel(
     v1::UploadModelResponse* response) {
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::UploadModelResponse> result;
-  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-      !allowed.ok()) {
+  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
     result = allowed;
   } else if (absl::Status s = manager_->UploadModel(*request); s.ok()) {
     result.emplace();

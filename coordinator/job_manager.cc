@@ -101,9 +101,10 @@ absl::Status JobManager::CheckJobCount() const {
     if (!IsTerminal(job.status.state())) ++active;
   }
   if (active >= limits_.max_jobs) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "jobs: ", active, " jobs are pending or running, the coordinator's "
-        "limit (--max_jobs); submit again once one has ended"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("jobs: ", active,
+                     " jobs are pending or running, the coordinator's "
+                     "limit (--max_jobs); submit again once one has ended"));
   }
   return absl::OkStatus();
 }

@@ -34,6 +34,8 @@ absl::Status JobManager::UploadModel(const v1::UploadModelRequest& request) {
     }
     // The job's own spec is the authority on what the tensors must be.
     *model.mutable_model() = job.status.spec().model();
+    // Only what the model file format knows is stored and exported.
+    model.DiscardUnknownFields();
   }
   if (auto s = CheckTrainedModel(model); !s.ok()) {
     return absl::InvalidArgumentError(

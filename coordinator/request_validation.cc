@@ -1,11 +1,15 @@
 #include "coordinator/request_validation.h"
 
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/model_layout.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/unknown_field_set.h"
 
 namespace ps {
 namespace {
@@ -18,8 +22,8 @@ absl::Status Invalid(absl::string_view field, absl::string_view reason) {
 absl::Status ValidateAddress(absl::string_view field,
                              absl::string_view address) {
   if (address.size() > kMaxAddressBytes) {
-    return Invalid(field, absl::StrCat("longer than ", kMaxAddressBytes,
-                                       " bytes"));
+    return Invalid(field,
+                   absl::StrCat("longer than ", kMaxAddressBytes, " bytes"));
   }
   const size_t colon = address.rfind(':');
   int port = 0;
@@ -30,8 +34,9 @@ absl::Status ValidateAddress(absl::string_view field,
   }
   for (char c : address.substr(0, colon)) {
     if (c <= ' ' || c > '~') {
-      return Invalid(field, "the host holds a character that is not printable "
-                            "ASCII");
+      return Invalid(field,
+                     "the host holds a character that is not printable "
+                     "ASCII");
     }
   }
   return absl::OkStatus();
@@ -39,8 +44,8 @@ absl::Status ValidateAddress(absl::string_view field,
 
 absl::Status ValidateIndex(absl::string_view field, int64_t index) {
   if (index < 0 || index >= kMaxNodesPerJob) {
-    return Invalid(field, absl::StrCat(index, " is not in [0, ",
-                                       kMaxNodesPerJob, ")"));
+    return Invalid(
+        field, absl::StrCat(index, " is not in [0, ", kMaxNodesPerJob, ")"));
   }
   return absl::OkStatus();
 }
@@ -58,17 +63,60 @@ absl::Status ValidateAccuracy(absl::string_view field, float accuracy) {
   return absl::OkStatus();
 }
 
+// INVALID_ARGUMENT naming the first field `message` (at `path`) holds that
+// its type does not define: an option of a newer client, or a field sent
+// with the wrong wire type. They would be stored and sent to every node.
+absl::Status CheckNoUnknownFields(const google::protobuf::Message& message,
+                                  const std::string& path) {
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  const google::protobuf::UnknownFieldSet& unknown =
+      reflection->GetUnknownFields(message);
+  if (!unknown.empty()) {
+    return Invalid(
+        path.empty() ? "spec" : path,
+        absl::StrCat("unknown field number ", unknown.field(0).number(),
+                     " (or a known one of the wrong type)"));
+  }
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    if (field->cpp_type() !=
+        google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      continue;
+    }
+    const std::string sub =
+        path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
+    if (field->is_repeated()) {
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        if (auto s = CheckNoUnknownFields(
+                reflection->GetRepeatedMessage(message, field, i),
+                absl::StrCat(sub, "[", i, "]"));
+            !s.ok()) {
+          return s;
+        }
+      }
+    } else if (auto s = CheckNoUnknownFields(
+                   reflection->GetMessage(message, field), sub);
+               !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateSubmittedSpec(const v1::JobSpec& spec,
                                    const JobLimits& limits) {
   if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  if (auto s = CheckNoUnknownFields(spec, ""); !s.ok()) return s;
   auto tensors = ModelTensors(spec.model());
   if (!tensors.ok()) return tensors.status();
   const int64_t bytes = ModelBytes(*tensors);
   if (bytes > limits.max_model_bytes) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("model: ", bytes, " bytes of parameters, more than the "
+        absl::StrCat("model: ", bytes,
+                     " bytes of parameters, more than the "
                      "coordinator's limit of ",
                      limits.max_model_bytes, " (--max_model_bytes)"));
   }
@@ -97,13 +145,13 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
   }
   for (int i = 0; i < request.held_size(); ++i) {
     const v1::HeldAssignment& held = request.held(i);
-    if (auto s = ValidateId(absl::StrCat("held[", i, "].job_id"),
-                            held.job_id());
+    if (auto s =
+            ValidateId(absl::StrCat("held[", i, "].job_id"), held.job_id());
         !s.ok()) {
       return s;
     }
-    if (auto s = ValidateIndex(absl::StrCat("held[", i, "].index"),
-                               held.index());
+    if (auto s =
+            ValidateIndex(absl::StrCat("held[", i, "].index"), held.index());
         !s.ok()) {
       return s;
     }
@@ -163,6 +211,20 @@ absl::Status ValidateUploadModelRequest(const v1::UploadModelRequest& request) {
   if (model.tensors_size() > kMaxModelTensors) {
     return Invalid("model.tensors",
                    absl::StrCat("more than ", kMaxModelTensors, " tensors"));
+  }
+  // Names and shapes are compared with the job's (CheckTrainedModel), whose
+  // messages quote them: keep them short.
+  for (int i = 0; i < model.tensors_size(); ++i) {
+    const v1::Tensor& t = model.tensors(i);
+    if (t.name().size() > kMaxTensorNameBytes) {
+      return Invalid(
+          absl::StrCat("model.tensors[", i, "].name"),
+          absl::StrCat("longer than ", kMaxTensorNameBytes, " bytes"));
+    }
+    if (t.shape_size() > kMaxTensorRank) {
+      return Invalid(absl::StrCat("model.tensors[", i, "].shape"),
+                     absl::StrCat("more than ", kMaxTensorRank, " dimensions"));
+    }
   }
   return absl::OkStatus();
 }

@@ -23,8 +23,10 @@ inline constexpr int kMaxHeldAssignments = 16;
 // Longest error a worker may report; the coordinator keeps it in the job's
 // status.
 inline constexpr size_t kMaxReportedErrorBytes = 16 * 1024;
-// Most tensors in an uploaded model.
+// Most tensors in an uploaded model, longest tensor name, most dimensions.
 inline constexpr int kMaxModelTensors = 4096;
+inline constexpr size_t kMaxTensorNameBytes = 256;
+inline constexpr int kMaxTensorRank = 8;
 
 // What the coordinator admits (docs/security.md).
 struct JobLimits {
@@ -38,9 +40,11 @@ struct JobLimits {
   int64_t max_model_bytes = int64_t{200} << 20;
 };
 
-// A job spec as submitted, after ApplyJobSpecDefaults: ValidateJobSpec, then
-// the model's size against limits.max_model_bytes (RESOURCE_EXHAUSTED naming
-// "model").
+// A job spec as submitted, after ApplyJobSpecDefaults: ValidateJobSpec, no
+// unknown fields anywhere (INVALID_ARGUMENT naming where: a newer client's
+// option, or a field of the wrong wire type, would otherwise be stored and
+// sent to every node), then the model's size against limits.max_model_bytes
+// (RESOURCE_EXHAUSTED naming "model").
 absl::Status ValidateSubmittedSpec(const v1::JobSpec& spec,
                                    const JobLimits& limits);
 

@@ -9,6 +9,9 @@ packages=(
   libabsl-dev librocksdb-dev prometheus-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   dataset-fashion-mnist prometheus curl procps
+  libssl-dev openssl
+  # The fuzz targets (tests/fuzz): clang with libFuzzer and the sanitizers.
+  clang libclang-rt-14-dev
 )
 
 missing=()

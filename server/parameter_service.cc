@@ -108,8 +108,7 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
     v1::PullResponse* response) {
   auto* reactor = new DeferredReactor<v1::PullRequest, v1::PullResponse>(
       "Pull", request, response, metrics_);
-  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-      !allowed.ok()) {
+  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
     reactor->MakeCallback(nullptr)(allowed);
     return reactor;
   }
@@ -122,8 +121,7 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Push(
     v1::PushResponse* response) {
   auto* reactor = new DeferredReactor<v1::PushRequest, v1::PushResponse>(
       "Push", request, response, metrics_);
-  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-      !allowed.ok()) {
+  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
     reactor->MakeCallback(nullptr)(allowed);
     return reactor;
   }

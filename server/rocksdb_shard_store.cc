@@ -337,7 +337,8 @@ absl::StatusOr<StoredJob> RocksDbShardStore::Load(const std::string& job_id) {
 
   StoredJobDecoder decoder(job_id);
   std::string meta;
-  rocksdb::Status status = db_->Get(read_options, handles_[kMeta], prefix, &meta);
+  rocksdb::Status status =
+      db_->Get(read_options, handles_[kMeta], prefix, &meta);
   if (status.ok()) {
     decoder.SetMeta(std::move(meta));
   } else if (!status.IsNotFound()) {
@@ -345,8 +346,8 @@ absl::StatusOr<StoredJob> RocksDbShardStore::Load(const std::string& job_id) {
   }
   // Values, then optimizer state, then clocks, each in key order: the order
   // the decoder checks them in.
-  const std::pair<Family, absl::Status (StoredJobDecoder::*)(
-                              absl::string_view, absl::string_view)>
+  const std::pair<Family, absl::Status (StoredJobDecoder::*)(absl::string_view,
+                                                             absl::string_view)>
       families[] = {{kValues, &StoredJobDecoder::AddValues},
                     {kOptimizer, &StoredJobDecoder::AddOptimizer},
                     {kClocks, &StoredJobDecoder::AddClock}};

@@ -142,12 +142,8 @@ absl::Status ServerJob::Restore(StoredJob stored) {
           "job ", job_id_, ": stored block ", s.key, " has the wrong size"));
     }
     if (s.optimizer_step < 0) {
-      return absl::DataLossError(absl::StrCat("job ", job_id_, ": stored block ",
-                                              s.key, " has a negative step"));
-    }
-    if (!AllFinite(s.values)) {
       return absl::DataLossError(absl::StrCat(
-          "job ", job_id_, ": stored block ", s.key, " holds NaN or Inf"));
+          "job ", job_id_, ": stored block ", s.key, " has a negative step"));
     }
     b.values = std::move(s.values);
     b.state = std::move(s.optimizer_state);
@@ -166,9 +162,9 @@ absl::Status ServerJob::Restore(StoredJob stored) {
       std::any_of(clocks.begin(), clocks.end(),
                   [&](int64_t c) { return c != clocks[0]; })) {
     // BSP advances every clock in the same write.
-    return absl::DataLossError(absl::StrCat(
-        "job ", job_id_, ": stored clocks of a BSP job differ: [",
-        absl::StrJoin(clocks, " "), "]"));
+    return absl::DataLossError(
+        absl::StrCat("job ", job_id_, ": stored clocks of a BSP job differ: [",
+                     absl::StrJoin(clocks, " "), "]"));
   }
   clocks_.Restore(clocks);
   return absl::OkStatus();

@@ -74,13 +74,15 @@ absl::Status StoredJobDecoder::AddValues(absl::string_view key,
   const uint64_t block_key =
       ReadBigEndian(key.data() + prefix_.size(), kStoredBlockKeyBytes);
   if (!job_.blocks.empty() && job_.blocks.back().key >= block_key) {
-    return DataLoss(absl::StrCat(BlockName(block_key), ": values out of order"));
+    return DataLoss(
+        absl::StrCat(BlockName(block_key), ": values out of order"));
   }
   StoredBlock& block = job_.blocks.emplace_back();
   block.key = block_key;
   if (!DecodeFloats(value, &block.values)) {
     return DataLoss(absl::StrCat(BlockName(block.key), ": values of ",
-                                 value.size(), " bytes are not whole float32s"));
+                                 value.size(),
+                                 " bytes are not whole float32s"));
   }
   return absl::OkStatus();
 }

@@ -84,8 +84,7 @@ grpc::ServerUnaryReactor* WorkerNode::GetWorkerStatus(
     grpc::CallbackServerContext* ctx, const v1::WorkerStatusRequest* request,
     v1::WorkerStatus* response) {
   auto* reactor = ctx->DefaultReactor();
-  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-      !allowed.ok()) {
+  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
     reactor->Finish(ToGrpcStatus(allowed));
     return reactor;
   }

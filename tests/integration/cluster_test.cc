@@ -109,7 +109,9 @@ class ClusterTest : public ::testing::Test {
     auto final_status =
         client_->Watch(*id, [&](const v1::JobStatus&) { ++updates; });
     EXPECT_TRUE(final_status.ok()) << final_status.status();
-    EXPECT_GE(updates, 2);  // At least the initial status and the terminal one.
+    // At least the terminal status (a job that fails at once may already be
+    // terminal when the watch starts).
+    EXPECT_GE(updates, 1);
     return final_status.ok() ? *final_status : v1::JobStatus();
   }
 

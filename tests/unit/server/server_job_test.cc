@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/float_codec.h"
 #include "common/model_layout.h"
 #include "gmock/gmock.h"
@@ -52,6 +53,7 @@ struct JobOptions {
   int32_t staleness = 0;
   int num_workers = 1;
   v1::Durability durability = v1::WAL;
+  v1::NonFinitePolicy non_finite = v1::NON_FINITE_POLICY_UNSPECIFIED;
 };
 
 v1::JobSpec Spec(const JobOptions& options) {
@@ -76,6 +78,7 @@ v1::JobSpec Spec(const JobOptions& options) {
   spec.set_num_servers(1);
   spec.set_block_elems(4);
   spec.set_durability(options.durability);
+  spec.set_non_finite_gradients(options.non_finite);
   return spec;
 }
 
@@ -696,6 +699,123 @@ TEST_P(ServerJobTest, ServerHoldsOnlyItsOwnBlocks) {
             (Values{{kW0, initial.at(kW0)}, {kB0, initial.at(kB0)}}));
   EXPECT_EQ(StartPull(**job, 0, 0, {kW1})->reply.status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(ServerJobTest, PullRefusesRepeatedKeys) {
+  auto job = Open({});
+  ASSERT_NE(job, nullptr);
+  auto repeated = StartPull(*job, 0, 0, {kW0, kB0, kW0});
+  EXPECT_EQ(repeated->reply.status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(repeated->reply.status().message()),
+              HasSubstr("keys: block"));
+  auto too_many = StartPull(*job, 0, 0, {kW0, kW1, kB0, kW0});
+  EXPECT_EQ(too_many->reply.status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(ServerJobTest, DropPolicyAcknowledgesANonFinitePushWithoutApplyingIt) {
+  auto job = Open({.non_finite = v1::NON_FINITE_DROP});
+  ASSERT_NE(job, nullptr);
+  Values bad = Gradients(0);
+  bad[kW1][1] = std::numeric_limits<float>::infinity();
+  ExpectPushOk(*job, MakePush(0, 0, bad));
+  EXPECT_EQ(job->min_clock(), 1);
+  EXPECT_EQ(metrics_.gradients_dropped.Value(), 1);
+  EXPECT_EQ(metrics_.pushes_rejected.Value(), 0);
+  // Nothing of it was applied, not even its finite blocks.
+  ExpectValuesEq(PullNow(*job, 0, 1), InitialValues());
+  // The clock advanced durably, so a retry is a duplicate.
+  ExpectPushOk(*job, MakePush(0, 0, bad), /*duplicate=*/true);
+  const Values g1 = Gradients(1);
+  ExpectPushOk(*job, MakePush(0, 1, g1));
+  ExpectValuesEq(PullNow(*job, 0, 2), Sgd(InitialValues(), g1));
+}
+
+TEST_P(ServerJobTest, RefusePolicyIsTheDefaultAndNamesTheBlock) {
+  auto job = Open({});
+  ASSERT_NE(job, nullptr);
+  Values bad = Gradients(0);
+  bad[kB0][0] = std::numeric_limits<float>::quiet_NaN();
+  auto refused = PushNow(*job, MakePush(0, 0, bad));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr(absl::StrCat("gradients: block ", kB0)));
+  EXPECT_EQ(job->min_clock(), 0);
+  EXPECT_EQ(metrics_.gradients_dropped.Value(), 0);
+}
+
+TEST_P(ServerJobTest, BspDropPolicyAveragesTheOthersOverAllWorkers) {
+  auto job = Open({.model = v1::ConsistencySpec::BSP,
+                   .num_workers = 2,
+                   .non_finite = v1::NON_FINITE_DROP});
+  ASSERT_NE(job, nullptr);
+  Values bad = Gradients(0);
+  bad[kW0][2] = std::numeric_limits<float>::quiet_NaN();
+  auto dropped = StartPush(*job, MakePush(0, 0, bad));
+  EXPECT_EQ(dropped->calls, 0);  // Parked like any BSP push.
+  const Values g1 = Gradients(1);
+  ExpectPushOk(*job, MakePush(1, 0, g1));
+  ASSERT_EQ(dropped->calls, 1);
+  ASSERT_TRUE(dropped->reply.ok()) << dropped->reply.status();
+  Values zero = g1;
+  for (auto& [key, v] : zero) std::fill(v.begin(), v.end(), 0.0f);
+  ExpectValuesEq(PullNow(*job, 0, 1), Sgd(InitialValues(), Mean(zero, g1)));
+}
+
+TEST_P(ServerJobTest, WaitingPullsOfOneWorkerAreBoundedAndOthersUnaffected) {
+  auto job = Open(
+      {.model = v1::ConsistencySpec::SSP, .staleness = 0, .num_workers = 2});
+  ASSERT_NE(job, nullptr);
+  ExpectPushOk(*job, MakePush(0, 0, Gradients(0)));
+  std::vector<std::shared_ptr<PullResult>> waiting;
+  for (int i = 0; i < ServerJob::kMaxWaitingPerWorker + 1; ++i) {
+    waiting.push_back(StartPull(*job, 0, 1));
+  }
+  // The oldest made room for the newest.
+  ASSERT_EQ(waiting[0]->calls, 1);
+  EXPECT_EQ(waiting[0]->reply.status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(waiting[0]->reply.status().message()),
+              HasSubstr("worker_index: worker 0"));
+  for (size_t i = 1; i < waiting.size(); ++i) EXPECT_EQ(waiting[i]->calls, 0);
+  // Worker 1 is served, and its push releases worker 0's pulls.
+  PullNow(*job, 1, 0);
+  ExpectPushOk(*job, MakePush(1, 0, Gradients(1)));
+  for (size_t i = 1; i < waiting.size(); ++i) {
+    ASSERT_EQ(waiting[i]->calls, 1);
+    EXPECT_TRUE(waiting[i]->reply.ok()) << waiting[i]->reply.status();
+  }
+}
+
+TEST_P(ServerJobTest, ReopenRefusesStoredClocksOutOfRange) {
+  const JobOptions options = {.model = v1::ConsistencySpec::SSP,
+                              .num_workers = 2};
+  { ASSERT_NE(Open(options), nullptr); }
+  ASSERT_TRUE(
+      store_->Write({.job_id = kJobId, .worker_clocks = {{1, -3}}}).ok());
+  auto negative =
+      ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_);
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(negative.status().message()), HasSubstr("clock -3"));
+
+  ASSERT_TRUE(store_
+                  ->Write({.job_id = kJobId,
+                           .worker_clocks = {{1, ServerJob::kMaxClock + 1}}})
+                  .ok());
+  auto huge = ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_P(ServerJobTest, ReopenRefusesUnequalBspClocks) {
+  const JobOptions options = {.model = v1::ConsistencySpec::BSP,
+                              .num_workers = 2};
+  { ASSERT_NE(Open(options), nullptr); }
+  ASSERT_TRUE(
+      store_->Write({.job_id = kJobId, .worker_clocks = {{0, 4}, {1, 3}}})
+          .ok());
+  auto job = ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kDataLoss);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, ServerJobTest,

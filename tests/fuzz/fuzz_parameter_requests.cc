@@ -1,0 +1,228 @@
+// Pull and Push requests against a real ParameterManager holding one job (in
+// a MemoryShardStore, so every applied update is persisted too), in sequences:
+// raw Protobuf bytes as a server receives them, and structured requests near
+// the valid ones (the right job, small clocks, held keys, sizes that fit or
+// almost fit, floats that may be NaN or Inf). After any sequence the job must
+// reload from its store, as after a restart, with nothing lost or malformed.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/model_layout.h"
+#include "prometheus/registry.h"
+#include "server/memory_shard_store.h"
+#include "server/parameter_manager.h"
+#include "server/server_job.h"
+#include "server/server_metrics.h"
+#include "tests/fuzz/fuzz_util.h"
+
+namespace {
+
+constexpr char kJobId[] = "job-000001";
+constexpr int64_t kMapVersion = 1;
+constexpr int kBlockElems = 8;
+
+// Softmax regression 4 -> 3: dense0.weight (12 values) in blocks of 8 and 4,
+// dense0.bias (3 values) in one.
+ps::v1::Assignment MakeAssignment(uint8_t config) {
+  ps::v1::Assignment a;
+  a.set_job_id(kJobId);
+  ps::v1::JobSpec* spec = a.mutable_spec();
+  spec->mutable_model()->set_kind(ps::v1::ModelSpec::SOFTMAX_REGRESSION);
+  spec->mutable_model()->set_input_dim(4);
+  spec->mutable_model()->set_num_classes(3);
+  auto* d = spec->mutable_dataset();
+  d->set_format(ps::v1::DatasetSpec::IDX);
+  d->set_train_images("a");
+  d->set_train_labels("b");
+  d->set_test_images("c");
+  d->set_test_labels("d");
+  spec->set_epochs(1);
+  spec->set_batch_size(1);
+  const ps::v1::ConsistencySpec::Model models[] = {
+      ps::v1::ConsistencySpec::BSP, ps::v1::ConsistencySpec::SSP,
+      ps::v1::ConsistencySpec::ASP};
+  spec->mutable_consistency()->set_model(models[config % 3]);
+  if (models[config % 3] == ps::v1::ConsistencySpec::SSP) {
+    spec->mutable_consistency()->set_staleness(1);
+  }
+  const int workers = 1 + (config / 3) % 3;
+  spec->set_num_workers(workers);
+  spec->set_num_servers(1);
+  spec->set_block_elems(kBlockElems);
+  spec->set_non_finite_gradients((config & 0x20) ? ps::v1::NON_FINITE_DROP
+                                                 : ps::v1::NON_FINITE_REFUSE);
+  if (config & 0x40) {
+    spec->mutable_optimizer()->mutable_adam()->set_learning_rate(0.01f);
+  } else {
+    spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+    spec->mutable_optimizer()->mutable_sgd()->set_momentum(0.5f);
+  }
+  ps::ApplyJobSpecDefaults(spec);
+  a.set_index(0);
+  a.set_num_workers(workers);
+  ps::v1::ShardMap* map = a.mutable_shard_map();
+  map->set_version(kMapVersion);
+  map->add_servers("127.0.0.1:1");
+  auto tensors = ps::ModelTensors(spec->model());
+  for (const ps::BlockSpec& b : ps::SplitIntoBlocks(*tensors, kBlockElems)) {
+    auto* p = map->add_blocks();
+    p->set_key(b.key);
+    p->set_server(0);
+    p->set_num_elems(b.num_elems);
+  }
+  return a;
+}
+
+struct Env {
+  prometheus::Registry registry;
+  ps::ServerMetrics metrics{registry};
+};
+
+// A key: one of the job's (mostly) or any.
+uint64_t PickKey(FuzzedDataProvider& in, const std::vector<ps::BlockSpec>& b) {
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {
+    return in.ConsumeIntegral<uint64_t>();
+  }
+  return b[in.ConsumeIntegralInRange<size_t>(0, b.size() - 1)].key;
+}
+
+// Bytes for a block of `elems` floats: the right size (mostly), or off by a
+// little; the floats are raw bytes, so NaN and Inf occur.
+std::string PickData(FuzzedDataProvider& in, int64_t elems) {
+  int64_t bytes = elems * 4;
+  switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+    case 0:
+      bytes = in.ConsumeIntegralInRange<int64_t>(0, 64);
+      break;
+    case 1:
+      bytes += in.ConsumeBool() ? 1 : -1;
+      break;
+    default:
+      break;
+  }
+  std::string data = in.ConsumeBytesAsString(bytes);
+  data.resize(bytes, '\0');
+  return data;
+}
+
+// A refused request gets a specific status naming the field, in a short
+// message (UNAVAILABLE: the server shut down while the call waited).
+void CheckRefusal(const absl::Status& status) {
+  PS_FUZZ_REQUIRE(status.code() == absl::StatusCode::kInvalidArgument ||
+                      status.code() == absl::StatusCode::kFailedPrecondition ||
+                      status.code() == absl::StatusCode::kNotFound ||
+                      status.code() == absl::StatusCode::kUnavailable ||
+                      status.code() == absl::StatusCode::kResourceExhausted ||
+                      status.code() == absl::StatusCode::kAborted,
+                  status.ToString());
+  PS_FUZZ_REQUIRE(status.message().size() < 2048, status.ToString());
+}
+
+int64_t ElemsOf(uint64_t key, const std::vector<ps::BlockSpec>& blocks) {
+  for (const ps::BlockSpec& b : blocks) {
+    if (b.key == key) return b.num_elems;
+  }
+  return 1;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static Env* env = new Env;
+  FuzzedDataProvider in(data, size);
+  const ps::v1::Assignment assignment =
+      MakeAssignment(in.ConsumeIntegral<uint8_t>());
+  const int workers = assignment.num_workers();
+  const std::vector<ps::BlockSpec> blocks = ps::SplitIntoBlocks(
+      *ps::ModelTensors(assignment.spec().model()), kBlockElems);
+  std::unique_ptr<ps::ShardStore> store = ps::MemoryShardStore::Create();
+  {
+    ps::ParameterManager manager(store.get(), &env->metrics);
+    const std::vector<absl::Status> errors =
+        manager.SyncAssignments({assignment});
+    PS_FUZZ_REQUIRE(errors.empty(), errors[0].ToString());
+    ps::ParameterManager* job = &manager;
+    int requests = 0;
+    while (in.remaining_bytes() > 0 && ++requests <= 64) {
+      const int op = in.ConsumeIntegralInRange<int>(0, 5);
+      if (op == 0 || op == 1) {
+        // Raw bytes as the wire would carry them.
+        const std::string bytes = in.ConsumeRandomLengthString(2048);
+        if (op == 0) {
+          ps::v1::PushRequest r;
+          if (r.ParseFromString(bytes)) {
+            job->Push(r, [](absl::StatusOr<ps::v1::PushResponse> reply) {
+              if (!reply.ok()) CheckRefusal(reply.status());
+            });
+          }
+        } else {
+          ps::v1::PullRequest r;
+          if (r.ParseFromString(bytes)) {
+            job->Pull(r, [](absl::StatusOr<ps::v1::PullResponse> reply) {
+              if (!reply.ok()) CheckRefusal(reply.status());
+            });
+          }
+        }
+        continue;
+      }
+      const int worker = in.ConsumeIntegralInRange<int>(-1, workers);
+      const int64_t clock = in.ConsumeIntegralInRange<int64_t>(-1, 5);
+      const int64_t version = in.ConsumeIntegralInRange<int>(0, 15) == 0
+                                  ? in.ConsumeIntegral<int64_t>()
+                                  : kMapVersion;
+      const int count = in.ConsumeIntegralInRange<int>(0, 4);
+      if (op == 2 || op == 3) {
+        ps::v1::PushRequest r;
+        r.set_job_id(kJobId);
+        r.set_worker_index(worker);
+        r.set_clock(clock);
+        r.set_map_version(version);
+        if (op == 3) {
+          // Every block, in order: the push a worker sends.
+          for (const ps::BlockSpec& b : blocks) {
+            auto* g = r.add_gradients();
+            g->set_key(b.key);
+            *g->mutable_data() = PickData(in, b.num_elems);
+          }
+        } else {
+          for (int i = 0; i < count; ++i) {
+            auto* g = r.add_gradients();
+            g->set_key(PickKey(in, blocks));
+            *g->mutable_data() = PickData(in, ElemsOf(g->key(), blocks));
+          }
+        }
+        job->Push(r, [](absl::StatusOr<ps::v1::PushResponse> reply) {
+          if (!reply.ok()) CheckRefusal(reply.status());
+        });
+      } else {
+        ps::v1::PullRequest r;
+        r.set_job_id(kJobId);
+        r.set_worker_index(worker);
+        r.set_clock(clock);
+        r.set_map_version(version);
+        for (int i = 0; i < count; ++i) r.add_keys(PickKey(in, blocks));
+        job->Pull(r, [&blocks](absl::StatusOr<ps::v1::PullResponse> reply) {
+          if (!reply.ok()) {
+            CheckRefusal(reply.status());
+            return;
+          }
+          // A reply holds held blocks only, each whole.
+          for (const ps::v1::Block& b : reply->blocks()) {
+            PS_FUZZ_REQUIRE(static_cast<int64_t>(b.data().size()) ==
+                                ElemsOf(b.key(), blocks) * 4,
+                            std::to_string(b.key()));
+          }
+        });
+      }
+    }
+  }  // Shutting down fails what still waits.
+  // What a restarted server reads back must be whole.
+  auto reloaded = ps::ServerJob::Open(assignment, store.get(), &env->metrics);
+  PS_FUZZ_REQUIRE(reloaded.ok(), reloaded.status().ToString());
+  return 0;
+}

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Writes the hand-made seeds of tests/fuzz/corpus/ (run from the repository
+root; needs protoc). The checked-in corpus is these seeds merged with what
+longer fuzz runs found (libFuzzer -merge=1, docs/security.md)."""
+import gzip
+import os
+import random
+import struct
+import subprocess
+
+ROOT = "tests/fuzz/corpus"
+
+
+def write(target, name, data):
+    os.makedirs(os.path.join(ROOT, target), exist_ok=True)
+    with open(os.path.join(ROOT, target, name), "wb") as f:
+        f.write(data)
+
+
+def encode(message, text):
+    return subprocess.run(
+        ["protoc", "--proto_path=proto", f"--encode=ps.v1.{message}",
+         "ps/v1/job_service.proto", "ps/v1/cluster.proto",
+         "ps/v1/parameter.proto", "ps/v1/job.proto"],
+        input=text.encode(), check=True, capture_output=True).stdout
+
+
+SPEC = """
+name: "fashion-mnist-mlp"
+model { kind: MLP input_dim: 784 num_classes: 10 hidden_layers: 256
+        hidden_layers: 128 activation: RELU }
+dataset { format: IDX train_images: "/data/train-images-idx3-ubyte.gz"
+          train_labels: "/data/train-labels-idx1-ubyte.gz"
+          test_images: "/data/t10k-images-idx3-ubyte.gz"
+          test_labels: "/data/t10k-labels-idx1-ubyte.gz"
+          max_train_samples: 1000 max_test_samples: 100 }
+epochs: 2 batch_size: 64 seed: 42
+optimizer { adam { learning_rate: 0.001 } }
+consistency { model: SSP staleness: 2 worker_cache: true }
+num_workers: 2 num_servers: 2 block_elems: 16384 durability: WAL
+non_finite_gradients: NON_FINITE_DROP
+"""
+SPEC_SGD = SPEC.replace("adam { learning_rate: 0.001 }",
+                        "sgd { learning_rate: 0.1 momentum: 0.9 "
+                        "weight_decay: 0.0001 }").replace(
+                            "model: SSP staleness: 2 worker_cache: true",
+                            "model: BSP")
+
+JSON_SPECS = {
+    "mlp.json": open("deploy/jobs/fashion-mnist-mlp.json", "rb").read(),
+    "ssp-drop.json": b"""{"name": "s", "model": {"kind": "SOFTMAX_REGRESSION",
+ "input_dim": 4, "num_classes": 3}, "dataset": {"format": "IDX",
+ "train_images": "a", "train_labels": "b", "test_images": "c",
+ "test_labels": "d", "max_train_samples": "10"}, "epochs": 1,
+ "batch_size": 1, "seed": "18446744073709551615",
+ "optimizer": {"sgd": {"learning_rate": 0.5, "momentum": 0.5}},
+ "consistency": {"model": "SSP", "staleness": 3, "worker_cache": true},
+ "num_workers": 3, "num_servers": 1, "block_elems": 1,
+ "durability": "MEMORY", "non_finite_gradients": "NON_FINITE_DROP"}""",
+    "asp-adam.json": b"""{"model": {"kind": "MLP", "input_dim": 784,
+ "num_classes": 10, "hidden_layers": [2147483647, 1], "activation": "TANH"},
+ "dataset": {"format": "IDX", "train_images": "x", "train_labels": "y",
+ "test_images": "z", "test_labels": "w"}, "epochs": 3, "batch_size": 64,
+ "optimizer": {"adam": {"learning_rate": 1e-3, "beta1": 0.8, "beta2": 0.99,
+ "epsilon": 1e-7, "weight_decay": 0.01}}, "consistency": {"model": "ASP"},
+ "num_workers": 1024, "num_servers": 1, "durability": "SYNC"}""",
+    "invalid.json": b"""{"name": "bad", "epochs": 0, "batch_size": -1,
+ "optimizer": {"adam": {"learning_rate": "NaN"}}, "num_workers": 0,
+ "unknown_field": 1}""",
+}
+
+
+def idx(magic_type, dims, payload):
+    header = bytes([0, 0, magic_type, len(dims)])
+    header += b"".join(struct.pack(">I", d) for d in dims)
+    return header + payload
+
+
+def idx_seed(max_samples, images, labels):
+    return bytes([max_samples]) + struct.pack("<H", len(images)) + images + labels
+
+
+def model_file(header_json, floats):
+    header = header_json.encode()
+    return (b"PSMODEL1" + struct.pack("<I", len(header)) + header +
+            struct.pack(f"<{len(floats)}f", *floats))
+
+
+def main():
+    for name, data in JSON_SPECS.items():
+        write("fuzz_job_spec_json", name, data)
+    write("fuzz_job_spec_binary", "adam-ssp", encode("SubmitJobRequest",
+                                                      f"spec {{ {SPEC} }}"))
+    write("fuzz_job_spec_binary", "sgd-bsp", encode("SubmitJobRequest",
+                                                     f"spec {{ {SPEC_SGD} }}"))
+    write("fuzz_job_spec_binary", "empty", b"")
+
+    requests = [
+        (0, "RegisterRequest", 'role: SERVER address: "10.0.0.1:7000"'),
+        (0, "RegisterRequest",
+         'role: WORKER held { job_id: "job-000001" index: 1 }'),
+        (1, "HeartbeatRequest", 'node_id: "worker-7f3a00001"'),
+        (2, "ProgressReport",
+         'node_id: "worker-1" job_id: "job-000001" worker_index: 1 epoch: 2 '
+         'clock: 120 loss: 0.5 samples_per_second: 1000 test_accuracy: 0.8 '
+         'total_clocks: 240'),
+        (2, "ProgressReport",
+         'node_id: "worker-1" job_id: "job-000001" error: "data: missing"'),
+        (3, "UploadModelRequest",
+         'node_id: "worker-1" model { job_id: "job-000001" model { '
+         'kind: SOFTMAX_REGRESSION input_dim: 2 num_classes: 2 } clock: 5 '
+         'test_accuracy: 0.5 test_samples: 10 tensors { name: "dense0.weight" '
+         'shape: 2 shape: 2 data: "0123456789abcdef" } tensors { '
+         'name: "dense0.bias" shape: 2 data: "01234567" } }'),
+        (4, "GetJobRequest", 'job_id: "job-000001"'),
+        (5, "CancelJobRequest", 'job_id: "job-000002"'),
+        (6, "WatchJobRequest", 'job_id: "job-000003"'),
+        (7, "ExportModelRequest", 'job_id: "job-000004"'),
+        (8, "SubmitJobRequest", f"spec {{ {SPEC} }}"),
+    ]
+    for i, (kind, message, text) in enumerate(requests):
+        write("fuzz_coordinator_requests", f"{i:02d}-{message}",
+              bytes([kind]) + encode(message, text))
+
+    rng = random.Random(1)
+    for i in range(8):
+        write("fuzz_parameter_requests", f"random-{i}",
+              bytes(rng.randrange(256) for _ in range(64 << (i % 5))))
+        write("fuzz_shard_store_decoder", f"random-{i}",
+              bytes(rng.randrange(256) for _ in range(32 << (i % 5))))
+    push = encode("PushRequest",
+                  'job_id: "job-000001" worker_index: 0 clock: 0 '
+                  'map_version: 1 gradients { key: 0 data: "' + "\\000" * 32 +
+                  '" } gradients { key: 1 data: "' + "\\000" * 16 + '" } '
+                  'gradients { key: 4294967296 data: "' + "\\000" * 12 + '" }')
+    pull = encode("PullRequest",
+                  'job_id: "job-000001" worker_index: 0 clock: 0 '
+                  'map_version: 1 keys: 0 keys: 4294967296')
+    # A push and a pull as raw bytes, for the fuzzer to move around.
+    write("fuzz_parameter_requests", "raw-push-pull",
+          bytes([1, 0, len(push)]) + push + bytes([1, len(pull)]) + pull)
+
+    images = idx(0x08, [2, 2, 2], bytes([0, 255, 128, 7, 1, 2, 3, 4]))
+    labels = idx(0x08, [2], bytes([3, 9]))
+    write("fuzz_idx_reader", "plain", idx_seed(0, images, labels))
+    write("fuzz_idx_reader", "gzip",
+          idx_seed(1, gzip.compress(images, mtime=0),
+                   gzip.compress(labels, mtime=0)))
+    write("fuzz_idx_reader", "truncated", idx_seed(0, images[:-3], labels))
+    write("fuzz_idx_reader", "wrong-type",
+          idx_seed(2, idx(0x0D, [1, 1, 1], b"\0\0\0\0"), labels))
+
+    header = ('{"job_id": "job-000001", "model": {"kind": '
+              '"SOFTMAX_REGRESSION", "input_dim": 2, "num_classes": 2}, '
+              '"clock": "5", "test_accuracy": 0.5, "test_samples": "10", '
+              '"tensors": [{"name": "dense0.weight", "shape": ["2", "2"]}, '
+              '{"name": "dense0.bias", "shape": ["2"]}]}\n')
+    write("fuzz_model_file", "softmax",
+          model_file(header, [0.5, -1.0, 2.0, 0.25, 0.0, 1.0]))
+    write("fuzz_model_file", "short", model_file(header, [0.5]))
+    write("fuzz_model_file", "magic-only", b"PSMODEL1")
+
+
+if __name__ == "__main__":
+    main()

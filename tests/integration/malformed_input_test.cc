@@ -1,0 +1,901 @@
+// Malformed and unauthorized input over real gRPC, RPC by RPC: each is
+// refused with a specific status whose message names the field, and the
+// processes keep serving. The table in docs/security.md is this test's
+// (PS_PRINT_INPUT_TABLE=1 prints it in Markdown).
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/synchronization/notification.h"
+#include "common/float_codec.h"
+#include "common/grpc_util.h"
+#include "common/job_spec.h"
+#include "common/model_layout.h"
+#include "coordinator/coordinator.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+#include "ps/v1/cluster.grpc.pb.h"
+#include "ps/v1/job_service.grpc.pb.h"
+#include "ps/v1/parameter.grpc.pb.h"
+#include "server/parameter_server.h"
+#include "tests/testing/test_certs.h"
+
+namespace ps {
+namespace {
+
+using ::ps::testing::WriteTestFile;
+
+constexpr char kToken[] = "job-token-0123456789abcdef";
+constexpr char kSecret[] = "cluster-secret-0123456789abcdef";
+constexpr char kServerJob[] = "job-000900";  // Loaded into the server by hand.
+constexpr int kBlockElems = 4;
+
+v1::JobSpec Spec() {
+  v1::JobSpec spec;
+  spec.set_name("malformed");
+  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
+  spec.mutable_model()->set_input_dim(3);
+  spec.mutable_model()->set_num_classes(2);
+  auto* d = spec.mutable_dataset();
+  d->set_format(v1::DatasetSpec::IDX);
+  d->set_train_images("a");
+  d->set_train_labels("b");
+  d->set_test_images("c");
+  d->set_test_labels("d");
+  spec.set_epochs(1);
+  spec.set_batch_size(1);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+  spec.mutable_consistency()->set_model(v1::ConsistencySpec::SSP);
+  spec.set_num_workers(2);
+  spec.set_num_servers(1);
+  spec.set_block_elems(kBlockElems);
+  return spec;
+}
+
+// dense0.weight (6 values) in blocks of 4 and 2, dense0.bias (2) in one.
+const uint64_t kW0 = BlockKey(0, 0);
+const uint64_t kW1 = BlockKey(0, 1);
+const uint64_t kB0 = BlockKey(1, 0);
+
+v1::Assignment ServerAssignment() {
+  v1::Assignment a;
+  a.set_job_id(kServerJob);
+  *a.mutable_spec() = Spec();
+  ApplyJobSpecDefaults(a.mutable_spec());
+  a.set_index(0);
+  a.set_num_workers(2);
+  a.mutable_shard_map()->set_version(1);
+  a.mutable_shard_map()->add_servers("127.0.0.1:1");
+  for (const auto& [key, n] :
+       {std::pair{kW0, 4}, std::pair{kW1, 2}, std::pair{kB0, 2}}) {
+    auto* p = a.mutable_shard_map()->add_blocks();
+    p->set_key(key);
+    p->set_server(0);
+    p->set_num_elems(n);
+  }
+  return a;
+}
+
+// One malformed input and what it must get.
+struct Case {
+  std::string rpc;
+  std::string input;
+  std::function<grpc::Status()> call;
+  grpc::StatusCode code;
+  std::string message;  // The message starts with (or, for "~x", holds) it.
+};
+
+class MalformedInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/ps-malformed-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    WriteTestFile(dir_ + "/tokens", kToken);
+    WriteTestFile(dir_ + "/secret", kSecret);
+    CoordinatorOptions coordinator;
+    coordinator.data_dir = dir_ + "/coordinator";
+    coordinator.auth_token_file = dir_ + "/tokens";
+    coordinator.security.cluster_secret_file = dir_ + "/secret";
+    coordinator.job_limits.max_model_bytes = 1 << 20;
+    coordinator.server_limits.max_receive_message_bytes = 1 << 20;
+    coordinator_ = std::make_unique<Coordinator>(coordinator);
+    ASSERT_TRUE(coordinator_->Start().ok());
+    ParameterServerOptions server;
+    server.security.cluster_secret_file = dir_ + "/secret";
+    server.limits.max_receive_message_bytes = 1 << 20;
+    server_ = std::make_unique<ParameterServer>(server);
+    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_TRUE(
+        server_->manager()->SyncAssignments({ServerAssignment()}).empty());
+
+    ChannelSecurity member;
+    member.call_metadata.emplace_back(kClusterSecretKey, kSecret);
+    ChannelSecurity client;
+    client.call_metadata.emplace_back(kAuthorizationKey,
+                                      absl::StrCat("Bearer ", kToken));
+    const std::string coordinator_address =
+        absl::StrCat("127.0.0.1:", coordinator_->port());
+    coordinator_channel_ = CreateChannel(coordinator_address);
+    cluster_ =
+        v1::ClusterService::NewStub(CreateChannel(coordinator_address, member));
+    outsider_cluster_ = v1::ClusterService::NewStub(coordinator_channel_);
+    jobs_ = v1::JobService::NewStub(CreateChannel(coordinator_address, client));
+    anonymous_jobs_ = v1::JobService::NewStub(coordinator_channel_);
+    parameters_ = v1::ParameterService::NewStub(
+        CreateChannel(server_->address(), member));
+    outsider_parameters_ =
+        v1::ParameterService::NewStub(CreateChannel(server_->address()));
+  }
+
+  void TearDown() override {
+    if (server_) server_->Stop();
+    if (coordinator_) coordinator_->Stop();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  template <typename Stub, typename Request, typename Response>
+  static grpc::Status Call(Stub* stub,
+                           grpc::Status (Stub::*method)(grpc::ClientContext*,
+                                                        const Request&,
+                                                        Response*),
+                           const Request& request) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(5));
+    Response response;
+    return (stub->*method)(&ctx, request, &response);
+  }
+
+  grpc::Status Register(const v1::RegisterRequest& r,
+                        v1::ClusterService::Stub* stub = nullptr) {
+    return Call(stub ? stub : cluster_.get(),
+                &v1::ClusterService::Stub::Register, r);
+  }
+  grpc::Status Report(const v1::ProgressReport& r) {
+    return Call(cluster_.get(), &v1::ClusterService::Stub::ReportProgress, r);
+  }
+  grpc::Status Upload(const v1::UploadModelRequest& r) {
+    return Call(cluster_.get(), &v1::ClusterService::Stub::UploadModel, r);
+  }
+  grpc::Status Submit(const v1::JobSpec& spec,
+                      v1::JobService::Stub* stub = nullptr) {
+    v1::SubmitJobRequest r;
+    *r.mutable_spec() = spec;
+    return Call(stub ? stub : jobs_.get(), &v1::JobService::Stub::SubmitJob, r);
+  }
+  grpc::Status Pull(const v1::PullRequest& r,
+                    v1::ParameterService::Stub* stub = nullptr) {
+    return Call(stub ? stub : parameters_.get(),
+                &v1::ParameterService::Stub::Pull, r);
+  }
+  grpc::Status Push(const v1::PushRequest& r,
+                    v1::ParameterService::Stub* stub = nullptr) {
+    return Call(stub ? stub : parameters_.get(),
+                &v1::ParameterService::Stub::Push, r);
+  }
+  // Raw bytes as the request of `method` (that no client library would
+  // send).
+  grpc::Status RawCall(const std::string& method, const std::string& bytes) {
+    grpc::GenericStub stub(coordinator_channel_);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(5));
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), response;
+    absl::Notification done;
+    grpc::Status status;
+    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                   [&](grpc::Status s) {
+                     status = std::move(s);
+                     done.Notify();
+                   });
+    done.WaitForNotification();
+    return status;
+  }
+
+  static v1::PullRequest GoodPull() {
+    v1::PullRequest r;
+    r.set_job_id(kServerJob);
+    r.set_map_version(1);
+    return r;
+  }
+  static v1::PushRequest GoodPush() {
+    v1::PushRequest r;
+    r.set_job_id(kServerJob);
+    r.set_map_version(1);
+    for (const auto& [key, n] :
+         {std::pair{kW0, 4}, std::pair{kW1, 2}, std::pair{kB0, 2}}) {
+      auto* g = r.add_gradients();
+      g->set_key(key);
+      std::vector<float> zeros(n, 0.0f);
+      EncodeFloats(zeros, g->mutable_data());
+    }
+    return r;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<ParameterServer> server_;
+  std::shared_ptr<grpc::Channel> coordinator_channel_;
+  std::unique_ptr<v1::ClusterService::Stub> cluster_, outsider_cluster_;
+  std::unique_ptr<v1::JobService::Stub> jobs_, anonymous_jobs_;
+  std::unique_ptr<v1::ParameterService::Stub> parameters_, outsider_parameters_;
+};
+
+TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
+  // A running job for the ClusterService cases: one server and one worker
+  // registered by hand (they never heartbeat; the test is over before their
+  // leases end).
+  v1::RegisterRequest server_node;
+  server_node.set_role(v1::SERVER);
+  server_node.set_address("127.0.0.1:9");
+  ASSERT_TRUE(Register(server_node).ok());
+  v1::RegisterRequest worker_node;
+  worker_node.set_role(v1::WORKER);
+  v1::RegisterResponse worker;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(cluster_->Register(&ctx, worker_node, &worker).ok());
+  }
+  v1::RegisterResponse stranger;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(cluster_->Register(&ctx, worker_node, &stranger).ok());
+  }
+  v1::JobSpec running_spec = Spec();
+  running_spec.set_num_workers(1);
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = running_spec;
+  v1::SubmitJobResponse submitted;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(jobs_->SubmitJob(&ctx, submit, &submitted).ok());
+  }
+  const std::string running = submitted.job_id();
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest get;
+    get.set_job_id(running);
+    v1::JobStatus status;
+    ASSERT_TRUE(jobs_->GetJob(&ctx, get, &status).ok());
+    ASSERT_EQ(status.state(), v1::RUNNING);
+  }
+  // The worker that runs it is one of the two registered.
+  std::string runner = worker.node_id();
+  {
+    v1::HeartbeatRequest hb;
+    hb.set_node_id(runner);
+    grpc::ClientContext ctx;
+    v1::HeartbeatResponse response;
+    ASSERT_TRUE(cluster_->Heartbeat(&ctx, hb, &response).ok());
+    if (response.assignments().empty()) runner = stranger.node_id();
+  }
+  const std::string other =
+      runner == worker.node_id() ? stranger.node_id() : worker.node_id();
+  auto report = [&] {
+    v1::ProgressReport r;
+    r.set_node_id(runner);
+    r.set_job_id(running);
+    r.set_test_accuracy(-1);
+    return r;
+  };
+  auto upload = [&] {
+    v1::UploadModelRequest r;
+    r.set_node_id(runner);
+    r.mutable_model()->set_job_id(running);
+    auto* t = r.mutable_model()->add_tensors();
+    t->set_name("dense0.weight");
+    t->add_shape(3);
+    t->add_shape(2);
+    t->set_data(std::string(24, '\0'));
+    t = r.mutable_model()->add_tensors();
+    t->set_name("dense0.bias");
+    t->add_shape(2);
+    t->set_data(std::string(8, '\0'));
+    return r;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  using Code = grpc::StatusCode;
+  std::vector<Case> cases;
+  auto add = [&](std::string rpc, std::string input,
+                 std::function<grpc::Status()> call, Code code,
+                 std::string message) {
+    cases.push_back({std::move(rpc), std::move(input), std::move(call), code,
+                     std::move(message)});
+  };
+
+  // ParameterService.Pull.
+  add(
+      "Pull", "no cluster secret",
+      [&] { return Pull(GoodPull(), outsider_parameters_.get()); },
+      Code::UNAUTHENTICATED, "x-ps-cluster-secret:");
+  add(
+      "Pull", "job_id empty",
+      [&] {
+        auto r = GoodPull();
+        r.clear_job_id();
+        return Pull(r);
+      },
+      Code::INVALID_ARGUMENT, "job_id: required");
+  add(
+      "Pull", "job_id of 1 MB",
+      [&] {
+        auto r = GoodPull();
+        r.set_job_id(std::string(1 << 20, 'j'));
+        return Pull(r);
+      },
+      Code::RESOURCE_EXHAUSTED, "~Received message larger than max");
+  add(
+      "Pull", "job_id of 65 bytes",
+      [&] {
+        auto r = GoodPull();
+        r.set_job_id(std::string(65, 'j'));
+        return Pull(r);
+      },
+      Code::INVALID_ARGUMENT, "job_id: longer than 64 bytes");
+  add(
+      "Pull", "job_id with '/'",
+      [&] {
+        auto r = GoodPull();
+        r.set_job_id("job/1");
+        return Pull(r);
+      },
+      Code::INVALID_ARGUMENT, "job_id: may hold only");
+  add(
+      "Pull", "job not held here",
+      [&] {
+        auto r = GoodPull();
+        r.set_job_id("job-000404");
+        return Pull(r);
+      },
+      Code::NOT_FOUND, "job_id:");
+  add(
+      "Pull", "stale map_version",
+      [&] {
+        auto r = GoodPull();
+        r.set_map_version(0);
+        return Pull(r);
+      },
+      Code::FAILED_PRECONDITION, "map_version:");
+  add(
+      "Pull", "worker_index -1",
+      [&] {
+        auto r = GoodPull();
+        r.set_worker_index(-1);
+        return Pull(r);
+      },
+      Code::INVALID_ARGUMENT, "worker_index:");
+  add(
+      "Pull", "worker_index = num_workers",
+      [&] {
+        auto r = GoodPull();
+        r.set_worker_index(2);
+        return Pull(r);
+      },
+      Code::INVALID_ARGUMENT, "worker_index:");
+  add(
+      "Pull", "clock -1",
+      [&] {
+        auto r = GoodPull();
+        r.set_clock(-1);
+        return Pull(r);
+      },
+      Code::INVALID_ARGUMENT, "clock:");
+  add(
+      "Pull", "clock past the worker's pushes",
+      [&] {
+        auto r = GoodPull();
+        r.set_clock(7);
+        return Pull(r);
+      },
+      Code::FAILED_PRECONDITION, "clock:");
+  add(
+      "Pull", "key not held",
+      [&] {
+        auto r = GoodPull();
+        r.add_keys(BlockKey(9, 0));
+        return Pull(r);
+      },
+      Code::INVALID_ARGUMENT, "keys:");
+  add(
+      "Pull", "key repeated",
+      [&] {
+        auto r = GoodPull();
+        r.add_keys(kW0);
+        r.add_keys(kW0);
+        return Pull(r);
+      },
+      Code::INVALID_ARGUMENT, "keys:");
+  add(
+      "Pull", "more keys than blocks held",
+      [&] {
+        auto r = GoodPull();
+        for (int i = 0; i < 100000; ++i) r.add_keys(kW0);
+        return Pull(r);
+      },
+      Code::INVALID_ARGUMENT, "keys:");
+
+  // ParameterService.Push.
+  add(
+      "Push", "no cluster secret",
+      [&] { return Push(GoodPush(), outsider_parameters_.get()); },
+      Code::UNAUTHENTICATED, "x-ps-cluster-secret:");
+  add(
+      "Push", "job_id empty",
+      [&] {
+        auto r = GoodPush();
+        r.clear_job_id();
+        return Push(r);
+      },
+      Code::INVALID_ARGUMENT, "job_id: required");
+  add(
+      "Push", "stale map_version",
+      [&] {
+        auto r = GoodPush();
+        r.set_map_version(2);
+        return Push(r);
+      },
+      Code::FAILED_PRECONDITION, "map_version:");
+  add(
+      "Push", "worker_index 5 of 2",
+      [&] {
+        auto r = GoodPush();
+        r.set_worker_index(5);
+        return Push(r);
+      },
+      Code::INVALID_ARGUMENT, "worker_index:");
+  add(
+      "Push", "clock -1",
+      [&] {
+        auto r = GoodPush();
+        r.set_clock(-1);
+        return Push(r);
+      },
+      Code::INVALID_ARGUMENT, "clock:");
+  add(
+      "Push", "clock gap (3 before 0)",
+      [&] {
+        auto r = GoodPush();
+        r.set_clock(3);
+        return Push(r);
+      },
+      Code::FAILED_PRECONDITION, "clock:");
+  add(
+      "Push", "unknown key",
+      [&] {
+        auto r = GoodPush();
+        r.mutable_gradients(1)->set_key(BlockKey(7, 7));
+        return Push(r);
+      },
+      Code::INVALID_ARGUMENT, "gradients:");
+  add(
+      "Push", "key repeated",
+      [&] {
+        auto r = GoodPush();
+        *r.add_gradients() = r.gradients(0);
+        return Push(r);
+      },
+      Code::INVALID_ARGUMENT, "gradients:");
+  add(
+      "Push", "data not whole float32s (15 bytes)",
+      [&] {
+        auto r = GoodPush();
+        r.mutable_gradients(0)->mutable_data()->resize(15);
+        return Push(r);
+      },
+      Code::INVALID_ARGUMENT, "gradients:");
+  add(
+      "Push", "data of the wrong size (8 of 16 bytes)",
+      [&] {
+        auto r = GoodPush();
+        r.mutable_gradients(0)->mutable_data()->resize(8);
+        return Push(r);
+      },
+      Code::INVALID_ARGUMENT, "gradients:");
+  add(
+      "Push", "NaN (policy NON_FINITE_REFUSE)",
+      [&] {
+        auto r = GoodPush();
+        std::vector<float> values = {0, nan};
+        EncodeFloats(values, r.mutable_gradients(1)->mutable_data());
+        return Push(r);
+      },
+      Code::INVALID_ARGUMENT, "gradients:");
+  add(
+      "Push", "Inf (policy NON_FINITE_REFUSE)",
+      [&] {
+        auto r = GoodPush();
+        std::vector<float> values = {std::numeric_limits<float>::infinity(), 0};
+        EncodeFloats(values, r.mutable_gradients(2)->mutable_data());
+        return Push(r);
+      },
+      Code::INVALID_ARGUMENT, "gradients:");
+  add(
+      "Push", "message over the server's limit (2 MB)",
+      [&] {
+        auto r = GoodPush();
+        r.mutable_gradients(0)->mutable_data()->resize(2 << 20);
+        return Push(r);
+      },
+      Code::RESOURCE_EXHAUSTED, "~Received message larger than max");
+
+  // ClusterService.
+  v1::RegisterRequest bad_role;
+  add(
+      "Register", "no cluster secret",
+      [&] { return Register(worker_node, outsider_cluster_.get()); },
+      Code::UNAUTHENTICATED, "x-ps-cluster-secret:");
+  add(
+      "Register", "role unspecified", [&] { return Register(bad_role); },
+      Code::INVALID_ARGUMENT, "role:");
+  for (const std::string& address :
+       {std::string(), std::string("host-without-port"), std::string("host:0"),
+        std::string("host name:7000"), std::string(300, 'h') + ":1"}) {
+    add(
+        "Register",
+        address.empty()
+            ? "server without address"
+            : absl::StrCat("server address \"",
+                           address.size() > 40 ? "<300 bytes>:1" : address,
+                           "\""),
+        [&, address] {
+          v1::RegisterRequest r;
+          r.set_role(v1::SERVER);
+          r.set_address(address);
+          return Register(r);
+        },
+        Code::INVALID_ARGUMENT, "address:");
+  }
+  add(
+      "Register", "17 held assignments",
+      [&] {
+        v1::RegisterRequest r = worker_node;
+        for (int i = 0; i < 17; ++i) {
+          auto* h = r.add_held();
+          h->set_job_id(running);
+        }
+        return Register(r);
+      },
+      Code::INVALID_ARGUMENT, "held:");
+  add(
+      "Register", "held index -1",
+      [&] {
+        v1::RegisterRequest r = worker_node;
+        auto* h = r.add_held();
+        h->set_job_id(running);
+        h->set_index(-1);
+        return Register(r);
+      },
+      Code::INVALID_ARGUMENT, "held[0].index:");
+  add(
+      "Heartbeat", "node_id empty",
+      [&] {
+        return Call(cluster_.get(), &v1::ClusterService::Stub::Heartbeat,
+                    v1::HeartbeatRequest());
+      },
+      Code::INVALID_ARGUMENT, "node_id: required");
+  add(
+      "Heartbeat", "unknown node",
+      [&] {
+        v1::HeartbeatRequest r;
+        r.set_node_id("worker-0");
+        return Call(cluster_.get(), &v1::ClusterService::Stub::Heartbeat, r);
+      },
+      Code::NOT_FOUND, "node_id:");
+  add(
+      "ReportProgress", "node_id with a newline",
+      [&] {
+        auto r = report();
+        r.set_node_id("worker\n1");
+        return Report(r);
+      },
+      Code::INVALID_ARGUMENT, "node_id:");
+  add(
+      "ReportProgress", "unknown job",
+      [&] {
+        auto r = report();
+        r.set_job_id("job-999999");
+        return Report(r);
+      },
+      Code::NOT_FOUND, "job_id:");
+  add(
+      "ReportProgress", "not the job's worker",
+      [&] {
+        auto r = report();
+        r.set_node_id(other);
+        return Report(r);
+      },
+      Code::PERMISSION_DENIED, "worker_index:");
+  add(
+      "ReportProgress", "worker_index 4096",
+      [&] {
+        auto r = report();
+        r.set_worker_index(4096);
+        return Report(r);
+      },
+      Code::INVALID_ARGUMENT, "worker_index:");
+  add(
+      "ReportProgress", "clock -1",
+      [&] {
+        auto r = report();
+        r.set_clock(-1);
+        return Report(r);
+      },
+      Code::INVALID_ARGUMENT, "clock:");
+  add(
+      "ReportProgress", "test_accuracy NaN",
+      [&] {
+        auto r = report();
+        r.set_test_accuracy(nan);
+        return Report(r);
+      },
+      Code::INVALID_ARGUMENT, "test_accuracy:");
+  add(
+      "ReportProgress", "test_accuracy 1.5",
+      [&] {
+        auto r = report();
+        r.set_test_accuracy(1.5f);
+        return Report(r);
+      },
+      Code::INVALID_ARGUMENT, "test_accuracy:");
+  add(
+      "ReportProgress", "error of 17 KiB",
+      [&] {
+        auto r = report();
+        r.set_error(std::string(17 << 10, 'e'));
+        return Report(r);
+      },
+      Code::INVALID_ARGUMENT, "error:");
+  add(
+      "UploadModel", "not the job's worker 0",
+      [&] {
+        auto r = upload();
+        r.set_node_id(other);
+        return Upload(r);
+      },
+      Code::PERMISSION_DENIED, "node_id:");
+  add(
+      "UploadModel", "tensor of the wrong shape",
+      [&] {
+        auto r = upload();
+        r.mutable_model()->mutable_tensors(0)->set_shape(1, 3);
+        return Upload(r);
+      },
+      Code::INVALID_ARGUMENT, "~tensors[0]: expected dense0.weight [3, 2]");
+  add(
+      "UploadModel", "tensor data short",
+      [&] {
+        auto r = upload();
+        r.mutable_model()->mutable_tensors(1)->mutable_data()->resize(4);
+        return Upload(r);
+      },
+      Code::INVALID_ARGUMENT, "~tensors[1] (dense0.bias)");
+  add(
+      "UploadModel", "tensor name of 300 bytes",
+      [&] {
+        auto r = upload();
+        r.mutable_model()->mutable_tensors(0)->set_name(std::string(300, 'n'));
+        return Upload(r);
+      },
+      Code::INVALID_ARGUMENT, "model.tensors[0].name:");
+  add(
+      "UploadModel", "unknown job",
+      [&] {
+        auto r = upload();
+        r.mutable_model()->set_job_id("job-999999");
+        return Upload(r);
+      },
+      Code::NOT_FOUND, "model.job_id:");
+
+  // JobService.
+  add(
+      "SubmitJob", "no token",
+      [&] { return Submit(Spec(), anonymous_jobs_.get()); },
+      Code::UNAUTHENTICATED, "authorization:");
+  add(
+      "SubmitJob", "epochs 0",
+      [&] {
+        auto spec = Spec();
+        spec.set_epochs(0);
+        return Submit(spec);
+      },
+      Code::INVALID_ARGUMENT, "epochs:");
+  add(
+      "SubmitJob", "num_workers 2000",
+      [&] {
+        auto spec = Spec();
+        spec.set_num_workers(2000);
+        return Submit(spec);
+      },
+      Code::INVALID_ARGUMENT, "num_workers:");
+  add(
+      "SubmitJob", "model of 70000 blocks",
+      [&] {
+        auto spec = Spec();
+        spec.mutable_model()->set_input_dim(35000);
+        spec.set_block_elems(1);
+        return Submit(spec);
+      },
+      Code::INVALID_ARGUMENT, "block_elems:");
+  add(
+      "SubmitJob", "model over --max_model_bytes (4 MB > 1 MiB)",
+      [&] {
+        auto spec = Spec();
+        spec.mutable_model()->set_input_dim(500000);
+        spec.set_block_elems(kDefaultBlockElems);
+        return Submit(spec);
+      },
+      Code::RESOURCE_EXHAUSTED, "model:");
+  add(
+      "SubmitJob", "learning_rate NaN",
+      [&] {
+        auto spec = Spec();
+        spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(nan);
+        return Submit(spec);
+      },
+      Code::INVALID_ARGUMENT, "optimizer.sgd.learning_rate:");
+  add(
+      "SubmitJob", "data set path of 5000 bytes",
+      [&] {
+        auto spec = Spec();
+        spec.mutable_dataset()->set_train_images(std::string(5000, 'p'));
+        return Submit(spec);
+      },
+      Code::INVALID_ARGUMENT, "dataset.train_images:");
+  add(
+      "SubmitJob", "non_finite_gradients 9",
+      [&] {
+        auto spec = Spec();
+        spec.set_non_finite_gradients(static_cast<v1::NonFinitePolicy>(9));
+        return Submit(spec);
+      },
+      Code::INVALID_ARGUMENT, "non_finite_gradients:");
+  // A request that does not parse never reaches a handler: gRPC's callback
+  // API answers UNIMPLEMENTED with an empty message.
+  add(
+      "SubmitJob", "bytes that are no SubmitJobRequest",
+      [&] {
+        return RawCall("/ps.v1.JobService/SubmitJob", "\xff\xff\xff\xff");
+      },
+      Code::UNIMPLEMENTED, "");
+  add(
+      "SubmitJob", "name that is not UTF-8",
+      [&] {
+        v1::JobSpec spec = Spec();
+        spec.set_name(
+            "\xc3");  // Serialized as is; the server's parser refuses it.
+        v1::SubmitJobRequest r;
+        *r.mutable_spec() = spec;
+        return RawCall("/ps.v1.JobService/SubmitJob", r.SerializeAsString());
+      },
+      Code::UNIMPLEMENTED, "");
+  add(
+      "GetJob", "job_id empty",
+      [&] {
+        return Call(jobs_.get(), &v1::JobService::Stub::GetJob,
+                    v1::GetJobRequest());
+      },
+      Code::INVALID_ARGUMENT, "job_id: required");
+  add(
+      "CancelJob", "job_id empty",
+      [&] {
+        return Call(jobs_.get(), &v1::JobService::Stub::CancelJob,
+                    v1::CancelJobRequest());
+      },
+      Code::INVALID_ARGUMENT, "job_id: required");
+  add(
+      "ExportModel", "job_id empty",
+      [&] {
+        return Call(jobs_.get(), &v1::JobService::Stub::ExportModel,
+                    v1::ExportModelRequest());
+      },
+      Code::INVALID_ARGUMENT, "job_id: required");
+  add(
+      "ExportModel", "no token",
+      [&] {
+        v1::ExportModelRequest r;
+        r.set_job_id(running);
+        return Call(anonymous_jobs_.get(), &v1::JobService::Stub::ExportModel,
+                    r);
+      },
+      Code::UNAUTHENTICATED, "authorization:");
+  add(
+      "GetJob", "job_id of 100 bytes",
+      [&] {
+        v1::GetJobRequest r;
+        r.set_job_id(std::string(100, 'j'));
+        return Call(jobs_.get(), &v1::JobService::Stub::GetJob, r);
+      },
+      Code::INVALID_ARGUMENT, "job_id: longer than 64 bytes");
+  add(
+      "GetJob", "unknown job",
+      [&] {
+        v1::GetJobRequest r;
+        r.set_job_id("job-999999");
+        return Call(jobs_.get(), &v1::JobService::Stub::GetJob, r);
+      },
+      Code::NOT_FOUND, "job_id:");
+  add(
+      "CancelJob", "job_id with a space",
+      [&] {
+        v1::CancelJobRequest r;
+        r.set_job_id("job 1");
+        return Call(jobs_.get(), &v1::JobService::Stub::CancelJob, r);
+      },
+      Code::INVALID_ARGUMENT, "job_id: may hold only");
+  add(
+      "ExportModel", "a running job",
+      [&] {
+        v1::ExportModelRequest r;
+        r.set_job_id(running);
+        return Call(jobs_.get(), &v1::JobService::Stub::ExportModel, r);
+      },
+      Code::NOT_FOUND, "~has no trained model");
+  add(
+      "WatchJob", "no token",
+      [&] {
+        grpc::ClientContext ctx;
+        v1::WatchJobRequest r;
+        r.set_job_id(running);
+        auto reader = anonymous_jobs_->WatchJob(&ctx, r);
+        v1::JobStatus status;
+        while (reader->Read(&status)) {
+        }
+        return reader->Finish();
+      },
+      Code::UNAUTHENTICATED, "authorization:");
+  add(
+      "WatchJob", "job_id empty",
+      [&] {
+        grpc::ClientContext ctx;
+        auto reader = jobs_->WatchJob(&ctx, v1::WatchJobRequest());
+        v1::JobStatus status;
+        while (reader->Read(&status)) {
+        }
+        return reader->Finish();
+      },
+      Code::INVALID_ARGUMENT, "job_id: required");
+
+  const bool print = std::getenv("PS_PRINT_INPUT_TABLE") != nullptr;
+  if (print) {
+    std::cout << "| RPC | input | status | message |\n| --- | --- | --- | --- "
+                 "|\n";
+  }
+  for (const Case& c : cases) {
+    const grpc::Status status = c.call();
+    EXPECT_EQ(status.error_code(), c.code)
+        << c.rpc << ", " << c.input << ": " << status.error_message();
+    if (!c.message.empty() && c.message[0] == '~') {
+      EXPECT_THAT(status.error_message(),
+                  ::testing::HasSubstr(c.message.substr(1)))
+          << c.rpc << ", " << c.input;
+    } else {
+      EXPECT_THAT(status.error_message(), ::testing::StartsWith(c.message))
+          << c.rpc << ", " << c.input;
+    }
+    EXPECT_LT(status.error_message().size(), 1024u) << c.rpc << ", " << c.input;
+    if (print) {
+      std::string message = status.error_message().substr(0, 90);
+      message = absl::StrReplaceAll(message, {{"|", "\\|"}, {"\n", " "}});
+      std::cout << "| " << c.rpc << " | " << c.input << " | "
+                << absl::StatusCodeToString(
+                       static_cast<absl::StatusCode>(status.error_code()))
+                << " | " << message << " |\n";
+    }
+  }
+  // Both processes still serve.
+  EXPECT_EQ(Pull(GoodPull()).error_code(), Code::OK);
+  v1::ListJobsResponse list;
+  grpc::ClientContext ctx;
+  EXPECT_TRUE(jobs_->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
+}
+
+}  // namespace
+}  // namespace ps
