@@ -413,17 +413,17 @@ std::string Rate(double v, const std::string& unit) {
 }
 
 void PrintRow(const Row& r) {
-  std::printf("| %s | %s | %s | %s | %.2f / %.2f | %s |\n", r.config.c_str(),
-              Rate(r.ours.rate, r.unit).c_str(),
-              r.has_base ? Rate(r.base.rate, r.unit).c_str() : "-",
-              r.has_base ? absl::StrFormat("%.2f", r.ours.rate / r.base.rate)
-                               .c_str()
-                         : "-",
-              r.ours.p50 * 1e3, r.ours.p99 * 1e3,
-              r.has_base ? absl::StrFormat("%.2f / %.2f", r.base.p50 * 1e3,
-                                           r.base.p99 * 1e3)
-                               .c_str()
-                         : "-");
+  std::printf(
+      "| %s | %s | %s | %s | %.2f / %.2f | %s |\n", r.config.c_str(),
+      Rate(r.ours.rate, r.unit).c_str(),
+      r.has_base ? Rate(r.base.rate, r.unit).c_str() : "-",
+      r.has_base ? absl::StrFormat("%.2f", r.ours.rate / r.base.rate).c_str()
+                 : "-",
+      r.ours.p50 * 1e3, r.ours.p99 * 1e3,
+      r.has_base
+          ? absl::StrFormat("%.2f / %.2f", r.base.p50 * 1e3, r.base.p99 * 1e3)
+                .c_str()
+          : "-");
   std::fflush(stdout);
 }
 
@@ -439,8 +439,9 @@ void PrintHeader(const char* unit) {
 // The phases of one configuration, run in turn within every repetition
 // (ours and the baseline side by side, so load changes on this shared machine
 // hit both alike); one Result per phase.
-std::vector<Result> Interleave(int reps, double units_per_byte,
-                               const std::vector<std::function<Phase()>>& runs) {
+std::vector<Result> Interleave(
+    int reps, double units_per_byte,
+    const std::vector<std::function<Phase()>>& runs) {
   std::vector<std::vector<double>> rates(runs.size());
   std::vector<std::vector<double>> lat(runs.size());
   for (int r = 0; r < reps; ++r) {
@@ -452,8 +453,8 @@ std::vector<Result> Interleave(int reps, double units_per_byte,
   }
   std::vector<Result> out;
   for (size_t i = 0; i < runs.size(); ++i) {
-    out.push_back({Median(rates[i]), Percentile(lat[i], 0.5),
-                   Percentile(lat[i], 0.99)});
+    out.push_back(
+        {Median(rates[i]), Percentile(lat[i], 0.5), Percentile(lat[i], 0.99)});
   }
   return out;
 }
@@ -532,14 +533,13 @@ void RunDense(const Flags& flags, std::vector<Row>* rows) {
       }
       for (int workers : flags.workers) {
         const int calls = std::max<int>(
-            1, static_cast<int>(flags.target_mib * 1024 * 1024 /
-                                    (bytes * workers) +
-                                0.5));
+            1, static_cast<int>(
+                   flags.target_mib * 1024 * 1024 / (bytes * workers) + 0.5));
         const std::string config =
             absl::StrFormat("%d MiB, %d srv, %d wrk", mib, servers, workers);
-        OursSetup ours(group,
-                       BenchSpec(input_dim, classes, workers, servers, 0, false),
-                       workers, floats);
+        OursSetup ours(
+            group, BenchSpec(input_dim, classes, workers, servers, 0, false),
+            workers, floats);
         std::unique_ptr<OursSetup> wal;
         if (wal_group != nullptr) {
           wal = std::make_unique<OursSetup>(
@@ -565,7 +565,8 @@ void RunDense(const Flags& flags, std::vector<Row>* rows) {
             ours.PushPhase(workers, calls, bytes), base(BaselineOp::kSend),
             ours.PullPhase(workers, calls, bytes), base(BaselineOp::kFetch)};
         if (flags.echo) runs.push_back(base(BaselineOp::kEcho));
-        if (wal != nullptr) runs.push_back(wal->PushPhase(workers, calls, bytes));
+        if (wal != nullptr)
+          runs.push_back(wal->PushPhase(workers, calls, bytes));
         const std::vector<Result> r = Interleave(flags.reps, 1.0, runs);
         Row push(absl::StrCat(config, ", push"), "MB/s");
         push.ours = r[0];
@@ -698,7 +699,8 @@ void RunSparse(const Flags& flags, std::vector<Row>* rows) {
           if (pull_rep[s].blocks_size() != static_cast<int>(per[s].size())) {
             return false;
           }
-          for (const auto& b : pull_rep[s].blocks()) DecodeFloats(b.data(), out);
+          for (const auto& b : pull_rep[s].blocks())
+            DecodeFloats(b.data(), out);
         }
       }
       return true;
@@ -761,7 +763,6 @@ int main(int argc, char** argv) {
   if (flags.sparse) ps::RunSparse(flags, &rows);
   if (getloadavg(load, 3) < 0) load[0] = -1;
   std::printf("\ndone in %.1f s; load average at end %.2f %.2f %.2f\n",
-              ps::Seconds(ps::Clock::now() - start), load[0], load[1],
-              load[2]);
+              ps::Seconds(ps::Clock::now() - start), load[0], load[1], load[2]);
   return 0;
 }

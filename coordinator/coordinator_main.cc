@@ -3,8 +3,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/daemon.h"
 #include "common/logging.h"
-#include "common/port_file.h"
 #include "common/signals.h"
 #include "coordinator/coordinator.h"
 
@@ -56,11 +56,8 @@ int main(int argc, char** argv) {
   ps::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    options.metrics_address =
-        absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":",
-                     absl::GetFlag(FLAGS_metrics_port));
-  }
+  options.metrics_address = ps::MetricsAddress(
+      absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port));
   options.timing.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   options.timing.recovery_grace =
       absl::Milliseconds(absl::GetFlag(FLAGS_recovery_grace_ms));
@@ -83,20 +80,6 @@ int main(int argc, char** argv) {
   options.job_limits.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   options.job_limits.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
   ps::Coordinator coordinator(options);
-  if (absl::Status s = coordinator.Start(); !s.ok()) {
-    PS_LOG_ERROR("ps-coordinator: ", s.ToString());
-    return 1;
-  }
-  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    if (absl::Status s = ps::WritePortFile(path, coordinator.port(),
-                                           coordinator.metrics_port());
-        !s.ok()) {
-      PS_LOG_ERROR("ps-coordinator: ", s.ToString());
-      return 1;
-    }
-  }
-  const int signal = ps::WaitForTerminationSignal();
-  PS_LOG_INFO("ps-coordinator: signal ", signal, ", shutting down");
-  coordinator.Stop();
-  return 0;
+  return ps::RunUntilSignalled("ps-coordinator", coordinator,
+                               absl::GetFlag(FLAGS_port_file));
 }

@@ -4,8 +4,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/daemon.h"
 #include "common/logging.h"
-#include "common/port_file.h"
 #include "common/signals.h"
 #include "server/parameter_server.h"
 
@@ -60,26 +60,9 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_cluster_secret_file);
   options.limits.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_concurrent_streams);
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    options.metrics_address =
-        absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":",
-                     absl::GetFlag(FLAGS_metrics_port));
-  }
+  options.metrics_address = ps::MetricsAddress(
+      absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port));
   ps::ParameterServer server(options);
-  if (absl::Status s = server.Start(); !s.ok()) {
-    PS_LOG_ERROR("ps-server: ", s.ToString());
-    return 1;
-  }
-  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    if (absl::Status s =
-            ps::WritePortFile(path, server.port(), server.metrics_port());
-        !s.ok()) {
-      PS_LOG_ERROR("ps-server: ", s.ToString());
-      return 1;
-    }
-  }
-  const int signal = ps::WaitForTerminationSignal();
-  PS_LOG_INFO("ps-server: signal ", signal, ", shutting down");
-  server.Stop();
-  return 0;
+  return ps::RunUntilSignalled("ps-server", server,
+                               absl::GetFlag(FLAGS_port_file));
 }

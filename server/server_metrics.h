@@ -14,8 +14,9 @@ struct ServerMetrics {
   explicit ServerMetrics(prometheus::Registry& registry);
 
   prometheus::Histogram& pull_wait_seconds;  // Time pulls waited on the bound.
-  prometheus::Histogram& push_wait_seconds;  // BSP pushes waiting for their clock.
-  prometheus::Counter& updates_applied;      // Optimizer updates applied.
+  prometheus::Histogram&
+      push_wait_seconds;                  // BSP pushes waiting for their clock.
+  prometheus::Counter& updates_applied;   // Optimizer updates applied.
   prometheus::Counter& pushes_duplicate;  // Retried pushes acknowledged again.
   prometheus::Counter& pushes_rejected;   // Pushes refused as invalid.
   prometheus::Counter& gradients_dropped;  // Pushes with NaN/Inf dropped.

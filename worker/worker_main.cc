@@ -3,8 +3,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/daemon.h"
 #include "common/logging.h"
-#include "common/port_file.h"
 #include "common/signals.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
@@ -81,26 +81,9 @@ int main(int argc, char** argv) {
     PS_LOG_ERROR("ps-worker: --slowdown must be >= 1");
     return 1;
   }
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    options.metrics_address =
-        absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":",
-                     absl::GetFlag(FLAGS_metrics_port));
-  }
+  options.metrics_address = ps::MetricsAddress(
+      absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port));
   ps::WorkerNode worker(options, ps::CpuBackend::Create(backend_options));
-  if (absl::Status s = worker.Start(); !s.ok()) {
-    PS_LOG_ERROR("ps-worker: ", s.ToString());
-    return 1;
-  }
-  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    if (absl::Status s =
-            ps::WritePortFile(path, worker.port(), worker.metrics_port());
-        !s.ok()) {
-      PS_LOG_ERROR("ps-worker: ", s.ToString());
-      return 1;
-    }
-  }
-  const int signal = ps::WaitForTerminationSignal();
-  PS_LOG_INFO("ps-worker: signal ", signal, ", shutting down");
-  worker.Stop();
-  return 0;
+  return ps::RunUntilSignalled("ps-worker", worker,
+                               absl::GetFlag(FLAGS_port_file));
 }

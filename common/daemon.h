@@ -1,0 +1,50 @@
+// The life of a daemon's main(): start the component, publish its ports, wait
+// for SIGTERM/SIGINT, stop cleanly.
+#ifndef PS_COMMON_DAEMON_H_
+#define PS_COMMON_DAEMON_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/port_file.h"
+#include "common/signals.h"
+
+namespace ps {
+
+// "host:port" for a --metrics_host/--metrics_port pair; "" (no endpoint) when
+// the port is negative.
+inline std::string MetricsAddress(const std::string& host, int port) {
+  return port < 0 ? "" : absl::StrCat(host, ":", port);
+}
+
+// Runs `component` (anything with Start(), Stop(), port() and metrics_port())
+// until a termination signal: returns main()'s exit status, 1 if it could not
+// start or write `port_file` (skipped when empty). Call
+// BlockTerminationSignals() first, before any thread starts.
+template <typename Component>
+int RunUntilSignalled(const std::string& name, Component& component,
+                      const std::string& port_file) {
+  if (absl::Status s = component.Start(); !s.ok()) {
+    PS_LOG_ERROR(name, ": ", s.ToString());
+    return 1;
+  }
+  if (!port_file.empty()) {
+    if (absl::Status s = WritePortFile(port_file, component.port(),
+                                       component.metrics_port());
+        !s.ok()) {
+      PS_LOG_ERROR(name, ": ", s.ToString());
+      component.Stop();
+      return 1;
+    }
+  }
+  const int signal = WaitForTerminationSignal();
+  PS_LOG_INFO(name, ": signal ", signal, ", shutting down");
+  component.Stop();
+  return 0;
+}
+
+}  // namespace ps
+
+#endif  // PS_COMMON_DAEMON_H_
