@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "server/optimizer.h"
 #include "server/parameter_server.h"
+#include "tests/testing/fashion_mnist.h"
 #include "worker/batcher.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/model.h"
@@ -28,29 +29,14 @@
 namespace ps {
 namespace {
 
-constexpr char kData[] = "/usr/share/datasets/fashion-mnist/";
 constexpr int kBatch = 16;
 constexpr int kSteps = 25;
 constexpr int kWorkers = 2;
 
 v1::JobSpec Spec(const v1::OptimizerSpec& optimizer) {
-  v1::JobSpec spec;
-  spec.set_name("bsp-equivalence");
-  auto* m = spec.mutable_model();
-  m->set_kind(v1::ModelSpec::MLP);
-  m->set_input_dim(784);
-  m->set_num_classes(10);
-  m->add_hidden_layers(32);
-  auto* d = spec.mutable_dataset();
-  d->set_format(v1::DatasetSpec::IDX);
-  d->set_train_images(absl::StrCat(kData, "train-images-idx3-ubyte.gz"));
-  d->set_train_labels(absl::StrCat(kData, "train-labels-idx1-ubyte.gz"));
-  d->set_test_images(absl::StrCat(kData, "t10k-images-idx3-ubyte.gz"));
-  d->set_test_labels(absl::StrCat(kData, "t10k-labels-idx1-ubyte.gz"));
   // Each worker owns kBatch * kSteps samples: one epoch is kSteps steps.
-  d->set_max_train_samples(kWorkers * kBatch * kSteps);
-  d->set_max_test_samples(200);
-  spec.set_epochs(1);
+  v1::JobSpec spec = testing::FashionMnistMlpJob(
+      "bsp-equivalence", 32, kWorkers * kBatch * kSteps, 200);
   spec.set_batch_size(kBatch);
   spec.set_seed(5);
   *spec.mutable_optimizer() = optimizer;
@@ -176,8 +162,7 @@ double MaxAbsDifference(const std::vector<std::vector<float>>& a,
 class BspEquivalenceTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(
-            absl::StrCat(kData, "train-images-idx3-ubyte.gz"))) {
+    if (!testing::HaveFashionMnist()) {
       GTEST_SKIP() << "Fashion-MNIST not installed";
     }
   }

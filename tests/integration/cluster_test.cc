@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
+#include "tests/testing/fashion_mnist.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
@@ -22,33 +23,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kData[] = "/usr/share/datasets/fashion-mnist/";
-
-bool HaveFashionMnist() {
-  return std::filesystem::exists(
-      absl::StrCat(kData, "train-images-idx3-ubyte.gz"));
-}
+using testing::HaveFashionMnist;
 
 v1::JobSpec SmallJob(v1::ConsistencySpec::Model model, int staleness) {
-  v1::JobSpec spec;
-  spec.set_name("integration");
-  auto* m = spec.mutable_model();
-  m->set_kind(v1::ModelSpec::MLP);
-  m->set_input_dim(784);
-  m->set_num_classes(10);
-  m->add_hidden_layers(64);
-  auto* d = spec.mutable_dataset();
-  d->set_format(v1::DatasetSpec::IDX);
-  d->set_train_images(absl::StrCat(kData, "train-images-idx3-ubyte.gz"));
-  d->set_train_labels(absl::StrCat(kData, "train-labels-idx1-ubyte.gz"));
-  d->set_test_images(absl::StrCat(kData, "t10k-images-idx3-ubyte.gz"));
-  d->set_test_labels(absl::StrCat(kData, "t10k-labels-idx1-ubyte.gz"));
-  d->set_max_train_samples(4000);
-  d->set_max_test_samples(1000);
+  v1::JobSpec spec = testing::FashionMnistMlpJob("integration", 64, 4000, 1000);
   spec.set_epochs(2);
-  spec.set_batch_size(32);
   spec.set_seed(7);
-  spec.mutable_optimizer()->mutable_adam()->set_learning_rate(0.002f);
   spec.mutable_consistency()->set_model(model);
   spec.mutable_consistency()->set_staleness(staleness);
   spec.set_num_workers(2);

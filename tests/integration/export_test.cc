@@ -19,6 +19,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
+#include "tests/testing/fashion_mnist.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
@@ -27,38 +28,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kData[] = "/usr/share/datasets/fashion-mnist/";
 constexpr int kTestSamples = 1000;
-
-bool HaveFashionMnist() {
-  return std::filesystem::exists(
-      absl::StrCat(kData, "train-images-idx3-ubyte.gz"));
-}
+using testing::HaveFashionMnist;
 
 // An MLP 784-32-10 trained for one epoch on 3000 samples by two workers.
 v1::JobSpec SmallJob() {
-  v1::JobSpec spec;
-  spec.set_name("export");
-  auto* m = spec.mutable_model();
-  m->set_kind(v1::ModelSpec::MLP);
-  m->set_input_dim(784);
-  m->set_num_classes(10);
-  m->add_hidden_layers(32);
-  auto* d = spec.mutable_dataset();
-  d->set_format(v1::DatasetSpec::IDX);
-  d->set_train_images(absl::StrCat(kData, "train-images-idx3-ubyte.gz"));
-  d->set_train_labels(absl::StrCat(kData, "train-labels-idx1-ubyte.gz"));
-  d->set_test_images(absl::StrCat(kData, "t10k-images-idx3-ubyte.gz"));
-  d->set_test_labels(absl::StrCat(kData, "t10k-labels-idx1-ubyte.gz"));
-  d->set_max_train_samples(3000);
-  d->set_max_test_samples(kTestSamples);
-  spec.set_epochs(1);
-  spec.set_batch_size(32);
+  v1::JobSpec spec =
+      testing::FashionMnistMlpJob("export", 32, 3000, kTestSamples);
   spec.set_seed(11);
-  spec.mutable_optimizer()->mutable_adam()->set_learning_rate(0.002f);
   spec.mutable_consistency()->set_model(v1::ConsistencySpec::BSP);
   spec.set_num_workers(2);
-  spec.set_num_servers(1);
   spec.set_block_elems(8192);
   return spec;
 }

@@ -16,6 +16,7 @@
 #include "ps/v1/cluster.grpc.pb.h"
 #include "ps/v1/parameter.grpc.pb.h"
 #include "server/parameter_server.h"
+#include "tests/testing/fashion_mnist.h"
 #include "tests/testing/test_certs.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
@@ -30,31 +31,13 @@ using ::testing::HasSubstr;
 
 constexpr char kToken[] = "job-token-0123456789abcdef";
 constexpr char kSecret[] = "cluster-secret-0123456789abcdef";
-constexpr char kData[] = "/usr/share/datasets/fashion-mnist/";
 
 // A spec that validates (it stays PENDING: no nodes register).
 v1::JobSpec ValidSpec() {
-  v1::JobSpec spec;
-  spec.set_name("security");
-  auto* m = spec.mutable_model();
-  m->set_kind(v1::ModelSpec::MLP);
-  m->set_input_dim(784);
-  m->set_num_classes(10);
-  m->add_hidden_layers(32);
-  auto* d = spec.mutable_dataset();
-  d->set_format(v1::DatasetSpec::IDX);
-  d->set_train_images(absl::StrCat(kData, "train-images-idx3-ubyte.gz"));
-  d->set_train_labels(absl::StrCat(kData, "train-labels-idx1-ubyte.gz"));
-  d->set_test_images(absl::StrCat(kData, "t10k-images-idx3-ubyte.gz"));
-  d->set_test_labels(absl::StrCat(kData, "t10k-labels-idx1-ubyte.gz"));
-  d->set_max_train_samples(1000);
-  d->set_max_test_samples(500);
-  spec.set_epochs(1);
-  spec.set_batch_size(32);
+  v1::JobSpec spec =
+      testing::FashionMnistMlpJob("security", 32, /*max_train=*/1000,
+                                  /*max_test=*/500);
   spec.set_seed(3);
-  spec.mutable_optimizer()->mutable_adam()->set_learning_rate(0.002f);
-  spec.set_num_workers(1);
-  spec.set_num_servers(1);
   spec.set_block_elems(16384);
   return spec;
 }
@@ -408,8 +391,7 @@ TEST_F(SecurityTest, StreamsPerConnectionAreLimitedAndOtherClientsServed) {
 // trains a job: every channel (membership, pulls and pushes, progress
 // reports, the model upload, psctl's) carries what it needs.
 TEST_F(SecurityTest, ClusterTrainsUnderMutualTlsSecretAndToken) {
-  if (!std::filesystem::exists(
-          absl::StrCat(kData, "train-images-idx3-ubyte.gz"))) {
+  if (!testing::HaveFashionMnist()) {
     GTEST_SKIP() << "Fashion-MNIST not installed";
   }
   SecurityOptions security;
