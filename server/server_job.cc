@@ -328,11 +328,21 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
   }
   // Decode every block first: a NaN anywhere refuses the whole push unchanged
   // (NON_FINITE_REFUSE), or drops all of its gradient here (NON_FINITE_DROP).
-  std::vector<std::pair<size_t, std::vector<float>>> grads;
+  // One buffer is reused across pushes: a fresh vector per block (1 MiB) would
+  // be mmapped and page-faulted on every push.
+  size_t total = 0;
+  for (const v1::Block& g : request.gradients()) {
+    total += blocks_[index_.at(g.key())].spec.num_elems;
+  }
+  if (decoded_.size() < total) decoded_.resize(total);
+  std::vector<std::pair<size_t, std::span<const float>>> grads;
   grads.reserve(request.gradients_size());
+  size_t offset = 0;
   for (const v1::Block& g : request.gradients()) {
     const size_t pos = index_.at(g.key());
-    std::vector<float> values(blocks_[pos].spec.num_elems);
+    const std::span<float> values(decoded_.data() + offset,
+                                  blocks_[pos].spec.num_elems);
+    offset += values.size();
     DecodeFloats(g.data(), values);
     if (!AllFinite(values)) {
       if (!drop_non_finite_) {
@@ -346,7 +356,7 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
       grads.clear();
       break;
     }
-    grads.emplace_back(pos, std::move(values));
+    grads.emplace_back(pos, values);
   }
 
   std::vector<size_t> touched;

@@ -162,6 +162,8 @@ class ServerJob {
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::vector<ParkedPush> parked_pushes_ ABSL_GUARDED_BY(mu_);
+  // Gradients of the push being applied, decoded; reused across pushes.
+  std::vector<float> decoded_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed or broken.
 };
 
