@@ -225,7 +225,6 @@ int64_t RunSspUnderStress(const BoundCase& c, int clocks) {
 }
 
 TEST(SspBoundTest, NoReadMissesAnUpdateOlderThanTheBound) {
-  int runs = 0;
   for (int workers : {2, 3, 4}) {
     for (int staleness : {0, 1, 3}) {
       for (uint32_t seed : {1u, 2u, 3u}) {
@@ -237,12 +236,10 @@ TEST(SspBoundTest, NoReadMissesAnUpdateOlderThanTheBound) {
           // The fastest reader is never more than s clocks ahead of the
           // slowest.
           EXPECT_LE(drift, staleness);
-          ++runs;
         }
       }
     }
   }
-  EXPECT_EQ(runs, 54);
 }
 
 // A worker that never pushes holds SSP readers back exactly at the bound.
