@@ -40,7 +40,9 @@ export STATE_DIR=$DIR PATH="$DIR/bin:$PATH" PS_COORDINATOR=coordinator:7000 PS_J
 
 n=0
 status=0
-start() { rm -f "$DIR/list" "$DIR/done"; sh "$SCRIPT" --listen=0.0.0.0:7200 >"$DIR/out" 2>&1 & PID=$!; }
+# The previous case's output is removed first: wait_for must not find its lines
+# before the new script has started (and installed its SIGTERM trap).
+start() { rm -f "$DIR/list" "$DIR/done" "$DIR/out"; sh "$SCRIPT" --listen=0.0.0.0:7200 >"$DIR/out" 2>&1 & PID=$!; }
 finish() { RC=0; wait "$PID" || RC=$?; }
 expect() {
   n=$((n + 1))
