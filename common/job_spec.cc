@@ -143,12 +143,20 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
     consistency->set_model(v1::ConsistencySpec::BSP);
   }
   auto* model = spec->mutable_model();
-  if (model->kind() == v1::ModelSpec::MLP &&
+  if ((model->kind() == v1::ModelSpec::MLP ||
+       model->kind() == v1::ModelSpec::CNN) &&
       model->activation() == v1::ACTIVATION_UNSPECIFIED) {
     model->set_activation(v1::RELU);
   }
   if (spec->non_finite_gradients() == v1::NON_FINITE_POLICY_UNSPECIFIED) {
     spec->set_non_finite_gradients(v1::NON_FINITE_REFUSE);
+  }
+  if (spec->mixed_precision().compute() == v1::FP16) {
+    auto* mixed = spec->mutable_mixed_precision();
+    if (mixed->initial_loss_scale() == 0) mixed->set_initial_loss_scale(65536);
+    if (mixed->loss_scale_growth_interval() == 0) {
+      mixed->set_loss_scale_growth_interval(2000);
+    }
   }
   if (spec->optimizer().has_adam()) {
     auto* adam = spec->mutable_optimizer()->mutable_adam();
@@ -157,6 +165,38 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
     if (adam->epsilon() == 0) adam->set_epsilon(1e-8f);
   }
 }
+
+namespace {
+
+absl::Status ValidateMixedPrecision(const v1::MixedPrecisionSpec& mixed) {
+  switch (mixed.compute()) {
+    case v1::FP32:
+    case v1::BF16:
+      if (mixed.initial_loss_scale() != 0 ||
+          mixed.loss_scale_growth_interval() != 0) {
+        return Invalid("mixed_precision.initial_loss_scale",
+                       "only FP16 uses loss scaling");
+      }
+      return absl::OkStatus();
+    case v1::FP16:
+      break;
+    default:
+      return Invalid("mixed_precision.compute", "must be FP32, FP16 or BF16");
+  }
+  // Defaults applied: 0 is not a valid scale here.
+  const float scale = mixed.initial_loss_scale();
+  if (!(scale >= 1) || !std::isfinite(scale) || scale > 16777216.0f) {
+    return Invalid("mixed_precision.initial_loss_scale",
+                   "must be in [1, 2^24]");
+  }
+  if (mixed.loss_scale_growth_interval() < 1) {
+    return Invalid("mixed_precision.loss_scale_growth_interval",
+                   "must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.name().size() > 128) return Invalid("name", "longer than 128 bytes");
@@ -231,7 +271,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
       return Invalid("non_finite_gradients",
                      "must be NON_FINITE_REFUSE or NON_FINITE_DROP");
   }
-  return absl::OkStatus();
+  return ValidateMixedPrecision(spec.mixed_precision());
 }
 
 int64_t ModelBytes(const std::vector<TensorSpec>& tensors) {

@@ -15,6 +15,61 @@ int64_t TensorSpec::num_elems() const {
   return n;
 }
 
+absl::StatusOr<std::vector<ConvGeometry>> CnnConvLayers(
+    const v1::ModelSpec& model) {
+  std::vector<ConvGeometry> layers;
+  if (model.kind() != v1::ModelSpec::CNN) {
+    if (model.conv_layers_size() > 0) {
+      return absl::InvalidArgumentError(
+          "model.conv_layers: only a CNN has conv layers");
+    }
+    return layers;
+  }
+  const v1::ImageShape& image = model.image();
+  if (image.height() < 1 || image.width() < 1 || image.channels() < 1) {
+    return absl::InvalidArgumentError(
+        "model.image: a CNN needs height, width and channels >= 1");
+  }
+  if (int64_t{image.height()} * image.width() * image.channels() !=
+      model.input_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.image: height * width * channels = ",
+        int64_t{image.height()} * image.width() * image.channels(),
+        " differs from model.input_dim ", model.input_dim()));
+  }
+  if (model.conv_layers_size() == 0) {
+    return absl::InvalidArgumentError(
+        "model.conv_layers: a CNN needs at least one");
+  }
+  int height = image.height();
+  int width = image.width();
+  int channels = image.channels();
+  for (int i = 0; i < model.conv_layers_size(); ++i) {
+    const v1::ConvLayer& conv = model.conv_layers(i);
+    const std::string field = absl::StrCat("model.conv_layers[", i, "]");
+    if (conv.filters() < 1 || conv.filters() > 4096) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".filters: must be in [1, 4096]"));
+    }
+    if (conv.kernel_size() < 1 || conv.kernel_size() % 2 == 0 ||
+        conv.kernel_size() > 15) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".kernel_size: must be odd, in [1, 15]"));
+    }
+    if (height < 2 || width < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": its input is ", height, "x", width,
+          ", too small for 2x2 pooling (too many conv layers for the image)"));
+    }
+    layers.push_back(
+        {height, width, channels, conv.filters(), conv.kernel_size()});
+    height /= 2;
+    width /= 2;
+    channels = conv.filters();
+  }
+  return layers;
+}
+
 absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
     const v1::ModelSpec& model) {
   if (model.input_dim() < 1) {
@@ -23,9 +78,13 @@ absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
   if (model.num_classes() < 2) {
     return absl::InvalidArgumentError("model.num_classes: must be >= 2");
   }
+  absl::StatusOr<std::vector<ConvGeometry>> convs = CnnConvLayers(model);
+  if (!convs.ok()) return convs.status();
   std::vector<int64_t> widths = {model.input_dim()};
+  if (!convs->empty()) widths = {convs->back().pooled_size()};
   switch (model.kind()) {
     case v1::ModelSpec::MLP:
+    case v1::ModelSpec::CNN:
       for (int i = 0; i < model.hidden_layers_size(); ++i) {
         if (model.hidden_layers(i) < 1) {
           return absl::InvalidArgumentError(
@@ -42,13 +101,28 @@ absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
       break;
     default:
       return absl::InvalidArgumentError(
-          "model.kind: must be MLP or SOFTMAX_REGRESSION");
+          "model.kind: must be MLP, SOFTMAX_REGRESSION or CNN");
   }
   widths.push_back(model.num_classes());
 
   const bool relu = model.activation() == v1::RELU ||
                     model.activation() == v1::ACTIVATION_UNSPECIFIED;
   std::vector<TensorSpec> tensors;
+  for (size_t i = 0; i < convs->size(); ++i) {
+    const ConvGeometry& conv = (*convs)[i];
+    TensorSpec weight;
+    weight.name = absl::StrCat("conv", i, ".weight");
+    weight.shape = {conv.patch_size(), conv.filters};
+    weight.init = relu ? InitKind::kHeUniform : InitKind::kXavierUniform;
+    weight.fan_in = conv.patch_size();
+    weight.fan_out = int64_t{conv.kernel} * conv.kernel * conv.filters;
+    TensorSpec bias;
+    bias.name = absl::StrCat("conv", i, ".bias");
+    bias.shape = {conv.filters};
+    bias.init = InitKind::kZeros;
+    tensors.push_back(std::move(weight));
+    tensors.push_back(std::move(bias));
+  }
   for (size_t i = 0; i + 1 < widths.size(); ++i) {
     const bool output_layer = i + 2 == widths.size();
     TensorSpec weight;

@@ -30,10 +30,41 @@ struct TensorSpec {
   int64_t num_elems() const;
 };
 
-// The tensors of `model`, in order. For an MLP with layer widths
-// input_dim, h1, ..., num_classes, layer i contributes "dense<i>.weight" of
-// shape [in, out] (row-major) and "dense<i>.bias" of shape [out]. Errors:
-// INVALID_ARGUMENT for an unknown kind or non-positive sizes.
+// One convolution layer of a CNN with the shape of its input (HWC images):
+// it maps [height, width, in_channels] to [height, width, filters] ("same"
+// padding), and the 2x2 max pooling after it to [height / 2, width / 2,
+// filters].
+struct ConvGeometry {
+  int height = 0;
+  int width = 0;
+  int in_channels = 0;
+  int filters = 0;
+  int kernel = 0;  // Odd.
+
+  // Rows of the layer's weight (and columns of its im2col matrix):
+  // kernel * kernel * in_channels.
+  int64_t patch_size() const { return int64_t{kernel} * kernel * in_channels; }
+  // Values per sample after the pooling.
+  int64_t pooled_size() const {
+    return int64_t{height / 2} * (width / 2) * filters;
+  }
+};
+
+// The convolutions of a CNN spec, in order (empty for other kinds).
+// Errors: INVALID_ARGUMENT naming the field for a missing or inconsistent
+// image shape, no conv layers, an even or non-positive kernel, or an image
+// pooled down to nothing.
+absl::StatusOr<std::vector<ConvGeometry>> CnnConvLayers(
+    const v1::ModelSpec& model);
+
+// The tensors of `model`, in order. A CNN's conv layer i contributes
+// "conv<i>.weight" of shape [kernel * kernel * in_channels, filters] (rows in
+// (kernel row, kernel column, channel) order) and "conv<i>.bias" [filters].
+// Then, for fully connected layer widths in, h1, ..., num_classes (in is
+// input_dim, or a CNN's last pooled size), layer i contributes
+// "dense<i>.weight" of shape [in, out] (row-major) and "dense<i>.bias" of
+// shape [out]. Errors: INVALID_ARGUMENT for an unknown kind or non-positive
+// sizes.
 absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
     const v1::ModelSpec& model);
 

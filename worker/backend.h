@@ -22,6 +22,17 @@ enum class Activation {
 // Returns a short lowercase name ("identity", "relu", "tanh", "sigmoid").
 const char* ActivationName(Activation activation);
 
+// The number format of a GEMM's inputs. Outputs and accumulation are always
+// float32 (what tensor cores do with fp16 and bf16 inputs).
+enum class Precision {
+  kFp32,  // float32 inputs.
+  kFp16,  // Inputs rounded to IEEE half (nearest even; beyond 65504: inf).
+  kBf16,  // Inputs rounded to bfloat16 (nearest even).
+};
+
+// Returns "fp32", "fp16" or "bf16".
+const char* PrecisionName(Precision precision);
+
 // An RAII handle to `size()` floats of device memory allocated by
 // Backend::Allocate and released through the same backend when destroyed.
 // Move-only. The backend must outlive its buffers. data() is a device pointer:
@@ -78,14 +89,25 @@ class Backend {
   // Copies `n` floats from device memory to host memory; when it returns the
   // host values are final.
   virtual void CopyToHost(const float* device, int64_t n, float* host) = 0;
+  // Starts copying `n` floats from device memory to host memory, after the
+  // work issued so far, possibly overlapping with work issued later; the host
+  // values are final only after the next Synchronize(). `host` must stay
+  // valid until then.
+  virtual void CopyToHostAsync(const float* device, int64_t n, float* host) = 0;
 
   // C = alpha * op(A) * op(B) + beta * C, where op(A) is m x k, op(B) is
   // k x n, C is m x n, and op(X) is X transposed when trans_x. A is stored
   // row-major as m x k (k x m when trans_a), B as k x n (n x k when trans_b).
   // With beta == 0, C's previous contents are ignored (may be NaN).
+  // `precision` is the format A and B are rounded to before multiplying;
+  // products are accumulated in float32 (in an order that depends on the
+  // implementation).
   virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k,
                     float alpha, const float* a, const float* b, float beta,
-                    float* c) = 0;
+                    float* c, Precision precision) = 0;
+
+  // x[i] *= alpha for i < n.
+  virtual void Scale(float* x, int64_t n, float alpha) = 0;
 
   // y[r, c] = act(x[r, c] + bias[c]) for a rows x cols matrix x; y may
   // equal x (in place).
@@ -116,7 +138,37 @@ class Backend {
   virtual void ArgmaxRows(const float* x, int rows, int cols,
                           int32_t* host_out) = 0;
 
-  // Waits until all work issued so far has finished.
+  // Convolution inputs as a matrix (im2col). `x` is a batch of images in
+  // HWC layout, [batch, height, width, channels]. Writes `cols`, of
+  // batch * height * width rows (one per output pixel, in (image, row,
+  // column) order) and kernel * kernel * channels columns (in (kernel row,
+  // kernel column, channel) order): the kernel-sized window centred on the
+  // pixel, with zeros where it leaves the image ("same" padding of
+  // kernel / 2, stride 1). `kernel` is odd.
+  virtual void Im2Col(const float* x, int batch, int height, int width,
+                      int channels, int kernel, float* cols) = 0;
+
+  // The adjoint of Im2Col: x[i] = the sum of every entry of `cols` that
+  // Im2Col would have read from x[i]. Overwrites x.
+  virtual void Col2Im(const float* cols, int batch, int height, int width,
+                      int channels, int kernel, float* x) = 0;
+
+  // 2x2 max pooling, stride 2, of HWC images x [batch, height, width,
+  // channels] into y [batch, height / 2, width / 2, channels]; an odd last
+  // row or column is dropped.
+  virtual void MaxPool2x2(const float* x, int batch, int height, int width,
+                          int channels, float* y) = 0;
+
+  // The gradient of MaxPool2x2: grad_x (shaped as x) gets grad_y of each
+  // window at the window's maximum (the first one, in row-major order within
+  // the window, if several equal y) and 0 elsewhere, including the dropped
+  // odd row and column. x and y are MaxPool2x2's input and output.
+  virtual void MaxPool2x2Grad(const float* x, const float* y,
+                              const float* grad_y, int batch, int height,
+                              int width, int channels, float* grad_x) = 0;
+
+  // Waits until all work issued so far has finished, including the copies
+  // started by CopyToHostAsync.
   virtual void Synchronize() = 0;
 
  protected:
@@ -152,6 +204,18 @@ inline const char* ActivationName(Activation activation) {
       return "tanh";
     case Activation::kSigmoid:
       return "sigmoid";
+  }
+  return "unknown";
+}
+
+inline const char* PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kBf16:
+      return "bf16";
   }
   return "unknown";
 }

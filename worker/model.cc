@@ -1,6 +1,7 @@
 #include "worker/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,9 +10,10 @@
 namespace ps {
 namespace {
 
-// Samples per forward pass in CountCorrect (at least; a larger training
-// batch's buffers are used whole).
-constexpr int kEvalChunk = 1024;
+// Most samples per forward pass in CountCorrect, and the floats of layer
+// buffers per pass that bound it for large models (64 MiB).
+constexpr int kMaxEvalChunk = 1024;
+constexpr int64_t kEvalScratchFloats = int64_t{1} << 24;
 
 Activation HiddenActivation(v1::Activation activation) {
   switch (activation) {
@@ -26,42 +28,103 @@ Activation HiddenActivation(v1::Activation activation) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Create(const v1::ModelSpec& spec,
-                                                     Backend* backend) {
+ModelOptions ModelOptionsFromSpec(const v1::MixedPrecisionSpec& mixed) {
+  ModelOptions options;
+  switch (mixed.compute()) {
+    case v1::FP16:
+      options.precision = Precision::kFp16;
+      break;
+    case v1::BF16:
+      options.precision = Precision::kBf16;
+      break;
+    default:
+      break;
+  }
+  if (mixed.initial_loss_scale() > 0) {
+    options.initial_loss_scale = mixed.initial_loss_scale();
+  }
+  if (mixed.loss_scale_growth_interval() > 0) {
+    options.loss_scale_growth_interval = mixed.loss_scale_growth_interval();
+  }
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(
+    const v1::ModelSpec& spec, Backend* backend, const ModelOptions& options) {
   PS_CHECK(backend != nullptr);
   absl::StatusOr<std::vector<TensorSpec>> tensors = ModelTensors(spec);
   if (!tensors.ok()) return tensors.status();
-  if (spec.kind() == v1::ModelSpec::MLP && spec.activation() != v1::RELU &&
-      spec.activation() != v1::TANH && spec.activation() != v1::SIGMOID &&
+  absl::StatusOr<std::vector<ConvGeometry>> convs = CnnConvLayers(spec);
+  if (!convs.ok()) return convs.status();
+  if (spec.kind() != v1::ModelSpec::SOFTMAX_REGRESSION &&
+      spec.activation() != v1::RELU && spec.activation() != v1::TANH &&
+      spec.activation() != v1::SIGMOID &&
       spec.activation() != v1::ACTIVATION_UNSPECIFIED) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.activation: unknown value ", spec.activation()));
   }
-  // Layer i has weight tensors[2i] of shape [widths[i], widths[i+1]].
-  std::vector<int> widths;
-  for (size_t t = 0; t < tensors->size(); t += 2) {
-    widths.push_back(static_cast<int>((*tensors)[t].shape[0]));
-  }
-  widths.push_back(static_cast<int>(tensors->back().shape[0]));
-  return std::unique_ptr<Model>(new Model(backend, *std::move(tensors),
-                                          std::move(widths),
-                                          HiddenActivation(spec.activation())));
+  std::unique_ptr<Model> model(
+      new Model(backend, *std::move(tensors), options));
+  model->BuildLayers(spec, *convs);
+  return model;
 }
 
 Model::Model(Backend* backend, std::vector<TensorSpec> tensors,
-             std::vector<int> widths, Activation activation)
+             const ModelOptions& options)
     : backend_(backend),
       tensors_(std::move(tensors)),
-      widths_(std::move(widths)),
-      activation_(activation) {
+      options_(options),
+      loss_scaler_(options.initial_loss_scale,
+                   options.loss_scale_growth_interval) {
   for (const TensorSpec& t : tensors_) {
     params_.push_back(backend_->Allocate(t.num_elems()));
     grads_.push_back(backend_->Allocate(t.num_elems()));
     const std::vector<float> zeros(t.num_elems(), 0.0f);
     backend_->CopyToDevice(zeros.data(), t.num_elems(), params_.back().data());
   }
-  activations_.resize(num_layers());
-  deltas_.resize(num_layers());
+}
+
+LayerParams Model::ParamsOf(int weight_tensor) {
+  return {params_[weight_tensor].data(), params_[weight_tensor + 1].data(),
+          grads_[weight_tensor].data(), grads_[weight_tensor + 1].data()};
+}
+
+void Model::BuildLayers(const v1::ModelSpec& spec,
+                        const std::vector<ConvGeometry>& convs) {
+  const Activation hidden = HiddenActivation(spec.activation());
+  const Precision precision = options_.precision;
+  int tensor = 0;
+  for (const ConvGeometry& conv : convs) {
+    layers_.push_back(std::make_unique<ConvLayer>(backend_, conv, hidden,
+                                                  precision, ParamsOf(tensor)));
+    weight_tensor_.push_back(tensor);
+    tensor += 2;
+    layers_.push_back(std::make_unique<MaxPoolLayer>(
+        backend_, conv.height, conv.width, conv.filters));
+    weight_tensor_.push_back(-1);
+  }
+  // The dense layers' weights are [in, out].
+  for (; tensor < static_cast<int>(tensors_.size()); tensor += 2) {
+    const bool last = tensor + 2 == static_cast<int>(tensors_.size());
+    const std::vector<int64_t>& shape = tensors_[tensor].shape;
+    layers_.push_back(std::make_unique<DenseLayer>(
+        backend_, static_cast<int>(shape[0]), static_cast<int>(shape[1]),
+        last ? Activation::kIdentity : hidden, precision, ParamsOf(tensor)));
+    weight_tensor_.push_back(tensor);
+  }
+  deltas_.resize(layers_.size());
+
+  int64_t floats_per_sample = input_dim();
+  for (const ConvGeometry& conv : convs) {
+    floats_per_sample += int64_t{conv.height} * conv.width * conv.patch_size();
+  }
+  for (const auto& layer : layers_) floats_per_sample += layer->output_size();
+  eval_chunk_ = static_cast<int>(std::clamp<int64_t>(
+      kEvalScratchFloats / floats_per_sample, 1, kMaxEvalChunk));
+}
+
+float Model::loss_scale() const {
+  return options_.precision == Precision::kFp16 ? loss_scaler_.scale() : 1.0f;
 }
 
 absl::Status Model::SetParameters(
@@ -86,12 +149,12 @@ absl::Status Model::SetParameters(
 }
 
 absl::Status Model::CheckLabels(const int32_t* labels, int64_t n) const {
-  const int32_t num_classes = widths_.back();
+  const int32_t classes = num_classes();
   for (int64_t i = 0; i < n; ++i) {
-    if (labels[i] < 0 || labels[i] >= num_classes) {
+    if (labels[i] < 0 || labels[i] >= classes) {
       return absl::InvalidArgumentError(
           absl::StrCat("label ", labels[i], " of sample ", i,
-                       " is out of range [0, ", num_classes, ")"));
+                       " is out of range [0, ", classes, ")"));
     }
   }
   return absl::OkStatus();
@@ -99,34 +162,49 @@ absl::Status Model::CheckLabels(const int32_t* labels, int64_t n) const {
 
 void Model::Reserve(int batch, bool backward) {
   if (batch > forward_rows_) {
-    input_ = backend_->Allocate(int64_t{batch} * widths_[0]);
-    for (int l = 0; l < num_layers(); ++l) {
-      activations_[l] = backend_->Allocate(int64_t{batch} * widths_[l + 1]);
-    }
+    input_ = backend_->Allocate(batch * input_dim());
     forward_rows_ = batch;
   }
+  for (const auto& layer : layers_) layer->Reserve(batch, backward);
   if (backward && batch > backward_rows_) {
-    for (int l = 0; l < num_layers(); ++l) {
-      deltas_[l] = backend_->Allocate(int64_t{batch} * widths_[l + 1]);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      deltas_[l] = backend_->Allocate(batch * layers_[l]->output_size());
     }
     backward_rows_ = batch;
   }
 }
 
 void Model::Forward(const float* features, int batch) {
-  backend_->CopyToDevice(features, int64_t{batch} * widths_[0], input_.data());
+  backend_->CopyToDevice(features, batch * input_dim(), input_.data());
   const float* x = input_.data();
-  for (int l = 0; l < num_layers(); ++l) {
-    const int in = widths_[l];
-    const int out = widths_[l + 1];
-    float* y = activations_[l].data();
-    backend_->Gemm(false, false, batch, out, in, 1.0f, x, params_[2 * l].data(),
-                   0.0f, y);
-    const Activation act =
-        l + 1 == num_layers() ? Activation::kIdentity : activation_;
-    backend_->BiasActivation(y, params_[2 * l + 1].data(), batch, out, act, y);
-    x = y;
+  for (const auto& layer : layers_) {
+    layer->Forward(x, batch);
+    x = layer->output();
   }
+}
+
+void Model::Backward(const int32_t* labels, int batch, float scale,
+                     std::vector<std::vector<float>>* grads, float* loss) {
+  const int last = static_cast<int>(layers_.size()) - 1;
+  *loss = backend_->SoftmaxCrossEntropy(layers_[last]->output(), labels, batch,
+                                        num_classes(), deltas_[last].data());
+  if (scale != 1.0f) {
+    backend_->Scale(deltas_[last].data(), int64_t{batch} * num_classes(),
+                    scale);
+  }
+  for (int l = last; l >= 0; --l) {
+    const float* x = l == 0 ? input_.data() : layers_[l - 1]->output();
+    float* grad_input = l == 0 ? nullptr : deltas_[l - 1].data();
+    layers_[l]->Backward(x, deltas_[l].data(), batch, grad_input);
+    // The copies of this layer's gradients overlap the layers below.
+    if (const int t = weight_tensor_[l]; t >= 0) {
+      for (int i : {t, t + 1}) {
+        backend_->CopyToHostAsync(grads_[i].data(), tensors_[i].num_elems(),
+                                  (*grads)[i].data());
+      }
+    }
+  }
+  backend_->Synchronize();
 }
 
 absl::StatusOr<float> Model::ComputeGradients(
@@ -139,38 +217,31 @@ absl::StatusOr<float> Model::ComputeGradients(
   if (absl::Status s = CheckLabels(labels, batch); !s.ok()) return s;
   Reserve(batch, /*backward=*/true);
   Forward(features, batch);
-
-  const int last = num_layers() - 1;
-  const float loss =
-      backend_->SoftmaxCrossEntropy(activations_[last].data(), labels, batch,
-                                    widths_.back(), deltas_[last].data());
-  for (int l = last; l >= 0; --l) {
-    const int in = widths_[l];
-    const int out = widths_[l + 1];
-    const float* x = l == 0 ? input_.data() : activations_[l - 1].data();
-    const float* delta = deltas_[l].data();
-    // dW = x^T * delta: [in x batch] * [batch x out].
-    backend_->Gemm(true, false, in, out, batch, 1.0f, x, delta, 0.0f,
-                   grads_[2 * l].data());
-    backend_->ColumnSums(delta, batch, out, grads_[2 * l + 1].data());
-    if (l > 0) {
-      // d x = delta * W^T: [batch x out] * [out x in], then through the
-      // previous layer's activation.
-      float* prev = deltas_[l - 1].data();
-      backend_->Gemm(false, true, batch, in, out, 1.0f, delta,
-                     params_[2 * l].data(), 0.0f, prev);
-      backend_->ActivationGrad(prev, activations_[l - 1].data(),
-                               int64_t{batch} * in, activation_, prev);
-    }
-  }
-
   grads->resize(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) {
     (*grads)[i].resize(tensors_[i].num_elems());
-    backend_->CopyToHost(grads_[i].data(), tensors_[i].num_elems(),
-                         (*grads)[i].data());
   }
-  return loss;
+
+  float loss = 0;
+  if (options_.precision != Precision::kFp16) {
+    Backward(labels, batch, 1.0f, grads, &loss);
+    return loss;
+  }
+  // fp16: the forward pass stands; only the backward pass depends on the
+  // scale, so an overflowed step redoes just that.
+  while (true) {
+    const float scale = loss_scaler_.scale();
+    Backward(labels, batch, scale, grads, &loss);
+    const float inverse = 1.0f / scale;
+    bool finite = true;
+    for (std::vector<float>& grad : *grads) {
+      for (float& g : grad) {
+        g *= inverse;
+        finite &= std::isfinite(g);
+      }
+    }
+    if (!loss_scaler_.Update(finite)) return loss;
+  }
 }
 
 absl::StatusOr<int64_t> Model::CountCorrect(const float* features,
@@ -181,16 +252,16 @@ absl::StatusOr<int64_t> Model::CountCorrect(const float* features,
   }
   if (absl::Status s = CheckLabels(labels, n); !s.ok()) return s;
   const int chunk = static_cast<int>(
-      std::min<int64_t>(n, std::max(kEvalChunk, forward_rows_)));
+      std::min<int64_t>(n, std::max(eval_chunk_, forward_rows_)));
   if (chunk == 0) return 0;
   Reserve(chunk, /*backward=*/false);
   predictions_.resize(chunk);
-  const int64_t dim = widths_[0];
+  const int64_t dim = input_dim();
   int64_t correct = 0;
   for (int64_t start = 0; start < n; start += chunk) {
     const int rows = static_cast<int>(std::min<int64_t>(chunk, n - start));
     Forward(features + start * dim, rows);
-    backend_->ArgmaxRows(activations_.back().data(), rows, widths_.back(),
+    backend_->ArgmaxRows(layers_.back()->output(), rows, num_classes(),
                          predictions_.data());
     for (int r = 0; r < rows; ++r) {
       correct += predictions_[r] == labels[start + r] ? 1 : 0;

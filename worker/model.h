@@ -1,5 +1,5 @@
-// Models trained by the workers: an MLP, or softmax regression (an MLP without
-// hidden layers), computing on a Backend.
+// Models trained by the workers: an MLP, softmax regression (an MLP without
+// hidden layers) or a CNN, computing on a Backend.
 #ifndef PS_WORKER_MODEL_H_
 #define PS_WORKER_MODEL_H_
 
@@ -12,22 +12,40 @@
 #include "common/model_layout.h"
 #include "ps/v1/job.pb.h"
 #include "worker/backend.h"
+#include "worker/layers.h"
+#include "worker/loss_scaler.h"
 
 namespace ps {
 
-// A fully connected network: layer i computes act(x * W_i + b_i) with the
-// spec's activation on hidden layers and none on the last layer, whose
-// outputs (logits) feed a softmax cross-entropy loss. Parameters, activations
-// and gradients live in backend memory; activation and gradient buffers are
-// allocated once and reused, growing when a larger batch arrives.
-// Parameters are zero until SetParameters is called.
+// How a model computes (the job's mixed_precision).
+struct ModelOptions {
+  // Format of the matrix products' inputs (default float32).
+  Precision precision = Precision::kFp32;
+  // kFp16 only: the first loss scale and the finite steps before it doubles
+  // (LossScaler).
+  float initial_loss_scale = 65536.0f;
+  int loss_scale_growth_interval = 2000;
+};
+
+// The options of a job's mixed_precision (defaults applied).
+ModelOptions ModelOptionsFromSpec(const v1::MixedPrecisionSpec& mixed);
+
+// A chain of layers ending in a softmax cross-entropy loss. An MLP's layer i
+// computes act(x * W_i + b_i) with the spec's activation on hidden layers
+// and none on the last layer, whose outputs are the logits. A CNN starts
+// with its conv layers, each followed by 2x2 max pooling, then the fully
+// connected ones. Parameters, activations and gradients live in backend
+// memory; activation and gradient buffers are allocated once and reused,
+// growing when a larger batch arrives. Parameters are zero until
+// SetParameters is called.
 // Not thread-safe: one thread (the trainer) owns a Model.
 class Model {
  public:
   // Creates the model of `spec` on `backend`, which must outlive the model.
   // Errors: INVALID_ARGUMENT for an invalid spec (from ModelTensors).
   static absl::StatusOr<std::unique_ptr<Model>> Create(
-      const v1::ModelSpec& spec, Backend* backend);
+      const v1::ModelSpec& spec, Backend* backend,
+      const ModelOptions& options = {});
 
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -43,7 +61,9 @@ class Model {
   // [batch x input_dim] and `labels` holds batch labels in [0, num_classes),
   // both in host memory. Writes the gradient of the mean cross-entropy loss
   // over the batch into `grads` (resized to match tensors()) and returns that
-  // mean loss.
+  // mean loss. With fp16, gradients are computed under loss scaling and
+  // returned unscaled; a step that overflows is recomputed at a smaller
+  // scale.
   // Errors: INVALID_ARGUMENT for batch < 1 or a label out of range.
   absl::StatusOr<float> ComputeGradients(
       const float* features, const int32_t* labels, int batch,
@@ -56,32 +76,51 @@ class Model {
   absl::StatusOr<int64_t> CountCorrect(const float* features,
                                        const int32_t* labels, int64_t n);
 
+  // The current fp16 loss scale (1 without fp16).
+  float loss_scale() const;
+  // Gradient computations that overflowed and were redone (fp16 only).
+  int64_t overflowed_steps() const { return loss_scaler_.overflows(); }
+
  private:
   Model(Backend* backend, std::vector<TensorSpec> tensors,
-        std::vector<int> widths, Activation activation);
+        const ModelOptions& options);
 
-  int num_layers() const { return static_cast<int>(widths_.size()) - 1; }
+  // Adds the layers of `spec`; tensors_ and params_ must be set.
+  void BuildLayers(const v1::ModelSpec& spec,
+                   const std::vector<ConvGeometry>& convs);
+  LayerParams ParamsOf(int weight_tensor);
+  int64_t input_dim() const { return layers_.front()->input_size(); }
+  int num_classes() const {
+    return static_cast<int>(layers_.back()->output_size());
+  }
   // Checks labels[0, n) are in [0, num_classes).
   absl::Status CheckLabels(const int32_t* labels, int64_t n) const;
-  // Grows the forward buffers (and the backward ones when `backward`) to hold
-  // at least `batch` rows.
+  // Grows the buffers to hold at least `batch` rows (and the backward ones
+  // when `backward`).
   void Reserve(int batch, bool backward);
   // Copies `batch` rows of host features in and runs the layers; the logits
-  // end in activations_.back().
+  // end in layers_.back()->output().
   void Forward(const float* features, int batch);
+  // Backpropagates from the loss gradient, scaled by `scale`, and starts
+  // copying the parameter gradients into `grads`.
+  void Backward(const int32_t* labels, int batch, float scale,
+                std::vector<std::vector<float>>* grads, float* loss);
 
   Backend* const backend_;
   const std::vector<TensorSpec> tensors_;
-  const std::vector<int> widths_;  // input_dim, hidden..., num_classes.
-  const Activation activation_;    // Of the hidden layers.
+  const ModelOptions options_;
+  LossScaler loss_scaler_;
 
-  std::vector<DeviceBuffer> params_;       // One per tensor.
-  std::vector<DeviceBuffer> grads_;        // One per tensor.
-  int forward_rows_ = 0;                   // Rows the forward buffers hold.
-  int backward_rows_ = 0;                  // Rows the delta buffers hold.
-  DeviceBuffer input_;                     // [rows x widths_[0]].
-  std::vector<DeviceBuffer> activations_;  // Layer i: [rows x widths_[i+1]].
-  std::vector<DeviceBuffer> deltas_;  // d loss / d pre-activation, per layer.
+  std::vector<DeviceBuffer> params_;  // One per tensor.
+  std::vector<DeviceBuffer> grads_;   // One per tensor.
+  std::vector<std::unique_ptr<Layer>> layers_;
+  // Per layer: the index of its weight tensor (its bias follows), or -1.
+  std::vector<int> weight_tensor_;
+  int eval_chunk_ = 1024;            // Samples per forward pass in CountCorrect.
+  int forward_rows_ = 0;             // Rows the forward buffers hold.
+  int backward_rows_ = 0;            // Rows the delta buffers hold.
+  DeviceBuffer input_;               // [rows x input_dim].
+  std::vector<DeviceBuffer> deltas_;  // d loss / d output, per layer.
   std::vector<int32_t> predictions_;  // Host scratch for CountCorrect.
 };
 

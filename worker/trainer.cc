@@ -131,8 +131,11 @@ absl::Status Trainer::UploadModel(int64_t clock, float accuracy) {
 
 absl::StatusOr<float> Trainer::Evaluate(int64_t clock) {
   if (auto s = client_->Pull(clock, &params_); !s.ok()) return s;
-  if (auto s = model_->SetParameters(params_); !s.ok()) return s;
-  auto correct = model_->CountCorrect(test_.features.data(),
+  // Test accuracy is measured in float32 whatever the training precision,
+  // as `psctl eval` measures an exported model.
+  Model* model = eval_model_ != nullptr ? eval_model_.get() : model_.get();
+  if (auto s = model->SetParameters(params_); !s.ok()) return s;
+  auto correct = model->CountCorrect(test_.features.data(),
                                       test_.labels.data(), test_.num_samples);
   if (!correct.ok()) return correct.status();
   return static_cast<float>(*correct) / test_.num_samples;
@@ -164,9 +167,17 @@ absl::Status Trainer::Train() {
     }
     test_ = *std::move(test);
   }
-  auto model = Model::Create(spec.model(), backend_);
+  const ModelOptions model_options =
+      ModelOptionsFromSpec(spec.mixed_precision());
+  auto model = Model::Create(spec.model(), backend_, model_options);
   if (!model.ok()) return model.status();
   model_ = *std::move(model);
+  eval_model_.reset();
+  if (model_options.precision != Precision::kFp32) {
+    auto eval_model = Model::Create(spec.model(), backend_);
+    if (!eval_model.ok()) return eval_model.status();
+    eval_model_ = *std::move(eval_model);
+  }
   auto client = ParameterClient::Create(assignment_, model_->tensors(),
                                         options_.parameter_client, &stop_);
   if (!client.ok()) return client.status();
@@ -210,7 +221,7 @@ absl::Status Trainer::Train() {
   int64_t interval_steps = 0;
   absl::Time interval_start = absl::Now();
   int64_t clock = *resume;
-  int64_t pulls_made = 0, pulls_saved = 0;
+  int64_t pulls_made = 0, pulls_saved = 0, overflowed_steps = 0;
   for (int epoch = clock / steps; epoch < spec.epochs(); ++epoch) {
     const std::vector<int64_t> order =
         partition->EpochOrder(spec.seed(), epoch, worker);
@@ -240,6 +251,10 @@ absl::Status Trainer::Train() {
       metrics_->compute_seconds.Observe(absl::ToDoubleSeconds(t2 - t1));
       metrics_->push_seconds.Observe(absl::ToDoubleSeconds(t3 - t2));
       metrics_->steps.Increment();
+      metrics_->loss_scale.Set(model_->loss_scale());
+      metrics_->overflowed_steps.Increment(model_->overflowed_steps() -
+                                           overflowed_steps);
+      overflowed_steps = model_->overflowed_steps();
       metrics_->pulls_made.Increment(client_->pulls_made() - pulls_made);
       metrics_->pulls_saved.Increment(client_->pulls_saved() - pulls_saved);
       pulls_made = client_->pulls_made();

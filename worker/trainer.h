@@ -90,6 +90,8 @@ class Trainer {
   std::atomic<bool> stop_{false};
 
   std::unique_ptr<Model> model_;
+  // A float32 copy of the model for evaluation when training in fp16/bf16.
+  std::unique_ptr<Model> eval_model_;
   std::unique_ptr<ParameterClient> client_;
   std::ofstream ack_log_;
   Dataset test_;

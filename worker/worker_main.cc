@@ -6,7 +6,7 @@
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/signals.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/device.h"
 #include "worker/worker_node.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");
@@ -15,7 +15,7 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0",
 ABSL_FLAG(std::string, device, "auto",
           "compute device: auto (GPU if present), cpu or gpu");
 ABSL_FLAG(int, compute_threads, 1,
-          "OpenBLAS threads of the CPU backend (0: default)");
+          "OpenBLAS threads of the CPU backend (0: OpenBLAS's default)");
 ABSL_FLAG(double, slowdown, 1.0,
           "experiments: make this worker this many times slower (straggler)");
 ABSL_FLAG(std::string, ack_log, "",
@@ -48,18 +48,14 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   ps::BlockTerminationSignals();
 
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device == "gpu") {
-    PS_LOG_ERROR("ps-worker: --device=gpu: this build has no CUDA backend yet");
+  absl::StatusOr<std::unique_ptr<ps::Backend>> backend =
+      ps::CreateBackend(absl::GetFlag(FLAGS_device),
+                        absl::GetFlag(FLAGS_compute_threads));
+  if (!backend.ok()) {
+    PS_LOG_ERROR("ps-worker: --device: ", backend.status().message());
     return 1;
   }
-  if (device != "auto" && device != "cpu") {
-    PS_LOG_ERROR("ps-worker: --device must be auto, cpu or gpu, not \"", device,
-                 "\"");
-    return 1;
-  }
-  ps::CpuBackendOptions backend_options;
-  backend_options.num_threads = absl::GetFlag(FLAGS_compute_threads);
+  PS_LOG_INFO("ps-worker: computing on ", (*backend)->name());
 
   ps::WorkerNodeOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -83,7 +79,7 @@ int main(int argc, char** argv) {
   }
   options.metrics_address = ps::MetricsAddress(
       absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port));
-  ps::WorkerNode worker(options, ps::CpuBackend::Create(backend_options));
+  ps::WorkerNode worker(options, *std::move(backend));
   return ps::RunUntilSignalled("ps-worker", worker,
                                absl::GetFlag(FLAGS_port_file));
 }

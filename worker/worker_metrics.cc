@@ -59,6 +59,18 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
       compute_seconds(Latency(registry, "ps_worker_compute_seconds",
                               "Forward and backward pass of one batch.")),
       pulls_made(PullCounter(registry).Add({{"source", "server"}})),
-      pulls_saved(PullCounter(registry).Add({{"source", "cache"}})) {}
+      pulls_saved(PullCounter(registry).Add({{"source", "cache"}})),
+      loss_scale(prometheus::BuildGauge()
+                     .Name("ps_worker_loss_scale")
+                     .Help("fp16 mixed precision's loss scale (1 otherwise).")
+                     .Register(registry)
+                     .Add({})),
+      overflowed_steps(
+          prometheus::BuildCounter()
+              .Name("ps_worker_overflowed_steps_total")
+              .Help("fp16 gradient computations that overflowed and were "
+                    "redone at a halved loss scale.")
+              .Register(registry)
+              .Add({})) {}
 
 }  // namespace ps

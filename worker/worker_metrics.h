@@ -23,6 +23,8 @@ struct WorkerMetrics {
   prometheus::Histogram& compute_seconds;  // Forward + backward of one batch.
   prometheus::Counter& pulls_made;         // Pulls sent to the servers.
   prometheus::Counter& pulls_saved;        // Pulls served by the SSP cache.
+  prometheus::Gauge& loss_scale;           // fp16 loss scale (1 otherwise).
+  prometheus::Counter& overflowed_steps;   // fp16 steps redone on overflow.
 };
 
 }  // namespace ps

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "common/logging.h"
+#include "worker/reduced_precision.h"
 
 namespace ps {
 namespace {
@@ -35,6 +37,13 @@ void BiasActivationRow(const float* x, const float* __restrict bias, int n,
       }
       return;
   }
+}
+
+// The n values at x rounded to `precision`.
+std::vector<float> RoundedCopy(const float* x, int64_t n, Precision precision) {
+  std::vector<float> rounded(x, x + n);
+  for (float& v : rounded) v = RoundToPrecision(v, precision);
+  return rounded;
 }
 
 }  // namespace
@@ -67,7 +76,7 @@ void CpuBackend::CopyToHost(const float* device, int64_t n, float* host) {
 
 void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
                       float alpha, const float* a, const float* b, float beta,
-                      float* c) {
+                      float* c, Precision precision) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     // OpenBLAS handles k == 0, but make "C = beta * C" explicit (beta == 0
@@ -76,6 +85,14 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
       c[i] = beta == 0.0f ? 0.0f : beta * c[i];
     }
     return;
+  }
+  std::vector<float> rounded_a;
+  std::vector<float> rounded_b;
+  if (precision != Precision::kFp32) {
+    rounded_a = RoundedCopy(a, int64_t{m} * k, precision);
+    rounded_b = RoundedCopy(b, int64_t{k} * n, precision);
+    a = rounded_a.data();
+    b = rounded_b.data();
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
@@ -159,6 +176,111 @@ void CpuBackend::ArgmaxRows(const float* x, int rows, int cols,
       if (row[c] > row[best]) best = c;
     }
     host_out[r] = best;
+  }
+}
+
+void CpuBackend::Scale(float* x, int64_t n, float alpha) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+void CpuBackend::Im2Col(const float* x, int batch, int height, int width,
+                        int channels, int kernel, float* cols) {
+  const int pad = kernel / 2;
+  const int64_t patch = int64_t{kernel} * kernel * channels;
+  const size_t pixel_bytes = sizeof(float) * channels;
+  float* row = cols;
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* image = x + b * height * width * channels;
+    for (int oh = 0; oh < height; ++oh) {
+      for (int ow = 0; ow < width; ++ow, row += patch) {
+        float* out = row;
+        for (int kh = 0; kh < kernel; ++kh) {
+          const int ih = oh + kh - pad;
+          for (int kw = 0; kw < kernel; ++kw, out += channels) {
+            const int iw = ow + kw - pad;
+            if (ih < 0 || ih >= height || iw < 0 || iw >= width) {
+              std::memset(out, 0, pixel_bytes);
+            } else {
+              std::memcpy(out, image + (int64_t{ih} * width + iw) * channels,
+                          pixel_bytes);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::Col2Im(const float* cols, int batch, int height, int width,
+                        int channels, int kernel, float* x) {
+  const int pad = kernel / 2;
+  const int64_t patch = int64_t{kernel} * kernel * channels;
+  std::fill(x, x + int64_t{batch} * height * width * channels, 0.0f);
+  const float* row = cols;
+  for (int64_t b = 0; b < batch; ++b) {
+    float* image = x + b * height * width * channels;
+    for (int oh = 0; oh < height; ++oh) {
+      for (int ow = 0; ow < width; ++ow, row += patch) {
+        const float* in = row;
+        for (int kh = 0; kh < kernel; ++kh) {
+          const int ih = oh + kh - pad;
+          for (int kw = 0; kw < kernel; ++kw, in += channels) {
+            const int iw = ow + kw - pad;
+            if (ih < 0 || ih >= height || iw < 0 || iw >= width) continue;
+            float* out = image + (int64_t{ih} * width + iw) * channels;
+            for (int c = 0; c < channels; ++c) out[c] += in[c];
+          }
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::MaxPool2x2(const float* x, int batch, int height, int width,
+                            int channels, float* y) {
+  const int out_h = height / 2;
+  const int out_w = width / 2;
+  const int64_t row_stride = int64_t{width} * channels;
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* image = x + b * height * row_stride;
+    for (int oh = 0; oh < out_h; ++oh) {
+      for (int ow = 0; ow < out_w; ++ow, y += channels) {
+        const float* top = image + 2 * oh * row_stride + 2 * ow * channels;
+        const float* bottom = top + row_stride;
+        for (int c = 0; c < channels; ++c) {
+          y[c] = std::max(std::max(top[c], top[channels + c]),
+                          std::max(bottom[c], bottom[channels + c]));
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::MaxPool2x2Grad(const float* x, const float* y,
+                                const float* grad_y, int batch, int height,
+                                int width, int channels, float* grad_x) {
+  const int out_h = height / 2;
+  const int out_w = width / 2;
+  const int64_t row_stride = int64_t{width} * channels;
+  std::fill(grad_x, grad_x + batch * height * row_stride, 0.0f);
+  // The window's elements in row-major order: the first equal to the
+  // maximum gets the gradient.
+  const int64_t offsets[4] = {0, channels, row_stride, row_stride + channels};
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t image = b * height * row_stride;
+    for (int oh = 0; oh < out_h; ++oh) {
+      for (int ow = 0; ow < out_w; ++ow, y += channels, grad_y += channels) {
+        const int64_t corner = image + 2 * oh * row_stride + 2 * ow * channels;
+        for (int c = 0; c < channels; ++c) {
+          for (int64_t offset : offsets) {
+            if (x[corner + offset + c] == y[c]) {
+              grad_x[corner + offset + c] = grad_y[c];
+              break;
+            }
+          }
+        }
+      }
+    }
   }
 }
 

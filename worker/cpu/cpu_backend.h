@@ -18,7 +18,8 @@ struct CpuBackendOptions {
 };
 
 // A Backend whose device memory is 64-byte aligned host memory. GEMM calls
-// OpenBLAS cblas_sgemm; the other kernels are loops the compiler vectorises.
+// OpenBLAS cblas_sgemm (for fp16 and bf16, on copies of the inputs rounded
+// to that format); the other kernels are loops the compiler vectorises.
 // Every call completes before it returns, so Synchronize() does nothing.
 // Thread-safety: the object holds no mutable state, so its methods may be
 // called from several threads at once (on disjoint outputs).
@@ -32,8 +33,13 @@ class CpuBackend : public Backend {
   DeviceBuffer Allocate(int64_t n) override;
   void CopyToDevice(const float* host, int64_t n, float* device) override;
   void CopyToHost(const float* device, int64_t n, float* host) override;
+  void CopyToHostAsync(const float* device, int64_t n, float* host) override {
+    CopyToHost(device, n, host);
+  }
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-            const float* a, const float* b, float beta, float* c) override;
+            const float* a, const float* b, float beta, float* c,
+            Precision precision) override;
+  void Scale(float* x, int64_t n, float alpha) override;
   void BiasActivation(const float* x, const float* bias, int rows, int cols,
                       Activation act, float* y) override;
   void ActivationGrad(const float* grad_out, const float* out, int64_t n,
@@ -43,6 +49,15 @@ class CpuBackend : public Backend {
   void ColumnSums(const float* x, int rows, int cols, float* out) override;
   void ArgmaxRows(const float* x, int rows, int cols,
                   int32_t* host_out) override;
+  void Im2Col(const float* x, int batch, int height, int width, int channels,
+              int kernel, float* cols) override;
+  void Col2Im(const float* cols, int batch, int height, int width,
+              int channels, int kernel, float* x) override;
+  void MaxPool2x2(const float* x, int batch, int height, int width,
+                  int channels, float* y) override;
+  void MaxPool2x2Grad(const float* x, const float* y, const float* grad_y,
+                      int batch, int height, int width, int channels,
+                      float* grad_x) override;
   void Synchronize() override {}
 
  protected:

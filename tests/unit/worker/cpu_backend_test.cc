@@ -121,7 +121,7 @@ TEST_P(BackendTest, GemmMatchesNaiveForAllTransposes) {
           }
           DeviceBuffer da = ToDevice(a), db = ToDevice(b), dc = ToDevice(c);
           backend_->Gemm(ta, tb, m, n, k, 0.75f, da.data(), db.data(), beta,
-                         dc.data());
+                         dc.data(), Precision::kFp32);
           EXPECT_THAT(ToHost(dc), Pointwise(FloatNear(1e-5f), expected));
         }
       }
@@ -134,14 +134,14 @@ TEST_P(BackendTest, GemmHandComputed) {
   DeviceBuffer a = ToDevice({1, 2, 3, 4}), b = ToDevice({5, 6, 7, 8});
   DeviceBuffer c = backend_->Allocate(4);
   backend_->Gemm(false, false, 2, 2, 2, 1.0f, a.data(), b.data(), 0.0f,
-                 c.data());
+                 c.data(), Precision::kFp32);
   EXPECT_THAT(ToHost(c), ElementsAre(19, 22, 43, 50));
   backend_->Gemm(true, false, 2, 2, 2, 1.0f, a.data(), b.data(), 0.0f,
-                 c.data());
+                 c.data(), Precision::kFp32);
   EXPECT_THAT(ToHost(c), ElementsAre(26, 30, 38, 44));
   // Accumulate: C = 2 * A B^T + 1 * C; A B^T = [17 23; 39 53].
   backend_->Gemm(false, true, 2, 2, 2, 2.0f, a.data(), b.data(), 1.0f,
-                 c.data());
+                 c.data(), Precision::kFp32);
   EXPECT_THAT(ToHost(c), ElementsAre(26 + 34, 30 + 46, 38 + 78, 44 + 106));
 }
 
