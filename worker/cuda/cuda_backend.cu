@@ -697,7 +697,10 @@ void CudaBackend::MaxPool2x2Grad(const float* x, const float* y,
 
 }  // namespace
 
-int CudaDeviceCountImpl() {
+}  // namespace ps
+
+// The plugin's entry points, looked up by cuda_backend_factory.cc.
+extern "C" __attribute__((visibility("default"))) int PsCudaDeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();  // Clear the sticky "no driver" error.
@@ -706,10 +709,15 @@ int CudaDeviceCountImpl() {
   return count;
 }
 
-std::unique_ptr<Backend> NewCudaBackend(int device, std::string* error) {
-  auto backend = std::make_unique<CudaBackend>(device);
-  if (!backend->Init(error)) return nullptr;
-  return backend;
+// Returns a new backend on `device`, or nullptr with the reason in `error`
+// (NUL-terminated, at most error_size bytes).
+extern "C" __attribute__((visibility("default"))) ps::Backend*
+PsNewCudaBackend(int device, char* error, size_t error_size) {
+  auto backend = std::make_unique<ps::CudaBackend>(device);
+  std::string reason;
+  if (!backend->Init(&reason)) {
+    std::snprintf(error, error_size, "%s", reason.c_str());
+    return nullptr;
+  }
+  return backend.release();
 }
-
-}  // namespace ps

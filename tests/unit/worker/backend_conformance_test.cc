@@ -15,6 +15,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/backend.h"
+#include "worker/cuda/cuda_backend.h"
+#include "worker/reduced_precision.h"
 
 namespace ps {
 namespace {
@@ -23,8 +25,14 @@ using ::testing::ElementsAre;
 using ::testing::FloatNear;
 using ::testing::Pointwise;
 
-// A named way to make a backend. The suite only uses the Backend interface,
-// so another implementation (CUDA) can be instantiated with it later.
+// The backend conformance suite: every Backend implementation must pass it.
+// Tolerances: 1e-6 for element-wise kernels on values of order 1 (a few
+// float32 ulps); 1e-5 for GEMMs of up to 130 products of values in [-1, 1]
+// (float32 accumulation in an implementation-defined order; 1e-6 * k for
+// longer sums); exact equality
+// for copies, im2col and pooling, which only move values.
+
+// A named way to make a backend (nullptr: unavailable here).
 struct BackendFactory {
   std::string name;
   std::function<std::unique_ptr<Backend>()> make;
@@ -35,7 +43,13 @@ void PrintTo(const BackendFactory& factory, std::ostream* os) {
 
 class BackendTest : public ::testing::TestWithParam<BackendFactory> {
  protected:
-  void SetUp() override { backend_ = GetParam().make(); }
+  void SetUp() override {
+    backend_ = GetParam().make();
+    if (backend_ == nullptr) {
+      GTEST_SKIP() << GetParam().name << " backend unavailable: "
+                   << CreateCudaBackend({}).status().message();
+    }
+  }
 
   DeviceBuffer ToDevice(const std::vector<float>& host) {
     DeviceBuffer buffer = backend_->Allocate(host.size());
@@ -315,11 +329,247 @@ TEST_P(BackendTest, ArgmaxRows) {
   EXPECT_THAT(out, ElementsAre(1, 1, 0, 2));
 }
 
+TEST_P(BackendTest, ReducedPrecisionGemmMatchesRoundedReference) {
+  // Products of fp16 (11-bit) or bf16 (8-bit) significands are exact in
+  // float32, so the result is the float32 product of the rounded inputs up to
+  // accumulation order: k float32 additions of sums of order sqrt(k), so a
+  // tolerance of 1e-6 * k (at least 1e-5).
+  std::mt19937 rng(9);
+  const std::vector<std::tuple<int, int, int>> shapes = {
+      {7, 13, 5}, {1, 1, 1}, {13, 1, 7}, {67, 129, 33}, {33, 65, 130}};
+  for (Precision precision : {Precision::kFp16, Precision::kBf16}) {
+    for (const auto& [m, n, k] : shapes) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          SCOPED_TRACE(::testing::Message()
+                       << PrecisionName(precision) << " m=" << m << " n=" << n
+                       << " k=" << k << " ta=" << ta << " tb=" << tb);
+          const std::vector<float> a = RandomVector(m * k, &rng);
+          const std::vector<float> b = RandomVector(k * n, &rng);
+          const std::vector<float> c = RandomVector(m * n, &rng);
+          std::vector<float> ra = a, rb = b;
+          for (float& v : ra) v = RoundToPrecision(v, precision);
+          for (float& v : rb) v = RoundToPrecision(v, precision);
+          const std::vector<float> expected =
+              NaiveGemm(ta, tb, m, n, k, 1.5f, ra, rb, 0.5f, c);
+          DeviceBuffer da = ToDevice(a), db = ToDevice(b), dc = ToDevice(c);
+          backend_->Gemm(ta, tb, m, n, k, 1.5f, da.data(), db.data(), 0.5f,
+                         dc.data(), precision);
+          EXPECT_THAT(ToHost(dc), Pointwise(FloatNear(1e-6f * std::max(k, 10)),
+                                            expected));
+        }
+      }
+    }
+  }
+}
+
+TEST_P(BackendTest, ReducedPrecisionGemmRoundsItsInputs) {
+  // 1 + 2^-12 is a float32 but neither an fp16 (10-bit mantissa) nor a bf16
+  // (7-bit): both round it to 1. 70000 overflows fp16 (inf) and is 70144 in
+  // bf16 (steps of 512 there).
+  DeviceBuffer a = ToDevice({1.0f + 1.0f / 4096, 70000.0f});
+  DeviceBuffer b = ToDevice({1.0f});
+  DeviceBuffer c = backend_->Allocate(2);
+  backend_->Gemm(false, false, 2, 1, 1, 1.0f, a.data(), b.data(), 0.0f,
+                 c.data(), Precision::kFp32);
+  EXPECT_THAT(ToHost(c), ElementsAre(1.0f + 1.0f / 4096, 70000.0f));
+  backend_->Gemm(false, false, 2, 1, 1, 1.0f, a.data(), b.data(), 0.0f,
+                 c.data(), Precision::kBf16);
+  EXPECT_THAT(ToHost(c), ElementsAre(1.0f, 70144.0f));
+  backend_->Gemm(false, false, 2, 1, 1, 1.0f, a.data(), b.data(), 0.0f,
+                 c.data(), Precision::kFp16);
+  EXPECT_THAT(ToHost(c),
+              ElementsAre(1.0f, std::numeric_limits<float>::infinity()));
+}
+
+TEST_P(BackendTest, GemmWithEmptyInnerDimensionScalesC) {
+  DeviceBuffer c = ToDevice({std::nanf(""), 1.0f});
+  backend_->Gemm(false, false, 1, 2, 0, 1.0f, nullptr, nullptr, 0.0f, c.data(),
+                 Precision::kFp32);
+  EXPECT_THAT(ToHost(c), ElementsAre(0.0f, 0.0f));
+  DeviceBuffer d = ToDevice({2.0f, 3.0f});
+  backend_->Gemm(false, false, 1, 2, 0, 1.0f, nullptr, nullptr, 0.5f, d.data(),
+                 Precision::kFp32);
+  EXPECT_THAT(ToHost(d), ElementsAre(1.0f, 1.5f));
+}
+
+TEST_P(BackendTest, Scale) {
+  DeviceBuffer x = ToDevice({1.0f, -2.0f, 0.0f, 1e-30f});
+  backend_->Scale(x.data(), 4, 4.0f);
+  EXPECT_THAT(ToHost(x), ElementsAre(4.0f, -8.0f, 0.0f, 4e-30f));
+  backend_->Scale(x.data(), 0, 100.0f);  // n = 0 does nothing.
+  EXPECT_THAT(ToHost(x), ElementsAre(4.0f, -8.0f, 0.0f, 4e-30f));
+}
+
+TEST_P(BackendTest, LargeCopiesRoundTrip) {
+  // Larger than any staging buffer (4 MiB): copies go in several pieces.
+  std::mt19937 rng(3);
+  const std::vector<float> values = RandomVector(3'000'001, &rng);
+  EXPECT_EQ(ToHost(ToDevice(values)), values);
+}
+
+TEST_P(BackendTest, CopyToHostAsyncIsFinalAfterSynchronize) {
+  std::mt19937 rng(5);
+  const std::vector<int64_t> sizes = {1, 1000, 1'500'000, 7};
+  std::vector<std::vector<float>> values;
+  std::vector<DeviceBuffer> buffers;
+  for (int64_t n : sizes) {
+    values.push_back(RandomVector(n, &rng));
+    buffers.push_back(ToDevice(values.back()));
+  }
+  std::vector<std::vector<float>> hosts(sizes.size());
+  for (int round = 0; round < 2; ++round) {  // The staging is reused.
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      hosts[i].assign(sizes[i], -1.0f);
+      backend_->CopyToHostAsync(buffers[i].data(), sizes[i], hosts[i].data());
+      // Work issued after the copy does not change what it copies.
+      backend_->Scale(buffers[i].data(), sizes[i], 2.0f);
+    }
+    backend_->Synchronize();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      EXPECT_EQ(hosts[i], values[i]) << "round " << round << " buffer " << i;
+      for (float& v : values[i]) v *= 2.0f;
+    }
+  }
+}
+
+// Reference im2col (HWC, "same" padding, stride 1).
+std::vector<float> NaiveIm2Col(const std::vector<float>& x, int batch, int h,
+                               int w, int c, int k) {
+  std::vector<float> cols;
+  const int pad = k / 2;
+  for (int b = 0; b < batch; ++b) {
+    for (int oh = 0; oh < h; ++oh) {
+      for (int ow = 0; ow < w; ++ow) {
+        for (int kh = 0; kh < k; ++kh) {
+          for (int kw = 0; kw < k; ++kw) {
+            for (int ch = 0; ch < c; ++ch) {
+              const int ih = oh + kh - pad, iw = ow + kw - pad;
+              const bool inside = ih >= 0 && ih < h && iw >= 0 && iw < w;
+              cols.push_back(inside ? x[((b * h + ih) * w + iw) * c + ch] : 0);
+            }
+          }
+        }
+      }
+    }
+  }
+  return cols;
+}
+
+TEST_P(BackendTest, Im2ColHandComputed) {
+  // One 3x3 single-channel image, kernel 3: the centre pixel's window is the
+  // image; the top-left one has zeros above and to the left.
+  DeviceBuffer x = ToDevice({1, 2, 3, 4, 5, 6, 7, 8, 9});
+  DeviceBuffer cols = backend_->Allocate(9 * 9);
+  backend_->Im2Col(x.data(), 1, 3, 3, 1, 3, cols.data());
+  const std::vector<float> all = ToHost(cols);
+  EXPECT_THAT(std::vector<float>(all.begin(), all.begin() + 9),
+              ElementsAre(0, 0, 0, 0, 1, 2, 0, 4, 5));
+  EXPECT_THAT(std::vector<float>(all.begin() + 36, all.begin() + 45),
+              ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9));
+}
+
+TEST_P(BackendTest, Im2ColMatchesNaive) {
+  std::mt19937 rng(13);
+  for (const auto& [batch, h, w, c, k] :
+       std::vector<std::tuple<int, int, int, int, int>>{
+           {2, 5, 4, 3, 3}, {1, 7, 7, 1, 5}, {3, 4, 6, 2, 1}, {1, 2, 3, 5, 7}}) {
+    SCOPED_TRACE(::testing::Message() << "batch=" << batch << " h=" << h
+                                      << " w=" << w << " c=" << c
+                                      << " k=" << k);
+    const std::vector<float> x = RandomVector(batch * h * w * c, &rng);
+    const std::vector<float> expected = NaiveIm2Col(x, batch, h, w, c, k);
+    DeviceBuffer dx = ToDevice(x);
+    DeviceBuffer cols = backend_->Allocate(expected.size());
+    backend_->Im2Col(dx.data(), batch, h, w, c, k, cols.data());
+    EXPECT_EQ(ToHost(cols), expected);
+  }
+}
+
+TEST_P(BackendTest, Col2ImIsTheAdjointOfIm2Col) {
+  // <Im2Col(x), y> == <x, Col2Im(y)> for every x and y defines the adjoint.
+  std::mt19937 rng(17);
+  for (const auto& [batch, h, w, c, k] :
+       std::vector<std::tuple<int, int, int, int, int>>{
+           {2, 5, 4, 3, 3}, {1, 7, 7, 1, 5}, {3, 4, 6, 2, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "batch=" << batch << " h=" << h
+                                      << " w=" << w << " c=" << c
+                                      << " k=" << k);
+    const std::vector<float> x = RandomVector(batch * h * w * c, &rng);
+    const std::vector<float> y =
+        RandomVector(int64_t{batch} * h * w * k * k * c, &rng);
+    const std::vector<float> cols = NaiveIm2Col(x, batch, h, w, c, k);
+    DeviceBuffer dy = ToDevice(y), dx = ToDevice(x);  // dx is overwritten.
+    backend_->Col2Im(dy.data(), batch, h, w, c, k, dx.data());
+    const std::vector<float> back = ToHost(dx);
+    double lhs = 0, rhs = 0, scale = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      lhs += double{cols[i]} * y[i];
+      scale += std::abs(double{cols[i]} * y[i]);
+    }
+    for (size_t i = 0; i < x.size(); ++i) rhs += double{x[i]} * back[i];
+    EXPECT_NEAR(lhs, rhs, 1e-6 * scale);
+  }
+}
+
+TEST_P(BackendTest, MaxPoolHandComputed) {
+  // One 3x5 image with 2 channels (channel 1 = -channel 0): the last row
+  // and column are dropped, leaving a 1x2 output.
+  std::vector<float> x;
+  const std::vector<float> plane = {1, 5, 2, 0, 9,   //
+                                    3, 4, 8, 1, 9,   //
+                                    9, 9, 9, 9, 9};
+  for (float v : plane) {
+    x.push_back(v);
+    x.push_back(-v);
+  }
+  DeviceBuffer dx = ToDevice(x), y = backend_->Allocate(4);
+  backend_->MaxPool2x2(dx.data(), 1, 3, 5, 2, y.data());
+  EXPECT_THAT(ToHost(y), ElementsAre(5, -1, 8, 0));
+
+  // The gradient goes to each window's maximum; the dropped values get 0.
+  DeviceBuffer grad_y = ToDevice({10, 20, 30, 40}), grad_x = ToDevice(x);
+  backend_->MaxPool2x2Grad(dx.data(), y.data(), grad_y.data(), 1, 3, 5, 2,
+                           grad_x.data());
+  std::vector<float> expected(x.size(), 0.0f);
+  expected[2 * 1] = 10;           // 5 at (0, 1), channel 0.
+  expected[2 * 0 + 1] = 20;       // -1 at (0, 0), channel 1.
+  expected[2 * 7] = 30;           // 8 at (1, 2), channel 0.
+  expected[2 * 3 + 1] = 40;       // -0 at (0, 3), channel 1.
+  EXPECT_EQ(ToHost(grad_x), expected);
+}
+
+TEST_P(BackendTest, MaxPoolGradientGoesToTheFirstOfTiedMaxima) {
+  // A 2x2 window of equal values: only the first (top-left) gets it.
+  DeviceBuffer x = ToDevice({7, 7, 7, 7}), y = backend_->Allocate(1);
+  backend_->MaxPool2x2(x.data(), 1, 2, 2, 1, y.data());
+  DeviceBuffer grad_y = ToDevice({3}), grad_x = backend_->Allocate(4);
+  backend_->MaxPool2x2Grad(x.data(), y.data(), grad_y.data(), 1, 2, 2, 1,
+                           grad_x.data());
+  EXPECT_THAT(ToHost(grad_x), ElementsAre(3, 0, 0, 0));
+  // Bottom-right ties with bottom-left: bottom-left comes first.
+  DeviceBuffer x2 = ToDevice({1, 2, 5, 5});
+  backend_->MaxPool2x2(x2.data(), 1, 2, 2, 1, y.data());
+  backend_->MaxPool2x2Grad(x2.data(), y.data(), grad_y.data(), 1, 2, 2, 1,
+                           grad_x.data());
+  EXPECT_THAT(ToHost(grad_x), ElementsAre(0, 0, 3, 0));
+}
+
+// The CPU backend, and the CUDA backend where the build has it and a GPU is
+// present (otherwise its tests skip, saying why).
+std::vector<BackendFactory> Backends() {
+  return {
+      {"cpu", [] { return std::unique_ptr<Backend>(CpuBackend::Create({})); }},
+      {"cuda", []() -> std::unique_ptr<Backend> {
+         absl::StatusOr<std::unique_ptr<Backend>> backend =
+             CreateCudaBackend({});
+         if (!backend.ok()) return nullptr;
+         return *std::move(backend);
+       }}};
+}
+
 INSTANTIATE_TEST_SUITE_P(
-    Backends, BackendTest,
-    ::testing::Values(BackendFactory{
-        "cpu",
-        [] { return std::unique_ptr<Backend>(CpuBackend::Create({})); }}),
+    Backends, BackendTest, ::testing::ValuesIn(Backends()),
     [](const ::testing::TestParamInfo<BackendFactory>& info) {
       return info.param.name;
     });
