@@ -115,6 +115,27 @@ TEST_F(ClusterTest, BspTrainsFarAboveChance) {
   EXPECT_EQ(job.progress().total_clocks(), 2 * (2000 / 32));
 }
 
+TEST_F(ClusterTest, CnnTrainsWithFp16MixedPrecision) {
+  v1::JobSpec spec = SmallJob(v1::ConsistencySpec::BSP, 0);
+  v1::ModelSpec* model = spec.mutable_model();
+  model->set_kind(v1::ModelSpec::CNN);
+  model->clear_hidden_layers();
+  model->mutable_image()->set_height(28);
+  model->mutable_image()->set_width(28);
+  model->mutable_image()->set_channels(1);
+  for (int filters : {8, 16}) {
+    v1::ConvLayer* conv = model->add_conv_layers();
+    conv->set_filters(filters);
+    conv->set_kernel_size(3);
+  }
+  spec.mutable_mixed_precision()->set_compute(v1::FP16);
+  v1::JobStatus job = Run(spec);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.message();
+  EXPECT_EQ(job.spec().mixed_precision().initial_loss_scale(), 65536);
+  // As the MLP: far above chance (0.1) after 4000 samples and two epochs.
+  EXPECT_GT(job.progress().test_accuracy(), 0.6);
+}
+
 TEST_F(ClusterTest, SspAndAspTrainToo) {
   v1::JobStatus ssp = Run(SmallJob(v1::ConsistencySpec::SSP, 2));
   ASSERT_EQ(ssp.state(), v1::SUCCEEDED) << ssp.message();
