@@ -1,9 +1,9 @@
-// ps-backend-bench: GEMM throughput of the compute backends (docs/benchmarks.md,
-// "Worker compute"), for the matrix shapes of the Fashion-MNIST MLP and CNN
-// steps at batch 64, through Backend::Gemm against the library called
-// directly on the same shapes in the same run: OpenBLAS cblas_sgemm for the
-// CPU backend, cuBLAS (cublasSgemm / cublasGemmEx) for the CUDA backend when a
-// GPU is present. Counters: FLOP/s (2 m n k per GEMM).
+// ps-backend-bench: GEMM throughput of the compute backends
+// (docs/benchmarks.md, "Worker compute"), for the matrix shapes of the
+// Fashion-MNIST MLP and CNN steps at batch 64, through Backend::Gemm against
+// the library called directly on the same shapes in the same run: OpenBLAS
+// cblas_sgemm for the CPU backend, cuBLAS (cublasSgemm / cublasGemmEx) for the
+// CUDA backend when a GPU is present. Counters: FLOP/s (2 m n k per GEMM).
 //
 //   build/bench/ps-backend-bench [--benchmark_repetitions=5
 //                                 --benchmark_report_aggregates_only=true]
@@ -22,8 +22,6 @@
 
 namespace ps {
 namespace {
-
-
 
 // Forward and backward GEMMs of one batch-64 step.
 const std::vector<GemmShape>& Shapes() {
@@ -62,8 +60,8 @@ void BackendGemm(benchmark::State& state, Backend* backend, GemmShape s,
   backend->CopyToDevice(ha.data(), ha.size(), a.data());
   backend->CopyToDevice(hb.data(), hb.size(), b.data());
   for (auto _ : state) {
-    backend->Gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(),
-                  b.data(), 0.0f, c.data(), precision);
+    backend->Gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), b.data(),
+                  0.0f, c.data(), precision);
     backend->Synchronize();
   }
   SetFlops(state, s);
@@ -98,8 +96,7 @@ void Register() {
     benchmark::RegisterBenchmark((std::string("cpu/backend/") + s.name).c_str(),
                                  BackendGemm, cpu.get(), s, Precision::kFp32);
     if (cuda == nullptr) continue;
-    for (Precision p :
-         {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+    for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
       benchmark::RegisterBenchmark(
           (std::string("cuda/backend_") + PrecisionName(p) + "/" + s.name)
               .c_str(),

@@ -39,16 +39,15 @@ void RawGemm(benchmark::State& state, GemmShape s, cudaDataType_t type) {
   const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
   for (auto _ : state) {
-    Check(cublasGemmEx(handle, op_b, op_a, s.n, s.m, s.k, &alpha, b, type, ldb,
-                       a, type, lda, &beta, c, CUDA_R_32F, s.n,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) ==
-              CUBLAS_STATUS_SUCCESS,
-          "cublasGemmEx");
+    Check(
+        cublasGemmEx(handle, op_b, op_a, s.n, s.m, s.k, &alpha, b, type, ldb, a,
+                     type, lda, &beta, c, CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS,
+        "cublasGemmEx");
     cudaDeviceSynchronize();
   }
-  state.counters["FLOP/s"] =
-      benchmark::Counter(2.0 * s.m * s.n * s.k,
-                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] = benchmark::Counter(
+      2.0 * s.m * s.n * s.k, benchmark::Counter::kIsIterationInvariantRate);
   cudaFree(a);
   cudaFree(b);
   cudaFree(c);

@@ -32,10 +32,10 @@ absl::StatusOr<std::vector<ConvGeometry>> CnnConvLayers(
   }
   if (int64_t{image.height()} * image.width() * image.channels() !=
       model.input_dim()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.image: height * width * channels = ",
-        int64_t{image.height()} * image.width() * image.channels(),
-        " differs from model.input_dim ", model.input_dim()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.image: height * width * channels = ",
+                     int64_t{image.height()} * image.width() * image.channels(),
+                     " differs from model.input_dim ", model.input_dim()));
   }
   if (model.conv_layers_size() == 0) {
     return absl::InvalidArgumentError(

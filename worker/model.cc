@@ -99,8 +99,8 @@ void Model::BuildLayers(const v1::ModelSpec& spec,
                                                   precision, ParamsOf(tensor)));
     weight_tensor_.push_back(tensor);
     tensor += 2;
-    layers_.push_back(std::make_unique<MaxPoolLayer>(
-        backend_, conv.height, conv.width, conv.filters));
+    layers_.push_back(std::make_unique<MaxPoolLayer>(backend_, conv.height,
+                                                     conv.width, conv.filters));
     weight_tensor_.push_back(-1);
   }
   // The dense layers' weights are [in, out].

@@ -116,10 +116,10 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   // Per layer: the index of its weight tensor (its bias follows), or -1.
   std::vector<int> weight_tensor_;
-  int eval_chunk_ = 1024;            // Samples per forward pass in CountCorrect.
-  int forward_rows_ = 0;             // Rows the forward buffers hold.
-  int backward_rows_ = 0;            // Rows the delta buffers hold.
-  DeviceBuffer input_;               // [rows x input_dim].
+  int eval_chunk_ = 1024;  // Samples per forward pass in CountCorrect.
+  int forward_rows_ = 0;   // Rows the forward buffers hold.
+  int backward_rows_ = 0;  // Rows the delta buffers hold.
+  DeviceBuffer input_;     // [rows x input_dim].
   std::vector<DeviceBuffer> deltas_;  // d loss / d output, per layer.
   std::vector<int32_t> predictions_;  // Host scratch for CountCorrect.
 };

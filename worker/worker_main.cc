@@ -48,9 +48,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   ps::BlockTerminationSignals();
 
-  absl::StatusOr<std::unique_ptr<ps::Backend>> backend =
-      ps::CreateBackend(absl::GetFlag(FLAGS_device),
-                        absl::GetFlag(FLAGS_compute_threads));
+  absl::StatusOr<std::unique_ptr<ps::Backend>> backend = ps::CreateBackend(
+      absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads));
   if (!backend.ok()) {
     PS_LOG_ERROR("ps-worker: --device: ", backend.status().message());
     return 1;

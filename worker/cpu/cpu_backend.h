@@ -51,8 +51,8 @@ class CpuBackend : public Backend {
                   int32_t* host_out) override;
   void Im2Col(const float* x, int batch, int height, int width, int channels,
               int kernel, float* cols) override;
-  void Col2Im(const float* cols, int batch, int height, int width,
-              int channels, int kernel, float* x) override;
+  void Col2Im(const float* cols, int batch, int height, int width, int channels,
+              int kernel, float* x) override;
   void MaxPool2x2(const float* x, int batch, int height, int width,
                   int channels, float* y) override;
   void MaxPool2x2Grad(const float* x, const float* y, const float* grad_y,

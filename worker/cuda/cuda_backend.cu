@@ -33,14 +33,14 @@ namespace {
     }                                                                    \
   } while (0)
 
-#define PS_CUBLAS_CHECK(expr)                                               \
-  do {                                                                      \
-    const cublasStatus_t ps_cublas_status = (expr);                         \
-    if (ps_cublas_status != CUBLAS_STATUS_SUCCESS) {                        \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__,    \
-                   #expr, cublasGetStatusString(ps_cublas_status));         \
-      std::abort();                                                         \
-    }                                                                       \
+#define PS_CUBLAS_CHECK(expr)                                            \
+  do {                                                                   \
+    const cublasStatus_t ps_cublas_status = (expr);                      \
+    if (ps_cublas_status != CUBLAS_STATUS_SUCCESS) {                     \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, \
+                   #expr, cublasGetStatusString(ps_cublas_status));      \
+      std::abort();                                                      \
+    }                                                                    \
   } while (0)
 
 constexpr int kThreads = 256;
@@ -56,7 +56,7 @@ unsigned Blocks(int64_t n) {
 }
 
 // Grid-stride loop over [0, n).
-#define PS_FOR_EACH(i, n)                                             \
+#define PS_FOR_EACH(i, n)                                                   \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{blockDim.x} * gridDim.x)
 
@@ -77,7 +77,9 @@ __device__ float ApplyActivation(float x, Activation act) {
 __global__ void BiasActivationKernel(const float* x, const float* bias,
                                      int64_t rows, int cols, Activation act,
                                      float* y) {
-  PS_FOR_EACH(i, rows * cols) { y[i] = ApplyActivation(x[i] + bias[i % cols], act); }
+  PS_FOR_EACH(i, rows * cols) {
+    y[i] = ApplyActivation(x[i] + bias[i % cols], act);
+  }
 }
 
 __global__ void ActivationGradKernel(const float* grad_out, const float* out,
@@ -221,11 +223,11 @@ __global__ void MaxPoolKernel(const float* x, int batch, int height, int width,
     const int oh = static_cast<int>((i / (int64_t{channels} * out_w)) % out_h);
     const int64_t b = i / (int64_t{channels} * out_w * out_h);
     const int64_t row_stride = int64_t{width} * channels;
-    const float* top = x + (b * height + 2 * oh) * row_stride +
-                       int64_t{2} * ow * channels + c;
+    const float* top =
+        x + (b * height + 2 * oh) * row_stride + int64_t{2} * ow * channels + c;
     const float* bottom = top + row_stride;
-    y[i] = fmaxf(fmaxf(top[0], top[channels]),
-                 fmaxf(bottom[0], bottom[channels]));
+    y[i] =
+        fmaxf(fmaxf(top[0], top[channels]), fmaxf(bottom[0], bottom[channels]));
   }
 }
 
@@ -249,8 +251,8 @@ __global__ void MaxPoolGradKernel(const float* x, const float* y,
       const int64_t out = ((b * out_h + oh) * out_w + ow) * channels + c;
       const float max = y[out];
       const int64_t row_stride = int64_t{width} * channels;
-      const int64_t corner = (b * height + 2 * oh) * row_stride +
-                             int64_t{2} * ow * channels + c;
+      const int64_t corner =
+          (b * height + 2 * oh) * row_stride + int64_t{2} * ow * channels + c;
       const int64_t offsets[4] = {0, channels, row_stride,
                                   row_stride + channels};
       for (int64_t offset : offsets) {
@@ -313,8 +315,8 @@ class CudaBackend final : public Backend {
                   int32_t* host_out) override;
   void Im2Col(const float* x, int batch, int height, int width, int channels,
               int kernel, float* cols) override;
-  void Col2Im(const float* cols, int batch, int height, int width,
-              int channels, int kernel, float* x) override;
+  void Col2Im(const float* cols, int batch, int height, int width, int channels,
+              int kernel, float* x) override;
   void MaxPool2x2(const float* x, int batch, int height, int width,
                   int channels, float* y) override;
   void MaxPool2x2Grad(const float* x, const float* y, const float* grad_y,
@@ -374,8 +376,8 @@ bool CudaBackend::Init(std::string* error) {
   cudaDeviceProp prop;
   status = cudaGetDeviceProperties(&prop, device_);
   if (status != cudaSuccess) {
-    *error = std::string("cudaGetDeviceProperties: ") +
-             cudaGetErrorString(status);
+    *error =
+        std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(status);
     return false;
   }
   name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
@@ -457,8 +459,8 @@ void CudaBackend::CopyToDevice(const float* host, int64_t n, float* device) {
     PS_CUDA_CHECK(cudaEventSynchronize(staging_free_[s]));
     std::memcpy(staging_[s].get(), host + done, count * sizeof(float));
     PS_CUDA_CHECK(cudaMemcpyAsync(device + done, staging_[s].get(),
-                                  count * sizeof(float),
-                                  cudaMemcpyHostToDevice, stream_));
+                                  count * sizeof(float), cudaMemcpyHostToDevice,
+                                  stream_));
     PS_CUDA_CHECK(cudaEventRecord(staging_free_[s], stream_));
   }
 }
@@ -468,8 +470,8 @@ void CudaBackend::CopyToHost(const float* device, int64_t n, float* host) {
   for (int64_t done = 0; done < n; done += kStagingFloats) {
     const int64_t count = std::min(kStagingFloats, n - done);
     PS_CUDA_CHECK(cudaMemcpyAsync(staging_out_.get(), device + done,
-                                  count * sizeof(float),
-                                  cudaMemcpyDeviceToHost, stream_));
+                                  count * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream_));
     PS_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::memcpy(host + done, staging_out_.get(), count * sizeof(float));
   }
@@ -492,8 +494,7 @@ void* CudaBackend::AsyncPinned(int64_t n) {
   return p;
 }
 
-void CudaBackend::CopyToHostAsync(const float* device, int64_t n,
-                                  float* host) {
+void CudaBackend::CopyToHostAsync(const float* device, int64_t n, float* host) {
   if (n <= 0) return;
   Activate();
   void* pinned = AsyncPinned(n);
@@ -539,8 +540,8 @@ void CudaBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
   const int lda = trans_a ? m : k;
   const int ldb = trans_b ? k : n;
   if (precision == Precision::kFp32) {
-    PS_CUBLAS_CHECK(cublasSgemm(cublas_, op_b, op_a, n, m, k, &alpha, b, ldb,
-                                a, lda, &beta, c, n));
+    PS_CUBLAS_CHECK(cublasSgemm(cublas_, op_b, op_a, n, m, k, &alpha, b, ldb, a,
+                                lda, &beta, c, n));
     return;
   }
   const int64_t a_elems = int64_t{m} * k;
@@ -656,7 +657,8 @@ void CudaBackend::ArgmaxRows(const float* x, int rows, int cols,
 
 void CudaBackend::Im2Col(const float* x, int batch, int height, int width,
                          int channels, int kernel, float* cols) {
-  const int64_t n = int64_t{batch} * height * width * kernel * kernel * channels;
+  const int64_t n =
+      int64_t{batch} * height * width * kernel * kernel * channels;
   if (n <= 0) return;
   Activate();
   Im2ColKernel<<<Blocks(n), kThreads, 0, stream_>>>(x, batch, height, width,
@@ -711,8 +713,8 @@ extern "C" __attribute__((visibility("default"))) int PsCudaDeviceCount() {
 
 // Returns a new backend on `device`, or nullptr with the reason in `error`
 // (NUL-terminated, at most error_size bytes).
-extern "C" __attribute__((visibility("default"))) ps::Backend*
-PsNewCudaBackend(int device, char* error, size_t error_size) {
+extern "C" __attribute__((visibility("default"))) ps::Backend* PsNewCudaBackend(
+    int device, char* error, size_t error_size) {
   auto backend = std::make_unique<ps::CudaBackend>(device);
   std::string reason;
   if (!backend->Init(&reason)) {

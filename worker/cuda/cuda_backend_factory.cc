@@ -92,8 +92,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
   const int count = plugin.device_count();
   if (options.device < 0 || options.device >= count) {
     return absl::UnavailableError(
-        absl::StrCat("CUDA device ", options.device, " does not exist (",
-                     count, " usable device(s): is there a GPU and a driver?)"));
+        absl::StrCat("CUDA device ", options.device, " does not exist (", count,
+                     " usable device(s): is there a GPU and a driver?)"));
   }
   char error[512] = "";
   Backend* backend = plugin.create(options.device, error, sizeof(error));

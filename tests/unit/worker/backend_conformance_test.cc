@@ -1,5 +1,3 @@
-#include "worker/cpu/cpu_backend.h"
-
 #include <cblas.h>
 
 #include <cmath>
@@ -14,8 +12,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ps/v1/job.pb.h"
 #include "worker/backend.h"
+#include "worker/cpu/cpu_backend.h"
 #include "worker/cuda/cuda_backend.h"
+#include "worker/model.h"
 #include "worker/reduced_precision.h"
 
 namespace ps {
@@ -150,12 +151,12 @@ TEST_P(BackendTest, GemmHandComputed) {
   backend_->Gemm(false, false, 2, 2, 2, 1.0f, a.data(), b.data(), 0.0f,
                  c.data(), Precision::kFp32);
   EXPECT_THAT(ToHost(c), ElementsAre(19, 22, 43, 50));
-  backend_->Gemm(true, false, 2, 2, 2, 1.0f, a.data(), b.data(), 0.0f,
-                 c.data(), Precision::kFp32);
+  backend_->Gemm(true, false, 2, 2, 2, 1.0f, a.data(), b.data(), 0.0f, c.data(),
+                 Precision::kFp32);
   EXPECT_THAT(ToHost(c), ElementsAre(26, 30, 38, 44));
   // Accumulate: C = 2 * A B^T + 1 * C; A B^T = [17 23; 39 53].
-  backend_->Gemm(false, true, 2, 2, 2, 2.0f, a.data(), b.data(), 1.0f,
-                 c.data(), Precision::kFp32);
+  backend_->Gemm(false, true, 2, 2, 2, 2.0f, a.data(), b.data(), 1.0f, c.data(),
+                 Precision::kFp32);
   EXPECT_THAT(ToHost(c), ElementsAre(26 + 34, 30 + 46, 38 + 78, 44 + 106));
 }
 
@@ -355,8 +356,8 @@ TEST_P(BackendTest, ReducedPrecisionGemmMatchesRoundedReference) {
           DeviceBuffer da = ToDevice(a), db = ToDevice(b), dc = ToDevice(c);
           backend_->Gemm(ta, tb, m, n, k, 1.5f, da.data(), db.data(), 0.5f,
                          dc.data(), precision);
-          EXPECT_THAT(ToHost(dc), Pointwise(FloatNear(1e-6f * std::max(k, 10)),
-                                            expected));
+          EXPECT_THAT(ToHost(dc),
+                      Pointwise(FloatNear(1e-6f * std::max(k, 10)), expected));
         }
       }
     }
@@ -472,11 +473,13 @@ TEST_P(BackendTest, Im2ColHandComputed) {
 TEST_P(BackendTest, Im2ColMatchesNaive) {
   std::mt19937 rng(13);
   for (const auto& [batch, h, w, c, k] :
-       std::vector<std::tuple<int, int, int, int, int>>{
-           {2, 5, 4, 3, 3}, {1, 7, 7, 1, 5}, {3, 4, 6, 2, 1}, {1, 2, 3, 5, 7}}) {
-    SCOPED_TRACE(::testing::Message() << "batch=" << batch << " h=" << h
-                                      << " w=" << w << " c=" << c
-                                      << " k=" << k);
+       std::vector<std::tuple<int, int, int, int, int>>{{2, 5, 4, 3, 3},
+                                                        {1, 7, 7, 1, 5},
+                                                        {3, 4, 6, 2, 1},
+                                                        {1, 2, 3, 5, 7}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "batch=" << batch << " h=" << h << " w=" << w << " c=" << c
+                 << " k=" << k);
     const std::vector<float> x = RandomVector(batch * h * w * c, &rng);
     const std::vector<float> expected = NaiveIm2Col(x, batch, h, w, c, k);
     DeviceBuffer dx = ToDevice(x);
@@ -492,9 +495,9 @@ TEST_P(BackendTest, Col2ImIsTheAdjointOfIm2Col) {
   for (const auto& [batch, h, w, c, k] :
        std::vector<std::tuple<int, int, int, int, int>>{
            {2, 5, 4, 3, 3}, {1, 7, 7, 1, 5}, {3, 4, 6, 2, 1}}) {
-    SCOPED_TRACE(::testing::Message() << "batch=" << batch << " h=" << h
-                                      << " w=" << w << " c=" << c
-                                      << " k=" << k);
+    SCOPED_TRACE(::testing::Message()
+                 << "batch=" << batch << " h=" << h << " w=" << w << " c=" << c
+                 << " k=" << k);
     const std::vector<float> x = RandomVector(batch * h * w * c, &rng);
     const std::vector<float> y =
         RandomVector(int64_t{batch} * h * w * k * k * c, &rng);
@@ -516,8 +519,8 @@ TEST_P(BackendTest, MaxPoolHandComputed) {
   // One 3x5 image with 2 channels (channel 1 = -channel 0): the last row
   // and column are dropped, leaving a 1x2 output.
   std::vector<float> x;
-  const std::vector<float> plane = {1, 5, 2, 0, 9,   //
-                                    3, 4, 8, 1, 9,   //
+  const std::vector<float> plane = {1, 5, 2, 0, 9,  //
+                                    3, 4, 8, 1, 9,  //
                                     9, 9, 9, 9, 9};
   for (float v : plane) {
     x.push_back(v);
@@ -532,10 +535,10 @@ TEST_P(BackendTest, MaxPoolHandComputed) {
   backend_->MaxPool2x2Grad(dx.data(), y.data(), grad_y.data(), 1, 3, 5, 2,
                            grad_x.data());
   std::vector<float> expected(x.size(), 0.0f);
-  expected[2 * 1] = 10;           // 5 at (0, 1), channel 0.
-  expected[2 * 0 + 1] = 20;       // -1 at (0, 0), channel 1.
-  expected[2 * 7] = 30;           // 8 at (1, 2), channel 0.
-  expected[2 * 3 + 1] = 40;       // -0 at (0, 3), channel 1.
+  expected[2 * 1] = 10;      // 5 at (0, 1), channel 0.
+  expected[2 * 0 + 1] = 20;  // -1 at (0, 0), channel 1.
+  expected[2 * 7] = 30;      // 8 at (1, 2), channel 0.
+  expected[2 * 3 + 1] = 40;  // -0 at (0, 3), channel 1.
   EXPECT_EQ(ToHost(grad_x), expected);
 }
 
@@ -553,6 +556,93 @@ TEST_P(BackendTest, MaxPoolGradientGoesToTheFirstOfTiedMaxima) {
   backend_->MaxPool2x2Grad(x2.data(), y.data(), grad_y.data(), 1, 2, 2, 1,
                            grad_x.data());
   EXPECT_THAT(ToHost(grad_x), ElementsAre(0, 0, 3, 0));
+}
+
+// Returns a model spec for each kind: softmax regression, an MLP and a CNN.
+std::vector<std::pair<std::string, v1::ModelSpec>> ModelKinds() {
+  v1::ModelSpec softmax;
+  softmax.set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
+  softmax.set_input_dim(64);
+  softmax.set_num_classes(10);
+  v1::ModelSpec mlp = softmax;
+  mlp.set_kind(v1::ModelSpec::MLP);
+  mlp.add_hidden_layers(33);
+  mlp.add_hidden_layers(17);
+  mlp.set_activation(v1::TANH);
+  v1::ModelSpec cnn = softmax;
+  cnn.set_kind(v1::ModelSpec::CNN);
+  cnn.set_activation(v1::RELU);
+  cnn.mutable_image()->set_height(8);
+  cnn.mutable_image()->set_width(8);
+  cnn.mutable_image()->set_channels(1);
+  for (int filters : {5, 7}) {
+    v1::ConvLayer* conv = cnn.add_conv_layers();
+    conv->set_filters(filters);
+    conv->set_kernel_size(3);
+  }
+  cnn.add_hidden_layers(12);
+  return {{"softmax", softmax}, {"mlp", mlp}, {"cnn", cnn}};
+}
+
+// A whole training step (forward, loss, backward, gradients copied out) of
+// each model in each precision gives the CPU backend's loss and gradients.
+// On the CPU backend this compares it with itself; its own correctness is
+// checked against finite differences in model_test and cnn_model_test.
+// Tolerances, relative to the largest gradient: 1e-4 in fp32 (summation
+// order); 2e-3 in fp16 and 2e-2 in bf16, where a float32 difference in an
+// activation can round to a neighbouring fp16 / bf16 value in the next GEMM.
+TEST_P(BackendTest, ModelTrainingStepMatchesTheCpuBackend) {
+  std::unique_ptr<CpuBackend> cpu = CpuBackend::Create({});
+  std::mt19937 rng(23);
+  const int batch = 13;  // Not a multiple of 8.
+  const std::vector<float> features = RandomVector(batch * 64, &rng);
+  std::vector<int32_t> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = (i * 7) % 10;
+  for (const auto& [kind, spec] : ModelKinds()) {
+    for (const auto& [precision, tolerance] :
+         std::vector<std::pair<Precision, double>>{{Precision::kFp32, 1e-4},
+                                                   {Precision::kFp16, 2e-3},
+                                                   {Precision::kBf16, 2e-2}}) {
+      SCOPED_TRACE(kind + " " + PrecisionName(precision));
+      ModelOptions options;
+      options.precision = precision;
+      options.initial_loss_scale = 1024;
+      auto model = Model::Create(spec, backend_.get(), options);
+      auto reference = Model::Create(spec, cpu.get(), options);
+      ASSERT_TRUE(model.ok()) << model.status();
+      ASSERT_TRUE(reference.ok()) << reference.status();
+      std::vector<std::vector<float>> params;
+      for (const TensorSpec& t : (*model)->tensors()) {
+        params.push_back(RandomVector(t.num_elems(), &rng));
+        for (float& v : params.back()) v *= 0.5f;
+      }
+      ASSERT_TRUE((*model)->SetParameters(params).ok());
+      ASSERT_TRUE((*reference)->SetParameters(params).ok());
+      std::vector<std::vector<float>> grads, expected;
+      absl::StatusOr<float> loss = (*model)->ComputeGradients(
+          features.data(), labels.data(), batch, &grads);
+      absl::StatusOr<float> expected_loss =
+          (*reference)
+              ->ComputeGradients(features.data(), labels.data(), batch,
+                                 &expected);
+      ASSERT_TRUE(loss.ok() && expected_loss.ok());
+      EXPECT_NEAR(*loss, *expected_loss, tolerance * *expected_loss);
+      double max_grad = 0;
+      for (const auto& g : expected) {
+        for (float v : g) max_grad = std::max(max_grad, double{std::abs(v)});
+      }
+      ASSERT_EQ(grads.size(), expected.size());
+      for (size_t t = 0; t < grads.size(); ++t) {
+        EXPECT_THAT(grads[t],
+                    Pointwise(FloatNear(tolerance * max_grad), expected[t]))
+            << (*model)->tensors()[t].name;
+      }
+      // The same predictions on the batch.
+      EXPECT_EQ(
+          *(*model)->CountCorrect(features.data(), labels.data(), batch),
+          *(*reference)->CountCorrect(features.data(), labels.data(), batch));
+    }
+  }
 }
 
 // The CPU backend, and the CUDA backend where the build has it and a GPU is

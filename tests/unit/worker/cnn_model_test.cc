@@ -157,8 +157,7 @@ class CnnModelTest : public ::testing::Test {
 
 TEST_F(CnnModelTest, TensorsHaveConvThenDenseShapes) {
   // 28x28x1 -> conv 16 (3x3) -> 14x14x16 -> conv 32 (5x5) -> 7x7x32 = 1568.
-  const v1::ModelSpec spec =
-      CnnSpec(28, 28, 1, {{16, 3}, {32, 5}}, {128}, 10);
+  const v1::ModelSpec spec = CnnSpec(28, 28, 1, {{16, 3}, {32, 5}}, {128}, 10);
   absl::StatusOr<std::vector<TensorSpec>> tensors = ModelTensors(spec);
   ASSERT_TRUE(tensors.ok()) << tensors.status();
   std::vector<std::string> names;
@@ -195,8 +194,8 @@ TEST_F(CnnModelTest, InvalidSpecsNameTheField) {
   cases.push_back(
       {CnnSpec(6, 6, 1, {{0, 3}}, {}, 3), "model.conv_layers[0].filters"});
   // 6 -> 3 -> 1: a third layer has nothing left to pool.
-  cases.push_back(
-      {CnnSpec(6, 6, 1, {{2, 3}, {2, 3}, {2, 3}}, {}, 3), "model.conv_layers[2]"});
+  cases.push_back({CnnSpec(6, 6, 1, {{2, 3}, {2, 3}, {2, 3}}, {}, 3),
+                   "model.conv_layers[2]"});
   spec = CnnSpec(6, 6, 1, {{2, 3}}, {}, 3);
   spec.set_kind(v1::ModelSpec::MLP);
   cases.push_back({spec, "model.conv_layers"});
@@ -351,14 +350,14 @@ TEST_F(CnnModelTest, Fp16OverflowIsRecomputedAtASmallerScale) {
   ASSERT_TRUE((*fp32)->SetParameters(params).ok());
 
   std::vector<std::vector<float>> grads, expected;
-  ASSERT_TRUE((*model)
-                  ->ComputeGradients(features.data(), labels.data(), batch,
-                                     &grads)
-                  .ok());
-  ASSERT_TRUE((*fp32)
-                  ->ComputeGradients(features.data(), labels.data(), batch,
-                                     &expected)
-                  .ok());
+  ASSERT_TRUE(
+      (*model)
+          ->ComputeGradients(features.data(), labels.data(), batch, &grads)
+          .ok());
+  ASSERT_TRUE(
+      (*fp32)
+          ->ComputeGradients(features.data(), labels.data(), batch, &expected)
+          .ok());
   EXPECT_GT((*model)->overflowed_steps(), 0);
   EXPECT_LT((*model)->loss_scale(), LossScaler::kMaxScale);
   for (const auto& g : grads) {
@@ -396,10 +395,10 @@ TEST_F(CnnModelTest, SgdLearnsBrightQuadrants) {
   for (int step = 0; step < 200; ++step) {
     draw();
     ASSERT_TRUE((*model)->SetParameters(params).ok());
-    ASSERT_TRUE((*model)
-                    ->ComputeGradients(features.data(), labels.data(), batch,
-                                       &grads)
-                    .ok());
+    ASSERT_TRUE(
+        (*model)
+            ->ComputeGradients(features.data(), labels.data(), batch, &grads)
+            .ok());
     for (size_t t = 0; t < params.size(); ++t) {
       for (size_t i = 0; i < params[t].size(); ++i) {
         params[t][i] -= 0.5f * grads[t][i];

@@ -39,7 +39,7 @@ TEST(RoundToFp16Test, RangeEnds) {
 TEST(RoundToBf16Test, KeepsEightSignificantBitsAndFloatRange) {
   EXPECT_EQ(RoundToBf16(1.0f), 1.0f);
   EXPECT_EQ(RoundToBf16(1.0f + 1.0f / 128), 1.0f + 1.0f / 128);  // Exact.
-  EXPECT_EQ(RoundToBf16(1.0f + 1.0f / 256), 1.0f);  // Tie to even.
+  EXPECT_EQ(RoundToBf16(1.0f + 1.0f / 256), 1.0f);               // Tie to even.
   EXPECT_EQ(RoundToBf16(1.0f + 3.0f / 256), 1.0f + 1.0f / 64);
   EXPECT_EQ(RoundToBf16(70000.0f), 70144.0f);
   // Far beyond fp16's range: finite, within half a bf16 ulp (2^-8 relative).
