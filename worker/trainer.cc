@@ -135,8 +135,8 @@ absl::StatusOr<float> Trainer::Evaluate(int64_t clock) {
   // as `psctl eval` measures an exported model.
   Model* model = eval_model_ != nullptr ? eval_model_.get() : model_.get();
   if (auto s = model->SetParameters(params_); !s.ok()) return s;
-  auto correct = model->CountCorrect(test_.features.data(),
-                                      test_.labels.data(), test_.num_samples);
+  auto correct = model->CountCorrect(test_.features.data(), test_.labels.data(),
+                                     test_.num_samples);
   if (!correct.ok()) return correct.status();
   return static_cast<float>(*correct) / test_.num_samples;
 }
