@@ -97,13 +97,13 @@ void AdamKernel(float* __restrict p, const float* __restrict g,
 }
 
 void CheckSizes(std::span<float> params, std::span<const float> grad,
-                std::span<float> state, int slots, int64_t* step) {
-  PS_CHECK(grad.size() == params.size(), "optimizer: gradient of ", grad.size(),
-           " floats for ", params.size(), " parameters");
+                size_t begin, std::span<float> state, int slots) {
+  PS_CHECK(begin <= params.size() && grad.size() <= params.size() - begin,
+           "optimizer: gradient of ", grad.size(), " floats at ", begin,
+           " for ", params.size(), " parameters");
   PS_CHECK(state.size() == static_cast<size_t>(slots) * params.size(),
            "optimizer: state of ", state.size(), " floats, want ",
            static_cast<size_t>(slots) * params.size());
-  PS_CHECK(step != nullptr);
 }
 
 class Sgd final : public Optimizer {
@@ -115,17 +115,17 @@ class Sgd final : public Optimizer {
 
   int state_slots() const override { return momentum_ > 0 ? 1 : 0; }
 
-  void Apply(std::span<float> params, std::span<const float> grad,
-             std::span<float> state, int64_t* step) const override {
-    CheckSizes(params, grad, state, state_slots(), step);
+  void ApplyRange(std::span<float> params, std::span<const float> grad,
+                  size_t begin, std::span<float> state,
+                  int64_t /*step*/) const override {
+    CheckSizes(params, grad, begin, state, state_slots());
     if (momentum_ > 0) {
-      MomentumKernel(params.data(), grad.data(), state.data(), params.size(),
-                     learning_rate_, momentum_, weight_decay_);
+      MomentumKernel(params.data() + begin, grad.data(), state.data() + begin,
+                     grad.size(), learning_rate_, momentum_, weight_decay_);
     } else {
-      SgdKernel(params.data(), grad.data(), params.size(), learning_rate_,
+      SgdKernel(params.data() + begin, grad.data(), grad.size(), learning_rate_,
                 weight_decay_);
     }
-    ++*step;
   }
 
  private:
@@ -146,13 +146,14 @@ class Adam final : public Optimizer {
 
   int state_slots() const override { return 2; }
 
-  void Apply(std::span<float> params, std::span<const float> grad,
-             std::span<float> state, int64_t* step) const override {
-    CheckSizes(params, grad, state, state_slots(), step);
+  void ApplyRange(std::span<float> params, std::span<const float> grad,
+                  size_t begin, std::span<float> state,
+                  int64_t step) const override {
+    CheckSizes(params, grad, begin, state, state_slots());
     const size_t n = params.size();
     // Bias corrections once per call, in double: 1 - beta^t loses precision
     // in float for beta2 near 1.
-    const double t = static_cast<double>(*step + 1);
+    const double t = static_cast<double>(step + 1);
     const double bias1 = 1.0 - std::pow(static_cast<double>(beta1_), t);
     const double bias2 = 1.0 - std::pow(static_cast<double>(beta2_), t);
     const AdamScalars scalars{
@@ -162,9 +163,8 @@ class Adam final : public Optimizer {
         .weight_decay = weight_decay_,
         .step_size = static_cast<float>(learning_rate_ / bias1),
         .inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2))};
-    AdamKernel(params.data(), grad.data(), state.data(), state.data() + n, n,
-               scalars);
-    ++*step;
+    AdamKernel(params.data() + begin, grad.data(), state.data() + begin,
+               state.data() + n + begin, grad.size(), scalars);
   }
 
  private:
@@ -200,6 +200,15 @@ absl::Status CheckUnitInterval(absl::string_view field, float value) {
 }
 
 }  // namespace
+
+void Optimizer::Apply(std::span<float> params, std::span<const float> grad,
+                      std::span<float> state, int64_t* step) const {
+  PS_CHECK(step != nullptr);
+  PS_CHECK(grad.size() == params.size(), "optimizer: gradient of ", grad.size(),
+           " floats for ", params.size(), " parameters");
+  ApplyRange(params, grad, 0, state, *step);
+  ++*step;
+}
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     const v1::OptimizerSpec& spec) {

@@ -37,8 +37,21 @@ class Optimizer {
   // update of a block); *step counts the updates applied before this one and
   // is incremented. The three spans must not overlap. Sizes that do not match
   // are a programmer error (PS_CHECK). Thread-safe.
-  virtual void Apply(std::span<float> params, std::span<const float> grad,
-                     std::span<float> state, int64_t* step) const = 0;
+  void Apply(std::span<float> params, std::span<const float> grad,
+             std::span<float> state, int64_t* step) const;
+
+  // Applies update number `step` (the count of updates applied before it) to
+  // params[begin, begin + grad.size()) only: `params` and `state` are the
+  // whole block's, `grad` the gradient of that range. Applying a block range
+  // by range, with the same `step`, gives exactly what one Apply gives (each
+  // value's update depends on nothing but its own gradient and state); the
+  // caller then counts the update (++step). This lets a server apply a
+  // gradient straight from the buffers it arrived in. Ranges outside the block
+  // or sizes that do not match are a programmer error (PS_CHECK).
+  // Thread-safe; distinct ranges of one block may be updated concurrently.
+  virtual void ApplyRange(std::span<float> params, std::span<const float> grad,
+                          size_t begin, std::span<float> state,
+                          int64_t step) const = 0;
 };
 
 }  // namespace ps

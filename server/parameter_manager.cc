@@ -87,7 +87,12 @@ void ParameterManager::Pull(const v1::PullRequest& request,
 
 void ParameterManager::Push(const v1::PushRequest& request,
                             ServerJob::PushCallback done) {
-  auto job = Find(request.job_id());
+  Push(ViewOf(request), std::move(done));
+}
+
+void ParameterManager::Push(const PushView& request,
+                            ServerJob::PushCallback done) {
+  auto job = Find(request.job_id);
   if (!job.ok()) {
     done(job.status());
     return;

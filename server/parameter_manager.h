@@ -34,6 +34,9 @@ class ParameterManager {
   // (ValidateId); NOT_FOUND if this server does not hold the job.
   void Pull(const v1::PullRequest& request, ServerJob::PullCallback done);
   void Push(const v1::PushRequest& request, ServerJob::PushCallback done);
+  // A push whose gradient bytes are views (ServerJob::Push: read during the
+  // call only).
+  void Push(const PushView& request, ServerJob::PushCallback done);
 
   // Unloads every job, failing waiting pulls with UNAVAILABLE.
   void Shutdown();

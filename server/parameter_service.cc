@@ -1,20 +1,40 @@
 #include "server/parameter_service.h"
 
 #include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/push_wire.h"
 
 namespace ps {
 namespace {
 
+// How a reply reaches its wire message: a generated message takes it whole;
+// a raw (ByteBuffer) method gets its bytes.
+void StoreReply(v1::PullResponse&& reply, v1::PullResponse* out) {
+  out->Swap(&reply);
+}
+void StoreReply(v1::PushResponse&& reply, grpc::ByteBuffer* out) {
+  const std::string bytes = reply.SerializeAsString();
+  grpc::Slice slice(bytes);
+  *out = grpc::ByteBuffer(&slice, 1);
+}
+size_t WireSize(const google::protobuf::MessageLite& message) {
+  return message.ByteSizeLong();
+}
+size_t WireSize(const grpc::ByteBuffer& buffer) { return buffer.Length(); }
+
 // A unary call whose reply may come later, from another thread: a Pull waiting
 // on the staleness bound, a BSP Push waiting for its clock. Finished exactly
 // once: by the manager's reply or by cancellation (deadline, client gone),
-// whichever comes first.
-template <typename Request, typename Response>
+// whichever comes first. `Reply` is what the manager answers, `Wire` the
+// handler's response type (the same message, or a ByteBuffer).
+template <typename Reply, typename Wire>
 class DeferredReactor final : public grpc::ServerUnaryReactor {
  public:
   // Shared with the manager's callback, which may outlive the reactor.
@@ -31,12 +51,13 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
       return reactor;
     }
   };
-  using Callback = std::function<void(absl::StatusOr<Response>)>;
+  using Callback = std::function<void(absl::StatusOr<Reply>)>;
 
-  DeferredReactor(const char* method, const Request* request,
-                  Response* response, RpcMetrics* metrics)
+  // `request_bytes`: the request's size on the wire (for metrics).
+  DeferredReactor(const char* method, size_t request_bytes, Wire* response,
+                  RpcMetrics* metrics)
       : method_(method),
-        request_(request),
+        request_bytes_(request_bytes),
         response_(response),
         metrics_(metrics),
         start_(absl::Now()),
@@ -48,14 +69,13 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
   // The callback to hand the manager. `before_reply`, if set, may change a
   // successful reply first (test-only fault injection).
   Callback MakeCallback(
-      std::function<void(const Request&, absl::StatusOr<Response>*)>
-          before_reply) {
+      std::function<void(absl::StatusOr<Reply>*)> before_reply) {
     return [completion = completion_, before_reply = std::move(before_reply)](
-               absl::StatusOr<Response> reply) {
+               absl::StatusOr<Reply> reply) {
       DeferredReactor* self = completion->Claim();
       if (self == nullptr) return;
-      if (before_reply) before_reply(*self->request_, &reply);
-      if (reply.ok()) self->response_->Swap(&*reply);
+      if (before_reply) before_reply(&reply);
+      if (reply.ok()) StoreReply(*std::move(reply), self->response_);
       self->FinishWith(reply.ok() ? grpc::Status::OK
                                   : ToGrpcStatus(reply.status()));
     };
@@ -78,15 +98,15 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
 
  private:
   void FinishWith(const grpc::Status& status) {
-    metrics_->Record(method_, status.error_code(), request_->ByteSizeLong(),
-                     status.ok() ? response_->ByteSizeLong() : 0,
+    metrics_->Record(method_, status.error_code(), request_bytes_,
+                     status.ok() ? WireSize(*response_) : 0,
                      absl::ToDoubleSeconds(absl::Now() - start_));
     Finish(status);
   }
 
   const char* method_;
-  const Request* request_;
-  Response* response_;
+  const size_t request_bytes_;
+  Wire* response_;
   RpcMetrics* metrics_;
   absl::Time start_;
   std::shared_ptr<Completion> completion_;
@@ -106,8 +126,8 @@ ParameterServiceImpl::ParameterServiceImpl(ParameterManager* manager,
 grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
     grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
     v1::PullResponse* response) {
-  auto* reactor = new DeferredReactor<v1::PullRequest, v1::PullResponse>(
-      "Pull", request, response, metrics_);
+  auto* reactor = new DeferredReactor<v1::PullResponse, v1::PullResponse>(
+      "Pull", request->ByteSizeLong(), response, metrics_);
   if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
     reactor->MakeCallback(nullptr)(allowed);
     return reactor;
@@ -117,28 +137,48 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
 }
 
 grpc::ServerUnaryReactor* ParameterServiceImpl::Push(
-    grpc::CallbackServerContext* ctx, const v1::PushRequest* request,
-    v1::PushResponse* response) {
-  auto* reactor = new DeferredReactor<v1::PushRequest, v1::PushResponse>(
-      "Push", request, response, metrics_);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  auto* reactor = new DeferredReactor<v1::PushResponse, grpc::ByteBuffer>(
+      "Push", request->Length(), response, metrics_);
   if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
     reactor->MakeCallback(nullptr)(allowed);
     return reactor;
   }
-  std::function<void(const v1::PushRequest&, absl::StatusOr<v1::PushResponse>*)>
-      faults;
+  // The request's slices as gRPC received them: gradients are read in place
+  // (the slices live until the reactor finishes, and the manager reads them
+  // only during the call).
+  std::vector<grpc::Slice> slices;
+  if (request->Valid()) {
+    if (grpc::Status dumped = request->Dump(&slices); !dumped.ok()) {
+      reactor->MakeCallback(nullptr)(FromGrpcStatus(dumped));
+      return reactor;
+    }
+  }
+  std::vector<std::string_view> segments;
+  segments.reserve(slices.size());
+  for (const grpc::Slice& slice : slices) {
+    segments.emplace_back(reinterpret_cast<const char*>(slice.begin()),
+                          slice.size());
+  }
+  absl::StatusOr<PushView> push = ParsePushRequest(segments);
+  if (!push.ok()) {
+    reactor->MakeCallback(nullptr)(push.status());
+    return reactor;
+  }
+  std::function<void(absl::StatusOr<v1::PushResponse>*)> faults;
   if (push_faults_) {
-    faults = [this](const v1::PushRequest& pushed,
-                    absl::StatusOr<v1::PushResponse>* reply) {
+    faults = [this, header = push->Header()](
+                 absl::StatusOr<v1::PushResponse>* reply) {
       if (!reply->ok()) return;
-      const PushFault fault = push_faults_(pushed);
+      const PushFault fault = push_faults_(header);
       absl::SleepFor(fault.delay_reply);
       if (fault.drop_reply) {
         *reply = absl::UnavailableError("injected fault: push reply dropped");
       }
     };
   }
-  manager_->Push(*request, reactor->MakeCallback(std::move(faults)));
+  manager_->Push(*push, reactor->MakeCallback(std::move(faults)));
   return reactor;
 }
 

@@ -19,16 +19,21 @@ struct PushFault {
       absl::ZeroDuration();  // Hold the reply this long.
   bool drop_reply = false;   // Reply UNAVAILABLE although the push was applied.
 };
-// Decides the fault for each successfully handled push. Production leaves it
-// empty.
+// Decides the fault for each successfully handled push; it sees the request
+// without its gradients. Production leaves it empty.
 using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 
 // Callback-API service. A Pull that waits on the staleness bound holds no
 // thread: its reactor is finished by the push that lets it through, or
-// cancelled when the client's deadline passes. Every call must come from a
-// member of the cluster (`authorizer`); others get UNAUTHENTICATED.
+// cancelled when the client's deadline passes. Push is a raw method: its
+// bytes are parsed here (ParsePushRequest) and the gradients applied straight
+// from the slices gRPC received, never copied into a message; bytes that are
+// not a PushRequest get INVALID_ARGUMENT. Every call must come from a member
+// of the cluster (`authorizer`); others get UNAUTHENTICATED.
 class ParameterServiceImpl final
-    : public v1::ParameterService::CallbackService {
+    : public v1::ParameterService::WithRawCallbackMethod_Push<
+          v1::ParameterService::WithCallbackMethod_Pull<
+              v1::ParameterService::Service>> {
  public:
   // `manager` and `metrics` must outlive the service.
   ParameterServiceImpl(ParameterManager* manager, RpcMetrics* metrics,
@@ -39,8 +44,8 @@ class ParameterServiceImpl final
                                  const v1::PullRequest* request,
                                  v1::PullResponse* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
-                                 const v1::PushRequest* request,
-                                 v1::PushResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
 
  private:
   ParameterManager* const manager_;

@@ -30,6 +30,14 @@ bool AllFinite(std::span<const float> values) {
   return acc == 0.0f;
 }
 
+bool AllFinite(const WireBytes& bytes) {
+  bool finite = true;
+  ForEachFloatRun(bytes, [&](size_t, std::span<const float> run) {
+    finite = finite && AllFinite(run);
+  });
+  return finite;
+}
+
 }  // namespace
 
 ServerJob::ServerJob(const v1::Assignment& assignment, ShardStore* store,
@@ -221,28 +229,46 @@ absl::Status ServerJob::ValidateKeys(
   return absl::OkStatus();
 }
 
-absl::Status ServerJob::ValidateGradients(
-    const v1::PushRequest& request) const {
+ServerJob::GradientCheck ServerJob::CheckGradients(
+    const PushView& request) const {
+  GradientCheck check;
+  check.positions.reserve(request.gradients.size());
   absl::flat_hash_set<uint64_t> seen;
-  for (const v1::Block& g : request.gradients()) {
-    auto it = index_.find(g.key());
+  for (const WireBlock& g : request.gradients) {
+    auto it = index_.find(g.key);
     if (it == index_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradients: block ", g.key(), " is not held by this server"));
+      check.invalid = absl::InvalidArgumentError(absl::StrCat(
+          "gradients: block ", g.key, " is not held by this server"));
+      return check;
     }
-    if (!seen.insert(g.key()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradients: block ", g.key(), " appears twice"));
+    if (!seen.insert(g.key).second) {
+      check.invalid = absl::InvalidArgumentError(
+          absl::StrCat("gradients: block ", g.key, " appears twice"));
+      return check;
     }
-    // index_ is immutable after Open, so reading blocks_ sizes needs no lock.
-    const int64_t expected = blocks_[it->second].spec.num_elems;
-    if (FloatCount(g.data()) != expected) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradients: block ", g.key(), " has ", g.data().size(),
+    // index_ and the blocks' specs are immutable after Open, so reading them
+    // needs no lock.
+    const int64_t expected =
+        ABSL_TS_UNCHECKED_READ(blocks_)[it->second].spec.num_elems;
+    if (g.data.size() != static_cast<size_t>(expected) * sizeof(float)) {
+      check.invalid = absl::InvalidArgumentError(
+          absl::StrCat("gradients: block ", g.key, " has ", g.data.size(),
                        " bytes, expected ", expected * sizeof(float)));
+      return check;
+    }
+    check.positions.push_back(it->second);
+  }
+  // Every block before any is applied: a NaN anywhere refuses the whole push
+  // unchanged (NON_FINITE_REFUSE), or drops all of its gradient here
+  // (NON_FINITE_DROP).
+  for (const WireBlock& g : request.gradients) {
+    if (!AllFinite(g.data)) {
+      check.finite = false;
+      check.non_finite_key = g.key;
+      break;
     }
   }
-  return absl::OkStatus();
+  return check;
 }
 
 v1::PullResponse ServerJob::BuildReply(
@@ -288,21 +314,29 @@ void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
 }
 
 void ServerJob::Push(const v1::PushRequest& request, PushCallback done) {
+  Push(ViewOf(request), std::move(done));
+}
+
+void ServerJob::Push(const PushView& request, PushCallback done) {
+  // The read-only passes over the gradient bytes run before the lock, so that
+  // pushes of several workers overlap them.
+  const GradientCheck check = CheckGradients(request);
   Ready ready;
   std::optional<absl::StatusOr<v1::PushResponse>> reply;
   {
     absl::MutexLock lock(&mu_);
-    reply = PushLocked(request, done, &ready);
+    reply = PushLocked(request, check, done, &ready);
   }
   ready.Run();
   if (reply.has_value()) done(*std::move(reply));
 }
 
 std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
-    const v1::PushRequest& request, PushCallback& done, Ready* ready) {
-  if (auto s = CheckRequest(request.map_version()); !s.ok()) return s;
-  const int worker = request.worker_index();
-  const int64_t clock = request.clock();
+    const PushView& request, const GradientCheck& check, PushCallback& done,
+    Ready* ready) {
+  if (auto s = CheckRequest(request.map_version); !s.ok()) return s;
+  const int worker = request.worker_index;
+  const int64_t clock = request.clock;
   auto disposition = clocks_.CheckPush(worker, clock);
   if (!disposition.ok()) {
     metrics_->pushes_rejected.Increment();
@@ -322,48 +356,34 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     response.set_duplicate(true);
     return response;
   }
-  if (auto s = ValidateGradients(request); !s.ok()) {
+  if (!check.invalid.ok()) {
     metrics_->pushes_rejected.Increment();
-    return s;
+    return check.invalid;
   }
-  // Decode every block first: a NaN anywhere refuses the whole push unchanged
-  // (NON_FINITE_REFUSE), or drops all of its gradient here (NON_FINITE_DROP).
-  // One buffer is reused across pushes: a fresh vector per block (1 MiB) would
-  // be mmapped and page-faulted on every push.
-  size_t total = 0;
-  for (const v1::Block& g : request.gradients()) {
-    total += blocks_[index_.at(g.key())].spec.num_elems;
-  }
-  if (decoded_.size() < total) decoded_.resize(total);
-  std::vector<std::pair<size_t, std::span<const float>>> grads;
-  grads.reserve(request.gradients_size());
-  size_t offset = 0;
-  for (const v1::Block& g : request.gradients()) {
-    const size_t pos = index_.at(g.key());
-    const std::span<float> values(decoded_.data() + offset,
-                                  blocks_[pos].spec.num_elems);
-    offset += values.size();
-    DecodeFloats(g.data(), values);
-    if (!AllFinite(values)) {
-      if (!drop_non_finite_) {
-        metrics_->pushes_rejected.Increment();
-        return absl::InvalidArgumentError(absl::StrCat(
-            "gradients: block ", g.key(),
-            " contains NaN or Inf (the job's non_finite_gradients policy is "
-            "NON_FINITE_REFUSE)"));
-      }
-      metrics_->gradients_dropped.Increment();
-      grads.clear();
-      break;
+  bool apply = true;
+  if (!check.finite) {
+    if (!drop_non_finite_) {
+      metrics_->pushes_rejected.Increment();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradients: block ", check.non_finite_key,
+          " contains NaN or Inf (the job's non_finite_gradients policy is "
+          "NON_FINITE_REFUSE)"));
     }
-    grads.emplace_back(pos, values);
+    metrics_->gradients_dropped.Increment();
+    apply = false;
   }
 
+  // Gradients are applied straight from the request's bytes, a cache-sized
+  // run at a time (ForEachFloatRun).
   std::vector<size_t> touched;
   if (clocks_.bulk_synchronous()) {
-    for (auto& [pos, g] : grads) {
-      std::vector<float>& acc = blocks_[pos].accum;
-      for (size_t i = 0; i < g.size(); ++i) acc[i] += g[i];
+    for (size_t i = 0; apply && i < check.positions.size(); ++i) {
+      float* acc = blocks_[check.positions[i]].accum.data();
+      ForEachFloatRun(request.gradients[i].data,
+                      [acc](size_t first, std::span<const float> g) {
+                        float* __restrict a = acc + first;
+                        for (size_t j = 0; j < g.size(); ++j) a[j] += g[j];
+                      });
     }
     if (!clocks_.RecordPush(worker, clock)) {
       // Not the last worker of this clock: acknowledged when the clock applies.
@@ -383,12 +403,17 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     }
     metrics_->updates_applied.Increment(blocks_.size());
   } else {
-    for (auto& [pos, g] : grads) {
+    for (size_t i = 0; apply && i < check.positions.size(); ++i) {
+      const size_t pos = check.positions[i];
       Block& b = blocks_[pos];
-      optimizer_->Apply(b.values, g, b.state, &b.step);
+      ForEachFloatRun(request.gradients[i].data, [&](size_t first,
+                                                     std::span<const float> g) {
+        optimizer_->ApplyRange(b.values, g, first, b.state, b.step);
+      });
+      ++b.step;
       touched.push_back(pos);
     }
-    metrics_->updates_applied.Increment(grads.size());
+    metrics_->updates_applied.Increment(touched.size());
     clocks_.RecordPush(worker, clock);
   }
   if (absl::Status persisted = Persist(touched); !persisted.ok()) {

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/model_layout.h"
+#include "common/push_wire.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/parameter.pb.h"
 #include "server/clock_table.h"
@@ -73,7 +74,13 @@ class ServerJob {
   // if the store failed (the job then refuses all requests), the Close reason
   // if the job closes while the push is parked, RESOURCE_EXHAUSTED if it is
   // dropped as kMaxWaitingPerWorker newer ones wait. A refused push changes
-  // nothing.
+  // nothing. The gradient bytes are read during the call only (never after
+  // it returns, even if `done` is parked), so they may point into the
+  // buffers the request arrived in. Sizes, keys and finiteness are checked
+  // before the job's lock is taken; the errors are reported in the order
+  // above all the same.
+  void Push(const PushView& request, PushCallback done);
+  // The same for a parsed message.
   void Push(const v1::PushRequest& request, PushCallback done);
 
   // Fails every waiting pull and parked push with `reason` and refuses later
@@ -103,6 +110,14 @@ class ServerJob {
     PullCallback done;
     absl::Time since;
   };
+  // A push's gradients checked before the lock (index_ and block sizes never
+  // change after Open).
+  struct GradientCheck {
+    absl::Status invalid;           // Unknown or repeated key, wrong size.
+    std::vector<size_t> positions;  // blocks_ position of each gradient.
+    bool finite = true;             // No NaN or Inf anywhere.
+    uint64_t non_finite_key = 0;    // The first block with one, if any.
+  };
   struct ParkedPush {
     int worker;
     int64_t clock;
@@ -129,7 +144,7 @@ class ServerJob {
   absl::Status ValidateKeys(
       const google::protobuf::RepeatedField<uint64_t>& keys,
       std::vector<uint64_t>* out) const;
-  absl::Status ValidateGradients(const v1::PushRequest& request) const;
+  GradientCheck CheckGradients(const PushView& request) const;
   v1::PullResponse BuildReply(const std::vector<uint64_t>& keys) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `touched` blocks and the clocks in one batch (no-op without a
@@ -146,8 +161,8 @@ class ServerJob {
   // Push under the lock: returns the reply now, or nullopt if `done` was
   // parked.
   std::optional<absl::StatusOr<v1::PushResponse>> PushLocked(
-      const v1::PushRequest& request, PushCallback& done, Ready* ready)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      const PushView& request, const GradientCheck& check, PushCallback& done,
+      Ready* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const v1::Assignment assignment_;
   const std::string job_id_;
@@ -162,8 +177,6 @@ class ServerJob {
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::vector<ParkedPush> parked_pushes_ ABSL_GUARDED_BY(mu_);
-  // Gradients of the push being applied, decoded; reused across pushes.
-  std::vector<float> decoded_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed or broken.
 };
 

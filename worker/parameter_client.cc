@@ -10,6 +10,7 @@
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/push_wire.h"
 
 namespace ps {
 namespace {
@@ -19,6 +20,55 @@ namespace {
 bool ShouldRetry(const absl::Status& s) {
   return IsRetryable(s) || absl::IsNotFound(s);
 }
+
+const std::string& PushMethod() {
+  static const std::string* const method = new std::string(
+      absl::StrCat("/", v1::ParameterService::service_full_name(), "/Push"));
+  return *method;
+}
+
+// Lends memory to gRPC as slices that are not copied, and waits until gRPC
+// has released every one of them (it may hold a slice briefly after the call
+// it was sent on completes, e.g. until the transport's write finishes).
+class SliceLease {
+ public:
+  SliceLease() = default;
+  SliceLease(const SliceLease&) = delete;
+  SliceLease& operator=(const SliceLease&) = delete;
+  ~SliceLease() { Wait(); }
+
+  // A slice over [data, data + size), which must stay valid until Wait()
+  // returns.
+  grpc::Slice Lend(const void* data, size_t size) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++lent_;
+    }
+    return grpc::Slice(const_cast<void*>(data), size, &SliceLease::Release,
+                       this);
+  }
+
+  // Blocks until gRPC has released every slice lent.
+  void Wait() {
+    absl::MutexLock lock(&mu_);
+    const absl::Condition released(
+        +[](int* lent) { return *lent == 0; }, &lent_);
+    if (mu_.AwaitWithTimeout(released, absl::Seconds(10))) return;
+    PS_LOG_WARNING("push: gRPC still holds ", lent_,
+                   " gradient slices 10 s after the call ended; waiting");
+    mu_.Await(released);
+  }
+
+ private:
+  static void Release(void* self) {
+    auto* lease = static_cast<SliceLease*>(self);
+    absl::MutexLock lock(&lease->mu_);
+    --lease->lent_;
+  }
+
+  absl::Mutex mu_;
+  int lent_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 }  // namespace
 
@@ -47,8 +97,10 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
   for (const std::string& address : map.servers()) {
     Server server;
     server.address = address;
-    server.stub = v1::ParameterService::NewStub(
-        CreateChannel(address, client->options_.channel));
+    std::shared_ptr<grpc::Channel> channel =
+        CreateChannel(address, client->options_.channel);
+    server.stub = v1::ParameterService::NewStub(channel);
+    server.generic = std::make_unique<grpc::GenericStub>(channel);
     client->servers_.push_back(std::move(server));
   }
   absl::flat_hash_map<uint64_t, int> placement;
@@ -212,30 +264,42 @@ absl::Status ParameterClient::Push(
   if (grads.size() != tensors_.size()) {
     return absl::InvalidArgumentError("push: one gradient per tensor required");
   }
-  std::vector<v1::PushRequest> requests(servers_.size());
-  for (size_t s = 0; s < servers_.size(); ++s) {
-    v1::PushRequest& request = requests[s];
-    request.set_job_id(job_id_);
-    request.set_worker_index(worker_index_);
-    request.set_clock(clock);
-    request.set_map_version(map_version_);
-    for (const BlockRef& ref : servers_[s].blocks) {
-      v1::Block* block = request.add_gradients();
-      block->set_key(ref.key);
-      EncodeFloats(std::span<const float>(grads[ref.tensor])
-                       .subspan(ref.offset, ref.num_elems),
-                   block->mutable_data());
+  for (size_t t = 0; t < grads.size(); ++t) {
+    if (static_cast<int64_t>(grads[t].size()) != tensors_[t].num_elems()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push: gradient of tensor ", t, " has ", grads[t].size(),
+                       " values, the tensor ", tensors_[t].num_elems()));
     }
   }
+  // Each server's request is the PushRequest wire format as slices: the
+  // framing bytes (small, copied) and the gradient blocks in place.
+  SliceLease lease;  // Declared first: destroyed (waited for) last.
+  std::vector<grpc::ByteBuffer> requests(servers_.size());
+  const PushFramer framer(job_id_, worker_index_, clock, map_version_);
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    std::vector<grpc::Slice> slices;
+    slices.reserve(1 + 2 * servers_[s].blocks.size());
+    slices.emplace_back(framer.Header());
+    for (const BlockRef& ref : servers_[s].blocks) {
+      const float* data = grads[ref.tensor].data() + ref.offset;
+      const size_t bytes = ref.num_elems * sizeof(float);
+      slices.emplace_back(PushFramer::BlockPrefix(ref.key, bytes));
+      slices.push_back(lease.Lend(data, bytes));
+    }
+    requests[s] = grpc::ByteBuffer(slices.data(), slices.size());
+  }
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(servers_.size());
-  std::vector<v1::PushResponse> replies(servers_.size());
-  return ForAllServers("push", [&](int s, auto done) {
+  std::vector<grpc::ByteBuffer> replies(servers_.size());
+  absl::Status status = ForAllServers("push", [&](int s, auto done) {
     contexts[s] = std::make_unique<grpc::ClientContext>();
     SetDeadline(contexts[s].get(), options_.push_timeout);
-    servers_[s].stub->async()->Push(
-        contexts[s].get(), &requests[s], &replies[s],
+    servers_[s].generic->UnaryCall(
+        contexts[s].get(), PushMethod(), grpc::StubOptions(), &requests[s],
+        &replies[s],
         [done](grpc::Status status) { done(FromGrpcStatus(status)); });
   });
+  requests.clear();  // Our references; `lease` waits for gRPC's.
+  return status;
 }
 
 }  // namespace ps

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/model_layout.h"
 #include "common/security.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/parameter.grpc.pb.h"
 
@@ -61,7 +62,11 @@ class ParameterClient {
   // sent again (servers that have it acknowledge it as a duplicate).
   absl::StatusOr<int64_t> ResumeClock();
 
-  // Pushes the gradients of iteration `clock`.
+  // Pushes the gradients of iteration `clock` (one vector per tensor, of the
+  // tensor's size). The gradient memory is sent in place, not copied: it must
+  // not change until Push returns, and Push returns only once gRPC has let go
+  // of it. Errors: INVALID_ARGUMENT for gradients of the wrong shape, and the
+  // servers' errors once retries are exhausted.
   absl::Status Push(int64_t clock,
                     const std::vector<std::vector<float>>& grads);
 
@@ -75,6 +80,9 @@ class ParameterClient {
   struct Server {
     std::string address;
     std::unique_ptr<v1::ParameterService::Stub> stub;
+    // Push goes through this one: its request is a ByteBuffer framing the
+    // caller's gradient memory (common/push_wire.h).
+    std::unique_ptr<grpc::GenericStub> generic;
     std::vector<BlockRef> blocks;
   };
   ParameterClient(const v1::Assignment& assignment,

@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/job_spec.h"
 #include "common/model_layout.h"
+#include "common/push_wire.h"
 #include "prometheus/registry.h"
 #include "server/memory_shard_store.h"
 #include "server/parameter_manager.h"
@@ -154,12 +156,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         // Raw bytes as the wire would carry them.
         const std::string bytes = in.ConsumeRandomLengthString(2048);
         if (op == 0) {
+          // As the server's raw Push handler parses them, in place and cut
+          // into segments like gRPC's slices; Protobuf's parser must agree.
           ps::v1::PushRequest r;
-          if (r.ParseFromString(bytes)) {
-            job->Push(r, [](absl::StatusOr<ps::v1::PushResponse> reply) {
-              if (!reply.ok()) CheckRefusal(reply.status());
-            });
+          const bool parses = r.ParseFromString(bytes);
+          const size_t cut = in.ConsumeIntegralInRange<size_t>(0, bytes.size());
+          const std::string_view all(bytes);
+          const std::string_view segments[] = {all.substr(0, cut),
+                                               all.substr(cut)};
+          absl::StatusOr<ps::PushView> view = ps::ParsePushRequest(segments);
+          PS_FUZZ_REQUIRE(view.ok() == parses,
+                          "in-place parser and Protobuf disagree: " +
+                              view.status().ToString());
+          if (!view.ok()) {
+            PS_FUZZ_REQUIRE(
+                view.status().code() == absl::StatusCode::kInvalidArgument,
+                view.status().ToString());
+            continue;
           }
+          PS_FUZZ_REQUIRE(view->job_id == r.job_id() &&
+                              view->clock == r.clock() &&
+                              view->worker_index == r.worker_index() &&
+                              view->map_version == r.map_version() &&
+                              static_cast<int>(view->gradients.size()) ==
+                                  r.gradients_size(),
+                          "in-place parse differs from Protobuf's");
+          for (int i = 0; i < r.gradients_size(); ++i) {
+            PS_FUZZ_REQUIRE(
+                view->gradients[i].key == r.gradients(i).key() &&
+                    view->gradients[i].data.ToString() == r.gradients(i).data(),
+                "in-place block differs from Protobuf's");
+          }
+          job->Push(*view, [](absl::StatusOr<ps::v1::PushResponse> reply) {
+            if (!reply.ok()) CheckRefusal(reply.status());
+          });
         } else {
           ps::v1::PullRequest r;
           if (r.ParseFromString(bytes)) {

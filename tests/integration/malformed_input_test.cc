@@ -130,8 +130,8 @@ class MalformedInputTest : public ::testing::Test {
     outsider_cluster_ = v1::ClusterService::NewStub(coordinator_channel_);
     jobs_ = v1::JobService::NewStub(CreateChannel(coordinator_address, client));
     anonymous_jobs_ = v1::JobService::NewStub(coordinator_channel_);
-    parameters_ = v1::ParameterService::NewStub(
-        CreateChannel(server_->address(), member));
+    member_parameters_channel_ = CreateChannel(server_->address(), member);
+    parameters_ = v1::ParameterService::NewStub(member_parameters_channel_);
     outsider_parameters_ =
         v1::ParameterService::NewStub(CreateChannel(server_->address()));
   }
@@ -183,8 +183,9 @@ class MalformedInputTest : public ::testing::Test {
   }
   // Raw bytes as the request of `method` (that no client library would
   // send).
-  grpc::Status RawCall(const std::string& method, const std::string& bytes) {
-    grpc::GenericStub stub(coordinator_channel_);
+  grpc::Status RawCall(const std::string& method, const std::string& bytes,
+                       std::shared_ptr<grpc::Channel> channel = nullptr) {
+    grpc::GenericStub stub(channel ? channel : coordinator_channel_);
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(5));
     grpc::Slice slice(bytes);
@@ -224,6 +225,7 @@ class MalformedInputTest : public ::testing::Test {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<ParameterServer> server_;
   std::shared_ptr<grpc::Channel> coordinator_channel_;
+  std::shared_ptr<grpc::Channel> member_parameters_channel_;
   std::unique_ptr<v1::ClusterService::Stub> cluster_, outsider_cluster_;
   std::unique_ptr<v1::JobService::Stub> jobs_, anonymous_jobs_;
   std::unique_ptr<v1::ParameterService::Stub> parameters_, outsider_parameters_;
@@ -332,6 +334,33 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
         return Pull(r);
       },
       Code::RESOURCE_EXHAUSTED, "~Received message larger than max");
+  // Push is a raw method (the server parses it in place), so bytes that are
+  // no PushRequest get INVALID_ARGUMENT rather than gRPC's UNIMPLEMENTED.
+  add(
+      "Push", "bytes that are no PushRequest",
+      [&] {
+        return RawCall("/ps.v1.ParameterService/Push", "\xff\xff\xff\xff",
+                       member_parameters_channel_);
+      },
+      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
+  add(
+      "Push", "job_id that is not UTF-8",
+      [&] {
+        auto r = GoodPush();
+        r.set_job_id("\xc3");  // Serialized as is; the server refuses it.
+        return RawCall("/ps.v1.ParameterService/Push", r.SerializeAsString(),
+                       member_parameters_channel_);
+      },
+      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
+  add(
+      "Push", "gradient block cut short",
+      [&] {
+        std::string bytes = GoodPush().SerializeAsString();
+        bytes.pop_back();
+        return RawCall("/ps.v1.ParameterService/Push", bytes,
+                       member_parameters_channel_);
+      },
+      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
   add(
       "Pull", "job_id of 65 bytes",
       [&] {
@@ -525,6 +554,33 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
         return Push(r);
       },
       Code::RESOURCE_EXHAUSTED, "~Received message larger than max");
+  // Push is a raw method (the server parses it in place), so bytes that are
+  // no PushRequest get INVALID_ARGUMENT rather than gRPC's UNIMPLEMENTED.
+  add(
+      "Push", "bytes that are no PushRequest",
+      [&] {
+        return RawCall("/ps.v1.ParameterService/Push", "\xff\xff\xff\xff",
+                       member_parameters_channel_);
+      },
+      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
+  add(
+      "Push", "job_id that is not UTF-8",
+      [&] {
+        auto r = GoodPush();
+        r.set_job_id("\xc3");  // Serialized as is; the server refuses it.
+        return RawCall("/ps.v1.ParameterService/Push", r.SerializeAsString(),
+                       member_parameters_channel_);
+      },
+      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
+  add(
+      "Push", "gradient block cut short",
+      [&] {
+        std::string bytes = GoodPush().SerializeAsString();
+        bytes.pop_back();
+        return RawCall("/ps.v1.ParameterService/Push", bytes,
+                       member_parameters_channel_);
+      },
+      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
 
   // ClusterService.
   v1::RegisterRequest bad_role;

@@ -355,5 +355,37 @@ TEST(OptimizerTest, ApplyIsSafeFromManyThreadsOnDifferentBlocks) {
   }
 }
 
+// A server applies a block range by range, straight from the buffers the
+// gradient arrived in: the result must be bit-identical to one Apply.
+TEST(OptimizerTest, ApplyRangeByRangeEqualsOneApply) {
+  const size_t n = 1000;  // Ranges below are not multiples of the kernels' 16.
+  const std::vector<size_t> cuts = {0, 7, 23, 512, 513, 999, 1000};
+  for (const v1::OptimizerSpec& spec :
+       {Sgd(0.1f), Sgd(0.1f, 0.9f, 0.01f), Adam(0.01f, 0.8f, 0.99f, 1e-6f),
+        Adam(0.01f, 0, 0, 0, 0.05f)}) {
+    SCOPED_TRACE(spec.ShortDebugString());
+    std::unique_ptr<Optimizer> opt = MustCreate(spec);
+    ASSERT_NE(opt, nullptr);
+    std::vector<float> whole = Data(n, 1), ranged = whole;
+    std::vector<float> whole_state(n * opt->state_slots(), 0.0f);
+    std::vector<float> ranged_state = whole_state;
+    int64_t whole_step = 0, ranged_step = 0;
+    for (int update = 0; update < 3; ++update) {
+      const std::vector<float> grad = Data(n, 10 + update);
+      opt->Apply(whole, grad, whole_state, &whole_step);
+      for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+        opt->ApplyRange(ranged,
+                        std::span<const float>(grad).subspan(
+                            cuts[c], cuts[c + 1] - cuts[c]),
+                        cuts[c], ranged_state, ranged_step);
+      }
+      ++ranged_step;
+    }
+    EXPECT_EQ(whole_step, ranged_step);
+    EXPECT_EQ(whole, ranged);
+    EXPECT_EQ(whole_state, ranged_state);
+  }
+}
+
 }  // namespace
 }  // namespace ps

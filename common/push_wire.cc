@@ -1,0 +1,353 @@
+#include "common/push_wire.h"
+
+#include <climits>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream.h"
+#include "google/protobuf/stubs/common.h"
+#include "google/protobuf/wire_format_lite.h"
+
+namespace ps {
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::io::CodedOutputStream;
+
+// Field numbers of proto/ps/v1/parameter.proto.
+constexpr int kJobIdField = v1::PushRequest::kJobIdFieldNumber;
+constexpr int kWorkerIndexField = v1::PushRequest::kWorkerIndexFieldNumber;
+constexpr int kClockField = v1::PushRequest::kClockFieldNumber;
+constexpr int kMapVersionField = v1::PushRequest::kMapVersionFieldNumber;
+constexpr int kGradientsField = v1::PushRequest::kGradientsFieldNumber;
+constexpr int kKeyField = v1::Block::kKeyFieldNumber;
+constexpr int kDataField = v1::Block::kDataFieldNumber;
+
+constexpr uint32_t Tag(int field, WireFormatLite::WireType type) {
+  return (static_cast<uint32_t>(field) << 3) | type;
+}
+
+// A ZeroCopyInputStream over the segments, in order; nothing is copied.
+class SegmentStream final : public google::protobuf::io::ZeroCopyInputStream {
+ public:
+  explicit SegmentStream(std::span<const std::string_view> segments)
+      : segments_(segments) {}
+
+  bool Next(const void** data, int* size) override {
+    while (index_ < segments_.size()) {
+      std::string_view s = segments_[index_];
+      if (offset_ < s.size()) {
+        const size_t n = std::min<size_t>(s.size() - offset_, INT_MAX);
+        *data = s.data() + offset_;
+        *size = static_cast<int>(n);
+        offset_ += n;
+        count_ += n;
+        return true;
+      }
+      ++index_;
+      offset_ = 0;
+    }
+    return false;
+  }
+  void BackUp(int count) override {
+    // Only ever after Next, by at most what it returned (the interface's rule).
+    offset_ -= count;
+    count_ -= count;
+  }
+  bool Skip(int count) override {
+    const void* data;
+    int size;
+    while (count > 0) {
+      if (!Next(&data, &size)) return false;
+      if (size > count) {
+        BackUp(size - count);
+        return true;
+      }
+      count -= size;
+    }
+    return true;
+  }
+  int64_t ByteCount() const override { return count_; }
+
+ private:
+  std::span<const std::string_view> segments_;
+  size_t index_ = 0;
+  size_t offset_ = 0;  // Within segments_[index_].
+  int64_t count_ = 0;
+};
+
+// Varints read as Protobuf's parser reads them (a byte at a time: a request
+// has a few per block): at most `max_bytes` bytes, bits beyond 64 dropped.
+// Returns false on a longer varint or the end of the input.
+bool ReadVarint(CodedInputStream* in, int max_bytes, uint64_t* value) {
+  uint64_t result = 0;
+  for (int i = 0; i < max_bytes; ++i) {
+    uint8_t byte;
+    if (!in->ReadRaw(&byte, 1)) return false;
+    if (i < 10) result |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
+    if (byte < 0x80) {
+      *value = result;
+      return true;
+    }
+  }
+  return false;
+}
+bool ReadVarint64(CodedInputStream* in, uint64_t* value) {
+  return ReadVarint(in, 10, value);
+}
+// A tag is at most 5 bytes, truncated to 32 bits.
+bool ReadTag(CodedInputStream* in, uint32_t* tag) {
+  uint64_t v;
+  if (!ReadVarint(in, 5, &v)) return false;
+  *tag = static_cast<uint32_t>(v);
+  return true;
+}
+// A length is at most 5 bytes and below 2^31.
+bool ReadLength(CodedInputStream* in, int* length) {
+  uint64_t v;
+  if (!ReadVarint(in, 5, &v) || v > static_cast<uint64_t>(INT_MAX)) {
+    return false;
+  }
+  *length = static_cast<int>(v);
+  return true;
+}
+
+absl::Status Malformed(absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("PushRequest: not a valid message (", what, ")"));
+}
+
+// Reads a length-delimited field's bytes as views into the stream's buffers.
+bool ReadBytesInPlace(CodedInputStream* in, WireBytes* out) {
+  int left;
+  if (!ReadLength(in, &left)) return false;
+  out->Clear();
+  while (left > 0) {
+    const void* data;
+    int size;
+    if (!in->GetDirectBufferPointer(&data, &size)) return false;
+    const int n = std::min(size, left);
+    out->Append(std::string_view(static_cast<const char*>(data), n));
+    in->Skip(n);
+    left -= n;
+  }
+  return true;
+}
+
+// Protobuf's default recursion limit (messages and groups nested).
+constexpr int kMaxDepth = 100;
+
+// Skips an unknown field with Protobuf's rules: false for a malformed one, an
+// unmatched end-group, field number 0 or wire types 6 and 7. `depth` counts
+// the messages and groups around it.
+bool SkipUnknown(CodedInputStream* in, uint32_t tag, int depth) {
+  if (WireFormatLite::GetTagFieldNumber(tag) == 0) return false;
+  uint64_t ignored;
+  int length;
+  switch (WireFormatLite::GetTagWireType(tag)) {
+    case WireFormatLite::WIRETYPE_VARINT:
+      return ReadVarint64(in, &ignored);
+    case WireFormatLite::WIRETYPE_FIXED64:
+      return in->Skip(8);
+    case WireFormatLite::WIRETYPE_LENGTH_DELIMITED:
+      return ReadLength(in, &length) && in->Skip(length);
+    case WireFormatLite::WIRETYPE_START_GROUP: {
+      if (depth + 1 > kMaxDepth) return false;
+      const uint32_t end = Tag(WireFormatLite::GetTagFieldNumber(tag),
+                               WireFormatLite::WIRETYPE_END_GROUP);
+      while (true) {
+        uint32_t inner;
+        if (!ReadTag(in, &inner)) return false;
+        if (inner == end) return true;
+        if (!SkipUnknown(in, inner, depth + 1)) return false;
+      }
+    }
+    case WireFormatLite::WIRETYPE_FIXED32:
+      return in->Skip(4);
+    default:  // END_GROUP without its START_GROUP, or wire types 6 and 7.
+      return false;
+  }
+}
+
+// True at the end of the input or of the current limit.
+bool AtEnd(CodedInputStream* in) {
+  const void* data;
+  int size;
+  return !in->GetDirectBufferPointer(&data, &size);
+}
+
+// Parses one Block from `in`, limited to the block's bytes (the caller checks
+// that all of them were there).
+absl::Status ParseBlock(CodedInputStream* in, WireBlock* block) {
+  while (!AtEnd(in)) {
+    uint32_t tag;
+    if (!ReadTag(in, &tag)) return Malformed("gradients: bad tag");
+    switch (tag) {
+      case Tag(kKeyField, WireFormatLite::WIRETYPE_VARINT): {
+        uint64_t key;
+        if (!ReadVarint64(in, &key)) return Malformed("gradients.key");
+        block->key = key;
+        break;
+      }
+      case Tag(kDataField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
+        if (!ReadBytesInPlace(in, &block->data)) {
+          return Malformed("gradients.data");
+        }
+        break;
+      default:
+        if (!SkipUnknown(in, tag, 2)) return Malformed("gradients: bad field");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string WireBytes::ToString() const {
+  std::string out;
+  out.reserve(size_);
+  for (std::string_view p : pieces_) out.append(p);
+  return out;
+}
+
+v1::PushRequest PushView::Header() const {
+  v1::PushRequest header;
+  header.set_job_id(job_id);
+  header.set_worker_index(worker_index);
+  header.set_clock(clock);
+  header.set_map_version(map_version);
+  return header;
+}
+
+absl::StatusOr<PushView> ParsePushRequest(
+    std::span<const std::string_view> segments) {
+  SegmentStream stream(segments);
+  CodedInputStream in(&stream);
+  PushView out;
+  while (!AtEnd(&in)) {
+    uint32_t tag;
+    if (!ReadTag(&in, &tag)) return Malformed("bad tag");
+    switch (tag) {
+      case Tag(kJobIdField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED): {
+        int length;
+        if (!ReadLength(&in, &length) || !in.ReadString(&out.job_id, length)) {
+          return Malformed("job_id");
+        }
+        if (!google::protobuf::internal::IsStructurallyValidUTF8(
+                out.job_id.data(), static_cast<int>(out.job_id.size()))) {
+          return Malformed("job_id is not UTF-8");
+        }
+        break;
+      }
+      case Tag(kWorkerIndexField, WireFormatLite::WIRETYPE_VARINT): {
+        uint64_t v;
+        if (!ReadVarint64(&in, &v)) return Malformed("worker_index");
+        out.worker_index = static_cast<int32_t>(v);
+        break;
+      }
+      case Tag(kClockField, WireFormatLite::WIRETYPE_VARINT): {
+        uint64_t v;
+        if (!ReadVarint64(&in, &v)) return Malformed("clock");
+        out.clock = static_cast<int64_t>(v);
+        break;
+      }
+      case Tag(kMapVersionField, WireFormatLite::WIRETYPE_VARINT): {
+        uint64_t v;
+        if (!ReadVarint64(&in, &v)) return Malformed("map_version");
+        out.map_version = static_cast<int64_t>(v);
+        break;
+      }
+      case Tag(kGradientsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED): {
+        int length;
+        if (!ReadLength(&in, &length)) return Malformed("gradients");
+        auto [limit, depth] = in.IncrementRecursionDepthAndPushLimit(length);
+        if (depth < 0) return Malformed("gradients: nested too deeply");
+        WireBlock& block = out.gradients.emplace_back();
+        if (auto s = ParseBlock(&in, &block); !s.ok()) return s;
+        // A block that ends before its length (truncated input) is an error.
+        if (in.BytesUntilLimit() != 0) return Malformed("gradients: truncated");
+        // Its result says whether ReadTag ended the message, which we do not
+        // use; the check above is the one that matters.
+        in.DecrementRecursionDepthAndPopLimit(limit);
+        break;
+      }
+      default:
+        if (!SkipUnknown(&in, tag, 1)) return Malformed("bad field");
+    }
+  }
+  return out;
+}
+
+PushView ViewOf(const v1::PushRequest& request) {
+  PushView view;
+  view.job_id = request.job_id();
+  view.worker_index = request.worker_index();
+  view.clock = request.clock();
+  view.map_version = request.map_version();
+  view.gradients.reserve(request.gradients_size());
+  for (const v1::Block& g : request.gradients()) {
+    WireBlock& block = view.gradients.emplace_back();
+    block.key = g.key();
+    block.data.Append(g.data());
+  }
+  return view;
+}
+
+namespace {
+
+void AppendVarint(uint64_t value, std::string* out) {
+  uint8_t buf[10];
+  uint8_t* end = CodedOutputStream::WriteVarint64ToArray(value, buf);
+  out->append(reinterpret_cast<const char*>(buf), end - buf);
+}
+
+}  // namespace
+
+PushFramer::PushFramer(const std::string& job_id, int32_t worker_index,
+                       int64_t clock, int64_t map_version) {
+  // Fields in number order and zeros left out, as Protobuf writes them.
+  if (!job_id.empty()) {
+    AppendVarint(Tag(kJobIdField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
+                 &header_);
+    AppendVarint(job_id.size(), &header_);
+    header_.append(job_id);
+  }
+  if (worker_index != 0) {
+    AppendVarint(Tag(kWorkerIndexField, WireFormatLite::WIRETYPE_VARINT),
+                 &header_);
+    // int32 is sign-extended to 64 bits on the wire.
+    AppendVarint(static_cast<uint64_t>(static_cast<int64_t>(worker_index)),
+                 &header_);
+  }
+  if (clock != 0) {
+    AppendVarint(Tag(kClockField, WireFormatLite::WIRETYPE_VARINT), &header_);
+    AppendVarint(static_cast<uint64_t>(clock), &header_);
+  }
+  if (map_version != 0) {
+    AppendVarint(Tag(kMapVersionField, WireFormatLite::WIRETYPE_VARINT),
+                 &header_);
+    AppendVarint(static_cast<uint64_t>(map_version), &header_);
+  }
+}
+
+std::string PushFramer::BlockPrefix(uint64_t key, size_t data_bytes) {
+  std::string block;  // The Block's fields but the data bytes.
+  if (key != 0) {
+    AppendVarint(Tag(kKeyField, WireFormatLite::WIRETYPE_VARINT), &block);
+    AppendVarint(key, &block);
+  }
+  if (data_bytes != 0) {
+    AppendVarint(Tag(kDataField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
+                 &block);
+    AppendVarint(data_bytes, &block);
+  }
+  std::string prefix;
+  AppendVarint(Tag(kGradientsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
+               &prefix);
+  AppendVarint(block.size() + data_bytes, &prefix);
+  prefix.append(block);
+  return prefix;
+}
+
+}  // namespace ps

@@ -1,0 +1,127 @@
+// The PushRequest wire format without copies of the gradient bytes (issue 6):
+// the client frames gradient memory in place, the server reads gradients where
+// gRPC received them. The bytes are exactly those of ps.v1.PushRequest
+// (proto/ps/v1/parameter.proto); only who copies them changes.
+#ifndef PS_COMMON_PUSH_WIRE_H_
+#define PS_COMMON_PUSH_WIRE_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "ps/v1/parameter.pb.h"
+
+namespace ps {
+
+// The bytes of one field, possibly split over several buffers (the slices
+// gRPC received them in). Holds views: the buffers must outlive it.
+class WireBytes {
+ public:
+  WireBytes() = default;
+  explicit WireBytes(std::string_view contiguous) { Append(contiguous); }
+
+  void Append(std::string_view piece) {
+    if (piece.empty()) return;
+    pieces_.push_back(piece);
+    size_ += piece.size();
+  }
+  void Clear() {
+    pieces_.clear();
+    size_ = 0;
+  }
+  size_t size() const { return size_; }
+  const absl::InlinedVector<std::string_view, 2>& pieces() const {
+    return pieces_;
+  }
+  // The bytes as one string (a copy; for tests and logs).
+  std::string ToString() const;
+
+ private:
+  absl::InlinedVector<std::string_view, 2> pieces_;
+  size_t size_ = 0;
+};
+
+// Calls fn(first, values) for consecutive runs of the float32 values in
+// `bytes` (which must hold a whole number of them): `values` are floats
+// first .. first + values.size() - 1, at most kFloatRun at a time, copied into
+// a small aligned buffer (cache-resident) whatever the pieces' alignment.
+inline constexpr size_t kFloatRun = 4096;
+template <typename Fn>
+void ForEachFloatRun(const WireBytes& bytes, Fn fn) {
+  alignas(64) float run[kFloatRun];
+  char* const out = reinterpret_cast<char*>(run);
+  size_t filled = 0;  // Bytes of `run` filled.
+  size_t first = 0;   // Index of run[0].
+  for (std::string_view piece : bytes.pieces()) {
+    while (!piece.empty()) {
+      const size_t n = std::min(piece.size(), sizeof(run) - filled);
+      std::memcpy(out + filled, piece.data(), n);
+      filled += n;
+      piece.remove_prefix(n);
+      if (filled == sizeof(run)) {
+        fn(first, std::span<const float>(run, kFloatRun));
+        first += kFloatRun;
+        filled = 0;
+      }
+    }
+  }
+  if (filled >= sizeof(float)) {
+    fn(first, std::span<const float>(run, filled / sizeof(float)));
+  }
+}
+
+// One block of a push, as received.
+struct WireBlock {
+  uint64_t key = 0;
+  WireBytes data;
+};
+
+// A PushRequest whose gradient bytes are views into the received buffers.
+struct PushView {
+  std::string job_id;
+  int32_t worker_index = 0;
+  int64_t clock = 0;
+  int64_t map_version = 0;
+  std::vector<WireBlock> gradients;
+
+  // The request without its gradients (what logs and fault injection see).
+  v1::PushRequest Header() const;
+};
+
+// Parses the wire bytes of a ps.v1.PushRequest held in `segments` (in order),
+// with Protobuf's rules: fields in any order, the last of a repeated scalar
+// wins, unknown fields (groups included) skipped, strings valid UTF-8. The
+// result's gradient bytes point into `segments`. Errors: INVALID_ARGUMENT
+// ("PushRequest: ...") for bytes Protobuf would not parse.
+absl::StatusOr<PushView> ParsePushRequest(
+    std::span<const std::string_view> segments);
+
+// A view of `request` (its gradients point into it).
+PushView ViewOf(const v1::PushRequest& request);
+
+// Builds the wire bytes of a PushRequest around gradient memory that is not
+// copied: Header() is the request's fields but gradients; then, for each
+// block, BlockPrefix(key, n) followed by the block's n data bytes. The
+// concatenation equals v1::PushRequest::SerializeAsString() of the same
+// request.
+class PushFramer {
+ public:
+  PushFramer(const std::string& job_id, int32_t worker_index, int64_t clock,
+             int64_t map_version);
+  const std::string& Header() const { return header_; }
+  // Framing of one block of `data_bytes` bytes (at most 24 bytes).
+  static std::string BlockPrefix(uint64_t key, size_t data_bytes);
+
+ private:
+  std::string header_;
+};
+
+}  // namespace ps
+
+#endif  // PS_COMMON_PUSH_WIRE_H_

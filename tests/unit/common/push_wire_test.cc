@@ -1,0 +1,251 @@
+#include "common/push_wire.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string FloatBytes(const std::vector<float>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()),
+                     values.size() * sizeof(float));
+}
+
+v1::PushRequest Request(
+    const std::string& job_id, int32_t worker, int64_t clock, int64_t version,
+    const std::vector<std::pair<uint64_t, size_t>>& blocks) {
+  v1::PushRequest r;
+  r.set_job_id(job_id);
+  r.set_worker_index(worker);
+  r.set_clock(clock);
+  r.set_map_version(version);
+  float next = 0.5f;
+  for (const auto& [key, floats] : blocks) {
+    v1::Block* b = r.add_gradients();
+    b->set_key(key);
+    std::vector<float> values(floats);
+    for (float& v : values) v = (next += 0.25f);
+    b->set_data(FloatBytes(values));
+  }
+  return r;
+}
+
+// `bytes` cut into segments at the given offsets.
+std::vector<std::string_view> Split(std::string_view bytes,
+                                    std::vector<size_t> cuts) {
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<std::string_view> out;
+  size_t at = 0;
+  for (size_t cut : cuts) {
+    cut = std::min(cut, bytes.size());
+    if (cut < at) continue;
+    out.push_back(bytes.substr(at, cut - at));  // Empty segments too.
+    at = cut;
+  }
+  out.push_back(bytes.substr(at));
+  return out;
+}
+
+// `view` holds exactly the fields of `message`.
+void ExpectSame(const v1::PushRequest& message, const PushView& view) {
+  EXPECT_EQ(view.job_id, message.job_id());
+  EXPECT_EQ(view.worker_index, message.worker_index());
+  EXPECT_EQ(view.clock, message.clock());
+  EXPECT_EQ(view.map_version, message.map_version());
+  ASSERT_EQ(view.gradients.size(), message.gradients_size());
+  for (int i = 0; i < message.gradients_size(); ++i) {
+    EXPECT_EQ(view.gradients[i].key, message.gradients(i).key());
+    EXPECT_EQ(view.gradients[i].data.ToString(), message.gradients(i).data());
+  }
+}
+
+TEST(PushWireTest, FramerWritesWhatProtobufWrites) {
+  for (const v1::PushRequest& r :
+       {Request("job-1", 3, 17, 2, {{0, 4}, {1, 1}, {(5ull << 32) | 7, 300}}),
+        Request("", 0, 0, 0, {{0, 0}}),  // Every field at its default.
+        Request("j", -1, INT64_MAX, -5, {}),
+        Request(std::string(200, 'x'), INT32_MIN, INT64_MIN, 1,
+                {{UINT64_MAX, 70000}})}) {
+    const PushFramer framer(r.job_id(), r.worker_index(), r.clock(),
+                            r.map_version());
+    std::string framed = framer.Header();
+    for (const v1::Block& b : r.gradients()) {
+      const std::string prefix =
+          PushFramer::BlockPrefix(b.key(), b.data().size());
+      EXPECT_LE(prefix.size(), 24u);
+      framed += prefix;
+      framed += b.data();
+    }
+    EXPECT_EQ(framed, r.SerializeAsString()) << r.ShortDebugString();
+  }
+}
+
+TEST(PushWireTest, ParsesWhateverWayTheBytesAreSplit) {
+  const v1::PushRequest r =
+      Request("job-000001", 1, 42, 3, {{7, 5}, {8, 0}, {(1ull << 32), 64}});
+  const std::string bytes = r.SerializeAsString();
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<size_t> cuts;
+    if (static_cast<size_t>(trial) <= bytes.size()) {
+      cuts.push_back(trial);  // Every single cut point first.
+    } else {
+      const int n = rng() % 20;
+      for (int i = 0; i < n; ++i) cuts.push_back(rng() % (bytes.size() + 1));
+    }
+    const std::vector<std::string_view> segments = Split(bytes, cuts);
+    absl::StatusOr<PushView> view = ParsePushRequest(segments);
+    ASSERT_TRUE(view.ok()) << view.status();
+    ExpectSame(r, *view);
+  }
+}
+
+TEST(PushWireTest, GradientsPointIntoTheSegments) {
+  const v1::PushRequest r = Request("j", 0, 0, 1, {{1, 1000}});
+  const std::string bytes = r.SerializeAsString();
+  const std::vector<std::string_view> segments = Split(bytes, {100, 2000});
+  absl::StatusOr<PushView> view = ParsePushRequest(segments);
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_EQ(view->gradients.size(), 1u);
+  const auto& pieces = view->gradients[0].data.pieces();
+  ASSERT_EQ(pieces.size(), 3u);
+  for (std::string_view piece : pieces) {
+    EXPECT_GE(piece.data(), bytes.data());
+    EXPECT_LE(piece.data() + piece.size(), bytes.data() + bytes.size());
+  }
+}
+
+TEST(PushWireTest, FollowsProtobufOnRepeatedAndUnknownFields) {
+  v1::PushRequest first = Request("old", 1, 1, 1, {{1, 2}});
+  v1::PushRequest second = Request("new", 2, 2, 2, {{2, 3}});
+  std::string bytes = first.SerializeAsString() + second.SerializeAsString();
+  // Unknown fields of every wire type, a group among them, at the top level
+  // and inside a block.
+  const std::string unknown = std::string("\x30\x05", 2) +  // 6: varint
+                              std::string("\x39", 1) + std::string(8, 'a') +
+                              std::string("\x42\x02zz", 4) +        // 8: bytes
+                              std::string("\x4b\x50\x01\x4c", 4) +  // 9: group
+                              std::string("\x55", 1) + std::string(4, 'b');
+  bytes += unknown;
+  v1::Block block;
+  block.set_key(9);
+  block.set_data(FloatBytes({1.5f}));
+  const std::string block_bytes = unknown + block.SerializeAsString() + unknown;
+  bytes += std::string("\x2a", 1) + static_cast<char>(block_bytes.size()) +
+           block_bytes;
+  v1::PushRequest expected;
+  ASSERT_TRUE(expected.ParseFromString(bytes));
+  ASSERT_EQ(expected.gradients_size(), 3);
+  const std::vector<std::string_view> segments = {bytes};
+  absl::StatusOr<PushView> view = ParsePushRequest(segments);
+  ASSERT_TRUE(view.ok()) << view.status();
+  ExpectSame(expected, *view);
+}
+
+TEST(PushWireTest, RefusesWhatProtobufRefuses) {
+  const std::string good =
+      Request("job", 1, 2, 3, {{4, 2}, {5, 1}}).SerializeAsString();
+  const std::vector<std::string> bad = {
+      good.substr(0, good.size() - 1),        // Truncated data.
+      good + std::string("\x2a\x05\x08", 3),  // Block longer than the rest.
+      std::string("\x00", 1),                 // Tag 0.
+      std::string("\x0c", 1),                 // Unmatched end-group.
+      std::string("\x0a\x02\xff\xfe", 4),     // job_id not UTF-8.
+      std::string("\x2a\x02\x08\x80", 4),     // Key varint cut by the block.
+      std::string("\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12),
+  };
+  for (const std::string& bytes : bad) {
+    v1::PushRequest message;
+    EXPECT_FALSE(message.ParseFromString(bytes));
+    const std::vector<std::string_view> segments = {bytes};
+    absl::StatusOr<PushView> view = ParsePushRequest(segments);
+    ASSERT_FALSE(view.ok());
+    EXPECT_EQ(view.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(view.status().message(), HasSubstr("PushRequest"));
+  }
+}
+
+// Random mutations of valid requests: whenever Protobuf parses the bytes, the
+// in-place parser gets the same fields; whenever it refuses them, so does the
+// in-place parser.
+TEST(PushWireTest, AgreesWithProtobufOnMutatedInput) {
+  std::mt19937 rng(17);
+  const std::vector<std::string> seeds = {
+      Request("job-a", 1, 9, 2, {{1, 3}, {2, 1}}).SerializeAsString(),
+      Request("", 0, 0, 0, {{0, 0}}).SerializeAsString(),
+      Request("x", -3, 1ll << 40, 7, {{UINT64_MAX, 2}}).SerializeAsString()};
+  int parsed = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string bytes = seeds[rng() % seeds.size()];
+    const int edits = 1 + rng() % 4;
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = bytes.empty() ? 0 : rng() % bytes.size();
+      switch (rng() % 4) {
+        case 0:
+          if (!bytes.empty()) bytes[at] = static_cast<char>(rng());
+          break;
+        case 1:
+          bytes.insert(at, 1, static_cast<char>(rng()));
+          break;
+        case 2:
+          if (!bytes.empty()) bytes.erase(at, 1);
+          break;
+        case 3:
+          if (!bytes.empty()) bytes[at] ^= static_cast<char>(1 << (rng() % 8));
+          break;
+      }
+    }
+    v1::PushRequest message;
+    const bool ok = message.ParseFromString(bytes);
+    const std::vector<std::string_view> segments =
+        Split(bytes, {rng() % (bytes.size() + 1), rng() % (bytes.size() + 1)});
+    absl::StatusOr<PushView> view = ParsePushRequest(segments);
+    ASSERT_EQ(view.ok(), ok)
+        << "trial " << trial << ": "
+        << (view.ok() ? "accepted" : view.status().ToString());
+    if (ok) {
+      ++parsed;
+      ExpectSame(message, *view);
+    }
+  }
+  EXPECT_GT(parsed, 1000);  // The mutations are not all fatal.
+}
+
+TEST(PushWireTest, ViewOfAMessage) {
+  const v1::PushRequest r = Request("job", 1, 2, 3, {{4, 2}, {5, 1}});
+  ExpectSame(r, ViewOf(r));
+}
+
+TEST(PushWireTest, FloatRunsCoverEveryValueWhateverTheSplit) {
+  std::vector<float> values(3 * kFloatRun + 5);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = i * 0.5f;
+  const std::string bytes = FloatBytes(values);
+  for (const std::vector<size_t>& cuts :
+       std::vector<std::vector<size_t>>{{},
+                                        {1, 2, 3, 7, 4 * kFloatRun + 1},
+                                        {4 * kFloatRun, 8 * kFloatRun + 3}}) {
+    WireBytes wire;
+    for (std::string_view piece : Split(bytes, cuts)) wire.Append(piece);
+    std::vector<float> seen(values.size(), -1.0f);
+    size_t expected_first = 0;
+    ForEachFloatRun(wire, [&](size_t first, std::span<const float> run) {
+      EXPECT_EQ(first, expected_first);
+      EXPECT_LE(run.size(), kFloatRun);
+      std::copy(run.begin(), run.end(), seen.begin() + first);
+      expected_first = first + run.size();
+    });
+    EXPECT_EQ(seen, values);
+  }
+}
+
+}  // namespace
+}  // namespace ps
