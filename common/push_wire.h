@@ -76,6 +76,12 @@ void ForEachFloatRun(const WireBytes& bytes, Fn fn) {
   }
 }
 
+// True when no value is NaN or Inf. Vectorised (on the bits: an integer
+// reduction), so it runs at about memory speed.
+bool AllFinite(std::span<const float> values);
+// The same for float32 bytes in place (a whole number of floats).
+bool AllFinite(const WireBytes& bytes);
+
 // One block of a push, as received.
 struct WireBlock {
   uint64_t key = 0;

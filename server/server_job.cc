@@ -23,21 +23,6 @@ std::string JobMeta(const v1::Assignment& assignment) {
   return meta.SerializeAsString();
 }
 
-bool AllFinite(std::span<const float> values) {
-  float acc = 0;
-  // x * 0 is NaN exactly when x is NaN or Inf; one pass, vectorisable.
-  for (float v : values) acc += v * 0.0f;
-  return acc == 0.0f;
-}
-
-bool AllFinite(const WireBytes& bytes) {
-  bool finite = true;
-  ForEachFloatRun(bytes, [&](size_t, std::span<const float> run) {
-    finite = finite && AllFinite(run);
-  });
-  return finite;
-}
-
 }  // namespace
 
 ServerJob::ServerJob(const v1::Assignment& assignment, ShardStore* store,

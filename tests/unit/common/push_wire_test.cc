@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <string_view>
@@ -245,6 +246,47 @@ TEST(PushWireTest, FloatRunsCoverEveryValueWhateverTheSplit) {
     });
     EXPECT_EQ(seen, values);
   }
+}
+
+TEST(PushWireTest, AllFiniteFindsEveryNaNAndInfAndNothingElse) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  // Finite extremes: largest, smallest normal, denormals, zeros.
+  const std::vector<float> finite = {std::numeric_limits<float>::max(),
+                                     -std::numeric_limits<float>::max(),
+                                     std::numeric_limits<float>::min(),
+                                     std::numeric_limits<float>::denorm_min(),
+                                     -std::numeric_limits<float>::denorm_min(),
+                                     0.0f,
+                                     -0.0f,
+                                     1.0f};
+  uint32_t payload_nan_bits = 0x7f800001u;  // A signalling NaN.
+  float payload_nan;
+  std::memcpy(&payload_nan, &payload_nan_bits, sizeof(float));
+  for (size_t n : {0, 1, 15, 16, 17, 33, 100}) {
+    std::vector<float> values(n);
+    for (size_t i = 0; i < n; ++i) values[i] = finite[i % finite.size()];
+    EXPECT_TRUE(AllFinite(values)) << n;
+    for (size_t at = 0; at < n; ++at) {
+      for (float bad : {nan, -nan, inf, -inf, payload_nan}) {
+        std::vector<float> with = values;
+        with[at] = bad;
+        EXPECT_FALSE(AllFinite(with)) << n << " " << at << " " << bad;
+      }
+    }
+  }
+  // In place, over pieces cut mid-float.
+  std::vector<float> values(3 * kFloatRun, 0.25f);
+  values[2 * kFloatRun + 7] = -inf;
+  const std::string bytes = FloatBytes(values);
+  WireBytes wire;
+  for (std::string_view piece : Split(bytes, {3, 4097, 5 * kFloatRun + 1})) {
+    wire.Append(piece);
+  }
+  EXPECT_FALSE(AllFinite(wire));
+  values[2 * kFloatRun + 7] = 1;
+  const std::string good = FloatBytes(values);
+  EXPECT_TRUE(AllFinite(WireBytes(good)));
 }
 
 }  // namespace
