@@ -85,6 +85,16 @@ void ParameterManager::Pull(const v1::PullRequest& request,
   (*job)->Pull(request, std::move(done));
 }
 
+void ParameterManager::PullWire(const v1::PullRequest& request,
+                                ServerJob::PullWireCallback done) {
+  auto job = Find(request.job_id());
+  if (!job.ok()) {
+    done(job.status());
+    return;
+  }
+  (*job)->PullWire(request, std::move(done));
+}
+
 void ParameterManager::Push(const v1::PushRequest& request,
                             ServerJob::PushCallback done) {
   Push(ViewOf(request), std::move(done));

@@ -33,6 +33,9 @@ class ParameterManager {
   // Dispatches to the job. INVALID_ARGUMENT for a malformed job id
   // (ValidateId); NOT_FOUND if this server does not hold the job.
   void Pull(const v1::PullRequest& request, ServerJob::PullCallback done);
+  // A pull whose reply is the serialized PullResponse (ServerJob::PullWire).
+  void PullWire(const v1::PullRequest& request,
+                ServerJob::PullWireCallback done);
   void Push(const v1::PushRequest& request, ServerJob::PushCallback done);
   // A push whose gradient bytes are views (ServerJob::Push: read during the
   // call only).

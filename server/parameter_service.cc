@@ -9,23 +9,24 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
-#include "common/push_wire.h"
+#include "common/parameter_wire.h"
 
 namespace ps {
 namespace {
 
 // How a reply reaches its wire message: a generated message takes it whole;
 // a raw (ByteBuffer) method gets its bytes.
-void StoreReply(v1::PullResponse&& reply, v1::PullResponse* out) {
-  out->Swap(&reply);
+void StoreReply(WireMessage&& reply, grpc::ByteBuffer* out) {
+  // gRPC takes the buffer over: no copy.
+  const size_t size = reply.size;
+  grpc::Slice slice(reply.data.release(), size,
+                    [](void* p) { delete[] static_cast<char*>(p); });
+  *out = grpc::ByteBuffer(&slice, 1);
 }
 void StoreReply(v1::PushResponse&& reply, grpc::ByteBuffer* out) {
   const std::string bytes = reply.SerializeAsString();
   grpc::Slice slice(bytes);
   *out = grpc::ByteBuffer(&slice, 1);
-}
-size_t WireSize(const google::protobuf::MessageLite& message) {
-  return message.ByteSizeLong();
 }
 size_t WireSize(const grpc::ByteBuffer& buffer) { return buffer.Length(); }
 
@@ -124,15 +125,33 @@ ParameterServiceImpl::ParameterServiceImpl(ParameterManager* manager,
       authorizer_(std::move(authorizer)) {}
 
 grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
-    grpc::CallbackServerContext* ctx, const v1::PullRequest* request,
-    v1::PullResponse* response) {
-  auto* reactor = new DeferredReactor<v1::PullResponse, v1::PullResponse>(
-      "Pull", request->ByteSizeLong(), response, metrics_);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  auto* reactor = new DeferredReactor<WireMessage, grpc::ByteBuffer>(
+      "Pull", request->Length(), response, metrics_);
   if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
     reactor->MakeCallback(nullptr)(allowed);
     return reactor;
   }
-  manager_->Pull(*request, reactor->MakeCallback(nullptr));
+  // A small message: parsed by Protobuf from one copy.
+  std::string bytes;
+  std::vector<grpc::Slice> slices;
+  if (request->Valid()) {
+    if (grpc::Status dumped = request->Dump(&slices); !dumped.ok()) {
+      reactor->MakeCallback(nullptr)(FromGrpcStatus(dumped));
+      return reactor;
+    }
+  }
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  v1::PullRequest pull;
+  if (!pull.ParseFromString(bytes)) {
+    reactor->MakeCallback(nullptr)(
+        absl::InvalidArgumentError("PullRequest: not a valid message"));
+    return reactor;
+  }
+  manager_->PullWire(pull, reactor->MakeCallback(nullptr));
   return reactor;
 }
 

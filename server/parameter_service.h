@@ -25,14 +25,16 @@ using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 
 // Callback-API service. A Pull that waits on the staleness bound holds no
 // thread: its reactor is finished by the push that lets it through, or
-// cancelled when the client's deadline passes. Push is a raw method: its
-// bytes are parsed here (ParsePushRequest) and the gradients applied straight
-// from the slices gRPC received, never copied into a message; bytes that are
-// not a PushRequest get INVALID_ARGUMENT. Every call must come from a member
-// of the cluster (`authorizer`); others get UNAUTHENTICATED.
+// cancelled when the client's deadline passes. Both methods are raw
+// (ByteBuffer) methods, so that the float payloads are copied once at most
+// (common/parameter_wire.h): a Push's gradients are applied straight from the
+// slices gRPC received; a Pull's reply is serialized from the block values
+// into one buffer that gRPC sends as is. Bytes that are not a PushRequest
+// (PullRequest) get INVALID_ARGUMENT. Every call must come from a member of
+// the cluster (`authorizer`); others get UNAUTHENTICATED.
 class ParameterServiceImpl final
     : public v1::ParameterService::WithRawCallbackMethod_Push<
-          v1::ParameterService::WithCallbackMethod_Pull<
+          v1::ParameterService::WithRawCallbackMethod_Pull<
               v1::ParameterService::Service>> {
  public:
   // `manager` and `metrics` must outlive the service.
@@ -41,8 +43,8 @@ class ParameterServiceImpl final
                        Authorizer authorizer = Authorizer());
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
-                                 const v1::PullRequest* request,
-                                 v1::PullResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;

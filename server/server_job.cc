@@ -7,7 +7,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/float_codec.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 
@@ -256,24 +255,35 @@ ServerJob::GradientCheck ServerJob::CheckGradients(
   return check;
 }
 
-v1::PullResponse ServerJob::BuildReply(
-    const std::vector<uint64_t>& keys) const {
-  v1::PullResponse reply;
-  reply.set_min_clock(clocks_.min_clock());
-  for (int64_t c : clocks_.clocks()) reply.add_worker_clocks(c);
+WireMessage ServerJob::BuildReply(const std::vector<uint64_t>& keys) const {
+  std::vector<ReplyBlock> blocks;
+  blocks.reserve(keys.size());
   for (uint64_t key : keys) {
-    const Block& b = blocks_[index_.at(key)];
-    v1::Block* out = reply.add_blocks();
-    out->set_key(key);
-    EncodeFloats(b.values, out->mutable_data());
+    blocks.push_back({key, blocks_[index_.at(key)].values});
   }
-  return reply;
+  return EncodePullResponse(blocks, clocks_.min_clock(), clocks_.clocks());
 }
 
 void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
+  PullWire(request, [done = std::move(done)](absl::StatusOr<WireMessage> wire) {
+    if (!wire.ok()) {
+      done(wire.status());
+      return;
+    }
+    v1::PullResponse reply;
+    if (!reply.ParseFromArray(wire->data.get(), static_cast<int>(wire->size))) {
+      done(absl::InternalError("pull reply does not parse"));
+      return;
+    }
+    done(std::move(reply));
+  });
+}
+
+void ServerJob::PullWire(const v1::PullRequest& request,
+                         PullWireCallback done) {
   std::vector<uint64_t> keys;
   absl::Status status = ValidateKeys(request.keys(), &keys);
-  absl::StatusOr<v1::PullResponse> reply;
+  absl::StatusOr<WireMessage> reply;
   if (status.ok()) {
     absl::ReleasableMutexLock lock(&mu_);
     status = CheckRequest(request.map_version());
@@ -481,8 +491,8 @@ void ServerJob::CollectReady(Ready* ready) {
           absl::ToDoubleSeconds(now - it->since));
       ready->pulls.emplace_back(
           std::move(it->done),
-          closed_.ok() ? absl::StatusOr<v1::PullResponse>(BuildReply(it->keys))
-                       : absl::StatusOr<v1::PullResponse>(closed_));
+          closed_.ok() ? absl::StatusOr<WireMessage>(BuildReply(it->keys))
+                       : absl::StatusOr<WireMessage>(closed_));
     } else {
       if (keep != it) *keep = std::move(*it);
       ++keep;

@@ -14,7 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/model_layout.h"
-#include "common/push_wire.h"
+#include "common/parameter_wire.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/parameter.pb.h"
 #include "server/clock_table.h"
@@ -31,6 +31,9 @@ class ServerJob {
  public:
   // Receives the reply of a Pull, or why it failed; called exactly once.
   using PullCallback = std::function<void(absl::StatusOr<v1::PullResponse>)>;
+  // Receives the reply of a Pull as the serialized PullResponse, or why it
+  // failed; called exactly once.
+  using PullWireCallback = std::function<void(absl::StatusOr<WireMessage>)>;
   // Receives the reply of a Push, or why it failed; called exactly once.
   using PushCallback = std::function<void(absl::StatusOr<v1::PushResponse>)>;
 
@@ -52,6 +55,10 @@ class ServerJob {
   // repeated key, the Close reason if the job is closed while waiting,
   // RESOURCE_EXHAUSTED if it is dropped as kMaxWaitingPerWorker newer ones
   // wait.
+  // The reply is serialized under the job's lock straight from the block
+  // values (EncodePullResponse: one copy), for the server to send as is.
+  void PullWire(const v1::PullRequest& request, PullWireCallback done);
+  // The same, parsed into a message (tests).
   void Pull(const v1::PullRequest& request, PullCallback done);
 
   // Most pulls, and most pushes, of one worker that may wait here at once; a
@@ -107,7 +114,7 @@ class ServerJob {
     int worker;
     int64_t clock;
     std::vector<uint64_t> keys;
-    PullCallback done;
+    PullWireCallback done;
     absl::Time since;
   };
   // A push's gradients checked before the lock (index_ and block sizes never
@@ -127,8 +134,7 @@ class ServerJob {
   };
   // Callbacks made ready under the lock, run after it is released.
   struct Ready {
-    std::vector<std::pair<PullCallback, absl::StatusOr<v1::PullResponse>>>
-        pulls;
+    std::vector<std::pair<PullWireCallback, absl::StatusOr<WireMessage>>> pulls;
     std::vector<std::pair<PushCallback, absl::StatusOr<v1::PushResponse>>>
         pushes;
     void Run();
@@ -145,7 +151,7 @@ class ServerJob {
       const google::protobuf::RepeatedField<uint64_t>& keys,
       std::vector<uint64_t>* out) const;
   GradientCheck CheckGradients(const PushView& request) const;
-  v1::PullResponse BuildReply(const std::vector<uint64_t>& keys) const
+  WireMessage BuildReply(const std::vector<uint64_t>& keys) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `touched` blocks and the clocks in one batch (no-op without a
   // store).

@@ -1,16 +1,18 @@
 #include "worker/parameter_client.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstring>
+#include <string_view>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
-#include "common/float_codec.h"
 #include "common/grpc_util.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
-#include "common/push_wire.h"
+#include "common/parameter_wire.h"
 
 namespace ps {
 namespace {
@@ -24,6 +26,12 @@ bool ShouldRetry(const absl::Status& s) {
 const std::string& PushMethod() {
   static const std::string* const method = new std::string(
       absl::StrCat("/", v1::ParameterService::service_full_name(), "/Push"));
+  return *method;
+}
+
+const std::string& PullMethod() {
+  static const std::string* const method = new std::string(
+      absl::StrCat("/", v1::ParameterService::service_full_name(), "/Pull"));
   return *method;
 }
 
@@ -97,10 +105,8 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
   for (const std::string& address : map.servers()) {
     Server server;
     server.address = address;
-    std::shared_ptr<grpc::Channel> channel =
-        CreateChannel(address, client->options_.channel);
-    server.stub = v1::ParameterService::NewStub(channel);
-    server.generic = std::make_unique<grpc::GenericStub>(channel);
+    server.generic = std::make_unique<grpc::GenericStub>(
+        CreateChannel(address, client->options_.channel));
     client->servers_.push_back(std::move(server));
   }
   absl::flat_hash_map<uint64_t, int> placement;
@@ -199,63 +205,96 @@ absl::Status ParameterClient::PullFromServers(
   for (size_t t = 0; t < tensors_.size(); ++t) {
     (*params)[t].resize(tensors_[t].num_elems());
   }
+  v1::PullRequest request;
+  request.set_job_id(job_id_);
+  request.set_worker_index(worker_index_);
+  request.set_clock(clock);
+  request.set_map_version(map_version_);
+  const std::string request_bytes = request.SerializeAsString();
+  grpc::Slice request_slice(request_bytes);
+  const grpc::ByteBuffer request_buffer(&request_slice, 1);
   // One context and reply per server and attempt; they outlive the async call
   // because ForAllServers waits for every callback before returning or
-  // retrying.
+  // retrying. Replies are read where gRPC received them and copied once,
+  // into the tensors (common/parameter_wire.h).
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(servers_.size());
-  std::vector<v1::PullResponse> replies(servers_.size());
-  std::vector<v1::PullRequest> requests(servers_.size());
+  std::vector<grpc::ByteBuffer> replies(servers_.size());
+  std::vector<int64_t> min_clocks(servers_.size(), INT64_MAX);
+  std::vector<int64_t> own_clocks(servers_.size(), INT64_MAX);
   absl::Status status = ForAllServers("pull", [&](int s, auto done) {
-    Server& server = servers_[s];
-    v1::PullRequest& request = requests[s];
-    request.set_job_id(job_id_);
-    request.set_worker_index(worker_index_);
-    request.set_clock(clock);
-    request.set_map_version(map_version_);
     contexts[s] = std::make_unique<grpc::ClientContext>();
     SetDeadline(contexts[s].get(), options_.pull_timeout);
     replies[s].Clear();
-    server.stub->async()->Pull(
-        contexts[s].get(), &request, &replies[s],
-        [this, s, params, &replies, done](grpc::Status status) {
+    servers_[s].generic->UnaryCall(
+        contexts[s].get(), PullMethod(), grpc::StubOptions(), &request_buffer,
+        &replies[s],
+        [this, s, params, &replies, &min_clocks, &own_clocks,
+         done](grpc::Status status) {
           if (!status.ok()) {
             done(FromGrpcStatus(status));
             return;
           }
-          const Server& server = servers_[s];
-          const v1::PullResponse& reply = replies[s];
-          if (reply.blocks_size() != static_cast<int>(server.blocks.size())) {
-            done(absl::InternalError(
-                absl::StrCat("pull reply has ", reply.blocks_size(),
-                             " blocks, expected ", server.blocks.size())));
-            return;
-          }
-          for (int i = 0; i < reply.blocks_size(); ++i) {
-            const BlockRef& ref = server.blocks[i];
-            const v1::Block& block = reply.blocks(i);
-            if (block.key() != ref.key ||
-                FloatCount(block.data()) != ref.num_elems) {
-              done(absl::InternalError(absl::StrCat(
-                  "pull reply block ", block.key(), " does not match")));
-              return;
-            }
-            DecodeFloats(block.data(), std::span<float>((*params)[ref.tensor])
-                                           .subspan(ref.offset, ref.num_elems));
-          }
-          done(absl::OkStatus());
+          done(ReadPullReply(s, replies[s], params, &min_clocks[s],
+                             &own_clocks[s]));
         });
   });
   if (!status.ok()) return status;
-  int64_t min_clock = INT64_MAX;
-  int64_t own_clock = INT64_MAX;
-  for (const v1::PullResponse& reply : replies) {
-    min_clock = std::min(min_clock, reply.min_clock());
-    if (worker_index_ < reply.worker_clocks_size()) {
-      own_clock = std::min(own_clock, reply.worker_clocks(worker_index_));
-    }
-  }
+  const int64_t min_clock =
+      *std::min_element(min_clocks.begin(), min_clocks.end());
+  const int64_t own_clock =
+      *std::min_element(own_clocks.begin(), own_clocks.end());
   cached_min_clock_ = min_clock;
   own_clock_ = own_clock == INT64_MAX ? 0 : own_clock;
+  return absl::OkStatus();
+}
+
+absl::Status ParameterClient::ReadPullReply(
+    int s, const grpc::ByteBuffer& reply,
+    std::vector<std::vector<float>>* params, int64_t* min_clock,
+    int64_t* own_clock) const {
+  std::vector<grpc::Slice> slices;
+  if (reply.Valid()) {
+    if (grpc::Status dumped = reply.Dump(&slices); !dumped.ok()) {
+      return FromGrpcStatus(dumped);
+    }
+  }
+  std::vector<std::string_view> segments;
+  segments.reserve(slices.size());
+  for (const grpc::Slice& slice : slices) {
+    segments.emplace_back(reinterpret_cast<const char*>(slice.begin()),
+                          slice.size());
+  }
+  absl::StatusOr<PullView> view = ParsePullResponse(segments);
+  if (!view.ok()) {
+    return absl::InternalError(
+        absl::StrCat("pull reply: ", view.status().message()));
+  }
+  const Server& server = servers_[s];
+  if (view->blocks.size() != server.blocks.size()) {
+    return absl::InternalError(
+        absl::StrCat("pull reply has ", view->blocks.size(),
+                     " blocks, expected ", server.blocks.size()));
+  }
+  for (size_t i = 0; i < view->blocks.size(); ++i) {
+    const BlockRef& ref = server.blocks[i];
+    const WireBlock& block = view->blocks[i];
+    if (block.key != ref.key ||
+        block.data.size() !=
+            static_cast<size_t>(ref.num_elems) * sizeof(float)) {
+      return absl::InternalError(
+          absl::StrCat("pull reply block ", block.key, " does not match"));
+    }
+    char* out =
+        reinterpret_cast<char*>((*params)[ref.tensor].data() + ref.offset);
+    for (std::string_view piece : block.data.pieces()) {
+      std::memcpy(out, piece.data(), piece.size());
+      out += piece.size();
+    }
+  }
+  *min_clock = view->min_clock;
+  if (worker_index_ < static_cast<int>(view->worker_clocks.size())) {
+    *own_clock = view->worker_clocks[worker_index_];
+  }
   return absl::OkStatus();
 }
 

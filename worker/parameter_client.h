@@ -79,9 +79,8 @@ class ParameterClient {
   };
   struct Server {
     std::string address;
-    std::unique_ptr<v1::ParameterService::Stub> stub;
-    // Push goes through this one: its request is a ByteBuffer framing the
-    // caller's gradient memory (common/push_wire.h).
+    // Push and Pull go through this one, with ByteBuffers read and written
+    // in place (common/parameter_wire.h).
     std::unique_ptr<grpc::GenericStub> generic;
     std::vector<BlockRef> blocks;
   };
@@ -96,6 +95,10 @@ class ParameterClient {
   absl::Status ForAllServers(const char* what, Call call);
   absl::Status PullFromServers(int64_t clock,
                                std::vector<std::vector<float>>* params);
+  // Copies server s's reply into `params` and returns the clocks it carries.
+  absl::Status ReadPullReply(int s, const grpc::ByteBuffer& reply,
+                             std::vector<std::vector<float>>* params,
+                             int64_t* min_clock, int64_t* own_clock) const;
 
   const std::string job_id_;
   const int worker_index_;

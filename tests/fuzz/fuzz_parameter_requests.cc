@@ -14,7 +14,7 @@
 
 #include "common/job_spec.h"
 #include "common/model_layout.h"
-#include "common/push_wire.h"
+#include "common/parameter_wire.h"
 #include "prometheus/registry.h"
 #include "server/memory_shard_store.h"
 #include "server/parameter_manager.h"

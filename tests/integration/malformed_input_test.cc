@@ -334,33 +334,6 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
         return Pull(r);
       },
       Code::RESOURCE_EXHAUSTED, "~Received message larger than max");
-  // Push is a raw method (the server parses it in place), so bytes that are
-  // no PushRequest get INVALID_ARGUMENT rather than gRPC's UNIMPLEMENTED.
-  add(
-      "Push", "bytes that are no PushRequest",
-      [&] {
-        return RawCall("/ps.v1.ParameterService/Push", "\xff\xff\xff\xff",
-                       member_parameters_channel_);
-      },
-      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
-  add(
-      "Push", "job_id that is not UTF-8",
-      [&] {
-        auto r = GoodPush();
-        r.set_job_id("\xc3");  // Serialized as is; the server refuses it.
-        return RawCall("/ps.v1.ParameterService/Push", r.SerializeAsString(),
-                       member_parameters_channel_);
-      },
-      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
-  add(
-      "Push", "gradient block cut short",
-      [&] {
-        std::string bytes = GoodPush().SerializeAsString();
-        bytes.pop_back();
-        return RawCall("/ps.v1.ParameterService/Push", bytes,
-                       member_parameters_channel_);
-      },
-      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
   add(
       "Pull", "job_id of 65 bytes",
       [&] {
@@ -450,6 +423,17 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
         return Pull(r);
       },
       Code::INVALID_ARGUMENT, "keys:");
+
+  // Pull and Push are raw methods (the server parses their bytes itself), so
+  // bytes that are no request get INVALID_ARGUMENT rather than gRPC's
+  // UNIMPLEMENTED.
+  add(
+      "Pull", "bytes that are no PullRequest",
+      [&] {
+        return RawCall("/ps.v1.ParameterService/Pull", "\xff\xff\xff\xff",
+                       member_parameters_channel_);
+      },
+      Code::INVALID_ARGUMENT, "PullRequest: not a valid message");
 
   // ParameterService.Push.
   add(
@@ -554,8 +538,7 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
         return Push(r);
       },
       Code::RESOURCE_EXHAUSTED, "~Received message larger than max");
-  // Push is a raw method (the server parses it in place), so bytes that are
-  // no PushRequest get INVALID_ARGUMENT rather than gRPC's UNIMPLEMENTED.
+  // Bytes that are no PushRequest (the server parses them in place).
   add(
       "Push", "bytes that are no PushRequest",
       [&] {

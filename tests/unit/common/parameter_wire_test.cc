@@ -1,4 +1,4 @@
-#include "common/push_wire.h"
+#include "common/parameter_wire.h"
 
 #include <cmath>
 #include <cstring>
@@ -287,6 +287,135 @@ TEST(PushWireTest, AllFiniteFindsEveryNaNAndInfAndNothingElse) {
   values[2 * kFloatRun + 7] = 1;
   const std::string good = FloatBytes(values);
   EXPECT_TRUE(AllFinite(WireBytes(good)));
+}
+
+v1::PullResponse PullReply(
+    const std::vector<std::pair<uint64_t, size_t>>& blocks, int64_t min_clock,
+    std::vector<int64_t> clocks) {
+  v1::PullResponse r;
+  float next = -3.0f;
+  for (const auto& [key, floats] : blocks) {
+    v1::Block* b = r.add_blocks();
+    b->set_key(key);
+    std::vector<float> values(floats);
+    for (float& v : values) v = (next += 0.5f);
+    b->set_data(FloatBytes(values));
+  }
+  r.set_min_clock(min_clock);
+  for (int64_t c : clocks) r.add_worker_clocks(c);
+  return r;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+// `view` holds exactly the fields of `message`.
+void ExpectSamePull(const v1::PullResponse& message, const PullView& view) {
+  EXPECT_EQ(view.min_clock, message.min_clock());
+  EXPECT_EQ(view.worker_clocks,
+            std::vector<int64_t>(message.worker_clocks().begin(),
+                                 message.worker_clocks().end()));
+  ASSERT_EQ(view.blocks.size(), message.blocks_size());
+  for (int i = 0; i < message.blocks_size(); ++i) {
+    EXPECT_EQ(view.blocks[i].key, message.blocks(i).key());
+    EXPECT_EQ(view.blocks[i].data.ToString(), message.blocks(i).data());
+  }
+}
+
+TEST(PullWireTest, EncoderWritesWhatProtobufWrites) {
+  for (const v1::PullResponse& r :
+       {PullReply({{0, 4}, {1, 1}, {(5ull << 32) | 7, 70000}}, 3, {3, 4, 0}),
+        PullReply({}, 0, {}), PullReply({{0, 0}}, 0, {0}),
+        PullReply({{UINT64_MAX, 2}}, -1, {INT64_MIN, INT64_MAX, -1})}) {
+    std::vector<std::vector<float>> values;
+    for (const v1::Block& b : r.blocks()) values.push_back(Floats(b.data()));
+    std::vector<ReplyBlock> blocks;
+    for (int i = 0; i < r.blocks_size(); ++i) {
+      blocks.push_back({r.blocks(i).key(), values[i]});
+    }
+    const std::vector<int64_t> clocks(r.worker_clocks().begin(),
+                                      r.worker_clocks().end());
+    const WireMessage wire = EncodePullResponse(blocks, r.min_clock(), clocks);
+    EXPECT_EQ(wire.view(), r.SerializeAsString()) << r.ShortDebugString();
+  }
+}
+
+TEST(PullWireTest, ParsesPackedAndUnpackedClocksWhateverTheSplit) {
+  const v1::PullResponse r =
+      PullReply({{7, 5}, {8, 0}, {(1ull << 32), 64}}, 2, {2, 3, 300});
+  // Unpacked worker_clocks (field 3, varint), as an older writer may send.
+  std::string unpacked;
+  {
+    v1::PullResponse blocks_only = r;
+    blocks_only.clear_worker_clocks();
+    unpacked = blocks_only.SerializeAsString();
+    for (int64_t c : r.worker_clocks()) {
+      unpacked += '\x18';
+      unpacked += static_cast<char>(c & 0x7f | (c >= 128 ? 0x80 : 0));
+      if (c >= 128) unpacked += static_cast<char>(c >> 7);
+    }
+  }
+  for (const std::string& bytes : {r.SerializeAsString(), unpacked}) {
+    v1::PullResponse expected;
+    ASSERT_TRUE(expected.ParseFromString(bytes));
+    for (size_t cut = 0; cut <= bytes.size(); ++cut) {
+      const std::vector<std::string_view> segments =
+          Split(bytes, {cut, (cut * 7) % (bytes.size() + 1)});
+      absl::StatusOr<PullView> view = ParsePullResponse(segments);
+      ASSERT_TRUE(view.ok()) << view.status();
+      ExpectSamePull(expected, *view);
+    }
+  }
+}
+
+// As for PushRequest: the in-place parser accepts exactly what Protobuf
+// accepts, with the same fields.
+TEST(PullWireTest, AgreesWithProtobufOnMutatedInput) {
+  std::mt19937 rng(23);
+  const std::vector<std::string> seeds = {
+      PullReply({{1, 3}, {2, 1}}, 4, {4, 5}).SerializeAsString(),
+      PullReply({}, 0, {0}).SerializeAsString(),
+      PullReply({{UINT64_MAX, 2}}, -2, {-1, 1ll << 40}).SerializeAsString()};
+  int parsed = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string bytes = seeds[rng() % seeds.size()];
+    const int edits = 1 + rng() % 4;
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = bytes.empty() ? 0 : rng() % bytes.size();
+      switch (rng() % 4) {
+        case 0:
+          if (!bytes.empty()) bytes[at] = static_cast<char>(rng());
+          break;
+        case 1:
+          bytes.insert(at, 1, static_cast<char>(rng()));
+          break;
+        case 2:
+          if (!bytes.empty()) bytes.erase(at, 1);
+          break;
+        case 3:
+          if (!bytes.empty()) bytes[at] ^= static_cast<char>(1 << (rng() % 8));
+          break;
+      }
+    }
+    v1::PullResponse message;
+    const bool ok = message.ParseFromString(bytes);
+    const std::vector<std::string_view> segments =
+        Split(bytes, {rng() % (bytes.size() + 1), rng() % (bytes.size() + 1)});
+    absl::StatusOr<PullView> view = ParsePullResponse(segments);
+    ASSERT_EQ(view.ok(), ok)
+        << "trial " << trial << ": "
+        << (view.ok() ? "accepted" : view.status().ToString());
+    if (ok) {
+      ++parsed;
+      ExpectSamePull(message, *view);
+    } else {
+      EXPECT_THAT(view.status().message(), HasSubstr("PullResponse"));
+    }
+  }
+  EXPECT_GT(parsed, 1000);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-#include "common/push_wire.h"
+#include "common/parameter_wire.h"
 
 #include <climits>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
 #include "google/protobuf/stubs/common.h"
@@ -21,6 +22,9 @@ constexpr int kWorkerIndexField = v1::PushRequest::kWorkerIndexFieldNumber;
 constexpr int kClockField = v1::PushRequest::kClockFieldNumber;
 constexpr int kMapVersionField = v1::PushRequest::kMapVersionFieldNumber;
 constexpr int kGradientsField = v1::PushRequest::kGradientsFieldNumber;
+constexpr int kBlocksField = v1::PullResponse::kBlocksFieldNumber;
+constexpr int kMinClockField = v1::PullResponse::kMinClockFieldNumber;
+constexpr int kWorkerClocksField = v1::PullResponse::kWorkerClocksFieldNumber;
 constexpr int kKeyField = v1::Block::kKeyFieldNumber;
 constexpr int kDataField = v1::Block::kDataFieldNumber;
 
@@ -113,9 +117,10 @@ bool ReadLength(CodedInputStream* in, int* length) {
   return true;
 }
 
-absl::Status Malformed(absl::string_view what) {
+absl::Status Malformed(absl::string_view what,
+                       absl::string_view message = "PushRequest") {
   return absl::InvalidArgumentError(
-      absl::StrCat("PushRequest: not a valid message (", what, ")"));
+      absl::StrCat(message, ": not a valid message (", what, ")"));
 }
 
 // Reads a length-delimited field's bytes as views into the stream's buffers.
@@ -178,27 +183,59 @@ bool AtEnd(CodedInputStream* in) {
 }
 
 // Parses one Block from `in`, limited to the block's bytes (the caller checks
-// that all of them were there).
-absl::Status ParseBlock(CodedInputStream* in, WireBlock* block) {
+// that all of them were there). `field` and `message` name it in errors.
+absl::Status ParseBlock(CodedInputStream* in, WireBlock* block,
+                        absl::string_view field, absl::string_view message) {
   while (!AtEnd(in)) {
     uint32_t tag;
-    if (!ReadTag(in, &tag)) return Malformed("gradients: bad tag");
+    if (!ReadTag(in, &tag)) {
+      return Malformed(absl::StrCat(field, ": bad tag"), message);
+    }
     switch (tag) {
       case Tag(kKeyField, WireFormatLite::WIRETYPE_VARINT): {
         uint64_t key;
-        if (!ReadVarint64(in, &key)) return Malformed("gradients.key");
+        if (!ReadVarint64(in, &key)) {
+          return Malformed(absl::StrCat(field, ".key"), message);
+        }
         block->key = key;
         break;
       }
       case Tag(kDataField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
         if (!ReadBytesInPlace(in, &block->data)) {
-          return Malformed("gradients.data");
+          return Malformed(absl::StrCat(field, ".data"), message);
         }
         break;
       default:
-        if (!SkipUnknown(in, tag, 2)) return Malformed("gradients: bad field");
+        if (!SkipUnknown(in, tag, 2)) {
+          return Malformed(absl::StrCat(field, ": bad field"), message);
+        }
     }
   }
+  return absl::OkStatus();
+}
+
+// Parses one length-delimited Block at `in` into a new element of `blocks`.
+absl::Status ParseNestedBlock(CodedInputStream* in,
+                              std::vector<WireBlock>* blocks,
+                              absl::string_view field,
+                              absl::string_view message) {
+  int length;
+  if (!ReadLength(in, &length)) return Malformed(field, message);
+  auto [limit, depth] = in->IncrementRecursionDepthAndPushLimit(length);
+  if (depth < 0) {
+    return Malformed(absl::StrCat(field, ": nested too deeply"), message);
+  }
+  if (auto s = ParseBlock(in, &blocks->emplace_back(), field, message);
+      !s.ok()) {
+    return s;
+  }
+  // A block that ends before its length (truncated input) is an error.
+  if (in->BytesUntilLimit() != 0) {
+    return Malformed(absl::StrCat(field, ": truncated"), message);
+  }
+  // Its result says whether ReadTag ended the message, which we do not use;
+  // the check above is the one that matters.
+  in->DecrementRecursionDepthAndPopLimit(limit);
   return absl::OkStatus();
 }
 
@@ -296,22 +333,70 @@ absl::StatusOr<PushView> ParsePushRequest(
         out.map_version = static_cast<int64_t>(v);
         break;
       }
-      case Tag(kGradientsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED): {
+      case Tag(kGradientsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
+        if (auto s = ParseNestedBlock(&in, &out.gradients, "gradients",
+                                      "PushRequest");
+            !s.ok()) {
+          return s;
+        }
+        break;
+      default:
+        if (!SkipUnknown(&in, tag, 1)) return Malformed("bad field");
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<PullView> ParsePullResponse(
+    std::span<const std::string_view> segments) {
+  constexpr absl::string_view kMessage = "PullResponse";
+  SegmentStream stream(segments);
+  CodedInputStream in(&stream);
+  PullView out;
+  while (!AtEnd(&in)) {
+    uint32_t tag;
+    if (!ReadTag(&in, &tag)) return Malformed("bad tag", kMessage);
+    switch (tag) {
+      case Tag(kBlocksField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
+        if (auto s = ParseNestedBlock(&in, &out.blocks, "blocks", kMessage);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      case Tag(kMinClockField, WireFormatLite::WIRETYPE_VARINT): {
+        uint64_t v;
+        if (!ReadVarint64(&in, &v)) return Malformed("min_clock", kMessage);
+        out.min_clock = static_cast<int64_t>(v);
+        break;
+      }
+      case Tag(kWorkerClocksField, WireFormatLite::WIRETYPE_VARINT): {
+        uint64_t v;
+        if (!ReadVarint64(&in, &v)) return Malformed("worker_clocks", kMessage);
+        out.worker_clocks.push_back(static_cast<int64_t>(v));
+        break;
+      }
+      case Tag(kWorkerClocksField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED): {
+        // Packed (proto3's default): varints up to the length.
         int length;
-        if (!ReadLength(&in, &length)) return Malformed("gradients");
-        auto [limit, depth] = in.IncrementRecursionDepthAndPushLimit(length);
-        if (depth < 0) return Malformed("gradients: nested too deeply");
-        WireBlock& block = out.gradients.emplace_back();
-        if (auto s = ParseBlock(&in, &block); !s.ok()) return s;
-        // A block that ends before its length (truncated input) is an error.
-        if (in.BytesUntilLimit() != 0) return Malformed("gradients: truncated");
-        // Its result says whether ReadTag ended the message, which we do not
-        // use; the check above is the one that matters.
-        in.DecrementRecursionDepthAndPopLimit(limit);
+        if (!ReadLength(&in, &length)) {
+          return Malformed("worker_clocks", kMessage);
+        }
+        const CodedInputStream::Limit limit = in.PushLimit(length);
+        while (!AtEnd(&in)) {
+          uint64_t v;
+          if (!ReadVarint64(&in, &v)) {
+            return Malformed("worker_clocks", kMessage);
+          }
+          out.worker_clocks.push_back(static_cast<int64_t>(v));
+        }
+        if (in.BytesUntilLimit() != 0) {
+          return Malformed("worker_clocks: truncated", kMessage);
+        }
+        in.PopLimit(limit);
         break;
       }
       default:
-        if (!SkipUnknown(&in, tag, 1)) return Malformed("bad field");
+        if (!SkipUnknown(&in, tag, 1)) return Malformed("bad field", kMessage);
     }
   }
   return out;
@@ -338,6 +423,23 @@ void AppendVarint(uint64_t value, std::string* out) {
   uint8_t buf[10];
   uint8_t* end = CodedOutputStream::WriteVarint64ToArray(value, buf);
   out->append(reinterpret_cast<const char*>(buf), end - buf);
+}
+
+size_t VarintSize(uint64_t value) {
+  return CodedOutputStream::VarintSize64(value);
+}
+
+char* WriteVarint(uint64_t value, char* out) {
+  return reinterpret_cast<char*>(CodedOutputStream::WriteVarint64ToArray(
+      value, reinterpret_cast<uint8_t*>(out)));
+}
+
+// Bytes of a Block {key, data of `data_bytes`} without its own tag and length.
+size_t BlockBodySize(uint64_t key, size_t data_bytes) {
+  size_t n = 0;
+  if (key != 0) n += 1 + VarintSize(key);
+  if (data_bytes != 0) n += 1 + VarintSize(data_bytes) + data_bytes;
+  return n;
 }
 
 }  // namespace
@@ -367,6 +469,64 @@ PushFramer::PushFramer(const std::string& job_id, int32_t worker_index,
                  &header_);
     AppendVarint(static_cast<uint64_t>(map_version), &header_);
   }
+}
+
+WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
+                               int64_t min_clock,
+                               std::span<const int64_t> worker_clocks) {
+  // Sizes first, then one pass of writes into a buffer of exactly that size;
+  // fields in number order and zeros left out, as Protobuf writes them.
+  const uint32_t block_tag =
+      Tag(kBlocksField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  size_t size = 0;
+  for (const ReplyBlock& b : blocks) {
+    const size_t body = BlockBodySize(b.key, b.values.size_bytes());
+    size += VarintSize(block_tag) + VarintSize(body) + body;
+  }
+  if (min_clock != 0) {
+    size += 1 + VarintSize(static_cast<uint64_t>(min_clock));
+  }
+  size_t clocks_bytes = 0;
+  for (int64_t c : worker_clocks) {
+    clocks_bytes += VarintSize(static_cast<uint64_t>(c));
+  }
+  if (!worker_clocks.empty()) {
+    size += 1 + VarintSize(clocks_bytes) + clocks_bytes;
+  }
+  WireMessage out;
+  out.data.reset(new char[size]);  // Uninitialised: every byte is written.
+  out.size = size;
+  char* p = out.data.get();
+  for (const ReplyBlock& b : blocks) {
+    const size_t data_bytes = b.values.size_bytes();
+    p = WriteVarint(block_tag, p);
+    p = WriteVarint(BlockBodySize(b.key, data_bytes), p);
+    if (b.key != 0) {
+      p = WriteVarint(Tag(kKeyField, WireFormatLite::WIRETYPE_VARINT), p);
+      p = WriteVarint(b.key, p);
+    }
+    if (data_bytes != 0) {
+      p = WriteVarint(
+          Tag(kDataField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
+      p = WriteVarint(data_bytes, p);
+      std::memcpy(p, b.values.data(), data_bytes);
+      p += data_bytes;
+    }
+  }
+  if (min_clock != 0) {
+    p = WriteVarint(Tag(kMinClockField, WireFormatLite::WIRETYPE_VARINT), p);
+    p = WriteVarint(static_cast<uint64_t>(min_clock), p);
+  }
+  if (!worker_clocks.empty()) {
+    p = WriteVarint(
+        Tag(kWorkerClocksField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
+    p = WriteVarint(clocks_bytes, p);
+    for (int64_t c : worker_clocks) {
+      p = WriteVarint(static_cast<uint64_t>(c), p);
+    }
+  }
+  PS_CHECK(p == out.data.get() + size);
+  return out;
 }
 
 std::string PushFramer::BlockPrefix(uint64_t key, size_t data_bytes) {

@@ -1,13 +1,17 @@
-// The PushRequest wire format without copies of the gradient bytes (issue 6):
-// the client frames gradient memory in place, the server reads gradients where
-// gRPC received them. The bytes are exactly those of ps.v1.PushRequest
-// (proto/ps/v1/parameter.proto); only who copies them changes.
-#ifndef PS_COMMON_PUSH_WIRE_H_
-#define PS_COMMON_PUSH_WIRE_H_
+// ParameterService's big messages on the wire without extra copies of their
+// float payloads (issue 6). Push: the client frames gradient memory in place,
+// the server reads gradients where gRPC received them. Pull: the server
+// writes its reply's bytes with one copy of the values, the client reads
+// them where gRPC received them. The bytes are exactly those of ps.v1's
+// PushRequest and PullResponse (proto/ps/v1/parameter.proto); only who
+// copies them changes. Nothing here depends on gRPC.
+#ifndef PS_COMMON_PARAMETER_WIRE_H_
+#define PS_COMMON_PARAMETER_WIRE_H_
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -128,6 +132,41 @@ class PushFramer {
   std::string header_;
 };
 
+// A PullResponse whose block bytes are views into the received buffers.
+struct PullView {
+  std::vector<WireBlock> blocks;
+  int64_t min_clock = 0;
+  std::vector<int64_t> worker_clocks;
+};
+
+// Parses the wire bytes of a ps.v1.PullResponse held in `segments`, with
+// Protobuf's rules (as ParsePushRequest; worker_clocks packed or not). The
+// result's block bytes point into `segments`. Errors: INVALID_ARGUMENT
+// ("PullResponse: ...").
+absl::StatusOr<PullView> ParsePullResponse(
+    std::span<const std::string_view> segments);
+
+// A serialized message in one buffer of its own (no zero fill): what a
+// server hands gRPC without another copy.
+struct WireMessage {
+  std::unique_ptr<char[]> data;
+  size_t size = 0;
+  std::string_view view() const { return {data.get(), size}; }
+};
+
+// One block of a reply: its key and values.
+struct ReplyBlock {
+  uint64_t key;
+  std::span<const float> values;
+};
+
+// The bytes of the PullResponse {blocks, min_clock, worker_clocks}, written
+// in one pass (the values copied once): equal to SerializeAsString() of that
+// message.
+WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
+                               int64_t min_clock,
+                               std::span<const int64_t> worker_clocks);
+
 }  // namespace ps
 
-#endif  // PS_COMMON_PUSH_WIRE_H_
+#endif  // PS_COMMON_PARAMETER_WIRE_H_
