@@ -1,6 +1,7 @@
 #include "common/parameter_wire.h"
 
 #include <climits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -471,9 +472,78 @@ PushFramer::PushFramer(const std::string& job_id, int32_t worker_index,
   }
 }
 
+WireMessage::WireMessage(WireMessage&& other) noexcept
+    : data_(std::move(other.data_)),
+      size_(std::exchange(other.size_, 0)),
+      capacity_(std::exchange(other.capacity_, 0)),
+      pool_(std::move(other.pool_)) {}
+
+WireMessage& WireMessage::operator=(WireMessage&& other) noexcept {
+  if (this != &other) {
+    WireMessage old(std::move(*this));
+    data_ = std::move(other.data_);
+    size_ = std::exchange(other.size_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+    pool_ = std::move(other.pool_);
+  }
+  return *this;
+}
+
+WireMessage::~WireMessage() {
+  if (pool_ != nullptr && data_ != nullptr) {
+    pool_->Return(std::move(data_), capacity_);
+  }
+}
+
+WireMessage WireMessage::Allocate(size_t size) {
+  WireMessage out;
+  out.data_.reset(new char[size]);  // Uninitialised: every byte is written.
+  out.size_ = size;
+  out.capacity_ = size;
+  return out;
+}
+
+WireMessage WireBufferPool::Take(size_t size) {
+  if (size < kMinPooledBytes) return WireMessage::Allocate(size);
+  WireMessage out;
+  out.size_ = size;
+  out.pool_ = shared_from_this();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second >= size && it->second / 2 <= size) {
+        out.data_ = std::move(it->first);
+        out.capacity_ = it->second;
+        free_.erase(it);
+        return out;
+      }
+    }
+  }
+  out.data_.reset(new char[size]);  // Uninitialised: every byte is written.
+  out.capacity_ = size;
+  return out;
+}
+
+void WireBufferPool::Return(std::unique_ptr<char[]> data, size_t capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (static_cast<int>(free_.size()) < max_free_) {
+    free_.emplace_back(std::move(data), capacity);
+  } else if (!free_.empty()) {
+    // Keep the most recently used buffers (the likeliest sizes).
+    free_.erase(free_.begin());
+    free_.emplace_back(std::move(data), capacity);
+  }
+}
+
+int WireBufferPool::free_buffers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(free_.size());
+}
+
 WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
                                int64_t min_clock,
-                               std::span<const int64_t> worker_clocks) {
+                               std::span<const int64_t> worker_clocks,
+                               WireBufferPool* pool) {
   // Sizes first, then one pass of writes into a buffer of exactly that size;
   // fields in number order and zeros left out, as Protobuf writes them.
   const uint32_t block_tag =
@@ -493,10 +563,9 @@ WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
   if (!worker_clocks.empty()) {
     size += 1 + VarintSize(clocks_bytes) + clocks_bytes;
   }
-  WireMessage out;
-  out.data.reset(new char[size]);  // Uninitialised: every byte is written.
-  out.size = size;
-  char* p = out.data.get();
+  WireMessage out =
+      pool != nullptr ? pool->Take(size) : WireMessage::Allocate(size);
+  char* p = out.data();
   for (const ReplyBlock& b : blocks) {
     const size_t data_bytes = b.values.size_bytes();
     p = WriteVarint(block_tag, p);
@@ -525,7 +594,7 @@ WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
       p = WriteVarint(static_cast<uint64_t>(c), p);
     }
   }
-  PS_CHECK(p == out.data.get() + size);
+  PS_CHECK(p == out.data() + size);
   return out;
 }
 

@@ -17,10 +17,12 @@ namespace {
 // How a reply reaches its wire message: a generated message takes it whole;
 // a raw (ByteBuffer) method gets its bytes.
 void StoreReply(WireMessage&& reply, grpc::ByteBuffer* out) {
-  // gRPC takes the buffer over: no copy.
-  const size_t size = reply.size;
-  grpc::Slice slice(reply.data.release(), size,
-                    [](void* p) { delete[] static_cast<char*>(p); });
+  // gRPC takes the buffer over (no copy) and destroys the message, which
+  // returns a pooled buffer to its pool, once it is sent.
+  auto* held = new WireMessage(std::move(reply));
+  grpc::Slice slice(
+      held->data(), held->size(),
+      +[](void* message) { delete static_cast<WireMessage*>(message); }, held);
   *out = grpc::ByteBuffer(&slice, 1);
 }
 void StoreReply(v1::PushResponse&& reply, grpc::ByteBuffer* out) {

@@ -261,7 +261,8 @@ WireMessage ServerJob::BuildReply(const std::vector<uint64_t>& keys) const {
   for (uint64_t key : keys) {
     blocks.push_back({key, blocks_[index_.at(key)].values});
   }
-  return EncodePullResponse(blocks, clocks_.min_clock(), clocks_.clocks());
+  return EncodePullResponse(blocks, clocks_.min_clock(), clocks_.clocks(),
+                            reply_buffers_.get());
 }
 
 void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
@@ -271,7 +272,7 @@ void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
       return;
     }
     v1::PullResponse reply;
-    if (!reply.ParseFromArray(wire->data.get(), static_cast<int>(wire->size))) {
+    if (!reply.ParseFromArray(wire->data(), static_cast<int>(wire->size()))) {
       done(absl::InternalError("pull reply does not parse"));
       return;
     }

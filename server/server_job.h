@@ -184,6 +184,9 @@ class ServerJob {
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::vector<ParkedPush> parked_pushes_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed or broken.
+  // Buffers of pull replies, reused (two idle at most).
+  const std::shared_ptr<WireBufferPool> reply_buffers_ =
+      std::make_shared<WireBufferPool>(2);
 };
 
 }  // namespace ps

@@ -418,5 +418,59 @@ TEST(PullWireTest, AgreesWithProtobufOnMutatedInput) {
   EXPECT_GT(parsed, 1000);
 }
 
+TEST(PullWireTest, ReplyBuffersAreReused) {
+  auto pool = std::make_shared<WireBufferPool>(2);
+  const size_t big = WireBufferPool::kMinPooledBytes;
+  const char* first;
+  {
+    WireMessage m = pool->Take(big + 10);
+    first = m.data();
+    EXPECT_EQ(m.size(), big + 10);
+    EXPECT_EQ(pool->free_buffers(), 0);
+  }
+  EXPECT_EQ(pool->free_buffers(), 1);
+  {
+    WireMessage again = pool->Take(big);  // Smaller, but more than half.
+    EXPECT_EQ(again.data(), first);
+    EXPECT_EQ(again.size(), big);
+    WireMessage moved = std::move(again);
+    EXPECT_EQ(moved.data(), first);
+    EXPECT_EQ(pool->free_buffers(), 0);
+  }
+  EXPECT_EQ(pool->free_buffers(), 1);
+  {
+    WireMessage small = pool->Take(100);     // Not pooled.
+    WireMessage huge = pool->Take(3 * big);  // More than twice: a new one.
+    EXPECT_NE(huge.data(), first);
+    EXPECT_EQ(pool->free_buffers(), 1);
+  }
+  EXPECT_EQ(pool->free_buffers(), 2);
+  {
+    WireMessage a = pool->Take(big), b = pool->Take(big), c = pool->Take(big);
+    // A message keeps its pool alive.
+    pool.reset();
+  }
+}
+
+TEST(PullWireTest, EncoderWritesIntoPooledBuffers) {
+  auto pool = std::make_shared<WireBufferPool>(1);
+  const std::vector<float> values(WireBufferPool::kMinPooledBytes / 4, 0.5f);
+  const std::vector<int64_t> clocks = {1, 2};
+  const ReplyBlock block{7, values};
+  std::string first;
+  {
+    const WireMessage m =
+        EncodePullResponse({&block, 1}, 1, clocks, pool.get());
+    first = std::string(m.view());
+  }
+  EXPECT_EQ(pool->free_buffers(), 1);
+  const WireMessage m = EncodePullResponse({&block, 1}, 1, clocks, pool.get());
+  EXPECT_EQ(m.view(), first);
+  EXPECT_EQ(pool->free_buffers(), 0);
+  v1::PullResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromArray(m.data(), static_cast<int>(m.size())));
+  EXPECT_EQ(parsed.blocks(0).key(), 7u);
+}
+
 }  // namespace
 }  // namespace ps
