@@ -14,8 +14,7 @@
 namespace ps {
 namespace {
 
-// How a reply reaches its wire message: a generated message takes it whole;
-// a raw (ByteBuffer) method gets its bytes.
+// How a manager's reply becomes the response bytes of a raw method.
 void StoreReply(WireMessage&& reply, grpc::ByteBuffer* out) {
   // gRPC takes the buffer over (no copy) and destroys the message, which
   // returns a pooled buffer to its pool, once it is sent.
@@ -30,14 +29,12 @@ void StoreReply(v1::PushResponse&& reply, grpc::ByteBuffer* out) {
   grpc::Slice slice(bytes);
   *out = grpc::ByteBuffer(&slice, 1);
 }
-size_t WireSize(const grpc::ByteBuffer& buffer) { return buffer.Length(); }
 
 // A unary call whose reply may come later, from another thread: a Pull waiting
 // on the staleness bound, a BSP Push waiting for its clock. Finished exactly
 // once: by the manager's reply or by cancellation (deadline, client gone),
-// whichever comes first. `Reply` is what the manager answers, `Wire` the
-// handler's response type (the same message, or a ByteBuffer).
-template <typename Reply, typename Wire>
+// whichever comes first. `Reply` is what the manager answers.
+template <typename Reply>
 class DeferredReactor final : public grpc::ServerUnaryReactor {
  public:
   // Shared with the manager's callback, which may outlive the reactor.
@@ -57,8 +54,8 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
   using Callback = std::function<void(absl::StatusOr<Reply>)>;
 
   // `request_bytes`: the request's size on the wire (for metrics).
-  DeferredReactor(const char* method, size_t request_bytes, Wire* response,
-                  RpcMetrics* metrics)
+  DeferredReactor(const char* method, size_t request_bytes,
+                  grpc::ByteBuffer* response, RpcMetrics* metrics)
       : method_(method),
         request_bytes_(request_bytes),
         response_(response),
@@ -102,14 +99,14 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
  private:
   void FinishWith(const grpc::Status& status) {
     metrics_->Record(method_, status.error_code(), request_bytes_,
-                     status.ok() ? WireSize(*response_) : 0,
+                     status.ok() ? response_->Length() : 0,
                      absl::ToDoubleSeconds(absl::Now() - start_));
     Finish(status);
   }
 
   const char* method_;
   const size_t request_bytes_;
-  Wire* response_;
+  grpc::ByteBuffer* response_;
   RpcMetrics* metrics_;
   absl::Time start_;
   std::shared_ptr<Completion> completion_;
@@ -129,8 +126,8 @@ ParameterServiceImpl::ParameterServiceImpl(ParameterManager* manager,
 grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  auto* reactor = new DeferredReactor<WireMessage, grpc::ByteBuffer>(
-      "Pull", request->Length(), response, metrics_);
+  auto* reactor = new DeferredReactor<WireMessage>("Pull", request->Length(),
+                                                   response, metrics_);
   if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
     reactor->MakeCallback(nullptr)(allowed);
     return reactor;
@@ -160,7 +157,7 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
 grpc::ServerUnaryReactor* ParameterServiceImpl::Push(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  auto* reactor = new DeferredReactor<v1::PushResponse, grpc::ByteBuffer>(
+  auto* reactor = new DeferredReactor<v1::PushResponse>(
       "Push", request->Length(), response, metrics_);
   if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
     reactor->MakeCallback(nullptr)(allowed);
