@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/v1/job.pb.h"
+#include "tests/testing/finite_differences.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/model.h"
 
@@ -248,21 +249,11 @@ TEST_P(CnnGradientTest, MatchesFiniteDifferences) {
     ref[t].assign(params[t].begin(), params[t].end());
   }
   EXPECT_NEAR(*loss, ReferenceCnnLoss(spec, ref, features, labels), 1e-5);
-  const double h = 1e-5;
-  for (size_t t = 0; t < ref.size(); ++t) {
-    ASSERT_EQ(grads[t].size(), ref[t].size());
-    for (size_t i = 0; i < ref[t].size(); ++i) {
-      const double saved = ref[t][i];
-      ref[t][i] = saved + h;
-      const double plus = ReferenceCnnLoss(spec, ref, features, labels);
-      ref[t][i] = saved - h;
-      const double minus = ReferenceCnnLoss(spec, ref, features, labels);
-      ref[t][i] = saved;
-      const double numeric = (plus - minus) / (2 * h);
-      EXPECT_NEAR(grads[t][i], numeric, 1e-4 + 1e-3 * std::abs(numeric))
-          << (*model)->tensors()[t].name << "[" << i << "]";
-    }
-  }
+  testing::ExpectGradientsMatchFiniteDifferences(
+      [&](const std::vector<std::vector<double>>& p) {
+        return ReferenceCnnLoss(spec, p, features, labels);
+      },
+      ref, grads, (*model)->tensors());
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/v1/job.pb.h"
+#include "tests/testing/finite_differences.h"
 #include "worker/cpu/cpu_backend.h"
 
 namespace ps {
@@ -145,21 +146,11 @@ TEST_P(ModelGradientTest, MatchesFiniteDifferences) {
   }
   EXPECT_NEAR(*loss, ReferenceLoss(spec, ref, features, labels), 1e-5);
 
-  const double h = 1e-5;
-  for (size_t t = 0; t < ref.size(); ++t) {
-    ASSERT_EQ(grads[t].size(), ref[t].size());
-    for (size_t i = 0; i < ref[t].size(); ++i) {
-      const double saved = ref[t][i];
-      ref[t][i] = saved + h;
-      const double plus = ReferenceLoss(spec, ref, features, labels);
-      ref[t][i] = saved - h;
-      const double minus = ReferenceLoss(spec, ref, features, labels);
-      ref[t][i] = saved;
-      const double numeric = (plus - minus) / (2 * h);
-      EXPECT_NEAR(grads[t][i], numeric, 1e-4 + 1e-3 * std::abs(numeric))
-          << (*model)->tensors()[t].name << "[" << i << "]";
-    }
-  }
+  testing::ExpectGradientsMatchFiniteDifferences(
+      [&](const std::vector<std::vector<double>>& p) {
+        return ReferenceLoss(spec, p, features, labels);
+      },
+      ref, grads, (*model)->tensors());
 }
 
 INSTANTIATE_TEST_SUITE_P(
