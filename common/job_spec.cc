@@ -169,6 +169,16 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
 namespace {
 
 absl::Status ValidateMixedPrecision(const v1::MixedPrecisionSpec& mixed) {
+  // Independent of `compute`: any format may carry gradients of any compute.
+  switch (mixed.wire_gradients()) {
+    case v1::FP32:
+    case v1::FP16:
+    case v1::BF16:
+      break;
+    default:
+      return Invalid("mixed_precision.wire_gradients",
+                     "must be FP32, FP16 or BF16");
+  }
   switch (mixed.compute()) {
     case v1::FP32:
     case v1::BF16:

@@ -23,6 +23,8 @@ constexpr int kWorkerIndexField = v1::PushRequest::kWorkerIndexFieldNumber;
 constexpr int kClockField = v1::PushRequest::kClockFieldNumber;
 constexpr int kMapVersionField = v1::PushRequest::kMapVersionFieldNumber;
 constexpr int kGradientsField = v1::PushRequest::kGradientsFieldNumber;
+constexpr int kGradientEncodingField =
+    v1::PushRequest::kGradientEncodingFieldNumber;
 constexpr int kBlocksField = v1::PullResponse::kBlocksFieldNumber;
 constexpr int kMinClockField = v1::PullResponse::kMinClockFieldNumber;
 constexpr int kWorkerClocksField = v1::PullResponse::kWorkerClocksFieldNumber;
@@ -280,6 +282,16 @@ bool AllFinite(const WireBytes& bytes) {
   return finite;
 }
 
+bool AllFinite(const WireBytes& bytes, v1::Precision encoding) {
+  if (encoding == v1::FP32) return AllFinite(bytes);
+  bool finite = true;
+  ForEachRun<uint16_t>(bytes, [&](size_t, std::span<const uint16_t> run) {
+    finite = finite &&
+             (encoding == v1::FP16 ? AllFiniteFp16(run) : AllFiniteBf16(run));
+  });
+  return finite;
+}
+
 std::string WireBytes::ToString() const {
   std::string out;
   out.reserve(size_);
@@ -293,6 +305,7 @@ v1::PushRequest PushView::Header() const {
   header.set_worker_index(worker_index);
   header.set_clock(clock);
   header.set_map_version(map_version);
+  header.set_gradient_encoding(gradient_encoding);
   return header;
 }
 
@@ -341,6 +354,14 @@ absl::StatusOr<PushView> ParsePushRequest(
           return s;
         }
         break;
+      case Tag(kGradientEncodingField, WireFormatLite::WIRETYPE_VARINT): {
+        // An open enum: any int32 is kept, as Protobuf keeps it.
+        uint64_t v;
+        if (!ReadVarint64(&in, &v)) return Malformed("gradient_encoding");
+        out.gradient_encoding =
+            static_cast<v1::Precision>(static_cast<int32_t>(v));
+        break;
+      }
       default:
         if (!SkipUnknown(&in, tag, 1)) return Malformed("bad field");
     }
@@ -409,6 +430,7 @@ PushView ViewOf(const v1::PushRequest& request) {
   view.worker_index = request.worker_index();
   view.clock = request.clock();
   view.map_version = request.map_version();
+  view.gradient_encoding = request.gradient_encoding();
   view.gradients.reserve(request.gradients_size());
   for (const v1::Block& g : request.gradients()) {
     WireBlock& block = view.gradients.emplace_back();
@@ -446,7 +468,8 @@ size_t BlockBodySize(uint64_t key, size_t data_bytes) {
 }  // namespace
 
 PushFramer::PushFramer(const std::string& job_id, int32_t worker_index,
-                       int64_t clock, int64_t map_version) {
+                       int64_t clock, int64_t map_version,
+                       v1::Precision gradient_encoding) {
   // Fields in number order and zeros left out, as Protobuf writes them.
   if (!job_id.empty()) {
     AppendVarint(Tag(kJobIdField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
@@ -469,6 +492,15 @@ PushFramer::PushFramer(const std::string& job_id, int32_t worker_index,
     AppendVarint(Tag(kMapVersionField, WireFormatLite::WIRETYPE_VARINT),
                  &header_);
     AppendVarint(static_cast<uint64_t>(map_version), &header_);
+  }
+  // After the gradients (field 5), as Protobuf writes fields in number order.
+  if (gradient_encoding != v1::FP32) {
+    AppendVarint(Tag(kGradientEncodingField, WireFormatLite::WIRETYPE_VARINT),
+                 &trailer_);
+    // An enum is an int32: sign-extended to 64 bits on the wire.
+    AppendVarint(static_cast<uint64_t>(static_cast<int64_t>(
+                     static_cast<int32_t>(gradient_encoding))),
+                 &trailer_);
   }
 }
 

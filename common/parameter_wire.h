@@ -20,6 +20,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "common/half_codec.h"
 #include "ps/v1/parameter.pb.h"
 
 namespace ps {
@@ -52,14 +53,15 @@ class WireBytes {
   size_t size_ = 0;
 };
 
-// Calls fn(first, values) for consecutive runs of the float32 values in
-// `bytes` (which must hold a whole number of them): `values` are floats
+// Calls fn(first, values) for consecutive runs of the values of type T in
+// `bytes` (which must hold a whole number of them): `values` are values
 // first .. first + values.size() - 1, at most kFloatRun at a time, copied into
-// a small aligned buffer (cache-resident) whatever the pieces' alignment.
+// a small aligned buffer (cache-resident) whatever the pieces' alignment and
+// wherever they cut a value.
 inline constexpr size_t kFloatRun = 4096;
-template <typename Fn>
-void ForEachFloatRun(const WireBytes& bytes, Fn fn) {
-  alignas(64) float run[kFloatRun];
+template <typename T, typename Fn>
+void ForEachRun(const WireBytes& bytes, Fn fn) {
+  alignas(64) T run[kFloatRun];
   char* const out = reinterpret_cast<char*>(run);
   size_t filled = 0;  // Bytes of `run` filled.
   size_t first = 0;   // Index of run[0].
@@ -70,15 +72,56 @@ void ForEachFloatRun(const WireBytes& bytes, Fn fn) {
       filled += n;
       piece.remove_prefix(n);
       if (filled == sizeof(run)) {
-        fn(first, std::span<const float>(run, kFloatRun));
+        fn(first, std::span<const T>(run, kFloatRun));
         first += kFloatRun;
         filled = 0;
       }
     }
   }
-  if (filled >= sizeof(float)) {
-    fn(first, std::span<const float>(run, filled / sizeof(float)));
+  if (filled >= sizeof(T)) {
+    fn(first, std::span<const T>(run, filled / sizeof(T)));
   }
+}
+
+// ForEachRun of float32 values.
+template <typename Fn>
+void ForEachFloatRun(const WireBytes& bytes, Fn fn) {
+  ForEachRun<float>(bytes, fn);
+}
+
+// Bytes a value takes on the wire in a gradient encoding
+// (PushRequest.gradient_encoding): 4 for FP32, 2 for FP16 and BF16, 0 for
+// any other value (not an encoding).
+inline size_t WireValueBytes(v1::Precision encoding) {
+  switch (encoding) {
+    case v1::FP32:
+      return 4;
+    case v1::FP16:
+    case v1::BF16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+// ForEachFloatRun for gradient bytes in `encoding` (FP32, FP16 or BF16;
+// `bytes` hold a whole number of values): fn sees them decoded to float32
+// (exactly), at most kFloatRun at a time. FP32 is ForEachFloatRun itself.
+template <typename Fn>
+void ForEachGradientRun(const WireBytes& bytes, v1::Precision encoding, Fn fn) {
+  if (encoding == v1::FP32) {
+    ForEachFloatRun(bytes, fn);
+    return;
+  }
+  alignas(64) float decoded[kFloatRun];
+  ForEachRun<uint16_t>(bytes, [&](size_t first, std::span<const uint16_t> raw) {
+    if (encoding == v1::FP16) {
+      DecodeFp16(raw, decoded);
+    } else {
+      DecodeBf16(raw, decoded);
+    }
+    fn(first, std::span<const float>(decoded, raw.size()));
+  });
 }
 
 // True when no value is NaN or Inf. Vectorised (on the bits: an integer
@@ -86,6 +129,10 @@ void ForEachFloatRun(const WireBytes& bytes, Fn fn) {
 bool AllFinite(std::span<const float> values);
 // The same for float32 bytes in place (a whole number of floats).
 bool AllFinite(const WireBytes& bytes);
+// The same for gradient bytes in `encoding` (FP32, FP16 or BF16), checked on
+// the encoded bits (a decoded value is NaN or Inf exactly when its encoding
+// is).
+bool AllFinite(const WireBytes& bytes, v1::Precision encoding);
 
 // One block of a push, as received.
 struct WireBlock {
@@ -100,6 +147,8 @@ struct PushView {
   int64_t clock = 0;
   int64_t map_version = 0;
   std::vector<WireBlock> gradients;
+  // As received: possibly a value that is no encoding (ServerJob refuses it).
+  v1::Precision gradient_encoding = v1::FP32;
 
   // The request without its gradients (what logs and fault injection see).
   v1::PushRequest Header() const;
@@ -117,20 +166,23 @@ absl::StatusOr<PushView> ParsePushRequest(
 PushView ViewOf(const v1::PushRequest& request);
 
 // Builds the wire bytes of a PushRequest around gradient memory that is not
-// copied: Header() is the request's fields but gradients; then, for each
-// block, BlockPrefix(key, n) followed by the block's n data bytes. The
-// concatenation equals v1::PushRequest::SerializeAsString() of the same
+// copied: Header() is the request's fields before gradients; then, for each
+// block, BlockPrefix(key, n) followed by the block's n data bytes; then
+// Trailer(), the fields after gradients (gradient_encoding; empty for FP32).
+// The concatenation equals v1::PushRequest::SerializeAsString() of the same
 // request.
 class PushFramer {
  public:
   PushFramer(const std::string& job_id, int32_t worker_index, int64_t clock,
-             int64_t map_version);
+             int64_t map_version, v1::Precision gradient_encoding = v1::FP32);
   const std::string& Header() const { return header_; }
+  const std::string& Trailer() const { return trailer_; }
   // Framing of one block of `data_bytes` bytes (at most 24 bytes).
   static std::string BlockPrefix(uint64_t key, size_t data_bytes);
 
  private:
   std::string header_;
+  std::string trailer_;
 };
 
 // A PullResponse whose block bytes are views into the received buffers.

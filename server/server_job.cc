@@ -216,6 +216,13 @@ absl::Status ServerJob::ValidateKeys(
 ServerJob::GradientCheck ServerJob::CheckGradients(
     const PushView& request) const {
   GradientCheck check;
+  const size_t value_bytes = WireValueBytes(request.gradient_encoding);
+  if (value_bytes == 0) {
+    check.invalid = absl::InvalidArgumentError(absl::StrCat(
+        "gradient_encoding: ", static_cast<int>(request.gradient_encoding),
+        " is not an encoding (FP32, FP16 or BF16)"));
+    return check;
+  }
   check.positions.reserve(request.gradients.size());
   absl::flat_hash_set<uint64_t> seen;
   for (const WireBlock& g : request.gradients) {
@@ -234,10 +241,11 @@ ServerJob::GradientCheck ServerJob::CheckGradients(
     // needs no lock.
     const int64_t expected =
         ABSL_TS_UNCHECKED_READ(blocks_)[it->second].spec.num_elems;
-    if (g.data.size() != static_cast<size_t>(expected) * sizeof(float)) {
-      check.invalid = absl::InvalidArgumentError(
-          absl::StrCat("gradients: block ", g.key, " has ", g.data.size(),
-                       " bytes, expected ", expected * sizeof(float)));
+    if (g.data.size() != static_cast<size_t>(expected) * value_bytes) {
+      check.invalid = absl::InvalidArgumentError(absl::StrCat(
+          "gradients: block ", g.key, " has ", g.data.size(),
+          " bytes, expected ", expected * value_bytes, " (", expected,
+          " values in ", v1::Precision_Name(request.gradient_encoding), ")"));
       return check;
     }
     check.positions.push_back(it->second);
@@ -246,7 +254,7 @@ ServerJob::GradientCheck ServerJob::CheckGradients(
   // unchanged (NON_FINITE_REFUSE), or drops all of its gradient here
   // (NON_FINITE_DROP).
   for (const WireBlock& g : request.gradients) {
-    if (!AllFinite(g.data)) {
+    if (!AllFinite(g.data, request.gradient_encoding)) {
       check.finite = false;
       check.non_finite_key = g.key;
       break;
@@ -370,16 +378,18 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
   }
 
   // Gradients are applied straight from the request's bytes, a cache-sized
-  // run at a time (ForEachFloatRun).
+  // run at a time (ForEachGradientRun: 16-bit encodings are decoded to
+  // float32 there, so accumulation and the optimizer run in float32 alike).
+  const v1::Precision encoding = request.gradient_encoding;
   std::vector<size_t> touched;
   if (clocks_.bulk_synchronous()) {
     for (size_t i = 0; apply && i < check.positions.size(); ++i) {
       float* acc = blocks_[check.positions[i]].accum.data();
-      ForEachFloatRun(request.gradients[i].data,
-                      [acc](size_t first, std::span<const float> g) {
-                        float* __restrict a = acc + first;
-                        for (size_t j = 0; j < g.size(); ++j) a[j] += g[j];
-                      });
+      ForEachGradientRun(request.gradients[i].data, encoding,
+                         [acc](size_t first, std::span<const float> g) {
+                           float* __restrict a = acc + first;
+                           for (size_t j = 0; j < g.size(); ++j) a[j] += g[j];
+                         });
     }
     if (!clocks_.RecordPush(worker, clock)) {
       // Not the last worker of this clock: acknowledged when the clock applies.
@@ -402,10 +412,11 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     for (size_t i = 0; apply && i < check.positions.size(); ++i) {
       const size_t pos = check.positions[i];
       Block& b = blocks_[pos];
-      ForEachFloatRun(request.gradients[i].data, [&](size_t first,
-                                                     std::span<const float> g) {
-        optimizer_->ApplyRange(b.values, g, first, b.state, b.step);
-      });
+      ForEachGradientRun(request.gradients[i].data, encoding,
+                         [&](size_t first, std::span<const float> g) {
+                           optimizer_->ApplyRange(b.values, g, first, b.state,
+                                                  b.step);
+                         });
       ++b.step;
       touched.push_back(pos);
     }

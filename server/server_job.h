@@ -76,8 +76,12 @@ class ServerJob {
   // lost. A retry of an applied push is acknowledged with duplicate=true; a
   // retry of a parked one is parked too. A push with NaN or Inf is refused, or
   // under NON_FINITE_DROP acknowledged with none of its gradient applied here.
-  // Errors (through `done`): INVALID_ARGUMENT (unknown or repeated key, wrong
-  // size, NaN or Inf), FAILED_PRECONDITION (stale map, clock gap), UNAVAILABLE
+  // Gradients may come in any request.gradient_encoding (FP32, FP16, BF16,
+  // whatever the job's mixed_precision.wire_gradients): 16-bit ones are
+  // decoded to float32 (exactly) and then summed and applied as float32 ones.
+  // Errors (through `done`): INVALID_ARGUMENT (not an encoding, unknown or
+  // repeated key, wrong size for the encoding, NaN or Inf),
+  // FAILED_PRECONDITION (stale map, clock gap), UNAVAILABLE
   // if the store failed (the job then refuses all requests), the Close reason
   // if the job closes while the push is parked, RESOURCE_EXHAUSTED if it is
   // dropped as kMaxWaitingPerWorker newer ones wait. A refused push changes

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/grpc_util.h"
+#include "common/half_codec.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/parameter_wire.h"
@@ -94,13 +95,24 @@ ParameterClient::ParameterClient(const v1::Assignment& assignment,
       use_cache_(options.cache &&
                  assignment.spec().consistency().model() ==
                      v1::ConsistencySpec::SSP &&
-                 assignment.spec().consistency().worker_cache()) {}
+                 assignment.spec().consistency().worker_cache()),
+      wire_gradients_(assignment.spec().mixed_precision().wire_gradients()) {}
 
 absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     const v1::Assignment& assignment, const std::vector<TensorSpec>& tensors,
     ParameterClientOptions options, const std::atomic<bool>* stop) {
   std::unique_ptr<ParameterClient> client(
       new ParameterClient(assignment, tensors, options, stop));
+  if (WireValueBytes(client->wire_gradients_) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mixed_precision.wire_gradients: ",
+        static_cast<int>(client->wire_gradients_), " is not a format"));
+  }
+  if (client->wire_gradients_ != v1::FP32) {
+    for (const TensorSpec& t : tensors) {
+      client->push_encoded_.emplace_back(t.num_elems());
+    }
+  }
   const v1::ShardMap& map = assignment.shard_map();
   for (const std::string& address : map.servers()) {
     Server server;
@@ -310,21 +322,40 @@ absl::Status ParameterClient::Push(
                        " values, the tensor ", tensors_[t].num_elems()));
     }
   }
+  // 16-bit wire gradients: encoded once into this client's push buffer (the
+  // previous push's slices were all released before it returned).
+  const bool encoded = wire_gradients_ != v1::FP32;
+  if (encoded) {
+    for (size_t t = 0; t < grads.size(); ++t) {
+      if (wire_gradients_ == v1::FP16) {
+        EncodeFp16(grads[t], push_encoded_[t].data());
+      } else {
+        EncodeBf16(grads[t], push_encoded_[t].data());
+      }
+    }
+  }
+  const size_t value_bytes = WireValueBytes(wire_gradients_);
   // Each server's request is the PushRequest wire format as slices: the
   // framing bytes (small, copied) and the gradient blocks in place.
   SliceLease lease;  // Declared first: destroyed (waited for) last.
   std::vector<grpc::ByteBuffer> requests(servers_.size());
-  const PushFramer framer(job_id_, worker_index_, clock, map_version_);
+  const PushFramer framer(job_id_, worker_index_, clock, map_version_,
+                          wire_gradients_);
   for (size_t s = 0; s < servers_.size(); ++s) {
     std::vector<grpc::Slice> slices;
-    slices.reserve(1 + 2 * servers_[s].blocks.size());
+    slices.reserve(2 + 2 * servers_[s].blocks.size());
     slices.emplace_back(framer.Header());
     for (const BlockRef& ref : servers_[s].blocks) {
-      const float* data = grads[ref.tensor].data() + ref.offset;
-      const size_t bytes = ref.num_elems * sizeof(float);
+      const void* data =
+          encoded
+              ? static_cast<const void*>(push_encoded_[ref.tensor].data() +
+                                         ref.offset)
+              : static_cast<const void*>(grads[ref.tensor].data() + ref.offset);
+      const size_t bytes = ref.num_elems * value_bytes;
       slices.emplace_back(PushFramer::BlockPrefix(ref.key, bytes));
       slices.push_back(lease.Lend(data, bytes));
     }
+    if (!framer.Trailer().empty()) slices.emplace_back(framer.Trailer());
     requests[s] = grpc::ByteBuffer(slices.data(), slices.size());
   }
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(servers_.size());

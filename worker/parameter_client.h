@@ -37,8 +37,11 @@ struct ParameterClientOptions {
   ChannelSecurity channel;
 };
 
-// Not thread-safe: one trainer thread owns it. Retries are safe: a pull is a
-// read and a push is applied exactly once per (worker, clock) by the server.
+// One trainer thread owns it, with one exception: Push may run on another
+// thread concurrently with Pull, ResumeClock and the accessors, as long as
+// only one Push runs at a time (Push reads only state fixed at Create and
+// writes only its own encoding buffer). Retries are safe: a pull is a read
+// and a push is applied exactly once per (worker, clock) by the server.
 class ParameterClient {
  public:
   // `stop`, if not null, aborts retries (with CANCELLED) once it becomes true.
@@ -63,10 +66,15 @@ class ParameterClient {
   absl::StatusOr<int64_t> ResumeClock();
 
   // Pushes the gradients of iteration `clock` (one vector per tensor, of the
-  // tensor's size). The gradient memory is sent in place, not copied: it must
-  // not change until Push returns, and Push returns only once gRPC has let go
-  // of it. Errors: INVALID_ARGUMENT for gradients of the wrong shape, and the
-  // servers' errors once retries are exhausted.
+  // tensor's size) in the job's mixed_precision.wire_gradients format. FP32:
+  // the gradient memory is sent in place, not copied. FP16 and BF16: the
+  // gradients are first encoded (rounded to nearest even, finite values
+  // saturated at the format's largest; common/half_codec.h) into a buffer
+  // this client keeps for its pushes, which is sent in place. Either way the
+  // gradients must not change until Push returns, and Push returns only once
+  // gRPC has let go of the memory it sent. Errors: INVALID_ARGUMENT for
+  // gradients of the wrong shape, and the servers' errors once retries are
+  // exhausted.
   absl::Status Push(int64_t clock,
                     const std::vector<std::vector<float>>& grads);
 
@@ -109,6 +117,10 @@ class ParameterClient {
   std::vector<Server> servers_;
   const int64_t staleness_;
   const bool use_cache_;
+  // Push's state (touched by Push only; see the class comment).
+  const v1::Precision wire_gradients_;
+  std::vector<std::vector<uint16_t>> push_encoded_;  // Per tensor; 16-bit only.
+  // Pull's state.
   std::vector<std::vector<float>> cache_;
   int64_t cached_min_clock_ = -1;  // -1: nothing cached.
   int64_t own_clock_ = 0;          // This worker's clock in the last pull.

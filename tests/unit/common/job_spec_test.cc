@@ -353,6 +353,41 @@ TEST(ValidateJobSpecTest, BlockElemsMustFitInAMessage) {
       "block_elems");
 }
 
+TEST(ValidateJobSpecTest, WireGradientsIsAnyFormatWhateverTheCompute) {
+  for (v1::Precision wire : {v1::FP32, v1::FP16, v1::BF16}) {
+    for (v1::Precision compute : {v1::FP32, v1::FP16, v1::BF16}) {
+      v1::JobSpec spec = ValidSpec();
+      spec.mutable_mixed_precision()->set_compute(compute);
+      spec.mutable_mixed_precision()->set_wire_gradients(wire);
+      ApplyJobSpecDefaults(&spec);
+      EXPECT_TRUE(ValidateJobSpec(spec).ok())
+          << ValidateJobSpec(spec) << " wire " << wire << " compute "
+          << compute;
+    }
+  }
+}
+
+TEST(ValidateJobSpecTest, WireGradientsMustBeAFormat) {
+  for (int bad : {3, -1, 1000}) {
+    ExpectFieldError(ValidateMutated([bad](v1::JobSpec* s) {
+                       s->mutable_mixed_precision()->set_wire_gradients(
+                           static_cast<v1::Precision>(bad));
+                     }),
+                     "mixed_precision.wire_gradients");
+  }
+}
+
+TEST(JobSpecFromJsonTest, ParsesWireGradients) {
+  auto spec = JobSpecFromJson(
+      R"json({"mixed_precision": {"wire_gradients": "BF16"}})json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->mixed_precision().wire_gradients(), v1::BF16);
+  EXPECT_EQ(spec->mixed_precision().compute(), v1::FP32);  // Independent.
+  auto bad = JobSpecFromJson(
+      R"json({"mixed_precision": {"wire_gradients": "FP8"}})json");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(EffectiveStalenessTest, BspIsZero) {
   v1::ConsistencySpec c;
   c.set_model(v1::ConsistencySpec::BSP);

@@ -62,6 +62,7 @@ void ExpectSame(const v1::PushRequest& message, const PushView& view) {
   EXPECT_EQ(view.worker_index, message.worker_index());
   EXPECT_EQ(view.clock, message.clock());
   EXPECT_EQ(view.map_version, message.map_version());
+  EXPECT_EQ(view.gradient_encoding, message.gradient_encoding());
   ASSERT_EQ(view.gradients.size(), message.gradients_size());
   for (int i = 0; i < message.gradients_size(); ++i) {
     EXPECT_EQ(view.gradients[i].key, message.gradients(i).key());
@@ -69,15 +70,32 @@ void ExpectSame(const v1::PushRequest& message, const PushView& view) {
   }
 }
 
+// A request whose gradients are in `encoding`, 2 bytes a value.
+v1::PushRequest Encoded(v1::PushRequest r, v1::Precision encoding) {
+  r.set_gradient_encoding(encoding);
+  for (v1::Block& b : *r.mutable_gradients()) {
+    b.mutable_data()->resize(b.data().size() / 2);
+  }
+  return r;
+}
+
 TEST(PushWireTest, FramerWritesWhatProtobufWrites) {
-  for (const v1::PushRequest& r :
-       {Request("job-1", 3, 17, 2, {{0, 4}, {1, 1}, {(5ull << 32) | 7, 300}}),
-        Request("", 0, 0, 0, {{0, 0}}),  // Every field at its default.
-        Request("j", -1, INT64_MAX, -5, {}),
-        Request(std::string(200, 'x'), INT32_MIN, INT64_MIN, 1,
-                {{UINT64_MAX, 70000}})}) {
+  std::vector<v1::PushRequest> requests = {
+      Request("job-1", 3, 17, 2, {{0, 4}, {1, 1}, {(5ull << 32) | 7, 300}}),
+      Request("", 0, 0, 0, {{0, 0}}),  // Every field at its default.
+      Request("j", -1, INT64_MAX, -5, {}),
+      Request(std::string(200, 'x'), INT32_MIN, INT64_MIN, 1,
+              {{UINT64_MAX, 70000}})};
+  // The encoding field follows the gradients; values that are no encoding
+  // (negative ones sign-extended) are written as Protobuf writes them too.
+  for (int encoding : {1, 2, 3, -1}) {
+    requests.push_back(
+        Encoded(requests[0], static_cast<v1::Precision>(encoding)));
+  }
+  requests.push_back(Encoded(Request("j", 1, 1, 1, {}), v1::BF16));
+  for (const v1::PushRequest& r : requests) {
     const PushFramer framer(r.job_id(), r.worker_index(), r.clock(),
-                            r.map_version());
+                            r.map_version(), r.gradient_encoding());
     std::string framed = framer.Header();
     for (const v1::Block& b : r.gradients()) {
       const std::string prefix =
@@ -86,7 +104,122 @@ TEST(PushWireTest, FramerWritesWhatProtobufWrites) {
       framed += prefix;
       framed += b.data();
     }
+    framed += framer.Trailer();
     EXPECT_EQ(framed, r.SerializeAsString()) << r.ShortDebugString();
+  }
+  EXPECT_EQ(PushFramer("j", 1, 1, 1).Trailer(), "");  // FP32: as before.
+}
+
+TEST(PushWireTest, ParsesTheGradientEncodingWhereverItIs) {
+  const v1::PushRequest r = Encoded(
+      Request("job-000001", 1, 42, 3, {{7, 5}, {(1ull << 32), 64}}), v1::FP16);
+  const std::string bytes = r.SerializeAsString();
+  for (size_t cut = 0; cut <= bytes.size(); ++cut) {
+    const std::vector<std::string_view> segments = Split(bytes, {cut});
+    absl::StatusOr<PushView> view = ParsePushRequest(segments);
+    ASSERT_TRUE(view.ok()) << view.status();
+    ExpectSame(r, *view);
+    EXPECT_EQ(view->gradient_encoding, v1::FP16);
+  }
+  // Before the gradients, repeated (the last wins), unknown values kept.
+  v1::PushRequest first;
+  first.set_gradient_encoding(static_cast<v1::Precision>(9));
+  v1::PushRequest last;
+  last.set_gradient_encoding(v1::BF16);
+  for (const std::string& bytes :
+       {first.SerializeAsString() + r.SerializeAsString() +
+            last.SerializeAsString(),
+        r.SerializeAsString() + first.SerializeAsString()}) {
+    v1::PushRequest expected;
+    ASSERT_TRUE(expected.ParseFromString(bytes));
+    const std::vector<std::string_view> segments = {bytes};
+    absl::StatusOr<PushView> view = ParsePushRequest(segments);
+    ASSERT_TRUE(view.ok()) << view.status();
+    ExpectSame(expected, *view);
+  }
+  EXPECT_EQ(ViewOf(r).gradient_encoding, v1::FP16);
+  EXPECT_EQ(ViewOf(r).Header().gradient_encoding(), v1::FP16);
+}
+
+TEST(PushWireTest, WireValueBytesPerEncoding) {
+  EXPECT_EQ(WireValueBytes(v1::FP32), 4u);
+  EXPECT_EQ(WireValueBytes(v1::FP16), 2u);
+  EXPECT_EQ(WireValueBytes(v1::BF16), 2u);
+  EXPECT_EQ(WireValueBytes(static_cast<v1::Precision>(3)), 0u);
+  EXPECT_EQ(WireValueBytes(static_cast<v1::Precision>(-1)), 0u);
+}
+
+// 16-bit gradients cut anywhere, mid-value included, decode to the values
+// the codec gives, in runs that cover every value once.
+TEST(PushWireTest, GradientRunsDecodeSixteenBitValuesWhateverTheSplit) {
+  std::vector<float> values(2 * kFloatRun + 7);  // Odd: a short last run.
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = (i % 3 ? -1.0f : 1.0f) * (0.001f + 0.37f * i);
+  }
+  values[9] = 1e-7f;  // An fp16 subnormal.
+  values[10] = 1e6f;  // Beyond fp16: saturated.
+  for (v1::Precision encoding : {v1::FP16, v1::BF16}) {
+    std::vector<uint16_t> bits(values.size());
+    if (encoding == v1::FP16) {
+      EncodeFp16(values, bits.data());
+    } else {
+      EncodeBf16(values, bits.data());
+    }
+    const std::string bytes(reinterpret_cast<const char*>(bits.data()),
+                            bits.size() * 2);
+    for (const std::vector<size_t>& cuts :
+         std::vector<std::vector<size_t>>{{},
+                                          {1, 3, 2 * kFloatRun + 1},
+                                          {2 * kFloatRun, 4 * kFloatRun + 5}}) {
+      WireBytes wire;
+      for (std::string_view piece : Split(bytes, cuts)) wire.Append(piece);
+      std::vector<float> seen(values.size(), -1.0f);
+      size_t expected_first = 0;
+      ForEachGradientRun(
+          wire, encoding, [&](size_t first, std::span<const float> run) {
+            EXPECT_EQ(first, expected_first);
+            EXPECT_LE(run.size(), kFloatRun);
+            std::copy(run.begin(), run.end(), seen.begin() + first);
+            expected_first = first + run.size();
+          });
+      EXPECT_EQ(expected_first, values.size());
+      for (size_t i = 0; i < values.size(); ++i) {
+        ASSERT_EQ(seen[i], encoding == v1::FP16 ? Fp16ToFloat(bits[i])
+                                                : Bf16ToFloat(bits[i]))
+            << i;
+      }
+      EXPECT_EQ(seen[10], encoding == v1::FP16 ? 65504.0f : 999424.0f);
+      EXPECT_GT(seen[9], 0.0f);
+    }
+  }
+  // FP32 through the same function: the floats themselves.
+  const std::string bytes = FloatBytes(values);
+  std::vector<float> seen(values.size());
+  ForEachGradientRun(WireBytes(bytes), v1::FP32,
+                     [&](size_t first, std::span<const float> run) {
+                       std::copy(run.begin(), run.end(), seen.begin() + first);
+                     });
+  EXPECT_EQ(seen, values);
+}
+
+TEST(PushWireTest, AllFiniteChecksSixteenBitGradientsInPlace) {
+  for (v1::Precision encoding : {v1::FP16, v1::BF16}) {
+    const uint16_t inf = encoding == v1::FP16 ? 0x7c00 : 0x7f80;
+    const uint16_t one = encoding == v1::FP16 ? 0x3c00 : 0x3f80;
+    std::vector<uint16_t> bits(3 * kFloatRun, one);
+    bits[2 * kFloatRun + 7] = inf;
+    std::string bytes(reinterpret_cast<const char*>(bits.data()),
+                      bits.size() * 2);
+    WireBytes wire;
+    for (std::string_view piece : Split(bytes, {3, 4097, 2 * kFloatRun + 15})) {
+      wire.Append(piece);
+    }
+    EXPECT_FALSE(AllFinite(wire, encoding));
+    // Read as float32 the fp16 bits are finite: the encoding decides.
+    if (encoding == v1::FP16) EXPECT_TRUE(AllFinite(wire, v1::FP32));
+    bits[2 * kFloatRun + 7] = one;
+    bytes.assign(reinterpret_cast<const char*>(bits.data()), bits.size() * 2);
+    EXPECT_TRUE(AllFinite(WireBytes(bytes), encoding));
   }
 }
 
@@ -131,7 +264,7 @@ TEST(PushWireTest, FollowsProtobufOnRepeatedAndUnknownFields) {
   std::string bytes = first.SerializeAsString() + second.SerializeAsString();
   // Unknown fields of every wire type, a group among them, at the top level
   // and inside a block.
-  const std::string unknown = std::string("\x30\x05", 2) +  // 6: varint
+  const std::string unknown = std::string("\x60\x05", 2) +  // 12: varint
                               std::string("\x39", 1) + std::string(8, 'a') +
                               std::string("\x42\x02zz", 4) +        // 8: bytes
                               std::string("\x4b\x50\x01\x4c", 4) +  // 9: group
@@ -183,7 +316,8 @@ TEST(PushWireTest, AgreesWithProtobufOnMutatedInput) {
   const std::vector<std::string> seeds = {
       Request("job-a", 1, 9, 2, {{1, 3}, {2, 1}}).SerializeAsString(),
       Request("", 0, 0, 0, {{0, 0}}).SerializeAsString(),
-      Request("x", -3, 1ll << 40, 7, {{UINT64_MAX, 2}}).SerializeAsString()};
+      Request("x", -3, 1ll << 40, 7, {{UINT64_MAX, 2}}).SerializeAsString(),
+      Encoded(Request("y", 2, 5, 1, {{3, 4}}), v1::BF16).SerializeAsString()};
   int parsed = 0;
   for (int trial = 0; trial < 20000; ++trial) {
     std::string bytes = seeds[rng() % seeds.size()];

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/float_codec.h"
+#include "common/half_codec.h"
 #include "common/model_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -54,6 +55,7 @@ struct JobOptions {
   int num_workers = 1;
   v1::Durability durability = v1::WAL;
   v1::NonFinitePolicy non_finite = v1::NON_FINITE_POLICY_UNSPECIFIED;
+  bool adam = false;  // Adam (defaults) instead of plain SGD.
 };
 
 v1::JobSpec Spec(const JobOptions& options) {
@@ -71,7 +73,11 @@ v1::JobSpec Spec(const JobOptions& options) {
   spec.set_epochs(1);
   spec.set_batch_size(1);
   spec.set_seed(kSeed);
-  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(kLearningRate);
+  if (options.adam) {
+    spec.mutable_optimizer()->mutable_adam()->set_learning_rate(0.01f);
+  } else {
+    spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(kLearningRate);
+  }
   spec.mutable_consistency()->set_model(options.model);
   spec.mutable_consistency()->set_staleness(options.staleness);
   spec.set_num_workers(options.num_workers);
@@ -159,6 +165,67 @@ v1::PushRequest MakePush(int worker, int64_t clock, const Values& gradients,
     EncodeFloats(g, block->mutable_data());
   }
   return request;
+}
+
+// The 16-bit encoding of `values` (FP16 or BF16) as wire bytes.
+std::string EncodeGradient(const std::vector<float>& values,
+                           v1::Precision encoding) {
+  std::vector<uint16_t> bits(values.size());
+  if (encoding == v1::FP16) {
+    EncodeFp16(values, bits.data());
+  } else {
+    EncodeBf16(values, bits.data());
+  }
+  return std::string(reinterpret_cast<const char*>(bits.data()),
+                     bits.size() * sizeof(uint16_t));
+}
+
+// MakePush with the gradients sent in a 16-bit `encoding`.
+v1::PushRequest MakeEncodedPush(int worker, int64_t clock,
+                                const Values& gradients,
+                                v1::Precision encoding) {
+  v1::PushRequest request = MakePush(worker, clock, {});
+  request.set_gradient_encoding(encoding);
+  for (const auto& [key, g] : gradients) {
+    v1::Block* block = request.add_gradients();
+    block->set_key(key);
+    block->set_data(EncodeGradient(g, encoding));
+  }
+  return request;
+}
+
+// What the server gets from `gradients` sent in `encoding`: each value
+// rounded to the format and decoded back to float32.
+Values RoundTrip(const Values& gradients, v1::Precision encoding) {
+  Values out;
+  for (const auto& [key, g] : gradients) {
+    const std::string bytes = EncodeGradient(g, encoding);
+    std::vector<float>& v = out[key];
+    v.resize(g.size());
+    const auto* bits = reinterpret_cast<const uint16_t*>(bytes.data());
+    if (encoding == v1::FP16) {
+      DecodeFp16({bits, g.size()}, v.data());
+    } else {
+      DecodeBf16({bits, g.size()}, v.data());
+    }
+  }
+  return out;
+}
+
+// Gradients that 16-bit formats do not hold exactly: pseudo-random
+// magnitudes from 1e-9 to 1e5 (below fp16's subnormals, beyond its range).
+Values RoughGradients(int salt) {
+  Values g;
+  uint32_t state = 12345u + 977u * salt;
+  for (const auto& [key, v] : InitialValues()) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      state = state * 1664525u + 1013904223u;
+      const float unit = static_cast<float>(state >> 8) / (1u << 24);
+      const float magnitude = std::pow(10.0f, -9.0f + 14.0f * unit);
+      g[key].push_back((state & 1) ? magnitude : -magnitude);
+    }
+  }
+  return g;
 }
 
 Values ValuesOf(const v1::PullResponse& reply) {
@@ -415,6 +482,30 @@ TEST_P(ServerJobTest, MalformedPushesAreRefusedAndChangeNothing) {
     *r.add_gradients() = r.gradients(0);
     cases.push_back({"key twice", r, absl::StatusCode::kInvalidArgument});
   }
+  {
+    // FP16 declared, float32 bytes sent: twice the size the encoding needs.
+    v1::PushRequest r = MakePush(0, 0, g);
+    r.set_gradient_encoding(v1::FP16);
+    cases.push_back(
+        {"fp16 with 4-byte values", r, absl::StatusCode::kInvalidArgument});
+  }
+  {
+    v1::PushRequest r = MakeEncodedPush(0, 0, g, v1::BF16);
+    r.mutable_gradients(2)->mutable_data()->pop_back();  // 3 bytes.
+    cases.push_back(
+        {"ragged bf16 bytes", r, absl::StatusCode::kInvalidArgument});
+  }
+  {
+    v1::PushRequest r = MakeEncodedPush(0, 0, g, v1::FP16);
+    r.mutable_gradients(1)->mutable_data()->append("\0\0", 2);  // 3 values.
+    cases.push_back(
+        {"one fp16 value too many", r, absl::StatusCode::kInvalidArgument});
+  }
+  for (int encoding : {3, -1}) {
+    v1::PushRequest r = MakeEncodedPush(0, 0, g, v1::FP16);
+    r.set_gradient_encoding(static_cast<v1::Precision>(encoding));
+    cases.push_back({"not an encoding", r, absl::StatusCode::kInvalidArgument});
+  }
   cases.push_back({"old map", MakePush(0, 0, g, kMapVersion - 1),
                    absl::StatusCode::kFailedPrecondition});
   cases.push_back({"newer map", MakePush(0, 0, g, kMapVersion + 1),
@@ -437,6 +528,90 @@ TEST_P(ServerJobTest, MalformedPushesAreRefusedAndChangeNothing) {
   // Nothing was recorded for worker 0's clock 0: the valid push is applied.
   ExpectPushOk(*job, MakePush(0, 0, g));
   ExpectValuesEq(PullNow(*job, 0, 1), Sgd(InitialValues(), g));
+}
+
+TEST_P(ServerJobTest, SixteenBitPushErrorsNameTheBlockAndTheEncoding) {
+  auto job = Open({});
+  ASSERT_NE(job, nullptr);
+  v1::PushRequest r = MakePush(0, 0, Gradients(0));  // 4 bytes a value.
+  r.set_gradient_encoding(v1::BF16);
+  absl::Status status = PushNow(*job, r).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(absl::StrCat("gradients: block ", kW0,
+                                     " has 16 bytes, expected 8 (4 values "
+                                     "in BF16)")));
+  r.set_gradient_encoding(static_cast<v1::Precision>(7));
+  status = PushNow(*job, r).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("gradient_encoding: 7 is not an encoding"));
+  EXPECT_EQ(PullNow(*job, 0, 0), InitialValues());
+  EXPECT_EQ(job->min_clock(), 0);
+}
+
+TEST_P(ServerJobTest, NonFiniteSixteenBitPushIsRefusedAndChangesNothing) {
+  auto job = Open({});
+  ASSERT_NE(job, nullptr);
+  for (v1::Precision encoding : {v1::FP16, v1::BF16}) {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                      std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      Values g = Gradients(0);
+      g[kB0][1] = bad;
+      auto response = PushNow(*job, MakeEncodedPush(0, 0, g, encoding));
+      EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(response.status().message()),
+                  HasSubstr(absl::StrCat("block ", kB0, " contains NaN")));
+    }
+  }
+  // A finite float32 beyond fp16's range is sent saturated, and applied.
+  Values huge = Gradients(0);
+  huge[kW0][0] = 1e9f;
+  ExpectPushOk(*job, MakeEncodedPush(0, 0, huge, v1::FP16));
+  Values saturated = Gradients(0);
+  saturated[kW0][0] = 65504.0f;
+  ExpectValuesEq(PullNow(*job, 0, 1), Sgd(InitialValues(), saturated));
+}
+
+// A push in FP16 or BF16 gives exactly the values of the same push in FP32
+// after the round trip through the format, under SGD (with momentum) and
+// Adam, SSP and BSP, over several clocks: the server decodes exactly and
+// then runs the float32 path unchanged.
+TEST_P(ServerJobTest, SixteenBitPushAppliesExactlyItsDecodedGradients) {
+  for (v1::Precision encoding : {v1::FP16, v1::BF16}) {
+    for (bool adam : {false, true}) {
+      for (auto model : {v1::ConsistencySpec::SSP, v1::ConsistencySpec::BSP}) {
+        SCOPED_TRACE(absl::StrCat(
+            v1::Precision_Name(encoding), adam ? " adam " : " sgd ",
+            model == v1::ConsistencySpec::BSP ? "BSP" : "SSP"));
+        // Two jobs side by side: MEMORY durability keeps them out of the
+        // store (they share a job id).
+        const JobOptions options = {.model = model,
+                                    .staleness = 0,
+                                    .num_workers = 2,
+                                    .durability = v1::MEMORY,
+                                    .adam = adam};
+        auto wire = Open(options);
+        auto reference = Open(options);
+        ASSERT_NE(wire, nullptr);
+        ASSERT_NE(reference, nullptr);
+        for (int clock = 0; clock < 3; ++clock) {
+          for (int worker = 0; worker < 2; ++worker) {
+            const Values g = RoughGradients(2 * clock + worker);
+            auto a =
+                StartPush(*wire, MakeEncodedPush(worker, clock, g, encoding));
+            auto b = StartPush(*reference,
+                               MakePush(worker, clock, RoundTrip(g, encoding)));
+            EXPECT_EQ(a->calls, b->calls);
+          }
+        }
+        const Values got = PullNow(*wire, 0, 3);
+        EXPECT_EQ(got, PullNow(*reference, 0, 3));  // Bit for bit.
+        EXPECT_NE(got, InitialValues());
+      }
+    }
+  }
 }
 
 TEST_P(ServerJobTest, MalformedPullsAreRefused) {
