@@ -167,6 +167,11 @@ class Backend {
                               const float* grad_y, int batch, int height,
                               int width, int channels, float* grad_x) = 0;
 
+  // Waits until the kernels and copies issued so far have finished, except
+  // those started by CopyToHostAsync, which may still run. Used to split a
+  // step's time into compute and the copies that outlast it.
+  virtual void SynchronizeCompute() = 0;
+
   // Waits until all work issued so far has finished, including the copies
   // started by CopyToHostAsync.
   virtual void Synchronize() = 0;

@@ -141,10 +141,13 @@ absl::Status Model::SetParameters(
           tensors_[i].num_elems(), " values, got ", params[i].size()));
     }
   }
+  const absl::Time start = absl::Now();
   for (size_t i = 0; i < params.size(); ++i) {
     backend_->CopyToDevice(params[i].data(), params[i].size(),
                            params_[i].data());
   }
+  backend_->SynchronizeCompute();
+  timing_ = StepTiming{.to_device = absl::Now() - start};
   return absl::OkStatus();
 }
 
@@ -174,8 +177,11 @@ void Model::Reserve(int batch, bool backward) {
   }
 }
 
-void Model::Forward(const float* features, int batch) {
+void Model::UploadFeatures(const float* features, int batch) {
   backend_->CopyToDevice(features, batch * input_dim(), input_.data());
+}
+
+void Model::Forward(int batch) {
   const float* x = input_.data();
   for (const auto& layer : layers_) {
     layer->Forward(x, batch);
@@ -204,7 +210,14 @@ void Model::Backward(const int32_t* labels, int batch, float scale,
       }
     }
   }
+}
+
+void Model::WaitForGradients(absl::Time compute_start) {
+  backend_->SynchronizeCompute();
+  const absl::Time kernels_done = absl::Now();
   backend_->Synchronize();
+  timing_.compute += kernels_done - compute_start;
+  timing_.to_host += absl::Now() - kernels_done;
 }
 
 absl::StatusOr<float> Model::ComputeGradients(
@@ -216,15 +229,21 @@ absl::StatusOr<float> Model::ComputeGradients(
   }
   if (absl::Status s = CheckLabels(labels, batch); !s.ok()) return s;
   Reserve(batch, /*backward=*/true);
-  Forward(features, batch);
   grads->resize(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) {
     (*grads)[i].resize(tensors_[i].num_elems());
   }
+  const absl::Time upload_start = absl::Now();
+  UploadFeatures(features, batch);
+  backend_->SynchronizeCompute();
+  absl::Time compute_start = absl::Now();
+  timing_.to_device += compute_start - upload_start;
+  Forward(batch);
 
   float loss = 0;
   if (options_.precision != Precision::kFp16) {
     Backward(labels, batch, 1.0f, grads, &loss);
+    WaitForGradients(compute_start);
     return loss;
   }
   // fp16: the forward pass stands; only the backward pass depends on the
@@ -232,6 +251,8 @@ absl::StatusOr<float> Model::ComputeGradients(
   while (true) {
     const float scale = loss_scaler_.scale();
     Backward(labels, batch, scale, grads, &loss);
+    WaitForGradients(compute_start);
+    compute_start = absl::Now();  // Unscaling counts as compute.
     const float inverse = 1.0f / scale;
     bool finite = true;
     for (std::vector<float>& grad : *grads) {
@@ -240,6 +261,8 @@ absl::StatusOr<float> Model::ComputeGradients(
         finite &= std::isfinite(g);
       }
     }
+    timing_.compute += absl::Now() - compute_start;
+    compute_start = absl::Now();
     if (!loss_scaler_.Update(finite)) return loss;
   }
 }
@@ -260,7 +283,8 @@ absl::StatusOr<int64_t> Model::CountCorrect(const float* features,
   int64_t correct = 0;
   for (int64_t start = 0; start < n; start += chunk) {
     const int rows = static_cast<int>(std::min<int64_t>(chunk, n - start));
-    Forward(features + start * dim, rows);
+    UploadFeatures(features + start * dim, rows);
+    Forward(rows);
     backend_->ArgmaxRows(layers_.back()->output(), rows, num_classes(),
                          predictions_.data());
     for (int r = 0; r < rows; ++r) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/model_layout.h"
 #include "ps/v1/job.pb.h"
 #include "worker/backend.h"
@@ -29,6 +30,18 @@ struct ModelOptions {
 
 // The options of a job's mixed_precision (defaults applied).
 ModelOptions ModelOptionsFromSpec(const v1::MixedPrecisionSpec& mixed);
+
+// Where a training step's time went, measured on the host: the parts of
+// host-device copies that computation did not hide, and the computation.
+struct StepTiming {
+  // Parameters and the batch's features, host -> device.
+  absl::Duration to_device;
+  // Forward and backward pass, until the last kernel finished (includes
+  // the gradient copies that ran beside it).
+  absl::Duration compute;
+  // Gradient copies still running after the last kernel, device -> host.
+  absl::Duration to_host;
+};
 
 // A chain of layers ending in a softmax cross-entropy loss. An MLP's layer i
 // computes act(x * W_i + b_i) with the spec's activation on hidden layers
@@ -76,6 +89,10 @@ class Model {
   absl::StatusOr<int64_t> CountCorrect(const float* features,
                                        const int32_t* labels, int64_t n);
 
+  // The time of the last SetParameters and of the ComputeGradients calls
+  // since (zero before any).
+  const StepTiming& step_timing() const { return timing_; }
+
   // The current fp16 loss scale (1 without fp16).
   float loss_scale() const;
   // Gradient computations that overflowed and were redone (fp16 only).
@@ -98,18 +115,25 @@ class Model {
   // Grows the buffers to hold at least `batch` rows (and the backward ones
   // when `backward`).
   void Reserve(int batch, bool backward);
-  // Copies `batch` rows of host features in and runs the layers; the logits
-  // end in layers_.back()->output().
-  void Forward(const float* features, int batch);
+  // Copies `batch` rows of host features into input_.
+  void UploadFeatures(const float* features, int batch);
+  // Runs the layers on the `batch` rows of input_; the logits end in
+  // layers_.back()->output().
+  void Forward(int batch);
   // Backpropagates from the loss gradient, scaled by `scale`, and starts
-  // copying the parameter gradients into `grads`.
+  // copying the parameter gradients into `grads`; WaitForGradients ends the
+  // copies.
   void Backward(const int32_t* labels, int batch, float scale,
                 std::vector<std::vector<float>>* grads, float* loss);
+  // Waits for the kernels, then for the gradient copies, adding the time
+  // since `compute_start` to timing_.compute and timing_.to_host.
+  void WaitForGradients(absl::Time compute_start);
 
   Backend* const backend_;
   const std::vector<TensorSpec> tensors_;
   const ModelOptions options_;
   LossScaler loss_scaler_;
+  StepTiming timing_;
 
   std::vector<DeviceBuffer> params_;  // One per tensor.
   std::vector<DeviceBuffer> grads_;   // One per tensor.

@@ -1,5 +1,6 @@
 #include "worker/trainer.h"
 
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -216,7 +217,11 @@ absl::Status Trainer::Train() {
 
   std::vector<float> features(static_cast<size_t>(batch) * train->dim);
   std::vector<int32_t> labels(batch);
-  std::vector<std::vector<float>> grads;
+  // Two gradient buffers: one being pushed while the next step fills the
+  // other. Declared before the pusher, which must end first.
+  std::vector<std::vector<float>> grads[2];
+  std::optional<AsyncPusher> pusher;
+  if (options_.overlap_push) pusher.emplace(client_.get());
   double interval_loss = 0;
   int64_t interval_steps = 0;
   absl::Time interval_start = absl::Now();
@@ -234,22 +239,32 @@ absl::Status Trainer::Train() {
                   std::span<const int64_t>(order).subspan(step * batch, batch),
                   features.data(), labels.data());
       if (auto s = model_->SetParameters(params_); !s.ok()) return s;
+      std::vector<std::vector<float>>& step_grads = grads[clock % 2];
       auto loss = model_->ComputeGradients(features.data(), labels.data(),
-                                           batch, &grads);
+                                           batch, &step_grads);
       if (!loss.ok()) return loss.status();
       absl::Time t2 = absl::Now();
-      if (auto s = client_->Push(clock, grads); !s.ok()) return s;
-      absl::Time t3 = absl::Now();
-      if (ack_log_.is_open()) {
-        ack_log_ << assignment_.job_id() << " " << worker << " " << clock
-                 << std::endl;  // Flushed: the line must survive a kill -9.
+      if (pusher.has_value()) {
+        // The previous step's push has had this step's pull and compute to
+        // finish; only then may this one start (servers take a worker's
+        // pushes in clock order).
+        if (auto s = FinishPush(*pusher); !s.ok()) return s;
+        pusher->Start(clock, &step_grads);
+      } else {
+        if (auto s = client_->Push(clock, step_grads); !s.ok()) return s;
+        RecordPush(clock, absl::Now() - t2, absl::Now() - t2);
       }
+      absl::Time t3 = absl::Now();
       if (options_.slowdown > 1.0) {
         absl::SleepFor((t2 - t1) * (options_.slowdown - 1.0));
       }
+      const StepTiming& timing = model_->step_timing();
       metrics_->pull_seconds.Observe(absl::ToDoubleSeconds(t1 - t0));
-      metrics_->compute_seconds.Observe(absl::ToDoubleSeconds(t2 - t1));
-      metrics_->push_seconds.Observe(absl::ToDoubleSeconds(t3 - t2));
+      metrics_->compute_seconds.Observe(absl::ToDoubleSeconds(timing.compute));
+      metrics_->copy_to_device_seconds.Observe(
+          absl::ToDoubleSeconds(timing.to_device));
+      metrics_->copy_to_host_seconds.Observe(
+          absl::ToDoubleSeconds(timing.to_host));
       metrics_->steps.Increment();
       metrics_->loss_scale.Set(model_->loss_scale());
       metrics_->overflowed_steps.Increment(model_->overflowed_steps() -
@@ -279,6 +294,11 @@ absl::Status Trainer::Train() {
         report.set_samples_per_second(rate);
         report.set_test_accuracy(-1);
         if (epoch_end) {
+          // The epoch's last push must be in before the epoch is reported
+          // (and worker 0 evaluates the model after it).
+          if (pusher.has_value()) {
+            if (auto s = FinishPush(*pusher); !s.ok()) return s;
+          }
           if (auto s = EndEpoch(std::move(report), epoch + 1 == spec.epochs());
               !s.ok()) {
             return s;
@@ -302,6 +322,25 @@ absl::Status Trainer::Train() {
     report.set_test_accuracy(-1);
     return EndEpoch(std::move(report), /*last=*/true);
   }
+  return absl::OkStatus();
+}
+
+void Trainer::RecordPush(int64_t clock, absl::Duration took,
+                         absl::Duration blocked) {
+  if (ack_log_.is_open()) {
+    ack_log_ << assignment_.job_id() << " " << assignment_.index() << " "
+             << clock << std::endl;  // Flushed: the line must survive kill -9.
+  }
+  metrics_->push_seconds.Observe(absl::ToDoubleSeconds(took));
+  metrics_->push_blocked_seconds.Observe(absl::ToDoubleSeconds(blocked));
+}
+
+absl::Status Trainer::FinishPush(AsyncPusher& pusher) {
+  const absl::Time start = absl::Now();
+  AsyncPusher::Result pushed = pusher.Wait();
+  if (pushed.clock < 0) return absl::OkStatus();  // None in flight.
+  if (!pushed.status.ok()) return pushed.status;
+  RecordPush(pushed.clock, pushed.duration, absl::Now() - start);
   return absl::OkStatus();
 }
 

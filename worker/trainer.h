@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/idx_reader.h"
 #include "ps/v1/cluster.grpc.pb.h"
+#include "worker/async_pusher.h"
 #include "worker/backend.h"
 #include "worker/model.h"
 #include "worker/parameter_client.h"
@@ -38,6 +39,10 @@ struct TrainerOptions {
   // times the step's computation (forward and backward), so the worker
   // computes `slowdown` times slower. 1 means no slowdown.
   double slowdown = 1.0;
+  // Push a step's gradients while the next step pulls and computes (one
+  // push in flight at most; the servers let a worker pull one clock ahead of
+  // its recorded pushes). False: pull, compute, push in turn.
+  bool overlap_push = true;
   // Deadline of each UploadModel call (worker 0, at the end of the job).
   absl::Duration upload_timeout = absl::Seconds(10);
   // How long worker 0 retries a failing UploadModel before the job fails.
@@ -67,6 +72,11 @@ class Trainer {
 
  private:
   absl::Status Train();
+  // Records an acknowledged push of `clock`: the ack log line and the push
+  // metrics (`blocked`: how long training waited for it).
+  void RecordPush(int64_t clock, absl::Duration took, absl::Duration blocked);
+  // Waits for the push in flight, if any, and records it. Errors: the push's.
+  absl::Status FinishPush(AsyncPusher& pusher);
   absl::StatusOr<float> Evaluate(int64_t clock);
   // Reports the end of an epoch (`last`: of the job). Worker 0 first measures
   // test accuracy and, after the last epoch, uploads the model.

@@ -18,6 +18,9 @@ ABSL_FLAG(int, compute_threads, 1,
           "OpenBLAS threads of the CPU backend (0: OpenBLAS's default)");
 ABSL_FLAG(double, slowdown, 1.0,
           "experiments: make this worker this many times slower (straggler)");
+ABSL_FLAG(bool, overlap_push, true,
+          "push a step's gradients while the next step pulls and computes "
+          "(false: pull, compute and push in turn; for A/B measurements)");
 ABSL_FLAG(std::string, ack_log, "",
           "fault tests: append \"job worker clock\" here after every "
           "acknowledged push");
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.trainer.slowdown = absl::GetFlag(FLAGS_slowdown);
   options.trainer.ack_log = absl::GetFlag(FLAGS_ack_log);
+  options.trainer.overlap_push = absl::GetFlag(FLAGS_overlap_push);
   options.security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);

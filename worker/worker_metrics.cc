@@ -14,6 +14,18 @@ prometheus::Histogram& Latency(prometheus::Registry& registry, const char* name,
       .Add({}, LatencyBuckets());
 }
 
+prometheus::Histogram& CopyLatency(prometheus::Registry& registry,
+                                   const char* direction) {
+  // Registering an existing family again returns it.
+  return prometheus::BuildHistogram()
+      .Name("ps_worker_copy_seconds")
+      .Help("Host-device copies of one step that computation did not hide, "
+            "by direction (to_device: parameters and batch; to_host: "
+            "gradients).")
+      .Register(registry)
+      .Add({{"direction", direction}}, LatencyBuckets());
+}
+
 prometheus::Family<prometheus::Counter>& PullCounter(
     prometheus::Registry& registry) {
   // Registering an existing family again returns it.
@@ -56,8 +68,14 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                            "Time to pull all parameters from every server.")),
       push_seconds(Latency(registry, "ps_worker_push_seconds",
                            "Time to push all gradients to every server.")),
+      push_blocked_seconds(
+          Latency(registry, "ps_worker_push_blocked_seconds",
+                  "Time training waited for the previous step's push (the "
+                  "rest of the push overlapped the next step).")),
       compute_seconds(Latency(registry, "ps_worker_compute_seconds",
                               "Forward and backward pass of one batch.")),
+      copy_to_device_seconds(CopyLatency(registry, "to_device")),
+      copy_to_host_seconds(CopyLatency(registry, "to_host")),
       pulls_made(PullCounter(registry).Add({{"source", "server"}})),
       pulls_saved(PullCounter(registry).Add({{"source", "cache"}})),
       loss_scale(prometheus::BuildGauge()

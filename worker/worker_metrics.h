@@ -19,8 +19,14 @@ struct WorkerMetrics {
   prometheus::Counter& steps;             // Iterations completed.
   prometheus::Counter& samples;           // Training samples processed.
   prometheus::Histogram& pull_seconds;    // Whole Pull (all servers, retries).
-  prometheus::Histogram& push_seconds;    // Whole Push.
+  prometheus::Histogram& push_seconds;    // Whole Push (may overlap a step).
+  // The part of a push the trainer waited for: the push of step t overlaps
+  // step t + 1 until step t + 1 has gradients to push.
+  prometheus::Histogram& push_blocked_seconds;
   prometheus::Histogram& compute_seconds;  // Forward + backward of one batch.
+  // Host-device copies not hidden by computation (StepTiming).
+  prometheus::Histogram& copy_to_device_seconds;
+  prometheus::Histogram& copy_to_host_seconds;
   prometheus::Counter& pulls_made;         // Pulls sent to the servers.
   prometheus::Counter& pulls_saved;        // Pulls served by the SSP cache.
   prometheus::Gauge& loss_scale;           // fp16 loss scale (1 otherwise).

@@ -78,23 +78,34 @@ cluster_restart() {
   cluster_spawn "$name" "${cmd[0]}" "${args[@]}" --listen="127.0.0.1:$port"
 }
 
+# The executable NAME of BUILD_DIR: BUILD_DIR/SUBDIR/NAME in a build tree, or
+# BUILD_DIR/bin/NAME in a folder made by gpu-bundle.sh.
+cluster_binary() {
+  local subdir=$1 name=$2
+  if [ -x "$CLUSTER_BUILD_DIR/$subdir/$name" ]; then
+    echo "$CLUSTER_BUILD_DIR/$subdir/$name"
+  else
+    echo "$CLUSTER_BUILD_DIR/bin/$name"
+  fi
+}
+
 cluster_start() {
   CLUSTER_BUILD_DIR=$1
   CLUSTER_RUN_DIR=$2
   local servers=$3 workers=$4 i
   mkdir -p "$CLUSTER_RUN_DIR"
   # shellcheck disable=SC2086  # the extra flags are meant to split
-  cluster_spawn coordinator "$CLUSTER_BUILD_DIR/coordinator/ps-coordinator" \
+  cluster_spawn coordinator "$(cluster_binary coordinator ps-coordinator)" \
     --listen=127.0.0.1:0 --data_dir="$CLUSTER_RUN_DIR/coordinator.data" \
     --heartbeat_interval_ms=200 --lease_ms=5000 ${CLUSTER_COORDINATOR_ARGS:-} || return 1
   COORDINATOR="127.0.0.1:$(cluster_port "$CLUSTER_RUN_DIR/coordinator.ports" grpc_port)"
   for i in $(seq 0 $((servers - 1))); do
-    cluster_spawn "server$i" "$CLUSTER_BUILD_DIR/server/ps-server" \
+    cluster_spawn "server$i" "$(cluster_binary server ps-server)" \
       --coordinator="$COORDINATOR" --data_dir="$CLUSTER_RUN_DIR/server$i.data" || return 1
   done
   for i in $(seq 0 $((workers - 1))); do
     # shellcheck disable=SC2086  # the extra flags are meant to split
-    cluster_spawn "worker$i" "$CLUSTER_BUILD_DIR/worker/ps-worker" \
+    cluster_spawn "worker$i" "$(cluster_binary worker ps-worker)" \
       --coordinator="$COORDINATOR" --device=cpu --compute_threads=1 \
       ${CLUSTER_WORKER_ARGS[$i]:-} || return 1
   done

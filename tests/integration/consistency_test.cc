@@ -5,9 +5,11 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "server/optimizer.h"
 #include "server/parameter_server.h"
+#include "worker/async_pusher.h"
 #include "worker/batcher.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/model.h"
@@ -163,6 +166,9 @@ struct BoundCase {
   int staleness;
   uint32_t seed;
   bool cache;
+  // Pushes go through an AsyncPusher, overlapping the next pull (as the
+  // trainer's do).
+  bool overlap = false;
 };
 
 // Runs `clocks` iterations on each of `workers` threads with random per-worker
@@ -191,6 +197,8 @@ int64_t RunSspUnderStress(const BoundCase& c, int clocks) {
                                             options, nullptr);
       ASSERT_TRUE(client.ok());
       const auto grads = CountingGradient(spec, w);
+      std::optional<AsyncPusher> pusher;
+      if (c.overlap) pusher.emplace(client->get());
       std::vector<std::vector<float>> params;
       for (int64_t clock = 0; clock < clocks; ++clock) {
         ASSERT_TRUE((*client)->Pull(clock, &params).ok());
@@ -208,8 +216,16 @@ int64_t RunSspUnderStress(const BoundCase& c, int clocks) {
         }
         std::this_thread::sleep_for(
             std::chrono::microseconds(jitter(rng) * slowness));
-        ASSERT_TRUE((*client)->Push(clock, grads).ok());
+        if (pusher.has_value()) {
+          const AsyncPusher::Result previous = pusher->Wait();
+          ASSERT_TRUE(previous.status.ok()) << previous.status;
+          ASSERT_EQ(previous.clock, clock - 1);
+          pusher->Start(clock, &grads);
+        } else {
+          ASSERT_TRUE((*client)->Push(clock, grads).ok());
+        }
       }
+      if (pusher.has_value()) ASSERT_TRUE(pusher->Wait().status.ok());
     });
   }
   for (auto& t : threads) t.join();
@@ -228,11 +244,15 @@ TEST(SspBoundTest, NoReadMissesAnUpdateOlderThanTheBound) {
   for (int workers : {2, 3, 4}) {
     for (int staleness : {0, 1, 3}) {
       for (uint32_t seed : {1u, 2u, 3u}) {
-        for (bool cache : {false, true}) {
+        // (cache, overlapped pushes): off/off, on/off, off/on.
+        for (auto [cache, overlap] : {std::pair{false, false},
+                                      std::pair{true, false},
+                                      std::pair{false, true}}) {
           SCOPED_TRACE(absl::StrCat("workers=", workers, " s=", staleness,
-                                    " seed=", seed, " cache=", cache));
-          const int64_t drift =
-              RunSspUnderStress({workers, staleness, seed, cache}, 24);
+                                    " seed=", seed, " cache=", cache,
+                                    " overlap=", overlap));
+          const int64_t drift = RunSspUnderStress(
+              {workers, staleness, seed, cache, overlap}, 24);
           // The fastest reader is never more than s clocks ahead of the
           // slowest.
           EXPECT_LE(drift, staleness);

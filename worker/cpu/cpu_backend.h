@@ -58,6 +58,7 @@ class CpuBackend : public Backend {
   void MaxPool2x2Grad(const float* x, const float* y, const float* grad_y,
                       int batch, int height, int width, int channels,
                       float* grad_x) override;
+  void SynchronizeCompute() override {}
   void Synchronize() override {}
 
  protected:

@@ -322,6 +322,7 @@ class CudaBackend final : public Backend {
   void MaxPool2x2Grad(const float* x, const float* y, const float* grad_y,
                       int batch, int height, int width, int channels,
                       float* grad_x) override;
+  void SynchronizeCompute() override;
   void Synchronize() override;
 
  protected:
@@ -505,6 +506,11 @@ void CudaBackend::CopyToHostAsync(const float* device, int64_t n, float* host) {
   PS_CUDA_CHECK(cudaMemcpyAsync(pinned, device, n * sizeof(float),
                                 cudaMemcpyDeviceToHost, copy_stream_));
   pending_.push_back({pinned, host, n});
+}
+
+void CudaBackend::SynchronizeCompute() {
+  Activate();
+  PS_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void CudaBackend::Synchronize() {

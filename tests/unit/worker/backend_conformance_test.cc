@@ -426,6 +426,8 @@ TEST_P(BackendTest, CopyToHostAsyncIsFinalAfterSynchronize) {
       // Work issued after the copy does not change what it copies.
       backend_->Scale(buffers[i].data(), sizes[i], 2.0f);
     }
+    // Waiting for the kernels alone leaves the copies to Synchronize.
+    backend_->SynchronizeCompute();
     backend_->Synchronize();
     for (size_t i = 0; i < sizes.size(); ++i) {
       EXPECT_EQ(hosts[i], values[i]) << "round " << round << " buffer " << i;
