@@ -2,7 +2,8 @@
 // a MemoryShardStore, so every applied update is persisted too), in sequences:
 // raw Protobuf bytes as a server receives them, and structured requests near
 // the valid ones (the right job, small clocks, held keys, sizes that fit or
-// almost fit, floats that may be NaN or Inf). After any sequence the job must
+// almost fit for the push's gradient encoding (FP32, FP16, BF16 or none),
+// values that may be NaN or Inf). After any sequence the job must
 // reload from its store, as after a restart, with nothing lost or malformed.
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -93,10 +94,20 @@ uint64_t PickKey(FuzzedDataProvider& in, const std::vector<ps::BlockSpec>& b) {
   return b[in.ConsumeIntegralInRange<size_t>(0, b.size() - 1)].key;
 }
 
-// Bytes for a block of `elems` floats: the right size (mostly), or off by a
-// little; the floats are raw bytes, so NaN and Inf occur.
-std::string PickData(FuzzedDataProvider& in, int64_t elems) {
-  int64_t bytes = elems * 4;
+// A gradient encoding: FP32, FP16 or BF16 (mostly), or any int32.
+ps::v1::Precision PickEncoding(FuzzedDataProvider& in) {
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {
+    return static_cast<ps::v1::Precision>(in.ConsumeIntegral<int32_t>());
+  }
+  return static_cast<ps::v1::Precision>(in.ConsumeIntegralInRange<int>(0, 2));
+}
+
+// Bytes for a block of `elems` values in `encoding`: the right size (mostly),
+// or off by a little; the values are raw bytes, so NaN and Inf occur.
+std::string PickData(FuzzedDataProvider& in, int64_t elems,
+                     ps::v1::Precision encoding) {
+  const size_t value_bytes = ps::WireValueBytes(encoding);
+  int64_t bytes = elems * static_cast<int64_t>(value_bytes ? value_bytes : 2);
   switch (in.ConsumeIntegralInRange<int>(0, 7)) {
     case 0:
       bytes = in.ConsumeIntegralInRange<int64_t>(0, 64);
@@ -174,13 +185,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 view.status().ToString());
             continue;
           }
-          PS_FUZZ_REQUIRE(view->job_id == r.job_id() &&
-                              view->clock == r.clock() &&
-                              view->worker_index == r.worker_index() &&
-                              view->map_version == r.map_version() &&
-                              static_cast<int>(view->gradients.size()) ==
-                                  r.gradients_size(),
-                          "in-place parse differs from Protobuf's");
+          PS_FUZZ_REQUIRE(
+              view->job_id == r.job_id() && view->clock == r.clock() &&
+                  view->worker_index == r.worker_index() &&
+                  view->map_version == r.map_version() &&
+                  view->gradient_encoding == r.gradient_encoding() &&
+                  static_cast<int>(view->gradients.size()) ==
+                      r.gradients_size(),
+              "in-place parse differs from Protobuf's");
           for (int i = 0; i < r.gradients_size(); ++i) {
             PS_FUZZ_REQUIRE(
                 view->gradients[i].key == r.gradients(i).key() &&
@@ -212,18 +224,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         r.set_worker_index(worker);
         r.set_clock(clock);
         r.set_map_version(version);
+        const ps::v1::Precision encoding = PickEncoding(in);
+        r.set_gradient_encoding(encoding);
         if (op == 3) {
           // Every block, in order: the push a worker sends.
           for (const ps::BlockSpec& b : blocks) {
             auto* g = r.add_gradients();
             g->set_key(b.key);
-            *g->mutable_data() = PickData(in, b.num_elems);
+            *g->mutable_data() = PickData(in, b.num_elems, encoding);
           }
         } else {
           for (int i = 0; i < count; ++i) {
             auto* g = r.add_gradients();
             g->set_key(PickKey(in, blocks));
-            *g->mutable_data() = PickData(in, ElemsOf(g->key(), blocks));
+            *g->mutable_data() =
+                PickData(in, ElemsOf(g->key(), blocks), encoding);
           }
         }
         job->Push(r, [](absl::StatusOr<ps::v1::PushResponse> reply) {

@@ -139,6 +139,16 @@ def main():
     # A push and a pull as raw bytes, for the fuzzer to move around.
     write("fuzz_parameter_requests", "raw-push-pull",
           bytes([1, 0, len(push)]) + push + bytes([1, len(pull)]) + pull)
+    # The same push with 16-bit gradients (gradient_encoding: FP16).
+    push16 = encode("PushRequest",
+                    'job_id: "job-000001" worker_index: 0 clock: 0 '
+                    'map_version: 1 gradients { key: 0 data: "' +
+                    "\\000\\074" * 8 + '" } gradients { key: 1 data: "' +
+                    "\\000\\074" * 4 + '" } gradients { key: 4294967296 '
+                    'data: "' + "\\000\\074" * 3 + '" } '
+                    'gradient_encoding: FP16')
+    write("fuzz_parameter_requests", "raw-push16-pull",
+          bytes([1, 0, len(push16)]) + push16 + bytes([1, len(pull)]) + pull)
 
     images = idx(0x08, [2, 2, 2], bytes([0, 255, 128, 7, 1, 2, 3, 4]))
     labels = idx(0x08, [2], bytes([3, 9]))

@@ -513,6 +513,22 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
       },
       Code::INVALID_ARGUMENT, "gradients:");
   add(
+      "Push", "FP16 data of float32 size (16 of 8 bytes)",
+      [&] {
+        auto r = GoodPush();
+        r.set_gradient_encoding(v1::FP16);
+        return Push(r);
+      },
+      Code::INVALID_ARGUMENT, "gradients:");
+  add(
+      "Push", "gradient_encoding 5",
+      [&] {
+        auto r = GoodPush();
+        r.set_gradient_encoding(static_cast<v1::Precision>(5));
+        return Push(r);
+      },
+      Code::INVALID_ARGUMENT, "gradient_encoding:");
+  add(
       "Push", "NaN (policy NON_FINITE_REFUSE)",
       [&] {
         auto r = GoodPush();
@@ -934,6 +950,97 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
   v1::ListJobsResponse list;
   grpc::ClientContext ctx;
   EXPECT_TRUE(jobs_->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
+}
+
+// 16-bit gradients over real gRPC: a push whose bytes do not fit its
+// declared encoding, or that declares no encoding, or carries an fp16 Inf, is
+// refused naming the field, and leaves values and clocks as they were; a
+// well-formed FP16 push is then applied, decoded to float32.
+TEST_F(MalformedInputTest, SixteenBitPushesAreCheckedAndChangeNothing) {
+  const auto pull = [&](v1::PullResponse* reply) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(5));
+    return parameters_->Pull(&ctx, GoodPull(), reply);
+  };
+  v1::PullResponse before;
+  ASSERT_TRUE(pull(&before).ok());
+  // 2-byte values for every block: fp16 0.5 (0x3800) and 1.0 (0x3c00).
+  const auto fp16_push = [] {
+    v1::PushRequest r = GoodPush();
+    r.set_gradient_encoding(v1::FP16);
+    for (v1::Block& b : *r.mutable_gradients()) {
+      std::string data;
+      for (size_t i = 0; i < b.data().size() / 4; ++i) {
+        data +=
+            (i % 2) ? std::string("\x00\x3c", 2) : std::string("\x00\x38", 2);
+      }
+      b.set_data(data);
+    }
+    return r;
+  };
+  struct Bad {
+    const char* what;
+    v1::PushRequest request;
+    const char* message;
+  };
+  std::vector<Bad> bad;
+  {
+    v1::PushRequest r = fp16_push();
+    r.mutable_gradients(1)->mutable_data()->append("\x00\x3c", 2);
+    bad.push_back({"one value too many", r,
+                   "gradients: block 1 has 6 bytes, expected 4 (2 values in "
+                   "FP16)"});
+  }
+  {
+    v1::PushRequest r = fp16_push();
+    r.mutable_gradients(2)->mutable_data()->pop_back();
+    bad.push_back({"odd byte count", r, "gradients: block"});
+  }
+  {
+    v1::PushRequest r = fp16_push();
+    r.set_gradient_encoding(v1::BF16);
+    r.mutable_gradients(0)->mutable_data()->resize(16);
+    bad.push_back({"bf16 declared, float32 sizes", r, "gradients: block 0"});
+  }
+  {
+    v1::PushRequest r = fp16_push();
+    r.set_gradient_encoding(static_cast<v1::Precision>(-3));
+    bad.push_back({"negative encoding", r, "gradient_encoding: -3"});
+  }
+  {
+    v1::PushRequest r = fp16_push();
+    (*r.mutable_gradients(2)->mutable_data())[3] = '\x7c';  // +Inf (0x7c00).
+    bad.push_back({"fp16 Inf", r, "gradients: block"});
+  }
+  for (const Bad& b : bad) {
+    const grpc::Status status = Push(b.request);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << b.what << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), ::testing::StartsWith(b.message))
+        << b.what;
+  }
+  v1::PullResponse after;
+  ASSERT_TRUE(pull(&after).ok());
+  EXPECT_EQ(after.SerializeAsString(), before.SerializeAsString());
+  EXPECT_EQ(after.min_clock(), 0);
+
+  // The well-formed push: every value moves by -0.1 * (0.5 or 1.0).
+  ASSERT_TRUE(Push(fp16_push()).ok());
+  v1::PullResponse applied;
+  ASSERT_TRUE(pull(&applied).ok());
+  ASSERT_EQ(applied.blocks_size(), before.blocks_size());
+  for (int b = 0; b < before.blocks_size(); ++b) {
+    std::vector<float> old_values(FloatCount(before.blocks(b).data()));
+    std::vector<float> new_values(old_values.size());
+    DecodeFloats(before.blocks(b).data(), old_values);
+    DecodeFloats(applied.blocks(b).data(), new_values);
+    for (size_t i = 0; i < old_values.size(); ++i) {
+      EXPECT_FLOAT_EQ(new_values[i],
+                      old_values[i] - 0.1f * (i % 2 ? 1.0f : 0.5f))
+          << "block " << b << " value " << i;
+    }
+  }
+  EXPECT_THAT(applied.worker_clocks(), ::testing::ElementsAre(1, 0));
 }
 
 }  // namespace
