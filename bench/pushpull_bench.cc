@@ -16,9 +16,15 @@
 // Sparse: a model of 60,001 blocks of 64 floats; each request pushes or pulls
 // 10,000 random keys (PullRequest.keys / a subset of PushRequest.gradients).
 //
+// Wire gradients: --wire=FP16,BF16 adds, for each dense configuration, a
+// push phase of the same job with mixed_precision.wire_gradients set to each
+// (2 bytes a value on the wire), on the same servers and interleaved with the
+// FP32 push; its row's ratio is against that FP32 push. MB/s there is still
+// float32 gradient bytes delivered per second (twice the wire bytes).
+//
 // Usage: ps-bench [--quick] [--reps=N] [--sizes=1,16,64] [--servers=1,2,4]
 //                 [--workers=1,2,4] [--target_mib=M] [--no_sparse]
-//                 [--no_echo] [--wal]
+//                 [--no_echo] [--wal] [--wire=FP16,BF16]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -34,6 +40,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -70,6 +77,8 @@ struct Flags {
   bool sparse = true;
   bool echo = true;
   bool wal = false;
+  // 16-bit gradient encodings to measure besides FP32 (--wire).
+  std::vector<v1::Precision> wire;
 };
 
 std::vector<int> ParseList(const std::string& s) {
@@ -111,6 +120,17 @@ Flags ParseFlags(int argc, char** argv) {
       f.workers = ParseList(v);
     } else if (const char* v = value("--target_mib")) {
       f.target_mib = std::atof(v);
+    } else if (const char* v = value("--wire")) {
+      for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+        v1::Precision p;
+        if (!v1::Precision_Parse(absl::AsciiStrToUpper(part), &p) ||
+            p == v1::FP32) {
+          std::fprintf(stderr, "--wire: %s is not FP16 or BF16\n",
+                       std::string(part).c_str());
+          std::exit(2);
+        }
+        f.wire.push_back(p);
+      }
     } else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       std::exit(2);
@@ -342,7 +362,9 @@ class ServerGroup {
     return out;
   }
 
-  v1::Assignment Assign(v1::JobSpec spec, int num_workers) {
+  // Loads a job of `spec` on every server: the only one, or (`add`) beside
+  // those loaded since the last Assign without `add`.
+  v1::Assignment Assign(v1::JobSpec spec, int num_workers, bool add = false) {
     ApplyJobSpecDefaults(&spec);
     PS_CHECK(ValidateJobSpec(spec).ok());
     auto map = PlanShards(spec, addresses(), 1);
@@ -352,23 +374,27 @@ class ServerGroup {
     *a.mutable_spec() = spec;
     *a.mutable_shard_map() = *map;
     a.set_num_workers(num_workers);
+    if (!add) held_.assign(servers_.size(), {});
     for (size_t i = 0; i < servers_.size(); ++i) {
       v1::Assignment mine = a;
       mine.set_index(i);
-      PS_CHECK(servers_[i]->manager()->SyncAssignments({mine}).empty());
+      held_[i].push_back(mine);
+      PS_CHECK(servers_[i]->manager()->SyncAssignments(held_[i]).empty());
     }
     return a;
   }
 
  private:
   std::vector<std::unique_ptr<ParameterServer>> servers_;
+  std::vector<std::vector<v1::Assignment>> held_;  // Per server.
   int jobs_ = 0;
 };
 
 // A softmax regression of `num_floats` parameters: input_dim x classes weight
 // plus a bias of `classes`.
 v1::JobSpec BenchSpec(int64_t input_dim, int classes, int workers, int servers,
-                      int block_elems, bool wal) {
+                      int block_elems, bool wal,
+                      v1::Precision wire = v1::FP32) {
   v1::JobSpec spec;
   spec.set_name("bench");
   spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
@@ -389,6 +415,7 @@ v1::JobSpec BenchSpec(int64_t input_dim, int classes, int workers, int servers,
   spec.set_num_servers(servers);
   if (block_elems > 0) spec.set_block_elems(block_elems);
   spec.set_durability(wal ? v1::WAL : v1::MEMORY);
+  spec.mutable_mixed_precision()->set_wire_gradients(wire);
   return spec;
 }
 
@@ -467,8 +494,8 @@ struct OursSetup {
   std::vector<int64_t> clock;
 
   OursSetup(ServerGroup& group, const v1::JobSpec& spec, int workers,
-            int64_t floats) {
-    const v1::Assignment assignment = group.Assign(spec, workers);
+            int64_t floats, bool add = false) {
+    const v1::Assignment assignment = group.Assign(spec, workers, add);
     const auto tensors = *ModelTensors(spec.model());
     int64_t total = 0;
     for (const auto& t : tensors) total += t.num_elems();
@@ -547,6 +574,14 @@ void RunDense(const Flags& flags, std::vector<Row>* rows) {
               BenchSpec(input_dim, classes, workers, servers, 0, true), workers,
               floats);
         }
+        std::vector<std::unique_ptr<OursSetup>> wire;  // One per flags.wire.
+        for (v1::Precision encoding : flags.wire) {
+          wire.push_back(std::make_unique<OursSetup>(
+              group,
+              BenchSpec(input_dim, classes, workers, servers, 0, false,
+                        encoding),
+              workers, floats, /*add=*/true));
+        }
         std::vector<std::unique_ptr<BaselineClient>> base_clients;
         for (int w = 0; w < workers; ++w) {
           base_clients.push_back(std::make_unique<BaselineClient>(
@@ -567,6 +602,8 @@ void RunDense(const Flags& flags, std::vector<Row>* rows) {
         if (flags.echo) runs.push_back(base(BaselineOp::kEcho));
         if (wal != nullptr)
           runs.push_back(wal->PushPhase(workers, calls, bytes));
+        for (auto& w : wire)
+          runs.push_back(w->PushPhase(workers, calls, bytes));
         const std::vector<Result> r = Interleave(flags.reps, 1.0, runs);
         Row push(absl::StrCat(config, ", push"), "MB/s");
         push.ours = r[0];
@@ -591,6 +628,17 @@ void RunDense(const Flags& flags, std::vector<Row>* rows) {
           Row wpush(absl::StrCat(config, ", push (WAL)"), "MB/s");
           wpush.ours = r[next++];
           wpush.base = push.base;
+          wpush.has_base = true;
+          PrintRow(wpush);
+          rows->push_back(wpush);
+        }
+        for (v1::Precision encoding : flags.wire) {
+          Row wpush(
+              absl::StrCat(config, ", push (", v1::Precision_Name(encoding),
+                           " wire; ratio and baseline: FP32 push)"),
+              "MB/s");
+          wpush.ours = r[next++];
+          wpush.base = push.ours;
           wpush.has_base = true;
           PrintRow(wpush);
           rows->push_back(wpush);
