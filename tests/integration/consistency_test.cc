@@ -290,6 +290,56 @@ TEST(SspBoundTest, ReadBeyondTheBoundWaitsForTheSlowestWorker) {
   EXPECT_TRUE((*client)->Pull(3, &params).ok());
 }
 
+// The trainer's pushing thread: every push reported with its clock, errors
+// surfaced, a pull one clock ahead of the pushes served once they land.
+TEST(AsyncPusherTest, ReportsEachPushAndItsErrors) {
+  ServerGroup servers(2, "");
+  const v1::JobSpec spec = CountingSpec(1, v1::ConsistencySpec::SSP, 0);
+  const v1::Assignment assignment = servers.Assign(spec, 1);
+  ParameterClientOptions options;
+  options.cache = false;
+  auto client = ParameterClient::Create(
+      ForWorker(assignment, 0), *ModelTensors(spec.model()), options, nullptr);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<std::vector<float>> initial = InitialParams(spec);
+  const auto grads = CountingGradient(spec, 0);
+  std::vector<std::vector<float>> params;
+  {
+    AsyncPusher pusher(client->get());
+    AsyncPusher::Result none = pusher.Wait();
+    EXPECT_EQ(none.clock, -1);
+    EXPECT_TRUE(none.status.ok());
+    for (int64_t clock = 0; clock < 5; ++clock) {
+      pusher.Start(clock, &grads);
+      AsyncPusher::Result pushed = pusher.Wait();
+      EXPECT_EQ(pushed.clock, clock);
+      EXPECT_TRUE(pushed.status.ok()) << pushed.status;
+      EXPECT_GT(pushed.duration, absl::ZeroDuration());
+    }
+    // A refused push is reported by Wait and changes nothing.
+    const std::vector<std::vector<float>> wrong_shape(1);
+    pusher.Start(5, &wrong_shape);
+    AsyncPusher::Result refused = pusher.Wait();
+    EXPECT_EQ(refused.clock, 5);
+    EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE((*client)->Pull(5, &params).ok());
+    EXPECT_EQ(Counts(params, initial, 1)[0], 5);
+    // With the push of clock 5 in flight the worker may already read at
+    // clock 6; the read waits for that push (s = 0) and contains it.
+    pusher.Start(5, &grads);
+    ASSERT_TRUE((*client)->Pull(6, &params).ok());
+    EXPECT_EQ(Counts(params, initial, 1)[0], 6);
+    EXPECT_TRUE(pusher.Wait().status.ok());
+    // Two clocks ahead is refused.
+    EXPECT_EQ((*client)->Pull(8, &params).code(),
+              absl::StatusCode::kFailedPrecondition);
+    // Destroying the pusher waits for the push in flight.
+    pusher.Start(6, &grads);
+  }
+  ASSERT_TRUE((*client)->Pull(7, &params).ok());
+  EXPECT_EQ(Counts(params, initial, 1)[0], 7);
+}
+
 TEST(AspTest, NeverWaits) {
   ServerGroup servers(2, "");
   const v1::JobSpec spec = CountingSpec(2, v1::ConsistencySpec::ASP, 0);
