@@ -5,11 +5,14 @@
 // beyond the format's largest finite one becomes that value, never Inf (a
 // gradient that is finite in float32 stays finite on the wire, so the
 // server's NaN/Inf policy sees exactly the NaN and Inf the worker computed).
-// NaN stays NaN (quiet, sign kept) and +-Inf stays +-Inf. Decoding is exact.
+// NaN stays NaN (quieted, sign and the payload's top bits kept) and +-Inf
+// stays +-Inf. Decoding is exact (a NaN is quieted). Bit for bit what x86's
+// F16C instructions (vcvtps2ph, vcvtph2ps) give, saturation aside.
 //
 // The scalar functions are branch-free (selects, integer arithmetic and one
 // float add or convert), so the span loops in half_codec.cc vectorise at -O2
-// without any instruction-set flags. Thread-safe (no state).
+// without any instruction-set flags; on x86-64 those loops pick F16C or AVX2
+// code at run time where the CPU has it. Thread-safe (no state).
 #ifndef PS_COMMON_HALF_CODEC_H_
 #define PS_COMMON_HALF_CODEC_H_
 
@@ -53,8 +56,8 @@ inline uint16_t FloatToFp16(float x) {
   const uint32_t subnormal =
       std::bit_cast<uint32_t>(std::bit_cast<float>(abs) + 0.5f) - 0x3f000000u;
   uint32_t h = Select(abs < 0x38800000u, subnormal, normal);
-  h = Select(abs == 0x7f800000u, 0x7c00u, h);  // +-Inf.
-  h = Select(abs > 0x7f800000u, 0x7e00u, h);   // NaN (quiet).
+  h = Select(abs == 0x7f800000u, 0x7c00u, h);                          // +-Inf.
+  h = Select(abs > 0x7f800000u, 0x7e00u | ((abs >> 13) & 0x3ffu), h);  // NaN.
   return static_cast<uint16_t>(h | sign);
 }
 
@@ -63,8 +66,10 @@ inline float Fp16ToFloat(uint16_t h) {
   using half_codec_internal::Select;
   const uint32_t sign = (uint32_t{h} & 0x8000u) << 16;
   const uint32_t em = uint32_t{h} & 0x7fffu;  // Exponent and significand.
-  const uint32_t normal = (em << 13) + 0x38000000u;   // Rebias 15 -> 127.
-  const uint32_t special = (em << 13) | 0x7f800000u;  // Inf, NaN (payload).
+  const uint32_t normal = (em << 13) + 0x38000000u;  // Rebias 15 -> 127.
+  // Inf; NaN with its payload, quieted.
+  const uint32_t special =
+      (em << 13) | 0x7f800000u | Select(em > 0x7c00u, 0x00400000u, 0u);
   // Subnormal: em * 2^-24, exact (em < 1024; the product is a float normal).
   const uint32_t subnormal = std::bit_cast<uint32_t>(
       static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f);
@@ -80,12 +85,12 @@ inline uint16_t FloatToBf16(float x) {
   const uint32_t abs = bits & 0x7fffffffu;
   uint32_t b = (abs + 0x7fffu + ((abs >> 16) & 1u)) >> 16;
   b = std::min(b, uint32_t{kBf16MaxFinite});
-  b = abs == 0x7f800000u ? 0x7f80u : b;  // +-Inf.
-  b = abs > 0x7f800000u ? 0x7fc0u : b;   // NaN (quiet).
+  b = abs == 0x7f800000u ? 0x7f80u : b;               // +-Inf.
+  b = abs > 0x7f800000u ? (abs >> 16) | 0x0040u : b;  // NaN, quieted.
   return static_cast<uint16_t>(b | sign);
 }
 
-// The float32 value of bfloat16 bits (exact).
+// The float32 value of bfloat16 bits (exact; a NaN keeps its bits).
 inline float Bf16ToFloat(uint16_t b) {
   return std::bit_cast<float>(uint32_t{b} << 16);
 }
@@ -96,6 +101,12 @@ void EncodeFp16(std::span<const float> in, uint16_t* out);
 void DecodeFp16(std::span<const uint16_t> in, float* out);
 void EncodeBf16(std::span<const float> in, uint16_t* out);
 void DecodeBf16(std::span<const uint16_t> in, float* out);
+
+namespace half_codec_internal {
+// EncodeFp16 and DecodeFp16 without the run-time choice of F16C (tests).
+void EncodeFp16Portable(std::span<const float> in, uint16_t* out);
+void DecodeFp16Portable(std::span<const uint16_t> in, float* out);
+}  // namespace half_codec_internal
 
 // True when no value is NaN or Inf (exponent bits not all ones). Vectorised:
 // an integer reduction on the bits, like AllFinite for float32.

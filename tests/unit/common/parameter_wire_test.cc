@@ -216,7 +216,9 @@ TEST(PushWireTest, AllFiniteChecksSixteenBitGradientsInPlace) {
     }
     EXPECT_FALSE(AllFinite(wire, encoding));
     // Read as float32 the fp16 bits are finite: the encoding decides.
-    if (encoding == v1::FP16) EXPECT_TRUE(AllFinite(wire, v1::FP32));
+    if (encoding == v1::FP16) {
+      EXPECT_TRUE(AllFinite(wire, v1::FP32));
+    }
     bits[2 * kFloatRun + 7] = one;
     bytes.assign(reinterpret_cast<const char*>(bits.data()), bits.size() * 2);
     EXPECT_TRUE(AllFinite(WireBytes(bytes), encoding));
