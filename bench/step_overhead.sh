@@ -20,9 +20,9 @@ DURABILITY=${DURABILITY:-WAL}
 CONSISTENCY=${CONSISTENCY:-BSP}  # BSP (the job's own) or ASP: no barrier wait
 BUILD_DIR=${BUILD_DIR:-build}
 OVERLAP=${OVERLAP:-true}
-CLUSTER_WORKER_ARGS=("--overlap_push=$OVERLAP" "--overlap_push=$OVERLAP")
 mkdir -p "$OUT"
 source scripts/lib/cluster.sh
+CLUSTER_WORKER_ARGS=("--overlap_push=$OVERLAP" "--overlap_push=$OVERLAP")
 sed -e "s/\"epochs\": [0-9]*/\"epochs\": $EPOCHS/" \
     -e "s/\"durability\": \"[A-Z]*\"/\"durability\": \"$DURABILITY\"/" \
     -e "s/\"consistency\": {[^}]*}/\"consistency\": { \"model\": \"$CONSISTENCY\" }/" \
@@ -30,7 +30,7 @@ sed -e "s/\"epochs\": [0-9]*/\"epochs\": $EPOCHS/" \
 trap 'cluster_stop >/dev/null 2>&1 || true' EXIT
 cluster_start "$BUILD_DIR" "$OUT" 2 2 >/dev/null
 start=$(date +%s.%N)
-"$BUILD_DIR/client/psctl" --coordinator="$COORDINATOR" submit "$OUT/job.json" --watch \
+"$(cluster_binary client psctl)" --coordinator="$COORDINATOR" submit "$OUT/job.json" --watch \
   >"$OUT/watch.log" 2>&1 || true
 end=$(date +%s.%N)
 tail -n 3 "$OUT/watch.log" >&2
