@@ -37,8 +37,8 @@ class AsyncPusher {
 
   // What a finished push reports.
   struct Result {
-    int64_t clock = -1;   // -1: there was no push in flight.
-    absl::Status status;  // ParameterClient::Push's.
+    int64_t clock = -1;       // -1: there was no push in flight.
+    absl::Status status;      // ParameterClient::Push's.
     absl::Duration duration;  // From Start to the push's end.
   };
   // Waits for the push in flight to end and returns its result; returns at

@@ -19,9 +19,10 @@ prometheus::Histogram& CopyLatency(prometheus::Registry& registry,
   // Registering an existing family again returns it.
   return prometheus::BuildHistogram()
       .Name("ps_worker_copy_seconds")
-      .Help("Host-device copies of one step that computation did not hide, "
-            "by direction (to_device: parameters and batch; to_host: "
-            "gradients).")
+      .Help(
+          "Host-device copies of one step that computation did not hide, "
+          "by direction (to_device: parameters and batch; to_host: "
+          "gradients).")
       .Register(registry)
       .Add({{"direction", direction}}, LatencyBuckets());
 }

@@ -245,14 +245,14 @@ TEST(SspBoundTest, NoReadMissesAnUpdateOlderThanTheBound) {
     for (int staleness : {0, 1, 3}) {
       for (uint32_t seed : {1u, 2u, 3u}) {
         // (cache, overlapped pushes): off/off, on/off, off/on.
-        for (auto [cache, overlap] : {std::pair{false, false},
-                                      std::pair{true, false},
-                                      std::pair{false, true}}) {
+        for (auto [cache, overlap] :
+             {std::pair{false, false}, std::pair{true, false},
+              std::pair{false, true}}) {
           SCOPED_TRACE(absl::StrCat("workers=", workers, " s=", staleness,
                                     " seed=", seed, " cache=", cache,
                                     " overlap=", overlap));
-          const int64_t drift = RunSspUnderStress(
-              {workers, staleness, seed, cache, overlap}, 24);
+          const int64_t drift =
+              RunSspUnderStress({workers, staleness, seed, cache, overlap}, 24);
           // The fastest reader is never more than s clocks ahead of the
           // slowest.
           EXPECT_LE(drift, staleness);
