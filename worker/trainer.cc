@@ -252,7 +252,8 @@ absl::Status Trainer::Train() {
         pusher->Start(clock, &step_grads);
       } else {
         if (auto s = client_->Push(clock, step_grads); !s.ok()) return s;
-        RecordPush(clock, absl::Now() - t2, absl::Now() - t2);
+        const absl::Duration took = absl::Now() - t2;
+        RecordPush(clock, took, /*blocked=*/took);
       }
       absl::Time t3 = absl::Now();
       if (options_.slowdown > 1.0) {
