@@ -233,6 +233,8 @@ absl::Status ParameterClient::PullFromServers(
   std::vector<grpc::ByteBuffer> replies(servers_.size());
   std::vector<int64_t> min_clocks(servers_.size(), INT64_MAX);
   std::vector<int64_t> own_clocks(servers_.size(), INT64_MAX);
+  // Per server, so the callbacks (one call per server at a time) never share.
+  std::vector<int64_t> reply_bytes(servers_.size(), 0);
   absl::Status status = ForAllServers("pull", [&](int s, auto done) {
     contexts[s] = std::make_unique<grpc::ClientContext>();
     SetDeadline(contexts[s].get(), options_.pull_timeout);
@@ -240,17 +242,19 @@ absl::Status ParameterClient::PullFromServers(
     servers_[s].generic->UnaryCall(
         contexts[s].get(), PullMethod(), grpc::StubOptions(), &request_buffer,
         &replies[s],
-        [this, s, params, &replies, &min_clocks, &own_clocks,
+        [this, s, params, &replies, &min_clocks, &own_clocks, &reply_bytes,
          done](grpc::Status status) {
           if (!status.ok()) {
             done(FromGrpcStatus(status));
             return;
           }
+          reply_bytes[s] = replies[s].Length();
           done(ReadPullReply(s, replies[s], params, &min_clocks[s],
                              &own_clocks[s]));
         });
   });
   if (!status.ok()) return status;
+  for (int64_t bytes : reply_bytes) pulled_bytes_ += bytes;
   const int64_t min_clock =
       *std::min_element(min_clocks.begin(), min_clocks.end());
   const int64_t own_clock =
@@ -363,6 +367,7 @@ absl::Status ParameterClient::Push(
   absl::Status status = ForAllServers("push", [&](int s, auto done) {
     contexts[s] = std::make_unique<grpc::ClientContext>();
     SetDeadline(contexts[s].get(), options_.push_timeout);
+    pushed_bytes_.fetch_add(requests[s].Length(), std::memory_order_relaxed);
     servers_[s].generic->UnaryCall(
         contexts[s].get(), PushMethod(), grpc::StubOptions(), &requests[s],
         &replies[s],

@@ -57,6 +57,13 @@ class ParameterClient {
   // Pulls sent to the servers and pulls served from the cache so far.
   int64_t pulls_made() const { return pulls_made_; }
   int64_t pulls_saved() const { return pulls_saved_; }
+  // Bytes of the pull replies received (trainer thread) and of the push
+  // requests sent, retries included (any thread), as they are on the wire:
+  // the serialized messages, before gRPC's framing.
+  int64_t pulled_bytes() const { return pulled_bytes_; }
+  int64_t pushed_bytes() const {
+    return pushed_bytes_.load(std::memory_order_relaxed);
+  }
   // The slowest worker's clock in the parameters last returned by Pull.
   int64_t params_min_clock() const { return cached_min_clock_; }
   // The clock this worker resumes at: the number of its pushes every server has
@@ -126,6 +133,8 @@ class ParameterClient {
   int64_t own_clock_ = 0;          // This worker's clock in the last pull.
   int64_t pulls_made_ = 0;
   int64_t pulls_saved_ = 0;
+  int64_t pulled_bytes_ = 0;
+  std::atomic<int64_t> pushed_bytes_{0};  // Push's, read from any thread.
 };
 
 }  // namespace ps

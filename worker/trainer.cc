@@ -227,6 +227,7 @@ absl::Status Trainer::Train() {
   absl::Time interval_start = absl::Now();
   int64_t clock = *resume;
   int64_t pulls_made = 0, pulls_saved = 0, overflowed_steps = 0;
+  int64_t pushed_bytes = 0, pulled_bytes = 0;
   for (int epoch = clock / steps; epoch < spec.epochs(); ++epoch) {
     const std::vector<int64_t> order =
         partition->EpochOrder(spec.seed(), epoch, worker);
@@ -275,6 +276,12 @@ absl::Status Trainer::Train() {
       metrics_->pulls_saved.Increment(client_->pulls_saved() - pulls_saved);
       pulls_made = client_->pulls_made();
       pulls_saved = client_->pulls_saved();
+      // Read once: the pushing thread may be adding to it.
+      const int64_t pushed_now = client_->pushed_bytes();
+      metrics_->push_bytes.Increment(pushed_now - pushed_bytes);
+      metrics_->pull_bytes.Increment(client_->pulled_bytes() - pulled_bytes);
+      pushed_bytes = pushed_now;
+      pulled_bytes = client_->pulled_bytes();
       metrics_->samples.Increment(batch);
       interval_loss += *loss;
       ++interval_steps;

@@ -77,6 +77,18 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                               "Forward and backward pass of one batch.")),
       copy_to_device_seconds(CopyLatency(registry, "to_device")),
       copy_to_host_seconds(CopyLatency(registry, "to_host")),
+      push_bytes(prometheus::BuildCounter()
+                     .Name("ps_worker_push_bytes_total")
+                     .Help("Bytes of push requests sent to the servers "
+                           "(serialized, retries included).")
+                     .Register(registry)
+                     .Add({})),
+      pull_bytes(prometheus::BuildCounter()
+                     .Name("ps_worker_pull_bytes_total")
+                     .Help("Bytes of pull replies received from the servers "
+                           "(serialized).")
+                     .Register(registry)
+                     .Add({})),
       pulls_made(PullCounter(registry).Add({{"source", "server"}})),
       pulls_saved(PullCounter(registry).Add({{"source", "cache"}})),
       loss_scale(prometheus::BuildGauge()

@@ -27,9 +27,11 @@ struct WorkerMetrics {
   // Host-device copies not hidden by computation (StepTiming).
   prometheus::Histogram& copy_to_device_seconds;
   prometheus::Histogram& copy_to_host_seconds;
-  prometheus::Counter& pulls_made;        // Pulls sent to the servers.
-  prometheus::Counter& pulls_saved;       // Pulls served by the SSP cache.
-  prometheus::Gauge& loss_scale;          // fp16 loss scale (1 otherwise).
+  prometheus::Counter& push_bytes;   // Push requests sent, as serialized.
+  prometheus::Counter& pull_bytes;   // Pull replies received, as serialized.
+  prometheus::Counter& pulls_made;   // Pulls sent to the servers.
+  prometheus::Counter& pulls_saved;  // Pulls served by the SSP cache.
+  prometheus::Gauge& loss_scale;     // fp16 loss scale (1 otherwise).
   prometheus::Counter& overflowed_steps;  // fp16 steps redone on overflow.
 };
 

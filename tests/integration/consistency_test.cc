@@ -225,7 +225,9 @@ int64_t RunSspUnderStress(const BoundCase& c, int clocks) {
           ASSERT_TRUE((*client)->Push(clock, grads).ok());
         }
       }
-      if (pusher.has_value()) ASSERT_TRUE(pusher->Wait().status.ok());
+      if (pusher.has_value()) {
+        ASSERT_TRUE(pusher->Wait().status.ok());
+      }
     });
   }
   for (auto& t : threads) t.join();

@@ -14,6 +14,7 @@
 #include "common/half_codec.h"
 #include "common/job_spec.h"
 #include "common/model_layout.h"
+#include "common/parameter_wire.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
 #include "worker/parameter_client.h"
@@ -127,6 +128,35 @@ TEST_P(WireGradientsTest, ServerAppliesTheGradientsRoundedToTheFormat) {
     // Saturated, not Inf: the push was accepted and moved the value by 65504.
     EXPECT_EQ(before[0][1] - after[0][1], 65504.0f);
   }
+}
+
+// The client counts what it sends: each push request as serialized, which
+// is the PushRequest Protobuf would write (16-bit blocks are half the size).
+TEST_P(WireGradientsTest, CountsThePushedAndPulledBytes) {
+  std::vector<std::vector<float>> params;
+  ASSERT_TRUE(client_->Pull(0, &params).ok());
+  EXPECT_EQ(client_->pushed_bytes(), 0);
+  // Every value of every tensor, 4 bytes each, plus the framing.
+  EXPECT_GT(client_->pulled_bytes(), 8 * 4);
+  v1::PushRequest expected;
+  expected.set_job_id(assignment_.job_id());
+  expected.set_map_version(assignment_.shard_map().version());
+  expected.set_gradient_encoding(GetParam());
+  for (const BlockSpec& b : SplitIntoBlocks(tensors_, kBlockElems)) {
+    v1::Block* block = expected.add_gradients();
+    block->set_key(b.key);
+    block->set_data(std::string(b.num_elems * WireValueBytes(GetParam()), 'x'));
+  }
+  const std::vector<std::vector<float>> grads = {
+      {0.5f, 0.25f, 1.0f, 2.0f, -1.0f, 0.0f}, {1.0f, -0.5f}};
+  ASSERT_TRUE(client_->Push(0, grads).ok());
+  EXPECT_EQ(client_->pushed_bytes(),
+            static_cast<int64_t>(expected.ByteSizeLong()));
+  const int64_t first = expected.ByteSizeLong();
+  expected.set_clock(1);
+  ASSERT_TRUE(client_->Push(1, grads).ok());
+  EXPECT_EQ(client_->pushed_bytes(),
+            first + static_cast<int64_t>(expected.ByteSizeLong()));
 }
 
 // A trainer may push clock c - 1 on a background thread while it pulls for
