@@ -14,7 +14,14 @@ devices=${2:-gpu cpu}
 dir=${GPU_BUNDLE_DIR:-/tmp/ps-gpu}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$dir" "$out"
-[ -x "$dir/bundle/bin/ps-worker" ] || tar -xJf .gpu-bundle/bundle.tar.xz -C "$dir"
+if [ ! -x "$dir/bundle/bin/ps-worker" ]; then
+  if command -v xz >/dev/null; then
+    tar -xJf .gpu-bundle/bundle.tar.xz -C "$dir"
+  else  # A bare image may lack xz; Python's tarfile reads it.
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      .gpu-bundle/bundle.tar.xz "$dir"
+  fi
+fi
 export LD_LIBRARY_PATH=$dir/bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 case $what in all | conformance)

@@ -31,6 +31,19 @@ source scripts/lib/cluster.sh
 if [ -x "$BUILD_DIR/client/psctl" ]; then PSCTL=$BUILD_DIR/client/psctl; else PSCTL=$BUILD_DIR/bin/psctl; fi
 trap 'cluster_stop >/dev/null 2>&1 || true' EXIT
 
+# The Prometheus text of 127.0.0.1:PORT/metrics (curl, or bash's /dev/tcp
+# where a bare GPU machine has no curl).
+fetch_metrics() {
+  if command -v curl >/dev/null; then
+    curl -s "http://127.0.0.1:$1/metrics"
+    return
+  fi
+  exec 3<>"/dev/tcp/127.0.0.1/$1"
+  printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+  sed '1,/^\r$/d' <&3
+  exec 3<&-
+}
+
 target_of() { case $1 in mlp) echo "${TARGET_MLP:-0.88}" ;; cnn) echo "${TARGET_CNN:-0.91}" ;; esac; }
 epochs_of() {
   case $1 in mlp) echo "${EPOCHS_MLP:-}" ;; cnn) echo "${EPOCHS_CNN:-}" ;; esac
@@ -55,8 +68,7 @@ run_one() {
   cluster_start "$BUILD_DIR" "$dir" 1 1 >/dev/null
   "$PSCTL" --coordinator="$COORDINATOR" submit "$dir/job.json" --watch \
     >"$dir/watch.log" 2>&1 || { tail -n 5 "$dir/watch.log" "$dir/worker0.log" >&2; return 1; }
-  curl -s "http://127.0.0.1:$(cluster_port "$dir/worker0.ports" metrics_port)/metrics" \
-    >"$dir/metrics.txt"
+  fetch_metrics "$(cluster_port "$dir/worker0.ports" metrics_port)" >"$dir/metrics.txt"
   cluster_stop >/dev/null 2>&1 || true
   local start target
   start=$(grep -m1 'steps per epoch' "$dir/worker0.log" | log_seconds)
