@@ -4,8 +4,10 @@
 #   conformance: the backend conformance suite (CUDA half included) and the
 #                model tests (unit_worker_tests);
 #   gemm:        ps-backend-bench (our backends against cuBLAS/OpenBLAS);
+#   sanitize:    the CUDA half of the suite under compute-sanitizer (memcheck,
+#                then racecheck);
 #   one_worker:  bench/one_worker.sh on DEVICES (default "gpu cpu");
-#   all:         the three.
+#   all:         conformance, gemm and one_worker.
 # Output goes to stdout and, when $OUT is set, to files under it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,13 @@ export LD_LIBRARY_PATH=$dir/bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 case $what in all | conformance)
   "$dir/bundle/bin/unit_worker_tests" 2>&1 | tee "$out/conformance.txt" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |tests ran' ;;
+esac
+case $what in sanitize)
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      "$dir/bundle/bin/unit_worker_tests" --gtest_filter='*/cuda' 2>&1 |
+      tee "$out/sanitize-$tool.txt" | tail -n 5
+  done ;;
 esac
 case $what in all | gemm)
   "$dir/bundle/bin/ps-backend-bench" --benchmark_repetitions=5 \
