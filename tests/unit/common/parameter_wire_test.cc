@@ -310,6 +310,30 @@ TEST(PushWireTest, RefusesWhatProtobufRefuses) {
   }
 }
 
+// `bytes` with 1 to 4 random edits: a byte replaced, inserted, erased or
+// with one bit flipped.
+std::string Mutated(std::string bytes, std::mt19937& rng) {
+  const int edits = 1 + rng() % 4;
+  for (int e = 0; e < edits; ++e) {
+    const size_t at = bytes.empty() ? 0 : rng() % bytes.size();
+    switch (rng() % 4) {
+      case 0:
+        if (!bytes.empty()) bytes[at] = static_cast<char>(rng());
+        break;
+      case 1:
+        bytes.insert(at, 1, static_cast<char>(rng()));
+        break;
+      case 2:
+        if (!bytes.empty()) bytes.erase(at, 1);
+        break;
+      case 3:
+        if (!bytes.empty()) bytes[at] ^= static_cast<char>(1 << (rng() % 8));
+        break;
+    }
+  }
+  return bytes;
+}
+
 // Random mutations of valid requests: whenever Protobuf parses the bytes, the
 // in-place parser gets the same fields; whenever it refuses them, so does the
 // in-place parser.
@@ -322,25 +346,7 @@ TEST(PushWireTest, AgreesWithProtobufOnMutatedInput) {
       Encoded(Request("y", 2, 5, 1, {{3, 4}}), v1::BF16).SerializeAsString()};
   int parsed = 0;
   for (int trial = 0; trial < 20000; ++trial) {
-    std::string bytes = seeds[rng() % seeds.size()];
-    const int edits = 1 + rng() % 4;
-    for (int e = 0; e < edits; ++e) {
-      const size_t at = bytes.empty() ? 0 : rng() % bytes.size();
-      switch (rng() % 4) {
-        case 0:
-          if (!bytes.empty()) bytes[at] = static_cast<char>(rng());
-          break;
-        case 1:
-          bytes.insert(at, 1, static_cast<char>(rng()));
-          break;
-        case 2:
-          if (!bytes.empty()) bytes.erase(at, 1);
-          break;
-        case 3:
-          if (!bytes.empty()) bytes[at] ^= static_cast<char>(1 << (rng() % 8));
-          break;
-      }
-    }
+    const std::string bytes = Mutated(seeds[rng() % seeds.size()], rng);
     v1::PushRequest message;
     const bool ok = message.ParseFromString(bytes);
     const std::vector<std::string_view> segments =
@@ -517,25 +523,7 @@ TEST(PullWireTest, AgreesWithProtobufOnMutatedInput) {
       PullReply({{UINT64_MAX, 2}}, -2, {-1, 1ll << 40}).SerializeAsString()};
   int parsed = 0;
   for (int trial = 0; trial < 20000; ++trial) {
-    std::string bytes = seeds[rng() % seeds.size()];
-    const int edits = 1 + rng() % 4;
-    for (int e = 0; e < edits; ++e) {
-      const size_t at = bytes.empty() ? 0 : rng() % bytes.size();
-      switch (rng() % 4) {
-        case 0:
-          if (!bytes.empty()) bytes[at] = static_cast<char>(rng());
-          break;
-        case 1:
-          bytes.insert(at, 1, static_cast<char>(rng()));
-          break;
-        case 2:
-          if (!bytes.empty()) bytes.erase(at, 1);
-          break;
-        case 3:
-          if (!bytes.empty()) bytes[at] ^= static_cast<char>(1 << (rng() % 8));
-          break;
-      }
-    }
+    const std::string bytes = Mutated(seeds[rng() % seeds.size()], rng);
     v1::PullResponse message;
     const bool ok = message.ParseFromString(bytes);
     const std::vector<std::string_view> segments =
