@@ -11,13 +11,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/v1/job.pb.h"
-#include "tests/testing/finite_differences.h"
+#include "tests/testing/model_reference.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/model.h"
 
 namespace ps {
 namespace {
 
+using ps::testing::RandomParams;
+using ps::testing::ReferenceActivation;
+using ps::testing::ReferenceCrossEntropy;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -42,17 +45,6 @@ v1::ModelSpec CnnSpec(int height, int width, int channels,
   }
   for (int h : hidden) spec.add_hidden_layers(h);
   return spec;
-}
-
-double Act(v1::Activation activation, double x) {
-  switch (activation) {
-    case v1::TANH:
-      return std::tanh(x);
-    case v1::SIGMOID:
-      return 1.0 / (1.0 + std::exp(-x));
-    default:
-      return std::max(x, 0.0);
-  }
 }
 
 // The mean cross-entropy loss of a CNN, written directly from the
@@ -90,7 +82,8 @@ double ReferenceCnnLoss(const v1::ModelSpec& spec,
                 }
               }
             }
-            y[(oh * w + ow) * f + o] = Act(spec.activation(), sum);
+            y[(oh * w + ow) * f + o] =
+                ReferenceActivation(spec.activation(), sum);
           }
         }
       }
@@ -121,27 +114,15 @@ double ReferenceCnnLoss(const v1::ModelSpec& spec,
       for (int j = 0; j < out; ++j) {
         double sum = bias[j];
         for (int i = 0; i < in; ++i) sum += x[i] * weight[i * out + j];
-        y[j] = t + 2 == params.size() ? sum : Act(spec.activation(), sum);
+        y[j] = t + 2 == params.size()
+                   ? sum
+                   : ReferenceActivation(spec.activation(), sum);
       }
       x = std::move(y);
     }
-    const double m = *std::max_element(x.begin(), x.end());
-    double sum = 0;
-    for (double v : x) sum += std::exp(v - m);
-    total += m + std::log(sum) - x[labels[s]];
+    total += ReferenceCrossEntropy(x, labels[s]);
   }
   return total / batch;
-}
-
-std::vector<std::vector<float>> RandomParams(const std::vector<TensorSpec>& ts,
-                                             std::mt19937* rng) {
-  std::uniform_real_distribution<float> dist(-0.8f, 0.8f);
-  std::vector<std::vector<float>> params;
-  for (const TensorSpec& t : ts) {
-    params.emplace_back(t.num_elems());
-    for (float& v : params.back()) v = dist(*rng);
-  }
-  return params;
 }
 
 std::vector<float> RandomFeatures(int n, std::mt19937* rng) {
@@ -233,7 +214,7 @@ TEST_P(CnnGradientTest, MatchesFiniteDifferences) {
   ASSERT_TRUE(model.ok()) << model.status();
   std::mt19937 rng(21);
   const std::vector<std::vector<float>> params =
-      RandomParams((*model)->tensors(), &rng);
+      RandomParams((*model)->tensors(), &rng, 0.8f);
   ASSERT_TRUE((*model)->SetParameters(params).ok());
   const int batch = 3;
   const std::vector<float> features =
@@ -292,7 +273,7 @@ TEST_F(CnnModelTest, ReducedPrecisionGradientsAreCloseToFloat32) {
   auto fp32 = Model::Create(spec, backend_.get());
   ASSERT_TRUE(fp32.ok());
   const std::vector<std::vector<float>> params =
-      RandomParams((*fp32)->tensors(), &rng);
+      RandomParams((*fp32)->tensors(), &rng, 0.8f);
   ASSERT_TRUE((*fp32)->SetParameters(params).ok());
   std::vector<std::vector<float>> expected;
   const float loss32 = *(*fp32)->ComputeGradients(
@@ -336,7 +317,7 @@ TEST_F(CnnModelTest, Fp16OverflowIsRecomputedAtASmallerScale) {
   ASSERT_TRUE(model.ok());
   auto fp32 = Model::Create(spec, backend_.get());
   const std::vector<std::vector<float>> params =
-      RandomParams((*model)->tensors(), &rng);
+      RandomParams((*model)->tensors(), &rng, 0.8f);
   ASSERT_TRUE((*model)->SetParameters(params).ok());
   ASSERT_TRUE((*fp32)->SetParameters(params).ok());
 
@@ -365,7 +346,7 @@ TEST_F(CnnModelTest, SgdLearnsBrightQuadrants) {
   ASSERT_TRUE(model.ok());
   std::mt19937 rng(8);
   std::vector<std::vector<float>> params =
-      RandomParams((*model)->tensors(), &rng);
+      RandomParams((*model)->tensors(), &rng, 0.8f);
   for (auto& p : params) {
     for (float& v : p) v *= 0.5f;
   }

@@ -12,12 +12,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/v1/job.pb.h"
-#include "tests/testing/finite_differences.h"
+#include "tests/testing/model_reference.h"
 #include "worker/cpu/cpu_backend.h"
 
 namespace ps {
 namespace {
 
+using ps::testing::RandomParams;
+using ps::testing::ReferenceActivation;
+using ps::testing::ReferenceCrossEntropy;
 using ::testing::ElementsAre;
 
 v1::ModelSpec MlpSpec(int input_dim, std::vector<int> hidden, int classes,
@@ -30,17 +33,6 @@ v1::ModelSpec MlpSpec(int input_dim, std::vector<int> hidden, int classes,
   spec.set_input_dim(input_dim);
   spec.set_num_classes(classes);
   return spec;
-}
-
-double Activate(v1::Activation activation, double x) {
-  switch (activation) {
-    case v1::TANH:
-      return std::tanh(x);
-    case v1::SIGMOID:
-      return 1.0 / (1.0 + std::exp(-x));
-    default:
-      return std::max(x, 0.0);
-  }
 }
 
 // The mean cross-entropy loss of the model, computed independently of the
@@ -64,28 +56,14 @@ double ReferenceLoss(const v1::ModelSpec& spec,
       for (int j = 0; j < out; ++j) {
         double sum = b[j];
         for (int i = 0; i < in; ++i) sum += x[i] * w[i * out + j];
-        y[j] = l + 1 == layers ? sum : Activate(spec.activation(), sum);
+        y[j] =
+            l + 1 == layers ? sum : ReferenceActivation(spec.activation(), sum);
       }
       x = std::move(y);
     }
-    double max = x[0];
-    for (double v : x) max = std::max(max, v);
-    double sum = 0;
-    for (double v : x) sum += std::exp(v - max);
-    total += max + std::log(sum) - x[labels[r]];
+    total += ReferenceCrossEntropy(x, labels[r]);
   }
   return total / batch;
-}
-
-std::vector<std::vector<float>> RandomParams(const std::vector<TensorSpec>& ts,
-                                             std::mt19937* rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<std::vector<float>> params;
-  for (const TensorSpec& t : ts) {
-    params.emplace_back(t.num_elems());
-    for (float& v : params.back()) v = dist(*rng);
-  }
-  return params;
 }
 
 // Parameters drawn as the servers draw them (InitialBlockValues).
