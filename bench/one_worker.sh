@@ -13,7 +13,8 @@
 # bin/). DATA_DIR: the Fashion-MNIST .gz files (default: Debian's
 # dataset-fashion-mnist). TARGET_MLP (0.88), TARGET_CNN (0.91): the accuracy
 # targets; EPOCHS_MLP / EPOCHS_CNN override the jobs' epochs. OVERLAP=false
-# runs the workers with --overlap_push=false. CONSISTENCY: the job's
+# runs the workers with --overlap_push=false, PREFETCH=false with
+# --prefetch_pull=false. CONSISTENCY: the job's
 # consistency object (default the job's own, BSP; e.g.
 # '{ "model": "SSP", "staleness": 1 }'). Durability MEMORY. Times are medians
 # over REPS runs (default 1).
@@ -26,6 +27,7 @@ MODELS=${MODELS:-mlp cnn}
 REPS=${REPS:-1}
 DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
 OVERLAP=${OVERLAP:-true}
+PREFETCH=${PREFETCH:-true}
 mkdir -p "$OUT"
 source scripts/lib/cluster.sh
 if [ -x "$BUILD_DIR/client/psctl" ]; then PSCTL=$BUILD_DIR/client/psctl; else PSCTL=$BUILD_DIR/bin/psctl; fi
@@ -64,7 +66,7 @@ run_one() {
       ${epochs:+-e "s/\"epochs\": [0-9]*/\"epochs\": $epochs/"} \
       ${CONSISTENCY:+-e "s/\"consistency\": {[^}]*}/\"consistency\": $CONSISTENCY/"} \
       "deploy/jobs/fashion-mnist-$model.json" >"$dir/job.json"
-  CLUSTER_WORKER_ARGS=("--device=$device --overlap_push=$OVERLAP")
+  CLUSTER_WORKER_ARGS=("--device=$device --overlap_push=$OVERLAP --prefetch_pull=$PREFETCH")
   cluster_start "$BUILD_DIR" "$dir" 1 1 >/dev/null
   "$PSCTL" --coordinator="$COORDINATOR" submit "$dir/job.json" --watch \
     >"$dir/watch.log" 2>&1 || { tail -n 5 "$dir/watch.log" "$dir/worker0.log" >&2; return 1; }

@@ -6,9 +6,11 @@
 # scraped at the end: mean pull, push, push waited for, and compute per step,
 # and (pull+blocked)/(pull+blocked+compute): the share of a step spent on
 # the parameter-server path (a push overlaps the next step unless OVERLAP=false,
-# so only the part waited for counts).
+# so only the part waited for counts; the pull is what the step waited for,
+# the next step's pull being made during this step's compute unless
+# PREFETCH=false).
 #
-#   BUILD_DIR=build-p bench/step_overhead.sh [OUT_DIR]   (EPOCHS=2 DURABILITY=WAL CONSISTENCY=BSP OVERLAP=true)
+#   BUILD_DIR=build-p bench/step_overhead.sh [OUT_DIR]   (EPOCHS=2 DURABILITY=WAL CONSISTENCY=BSP OVERLAP=true PREFETCH=true)
 #
 # Uses the executables already in BUILD_DIR (ps-coordinator ps-server ps-worker
 # psctl); build them first.
@@ -20,9 +22,11 @@ DURABILITY=${DURABILITY:-WAL}
 CONSISTENCY=${CONSISTENCY:-BSP}  # BSP (the job's own) or ASP: no barrier wait
 BUILD_DIR=${BUILD_DIR:-build}
 OVERLAP=${OVERLAP:-true}
+PREFETCH=${PREFETCH:-true}
 mkdir -p "$OUT"
 source scripts/lib/cluster.sh
-CLUSTER_WORKER_ARGS=("--overlap_push=$OVERLAP" "--overlap_push=$OVERLAP")
+CLUSTER_WORKER_ARGS=("--overlap_push=$OVERLAP --prefetch_pull=$PREFETCH"
+  "--overlap_push=$OVERLAP --prefetch_pull=$PREFETCH")
 sed -e "s/\"epochs\": [0-9]*/\"epochs\": $EPOCHS/" \
     -e "s/\"durability\": \"[A-Z]*\"/\"durability\": \"$DURABILITY\"/" \
     -e "s/\"consistency\": {[^}]*}/\"consistency\": { \"model\": \"$CONSISTENCY\" }/" \

@@ -72,9 +72,9 @@ absl::Status ClockTable::CheckPull(int worker, int64_t clock) const {
   // Under BSP a worker that pushed clock c reads at c + 1 before it is applied.
   const int64_t reached =
       clocks_[worker] + (bulk_synchronous_ && bsp_pushed_[worker] ? 1 : 0);
-  // One more: the worker's push of clock - 1 may still be on its way (the
-  // trainer overlaps a step's push with the next step's pull).
-  if (clock > reached + 1) {
+  // Two more: a worker computing clock c already pulls for c + 1, and its
+  // push of c - 1 may still be on its way (the trainer's pipeline).
+  if (clock > reached + 2) {
     return absl::FailedPreconditionError(
         absl::StrCat("clock: worker ", worker, " reads at clock ", clock,
                      " but has pushed only up to clock ", reached - 1));

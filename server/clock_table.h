@@ -40,11 +40,11 @@ class ClockTable {
   // applied now; always true under SSP/ASP.
   bool RecordPush(int worker, int64_t clock);
 
-  // Checks that `worker` may read at `clock`: at most one clock beyond its
-  // recorded pushes, because a worker pushes clock c - 1 while it already
-  // pulls for clock c (its push may still be in flight; the read then waits
-  // like any other until the bound allows it). Errors: INVALID_ARGUMENT,
-  // FAILED_PRECONDITION.
+  // Checks that `worker` may read at `clock`: at most two clocks beyond its
+  // recorded pushes, because a worker pulls for clock c + 1 while it computes
+  // clock c and its push of clock c - 1 may still be in flight (the read then
+  // waits like any other until the bound allows it). Errors:
+  // INVALID_ARGUMENT, FAILED_PRECONDITION.
   absl::Status CheckPull(int worker, int64_t clock) const;
 
   // True when a read at `clock` is allowed now: min_clock() >= clock -

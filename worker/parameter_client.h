@@ -37,10 +37,11 @@ struct ParameterClientOptions {
   ChannelSecurity channel;
 };
 
-// One trainer thread owns it, with one exception: Push may run on another
-// thread concurrently with Pull, ResumeClock and the accessors, as long as
-// only one Push runs at a time (Push reads only state fixed at Create and
-// writes only its own encoding buffer). Retries are safe: a pull is a read
+// Threads: Pull and ResumeClock run on one thread at a time (the trainer's,
+// or its pulling thread while the trainer leaves them alone); Push
+// may run on another thread at the same time, one Push at a time (it reads
+// only state fixed at Create and writes only its own encoding buffer). The
+// counters may be read from any thread. Retries are safe: a pull is a read
 // and a push is applied exactly once per (worker, clock) by the server.
 class ParameterClient {
  public:
@@ -55,12 +56,12 @@ class ParameterClient {
   absl::Status Pull(int64_t clock, std::vector<std::vector<float>>* params);
 
   // Pulls sent to the servers and pulls served from the cache so far.
-  int64_t pulls_made() const { return pulls_made_; }
-  int64_t pulls_saved() const { return pulls_saved_; }
+  int64_t pulls_made() const { return pulls_made_.load(); }
+  int64_t pulls_saved() const { return pulls_saved_.load(); }
   // Bytes of the pull replies received (trainer thread) and of the push
   // requests sent, retries included (any thread), as they are on the wire:
   // the serialized messages, before gRPC's framing.
-  int64_t pulled_bytes() const { return pulled_bytes_; }
+  int64_t pulled_bytes() const { return pulled_bytes_.load(); }
   int64_t pushed_bytes() const {
     return pushed_bytes_.load(std::memory_order_relaxed);
   }
@@ -131,9 +132,10 @@ class ParameterClient {
   std::vector<std::vector<float>> cache_;
   int64_t cached_min_clock_ = -1;  // -1: nothing cached.
   int64_t own_clock_ = 0;          // This worker's clock in the last pull.
-  int64_t pulls_made_ = 0;
-  int64_t pulls_saved_ = 0;
-  int64_t pulled_bytes_ = 0;
+  // Counters, read from any thread.
+  std::atomic<int64_t> pulls_made_{0};
+  std::atomic<int64_t> pulls_saved_{0};
+  std::atomic<int64_t> pulled_bytes_{0};
   std::atomic<int64_t> pushed_bytes_{0};  // Push's, read from any thread.
 };
 

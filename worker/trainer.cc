@@ -142,6 +142,25 @@ absl::StatusOr<float> Trainer::Evaluate(int64_t clock) {
   return static_cast<float>(*correct) / test_.num_samples;
 }
 
+namespace {
+
+// Checks that every label of `data` (read from `path`) names one of the
+// model's classes, so that a wrong num_classes fails the job at once rather
+// than at the first batch holding such a label.
+absl::Status CheckLabels(const Dataset& data, const std::string& path,
+                         int num_classes) {
+  for (int64_t i = 0; i < data.num_samples; ++i) {
+    if (data.labels[i] < 0 || data.labels[i] >= num_classes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.num_classes: is ", num_classes, " but ", path,
+                       " has label ", data.labels[i], " (sample ", i, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Trainer::Train() {
   const v1::JobSpec& spec = assignment_.spec();
   const int worker = assignment_.index();
@@ -157,6 +176,11 @@ absl::Status Trainer::Train() {
                      spec.dataset().train_images(), " has ", train->dim,
                      " values per sample"));
   }
+  if (auto s = CheckLabels(*train, spec.dataset().train_labels(),
+                           spec.model().num_classes());
+      !s.ok()) {
+    return s;
+  }
   if (evaluator) {
     auto test = ReadIdxDataset(spec.dataset().test_images(),
                                spec.dataset().test_labels(),
@@ -165,6 +189,11 @@ absl::Status Trainer::Train() {
     if (test->dim != train->dim) {
       return absl::InvalidArgumentError(
           "dataset: test and train samples differ in size");
+    }
+    if (auto s = CheckLabels(*test, spec.dataset().test_labels(),
+                             spec.model().num_classes());
+        !s.ok()) {
+      return s;
     }
     test_ = *std::move(test);
   }
@@ -220,26 +249,47 @@ absl::Status Trainer::Train() {
   // Two gradient buffers: one being pushed while the next step fills the
   // other. Declared before the pusher, which must end first.
   std::vector<std::vector<float>> grads[2];
+  // Likewise two parameter buffers: the next step's pull fills one while this
+  // step computes from the other.
+  std::vector<std::vector<float>> pulled[2];
   std::optional<AsyncPusher> pusher;
+  std::optional<AsyncPuller> puller;
   if (options_.overlap_push) pusher.emplace(client_.get());
+  if (options_.prefetch_pull) puller.emplace(client_.get());
   double interval_loss = 0;
   int64_t interval_steps = 0;
   absl::Time interval_start = absl::Now();
   int64_t clock = *resume;
   int64_t pulls_made = 0, pulls_saved = 0, overflowed_steps = 0;
   int64_t pushed_bytes = 0, pulled_bytes = 0;
+  // Adds to `metric` what a running total gained since `*last`. The total is
+  // read once: the pipeline's threads may be adding to it.
+  auto count = [](prometheus::Counter& metric, int64_t total, int64_t* last) {
+    metric.Increment(total - *last);
+    *last = total;
+  };
   for (int epoch = clock / steps; epoch < spec.epochs(); ++epoch) {
     const std::vector<int64_t> order =
         partition->EpochOrder(spec.seed(), epoch, worker);
     for (int64_t step = clock % steps; step < steps; ++step, ++clock) {
       if (stop_) return absl::CancelledError("training stopped");
       absl::Time t0 = absl::Now();
-      if (auto s = client_->Pull(clock, &params_); !s.ok()) return s;
+      std::vector<std::vector<float>>& step_params = pulled[clock % 2];
+      if (puller.has_value() && puller->busy()) {
+        // Made while the previous step computed.
+        if (auto s = puller->Wait().status; !s.ok()) return s;
+      } else if (auto s = client_->Pull(clock, &step_params); !s.ok()) {
+        return s;
+      }
       absl::Time t1 = absl::Now();
+      // Not across an epoch's end, where worker 0 pulls to evaluate.
+      if (puller.has_value() && step + 1 < steps) {
+        puller->Start(clock + 1, &pulled[(clock + 1) % 2]);
+      }
       GatherBatch(*train,
                   std::span<const int64_t>(order).subspan(step * batch, batch),
                   features.data(), labels.data());
-      if (auto s = model_->SetParameters(params_); !s.ok()) return s;
+      if (auto s = model_->SetParameters(step_params); !s.ok()) return s;
       std::vector<std::vector<float>>& step_grads = grads[clock % 2];
       auto loss = model_->ComputeGradients(features.data(), labels.data(),
                                            batch, &step_grads);
@@ -269,19 +319,12 @@ absl::Status Trainer::Train() {
           absl::ToDoubleSeconds(timing.to_host));
       metrics_->steps.Increment();
       metrics_->loss_scale.Set(model_->loss_scale());
-      metrics_->overflowed_steps.Increment(model_->overflowed_steps() -
-                                           overflowed_steps);
-      overflowed_steps = model_->overflowed_steps();
-      metrics_->pulls_made.Increment(client_->pulls_made() - pulls_made);
-      metrics_->pulls_saved.Increment(client_->pulls_saved() - pulls_saved);
-      pulls_made = client_->pulls_made();
-      pulls_saved = client_->pulls_saved();
-      // Read once: the pushing thread may be adding to it.
-      const int64_t pushed_now = client_->pushed_bytes();
-      metrics_->push_bytes.Increment(pushed_now - pushed_bytes);
-      metrics_->pull_bytes.Increment(client_->pulled_bytes() - pulled_bytes);
-      pushed_bytes = pushed_now;
-      pulled_bytes = client_->pulled_bytes();
+      count(metrics_->overflowed_steps, model_->overflowed_steps(),
+            &overflowed_steps);
+      count(metrics_->pulls_made, client_->pulls_made(), &pulls_made);
+      count(metrics_->pulls_saved, client_->pulls_saved(), &pulls_saved);
+      count(metrics_->push_bytes, client_->pushed_bytes(), &pushed_bytes);
+      count(metrics_->pull_bytes, client_->pulled_bytes(), &pulled_bytes);
       metrics_->samples.Increment(batch);
       interval_loss += *loss;
       ++interval_steps;

@@ -14,10 +14,10 @@
 #include "absl/time/time.h"
 #include "common/idx_reader.h"
 #include "ps/v1/cluster.grpc.pb.h"
-#include "worker/async_pusher.h"
 #include "worker/backend.h"
 #include "worker/model.h"
 #include "worker/parameter_client.h"
+#include "worker/step_pipeline.h"
 #include "worker/worker_metrics.h"
 
 namespace ps {
@@ -43,6 +43,10 @@ struct TrainerOptions {
   // push in flight at most; the servers let a worker pull one clock ahead of
   // its recorded pushes). False: pull, compute, push in turn.
   bool overlap_push = true;
+  // Pull the next step's parameters while this step computes (within an
+  // epoch; the servers let a worker pull two clocks ahead of its recorded
+  // pushes). False: each step pulls, then computes.
+  bool prefetch_pull = true;
   // Deadline of each UploadModel call (worker 0, at the end of the job).
   absl::Duration upload_timeout = absl::Seconds(10);
   // How long worker 0 retries a failing UploadModel before the job fails.

@@ -21,6 +21,9 @@ ABSL_FLAG(double, slowdown, 1.0,
 ABSL_FLAG(bool, overlap_push, true,
           "push a step's gradients while the next step pulls and computes "
           "(false: pull, compute and push in turn; for A/B measurements)");
+ABSL_FLAG(bool, prefetch_pull, true,
+          "pull the next step's parameters while this step computes (false: "
+          "for A/B measurements)");
 ABSL_FLAG(std::string, ack_log, "",
           "fault tests: append \"job worker clock\" here after every "
           "acknowledged push");
@@ -65,6 +68,7 @@ int main(int argc, char** argv) {
   options.trainer.slowdown = absl::GetFlag(FLAGS_slowdown);
   options.trainer.ack_log = absl::GetFlag(FLAGS_ack_log);
   options.trainer.overlap_push = absl::GetFlag(FLAGS_overlap_push);
+  options.trainer.prefetch_pull = absl::GetFlag(FLAGS_prefetch_pull);
   options.security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);

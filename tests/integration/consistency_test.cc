@@ -24,11 +24,11 @@
 #include "gtest/gtest.h"
 #include "server/optimizer.h"
 #include "server/parameter_server.h"
-#include "worker/async_pusher.h"
 #include "worker/batcher.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/model.h"
 #include "worker/parameter_client.h"
+#include "worker/step_pipeline.h"
 #include "worker/trainer.h"
 
 namespace ps {
@@ -166,9 +166,10 @@ struct BoundCase {
   int staleness;
   uint32_t seed;
   bool cache;
-  // Pushes go through an AsyncPusher, overlapping the next pull (as the
-  // trainer's do).
-  bool overlap = false;
+  // The trainer's pipeline: pushes go through an AsyncPusher, overlapping
+  // the next pull, and the next step's pull through an AsyncPuller, made
+  // before this step's "compute".
+  bool pipeline = false;
 };
 
 // Runs `clocks` iterations on each of `workers` threads with random per-worker
@@ -197,11 +198,26 @@ int64_t RunSspUnderStress(const BoundCase& c, int clocks) {
                                             options, nullptr);
       ASSERT_TRUE(client.ok());
       const auto grads = CountingGradient(spec, w);
+      std::vector<std::vector<float>> pulled[2];
       std::optional<AsyncPusher> pusher;
-      if (c.overlap) pusher.emplace(client->get());
-      std::vector<std::vector<float>> params;
+      std::optional<AsyncPuller> puller;
+      if (c.pipeline) {
+        pusher.emplace(client->get());
+        puller.emplace(client->get());
+        puller->Start(0, &pulled[0]);
+      }
       for (int64_t clock = 0; clock < clocks; ++clock) {
-        ASSERT_TRUE((*client)->Pull(clock, &params).ok());
+        std::vector<std::vector<float>>& params = pulled[clock % 2];
+        if (puller.has_value()) {
+          const AsyncPuller::Result read = puller->Wait();
+          ASSERT_TRUE(read.status.ok()) << read.status;
+          ASSERT_EQ(read.clock, clock);
+          if (clock + 1 < clocks) {
+            puller->Start(clock + 1, &pulled[(clock + 1) % 2]);
+          }
+        } else {
+          ASSERT_TRUE((*client)->Pull(clock, &params).ok());
+        }
         const std::vector<int64_t> counts = Counts(params, initial, c.workers);
         const int64_t slowest = *std::min_element(counts.begin(), counts.end());
         // No update of a clock below clock - s may be missing from the read.
@@ -246,15 +262,15 @@ TEST(SspBoundTest, NoReadMissesAnUpdateOlderThanTheBound) {
   for (int workers : {2, 3, 4}) {
     for (int staleness : {0, 1, 3}) {
       for (uint32_t seed : {1u, 2u, 3u}) {
-        // (cache, overlapped pushes): off/off, on/off, off/on.
-        for (auto [cache, overlap] :
+        // (cache, the trainer's pipeline): off/off, on/off, off/on.
+        for (auto [cache, pipeline] :
              {std::pair{false, false}, std::pair{true, false},
               std::pair{false, true}}) {
           SCOPED_TRACE(absl::StrCat("workers=", workers, " s=", staleness,
                                     " seed=", seed, " cache=", cache,
-                                    " overlap=", overlap));
-          const int64_t drift =
-              RunSspUnderStress({workers, staleness, seed, cache, overlap}, 24);
+                                    " pipeline=", pipeline));
+          const int64_t drift = RunSspUnderStress(
+              {workers, staleness, seed, cache, pipeline}, 24);
           // The fastest reader is never more than s clocks ahead of the
           // slowest.
           EXPECT_LE(drift, staleness);
@@ -293,7 +309,7 @@ TEST(SspBoundTest, ReadBeyondTheBoundWaitsForTheSlowestWorker) {
 }
 
 // The trainer's pushing thread: every push reported with its clock, errors
-// surfaced, a pull one clock ahead of the pushes served once they land.
+// surfaced, a pull ahead of the pushes served once they land.
 TEST(AsyncPusherTest, ReportsEachPushAndItsErrors) {
   ServerGroup servers(2, "");
   const v1::JobSpec spec = CountingSpec(1, v1::ConsistencySpec::SSP, 0);
@@ -332,8 +348,9 @@ TEST(AsyncPusherTest, ReportsEachPushAndItsErrors) {
     ASSERT_TRUE((*client)->Pull(6, &params).ok());
     EXPECT_EQ(Counts(params, initial, 1)[0], 6);
     EXPECT_TRUE(pusher.Wait().status.ok());
-    // Two clocks ahead is refused.
-    EXPECT_EQ((*client)->Pull(8, &params).code(),
+    // Three clocks beyond the recorded pushes is refused (two are allowed:
+    // the next step's pull with this step's push in flight).
+    EXPECT_EQ((*client)->Pull(9, &params).code(),
               absl::StatusCode::kFailedPrecondition);
     // Destroying the pusher waits for the push in flight.
     pusher.Start(6, &grads);

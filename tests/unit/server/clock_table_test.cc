@@ -116,20 +116,21 @@ TEST(ClockTableTest, BadWorkerOrClockIsInvalidArgument) {
   EXPECT_EQ(table.CheckPull(0, -1).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(ClockTableTest, SspPullMoreThanOneClockBeyondOwnPushesIsRefused) {
+TEST(ClockTableTest, SspPullMoreThanTwoClocksBeyondOwnPushesIsRefused) {
   ClockTable table(2, 10, false);
-  // Clock 1 is allowed before the push of clock 0 is recorded: that push may
-  // still be in flight while the worker pulls for its next step.
+  // Clocks 1 and 2 are allowed before the push of clock 0 is recorded: a
+  // worker computing clock 1 pulls for clock 2 while its push of clock 0 may
+  // still be in flight.
   EXPECT_TRUE(table.CheckPull(0, 0).ok());
-  EXPECT_TRUE(table.CheckPull(0, 1).ok());
-  EXPECT_EQ(table.CheckPull(0, 2).code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(Push(table, 0, 0));
   EXPECT_TRUE(table.CheckPull(0, 2).ok());
   EXPECT_EQ(table.CheckPull(0, 3).code(),
             absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Push(table, 0, 0));
+  EXPECT_TRUE(table.CheckPull(0, 3).ok());
+  EXPECT_EQ(table.CheckPull(0, 4).code(),
+            absl::StatusCode::kFailedPrecondition);
   // Worker 1 has pushed nothing: another worker's pushes do not count.
-  EXPECT_EQ(table.CheckPull(1, 2).code(),
+  EXPECT_EQ(table.CheckPull(1, 3).code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -171,24 +172,24 @@ TEST(ClockTableTest, BspSecondPushOfTheSameClockIsADuplicate) {
 
 TEST(ClockTableTest, BspWorkerThatPushedMayPullTheNextClockButWaits) {
   ClockTable table(2, 0, true);
-  // Clock 1 with the push of clock 0 in flight; clock 2 is too far.
-  EXPECT_TRUE(table.CheckPull(0, 1).ok());
-  EXPECT_EQ(table.CheckPull(0, 2).code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_FALSE(Push(table, 0, 0));
-  // Worker 0 has pushed clock 0: it may ask for clock 2 ...
+  // Clock 2 with the push of clock 0 in flight; clock 3 is too far.
   EXPECT_TRUE(table.CheckPull(0, 2).ok());
   EXPECT_EQ(table.CheckPull(0, 3).code(),
             absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(Push(table, 0, 0));
+  // Worker 0 has pushed clock 0: it may ask for clock 3 ...
+  EXPECT_TRUE(table.CheckPull(0, 3).ok());
+  EXPECT_EQ(table.CheckPull(0, 4).code(),
+            absl::StatusCode::kFailedPrecondition);
   // ... but worker 1 may not, and nobody can read clock 1 yet.
-  EXPECT_EQ(table.CheckPull(1, 2).code(),
+  EXPECT_EQ(table.CheckPull(1, 3).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(table.CanRead(0));
   EXPECT_FALSE(table.CanRead(1));
   EXPECT_TRUE(Push(table, 1, 0));
   EXPECT_TRUE(table.CanRead(1));
   EXPECT_FALSE(table.CanRead(2));
-  EXPECT_TRUE(table.CheckPull(1, 2).ok());
+  EXPECT_TRUE(table.CheckPull(1, 3).ok());
 }
 
 TEST(ClockTableTest, BspIgnoresAStalenessBound) {
@@ -204,7 +205,7 @@ TEST(ClockTableTest, AspNeverWaits) {
   EXPECT_TRUE(table.CanRead(100));
   EXPECT_TRUE(table.CanRead(int64_t{1} << 39));
   // The rules about a worker's own pushes still hold.
-  EXPECT_EQ(table.CheckPull(0, 102).code(),
+  EXPECT_EQ(table.CheckPull(0, 103).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(*table.CheckPush(0, 5), PushDisposition::kDuplicate);
 }

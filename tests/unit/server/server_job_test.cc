@@ -440,11 +440,11 @@ TEST_P(ServerJobTest, NonFinitePushIsRefusedAndChangesNothing) {
   }
   EXPECT_EQ(metrics_.pushes_rejected.Value(), 3);
   // Values and clocks are unchanged: worker 0 has not reached clock 1, so it
-  // may not read at clock 2 (one clock beyond its pushes is allowed: a push
-  // may be in flight).
+  // may not read at clock 3 (two clocks beyond its pushes are allowed: a
+  // push may be in flight while the next step's pull is made).
   EXPECT_EQ(job->min_clock(), 0);
   EXPECT_EQ(PullNow(*job, 0, 0), InitialValues());
-  auto ahead = StartPull(*job, 0, 2);
+  auto ahead = StartPull(*job, 0, 3);
   EXPECT_EQ(ahead->reply.status().code(),
             absl::StatusCode::kFailedPrecondition);
   // A valid push for the same clock is applied (not taken for a duplicate).
@@ -764,10 +764,10 @@ TEST_P(ServerJobTest, ReopenRestoresValuesAndClocks) {
   EXPECT_EQ(job->min_clock(), 1);
   ExpectValuesEq(PullNow(*job, 0, 2), expected);
   // Worker 0 reached clock 2 and worker 1 clock 1, as before (each may read
-  // one clock beyond, not two).
-  EXPECT_EQ(StartPull(*job, 0, 4)->reply.status().code(),
+  // two clocks beyond, not three).
+  EXPECT_EQ(StartPull(*job, 0, 5)->reply.status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(StartPull(*job, 1, 3)->reply.status().code(),
+  EXPECT_EQ(StartPull(*job, 1, 4)->reply.status().code(),
             absl::StatusCode::kFailedPrecondition);
   // Retries of applied pushes are still recognised.
   ExpectPushOk(*job, MakePush(0, 1, g1), /*duplicate=*/true);
