@@ -183,6 +183,18 @@ TEST_F(ClusterTest, MissingDataFailsTheJobAndTheClusterKeepsServing) {
   EXPECT_EQ(ok.state(), v1::SUCCEEDED) << ok.message();
 }
 
+TEST_F(ClusterTest, LabelsBeyondNumClassesFailTheJobWhenTheDataLoads) {
+  // Fashion-MNIST has labels 0-9: a model of 5 classes cannot train on it.
+  v1::JobSpec bad = SmallJob(v1::ConsistencySpec::BSP, 0);
+  bad.mutable_model()->set_num_classes(5);
+  v1::JobStatus failed = Run(bad);
+  EXPECT_EQ(failed.state(), v1::FAILED);
+  EXPECT_THAT(failed.message(), HasSubstr("model.num_classes: is 5 but"));
+  EXPECT_THAT(failed.message(), HasSubstr("has label"));
+  // Nothing was trained: the job failed before its first step.
+  EXPECT_EQ(failed.progress().clock(), 0);
+}
+
 TEST_F(ClusterTest, InvalidSpecIsRefusedWithTheField) {
   v1::JobSpec spec = SmallJob(v1::ConsistencySpec::SSP, -1);
   auto id = client_->Submit(spec);
