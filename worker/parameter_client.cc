@@ -6,6 +6,7 @@
 #include <string_view>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
@@ -144,20 +145,54 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
   return client;
 }
 
+void ParameterClient::Cancel() {
+  absl::MutexLock lock(&live_mu_);
+  cancelled_ = true;
+  for (const auto* contexts : live_) {
+    for (const auto& context : *contexts) {
+      if (context != nullptr) context->TryCancel();
+    }
+  }
+}
+
 template <typename Call>
-absl::Status ParameterClient::ForAllServers(const char* what, Call call) {
+absl::Status ParameterClient::ForAllServers(const char* what,
+                                            absl::Duration timeout, Call call) {
   const absl::Time give_up = absl::Now() + options_.retry_window;
   std::vector<int> todo(servers_.size());
   for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
   Backoff backoff(absl::Milliseconds(20), absl::Seconds(1));
+  // One context per server and attempt; they outlive the async calls because
+  // every callback is waited for before returning or retrying. Registered in
+  // live_ so that Cancel() can end the calls.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(servers_.size());
+  {
+    absl::MutexLock lock(&live_mu_);
+    live_.push_back(&contexts);
+  }
+  absl::Cleanup unregister = [&] {
+    absl::MutexLock lock(&live_mu_);
+    live_.erase(std::find(live_.begin(), live_.end(), &contexts));
+  };
   while (true) {
+    {
+      absl::MutexLock lock(&live_mu_);
+      if (cancelled_) {
+        return absl::CancelledError(absl::StrCat(what, " cancelled"));
+      }
+      for (int s : todo) {
+        contexts[s] = std::make_unique<grpc::ClientContext>();
+        SetDeadline(contexts[s].get(), timeout);
+      }
+    }
     std::vector<absl::Status> results(todo.size());
     absl::BlockingCounter pending(todo.size());
     for (size_t i = 0; i < todo.size(); ++i) {
-      call(todo[i], [&results, &pending, i](absl::Status s) {
-        results[i] = std::move(s);
-        pending.DecrementCount();
-      });
+      call(todo[i], contexts[todo[i]].get(),
+           [&results, &pending, i](absl::Status s) {
+             results[i] = std::move(s);
+             pending.DecrementCount();
+           });
     }
     pending.Wait();
     std::vector<int> failed;
@@ -225,34 +260,33 @@ absl::Status ParameterClient::PullFromServers(
   const std::string request_bytes = request.SerializeAsString();
   grpc::Slice request_slice(request_bytes);
   const grpc::ByteBuffer request_buffer(&request_slice, 1);
-  // One context and reply per server and attempt; they outlive the async call
-  // because ForAllServers waits for every callback before returning or
-  // retrying. Replies are read where gRPC received them and copied once,
-  // into the tensors (common/parameter_wire.h).
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(servers_.size());
+  // One reply per server and attempt; it outlives the async call because
+  // ForAllServers waits for every callback before returning or retrying.
+  // Replies are read where gRPC received them and copied once, into the
+  // tensors (common/parameter_wire.h).
   std::vector<grpc::ByteBuffer> replies(servers_.size());
   std::vector<int64_t> min_clocks(servers_.size(), INT64_MAX);
   std::vector<int64_t> own_clocks(servers_.size(), INT64_MAX);
   // Per server, so the callbacks (one call per server at a time) never share.
   std::vector<int64_t> reply_bytes(servers_.size(), 0);
-  absl::Status status = ForAllServers("pull", [&](int s, auto done) {
-    contexts[s] = std::make_unique<grpc::ClientContext>();
-    SetDeadline(contexts[s].get(), options_.pull_timeout);
-    replies[s].Clear();
-    servers_[s].generic->UnaryCall(
-        contexts[s].get(), PullMethod(), grpc::StubOptions(), &request_buffer,
-        &replies[s],
-        [this, s, params, &replies, &min_clocks, &own_clocks, &reply_bytes,
-         done](grpc::Status status) {
-          if (!status.ok()) {
-            done(FromGrpcStatus(status));
-            return;
-          }
-          reply_bytes[s] = replies[s].Length();
-          done(ReadPullReply(s, replies[s], params, &min_clocks[s],
-                             &own_clocks[s]));
-        });
-  });
+  absl::Status status =
+      ForAllServers("pull", options_.pull_timeout,
+                    [&](int s, grpc::ClientContext* context, auto done) {
+                      replies[s].Clear();
+                      servers_[s].generic->UnaryCall(
+                          context, PullMethod(), grpc::StubOptions(),
+                          &request_buffer, &replies[s],
+                          [this, s, params, &replies, &min_clocks, &own_clocks,
+                           &reply_bytes, done](grpc::Status status) {
+                            if (!status.ok()) {
+                              done(FromGrpcStatus(status));
+                              return;
+                            }
+                            reply_bytes[s] = replies[s].Length();
+                            done(ReadPullReply(s, replies[s], params,
+                                               &min_clocks[s], &own_clocks[s]));
+                          });
+                    });
   if (!status.ok()) return status;
   for (int64_t bytes : reply_bytes) pulled_bytes_ += bytes;
   const int64_t min_clock =
@@ -362,17 +396,17 @@ absl::Status ParameterClient::Push(
     if (!framer.Trailer().empty()) slices.emplace_back(framer.Trailer());
     requests[s] = grpc::ByteBuffer(slices.data(), slices.size());
   }
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(servers_.size());
   std::vector<grpc::ByteBuffer> replies(servers_.size());
-  absl::Status status = ForAllServers("push", [&](int s, auto done) {
-    contexts[s] = std::make_unique<grpc::ClientContext>();
-    SetDeadline(contexts[s].get(), options_.push_timeout);
-    pushed_bytes_.fetch_add(requests[s].Length(), std::memory_order_relaxed);
-    servers_[s].generic->UnaryCall(
-        contexts[s].get(), PushMethod(), grpc::StubOptions(), &requests[s],
-        &replies[s],
-        [done](grpc::Status status) { done(FromGrpcStatus(status)); });
-  });
+  absl::Status status = ForAllServers(
+      "push", options_.push_timeout,
+      [&](int s, grpc::ClientContext* context, auto done) {
+        pushed_bytes_.fetch_add(requests[s].Length(),
+                                std::memory_order_relaxed);
+        servers_[s].generic->UnaryCall(
+            context, PushMethod(), grpc::StubOptions(), &requests[s],
+            &replies[s],
+            [done](grpc::Status status) { done(FromGrpcStatus(status)); });
+      });
   requests.clear();  // Our references; `lease` waits for gRPC's.
   return status;
 }

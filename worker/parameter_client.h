@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/model_layout.h"
 #include "common/security.h"
@@ -73,6 +74,11 @@ class ParameterClient {
   // sent again (servers that have it acknowledge it as a duplicate).
   absl::StatusOr<int64_t> ResumeClock();
 
+  // Ends the calls in flight (they fail with CANCELLED) and every later one:
+  // the client is done. Any thread. Used when training ends on an error
+  // while a pull or push made ahead is still waiting on a server.
+  void Cancel();
+
   // Pushes the gradients of iteration `clock` (one vector per tensor, of the
   // tensor's size) in the job's mixed_precision.wire_gradients format. FP32:
   // the gradient memory is sent in place, not copied. FP16 and BF16: the
@@ -105,10 +111,13 @@ class ParameterClient {
                   ParameterClientOptions options,
                   const std::atomic<bool>* stop);
 
-  // Runs `call(server)` on every server in parallel, retrying failed servers
-  // with backoff while their error is retryable.
+  // Runs `call(server, context, done)` on every server in parallel, each
+  // with a fresh context whose deadline is `timeout`, retrying failed servers
+  // with backoff while their error is retryable and the client is neither
+  // stopped nor cancelled.
   template <typename Call>
-  absl::Status ForAllServers(const char* what, Call call);
+  absl::Status ForAllServers(const char* what, absl::Duration timeout,
+                             Call call);
   absl::Status PullFromServers(int64_t clock,
                                std::vector<std::vector<float>>* params);
   // Copies server s's reply into `params` and returns the clocks it carries.
@@ -132,6 +141,12 @@ class ParameterClient {
   std::vector<std::vector<float>> cache_;
   int64_t cached_min_clock_ = -1;  // -1: nothing cached.
   int64_t own_clock_ = 0;          // This worker's clock in the last pull.
+  // The contexts of the calls in flight (one vector per ForAllServers), and
+  // whether Cancel() was called.
+  absl::Mutex live_mu_;
+  std::vector<const std::vector<std::unique_ptr<grpc::ClientContext>>*> live_
+      ABSL_GUARDED_BY(live_mu_);
+  bool cancelled_ ABSL_GUARDED_BY(live_mu_) = false;
   // Counters, read from any thread.
   std::atomic<int64_t> pulls_made_{0};
   std::atomic<int64_t> pulls_saved_{0};

@@ -80,6 +80,7 @@ class AsyncPusher {
   }
   // Waits for the push in flight (BackgroundCall::Wait).
   Result Wait() { return call_.Wait(); }
+  bool busy() const { return call_.busy(); }
 
  private:
   ParameterClient* const client_;

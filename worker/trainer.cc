@@ -3,6 +3,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/float_codec.h"
 #include "common/grpc_util.h"
@@ -256,6 +257,16 @@ absl::Status Trainer::Train() {
   std::optional<AsyncPuller> puller;
   if (options_.overlap_push) pusher.emplace(client_.get());
   if (options_.prefetch_pull) puller.emplace(client_.get());
+  // Training ends with a call still in flight only on an error, and then a
+  // pull made ahead may be parked on a server for a push that will not come:
+  // end it rather than wait out its deadline and retries. (Runs before the
+  // pusher and puller wait for their calls.)
+  absl::Cleanup end_calls_in_flight = [&] {
+    if ((puller.has_value() && puller->busy()) ||
+        (pusher.has_value() && pusher->busy())) {
+      client_->Cancel();
+    }
+  };
   double interval_loss = 0;
   int64_t interval_steps = 0;
   absl::Time interval_start = absl::Now();

@@ -359,6 +359,40 @@ TEST(AsyncPusherTest, ReportsEachPushAndItsErrors) {
   EXPECT_EQ(Counts(params, initial, 1)[0], 7);
 }
 
+// A pull made ahead and parked on the servers (BSP: clock 0 never completes)
+// ends with CANCELLED once the client is cancelled, not at its deadline; the
+// client refuses everything after.
+TEST(AsyncPullerTest, CancelEndsAPullParkedOnTheServers) {
+  ServerGroup servers(2, "");
+  const v1::JobSpec spec = CountingSpec(2, v1::ConsistencySpec::BSP, 0);
+  const v1::Assignment assignment = servers.Assign(spec, 2);
+  ParameterClientOptions options;
+  options.pull_timeout = absl::Seconds(60);
+  options.retry_window = absl::Seconds(120);
+  auto client = ParameterClient::Create(
+      ForWorker(assignment, 0), *ModelTensors(spec.model()), options, nullptr);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<std::vector<float>> params;
+  AsyncPuller puller(client->get());
+  puller.Start(1, &params);
+  EXPECT_TRUE(puller.busy());
+  // Let the pull reach the servers and park (not required: a pull cancelled
+  // before it starts ends the same way).
+  absl::SleepFor(absl::Milliseconds(200));
+  (*client)->Cancel();
+  const AsyncPuller::Result read = puller.Wait();
+  EXPECT_EQ(read.clock, 1);
+  EXPECT_EQ(read.status.code(), absl::StatusCode::kCancelled) << read.status;
+  EXPECT_FALSE(puller.busy());
+  EXPECT_EQ((*client)->Push(0, CountingGradient(spec, 0)).code(),
+            absl::StatusCode::kCancelled);
+  // Nothing was applied.
+  auto other = ParameterClient::Create(
+      ForWorker(assignment, 1), *ModelTensors(spec.model()), options, nullptr);
+  ASSERT_TRUE((*other)->Pull(0, &params).ok());
+  EXPECT_EQ(params, InitialParams(spec));
+}
+
 TEST(AspTest, NeverWaits) {
   ServerGroup servers(2, "");
   const v1::JobSpec spec = CountingSpec(2, v1::ConsistencySpec::ASP, 0);
