@@ -22,6 +22,7 @@
 #include "server/server_job.h"
 #include "server/server_metrics.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "tests/testing/tiny_assignment.h"
 
 namespace {
 
@@ -32,53 +33,27 @@ constexpr int kBlockElems = 8;
 // Softmax regression 4 -> 3: dense0.weight (12 values) in blocks of 8 and 4,
 // dense0.bias (3 values) in one.
 ps::v1::Assignment MakeAssignment(uint8_t config) {
-  ps::v1::Assignment a;
-  a.set_job_id(kJobId);
-  ps::v1::JobSpec* spec = a.mutable_spec();
-  spec->mutable_model()->set_kind(ps::v1::ModelSpec::SOFTMAX_REGRESSION);
-  spec->mutable_model()->set_input_dim(4);
-  spec->mutable_model()->set_num_classes(3);
-  auto* d = spec->mutable_dataset();
-  d->set_format(ps::v1::DatasetSpec::IDX);
-  d->set_train_images("a");
-  d->set_train_labels("b");
-  d->set_test_images("c");
-  d->set_test_labels("d");
-  spec->set_epochs(1);
-  spec->set_batch_size(1);
   const ps::v1::ConsistencySpec::Model models[] = {
       ps::v1::ConsistencySpec::BSP, ps::v1::ConsistencySpec::SSP,
       ps::v1::ConsistencySpec::ASP};
-  spec->mutable_consistency()->set_model(models[config % 3]);
-  if (models[config % 3] == ps::v1::ConsistencySpec::SSP) {
-    spec->mutable_consistency()->set_staleness(1);
-  }
-  const int workers = 1 + (config / 3) % 3;
-  spec->set_num_workers(workers);
-  spec->set_num_servers(1);
-  spec->set_block_elems(kBlockElems);
-  spec->set_non_finite_gradients((config & 0x20) ? ps::v1::NON_FINITE_DROP
-                                                 : ps::v1::NON_FINITE_REFUSE);
-  if (config & 0x40) {
-    spec->mutable_optimizer()->mutable_adam()->set_learning_rate(0.01f);
-  } else {
-    spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
-    spec->mutable_optimizer()->mutable_sgd()->set_momentum(0.5f);
-  }
-  ps::ApplyJobSpecDefaults(spec);
-  a.set_index(0);
-  a.set_num_workers(workers);
-  ps::v1::ShardMap* map = a.mutable_shard_map();
-  map->set_version(kMapVersion);
-  map->add_servers("127.0.0.1:1");
-  auto tensors = ps::ModelTensors(spec->model());
-  for (const ps::BlockSpec& b : ps::SplitIntoBlocks(*tensors, kBlockElems)) {
-    auto* p = map->add_blocks();
-    p->set_key(b.key);
-    p->set_server(0);
-    p->set_num_elems(b.num_elems);
-  }
-  return a;
+  const ps::v1::ConsistencySpec::Model model = models[config % 3];
+  return ps::testing::TinyAssignment(
+      kJobId, 4, 3, kBlockElems, 1 + (config / 3) % 3, "127.0.0.1:1",
+      [&](ps::v1::JobSpec* spec) {
+        spec->mutable_consistency()->set_model(model);
+        if (model == ps::v1::ConsistencySpec::SSP) {
+          spec->mutable_consistency()->set_staleness(1);
+        }
+        spec->set_non_finite_gradients((config & 0x20)
+                                           ? ps::v1::NON_FINITE_DROP
+                                           : ps::v1::NON_FINITE_REFUSE);
+        if (config & 0x40) {
+          spec->mutable_optimizer()->mutable_adam()->set_learning_rate(0.01f);
+        } else {
+          spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+          spec->mutable_optimizer()->mutable_sgd()->set_momentum(0.5f);
+        }
+      });
 }
 
 struct Env {

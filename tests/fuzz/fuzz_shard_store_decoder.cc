@@ -18,6 +18,7 @@
 #include "server/server_metrics.h"
 #include "server/shard_codec.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "tests/testing/tiny_assignment.h"
 
 namespace {
 
@@ -27,41 +28,13 @@ constexpr int kBlockElems = 8;
 // Softmax regression 4 -> 3 with SGD and momentum (one optimizer slot), two
 // workers.
 ps::v1::Assignment MakeAssignment(bool bsp) {
-  ps::v1::Assignment a;
-  a.set_job_id(kJobId);
-  ps::v1::JobSpec* spec = a.mutable_spec();
-  spec->mutable_model()->set_kind(ps::v1::ModelSpec::SOFTMAX_REGRESSION);
-  spec->mutable_model()->set_input_dim(4);
-  spec->mutable_model()->set_num_classes(3);
-  auto* d = spec->mutable_dataset();
-  d->set_format(ps::v1::DatasetSpec::IDX);
-  d->set_train_images("a");
-  d->set_train_labels("b");
-  d->set_test_images("c");
-  d->set_test_labels("d");
-  spec->set_epochs(1);
-  spec->set_batch_size(1);
-  spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
-  spec->mutable_optimizer()->mutable_sgd()->set_momentum(0.5f);
-  spec->mutable_consistency()->set_model(bsp ? ps::v1::ConsistencySpec::BSP
-                                             : ps::v1::ConsistencySpec::ASP);
-  spec->set_num_workers(2);
-  spec->set_num_servers(1);
-  spec->set_block_elems(kBlockElems);
-  ps::ApplyJobSpecDefaults(spec);
-  a.set_index(0);
-  a.set_num_workers(2);
-  ps::v1::ShardMap* map = a.mutable_shard_map();
-  map->set_version(1);
-  map->add_servers("127.0.0.1:1");
-  auto tensors = ps::ModelTensors(spec->model());
-  for (const ps::BlockSpec& b : ps::SplitIntoBlocks(*tensors, kBlockElems)) {
-    auto* p = map->add_blocks();
-    p->set_key(b.key);
-    p->set_server(0);
-    p->set_num_elems(b.num_elems);
-  }
-  return a;
+  return ps::testing::TinyAssignment(
+      kJobId, 4, 3, kBlockElems, 2, "127.0.0.1:1", [&](ps::v1::JobSpec* spec) {
+        spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+        spec->mutable_optimizer()->mutable_sgd()->set_momentum(0.5f);
+        spec->mutable_consistency()->set_model(
+            bsp ? ps::v1::ConsistencySpec::BSP : ps::v1::ConsistencySpec::ASP);
+      });
 }
 
 // The identity a server stores with a job (as ServerJob does).

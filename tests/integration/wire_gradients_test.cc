@@ -17,6 +17,7 @@
 #include "common/parameter_wire.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
+#include "tests/testing/tiny_assignment.h"
 #include "worker/parameter_client.h"
 
 namespace ps {
@@ -29,40 +30,13 @@ constexpr int kBlockElems = 4;
 v1::Assignment MakeAssignment(const std::string& job_id,
                               v1::Precision wire_gradients,
                               const std::string& server_address) {
-  v1::Assignment a;
-  a.set_job_id(job_id);
-  v1::JobSpec* spec = a.mutable_spec();
-  spec->mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
-  spec->mutable_model()->set_input_dim(3);
-  spec->mutable_model()->set_num_classes(2);
-  auto* d = spec->mutable_dataset();
-  d->set_format(v1::DatasetSpec::IDX);
-  d->set_train_images("a");
-  d->set_train_labels("b");
-  d->set_test_images("c");
-  d->set_test_labels("d");
-  spec->set_epochs(1);
-  spec->set_batch_size(1);
-  spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(1.0f);
-  spec->mutable_consistency()->set_model(v1::ConsistencySpec::ASP);
-  spec->set_num_workers(1);
-  spec->set_num_servers(1);
-  spec->set_block_elems(kBlockElems);
-  spec->set_durability(v1::MEMORY);
-  spec->mutable_mixed_precision()->set_wire_gradients(wire_gradients);
-  ApplyJobSpecDefaults(spec);
-  a.set_index(0);
-  a.set_num_workers(1);
-  a.mutable_shard_map()->set_version(1);
-  a.mutable_shard_map()->add_servers(server_address);
-  auto tensors = ModelTensors(spec->model());
-  for (const BlockSpec& b : SplitIntoBlocks(*tensors, kBlockElems)) {
-    auto* p = a.mutable_shard_map()->add_blocks();
-    p->set_key(b.key);
-    p->set_server(0);
-    p->set_num_elems(b.num_elems);
-  }
-  return a;
+  return testing::TinyAssignment(
+      job_id, 3, 2, kBlockElems, 1, server_address, [&](v1::JobSpec* spec) {
+        spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(1.0f);
+        spec->mutable_consistency()->set_model(v1::ConsistencySpec::ASP);
+        spec->set_durability(v1::MEMORY);
+        spec->mutable_mixed_precision()->set_wire_gradients(wire_gradients);
+      });
 }
 
 // `g` as the server receives it in `encoding`.

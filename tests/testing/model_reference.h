@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/model_layout.h"
@@ -73,6 +74,24 @@ inline void ExpectGradientsMatchFiniteDifferences(
           << tensors[t].name << "[" << i << "]";
     }
   }
+}
+
+// Checks a model's float32 `loss` and `grads` at `params` against the
+// double-precision `reference_loss`: the loss within 1e-5, every gradient
+// against finite differences of the reference.
+inline void ExpectLossAndGradientsMatch(
+    const std::function<double(const std::vector<std::vector<double>>&)>&
+        reference_loss,
+    const std::vector<std::vector<float>>& params, float loss,
+    const std::vector<std::vector<float>>& grads,
+    const std::vector<TensorSpec>& tensors) {
+  std::vector<std::vector<double>> ref(params.size());
+  for (size_t t = 0; t < params.size(); ++t) {
+    ref[t].assign(params[t].begin(), params[t].end());
+  }
+  EXPECT_NEAR(loss, reference_loss(ref), 1e-5);
+  ExpectGradientsMatchFiniteDifferences(reference_loss, std::move(ref), grads,
+                                        tensors);
 }
 
 }  // namespace ps::testing
