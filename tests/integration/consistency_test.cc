@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "server/optimizer.h"
 #include "server/parameter_server.h"
+#include "tests/testing/tiny_assignment.h"
 #include "worker/batcher.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/model.h"
@@ -99,19 +100,8 @@ v1::Assignment ForWorker(v1::Assignment a, int worker) {
 
 v1::JobSpec CountingSpec(int workers, v1::ConsistencySpec::Model model,
                          int staleness) {
-  v1::JobSpec spec;
+  v1::JobSpec spec = testing::TinySpec(workers, 2);
   spec.set_name("counting");
-  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
-  spec.mutable_model()->set_input_dim(workers);
-  spec.mutable_model()->set_num_classes(2);
-  auto* d = spec.mutable_dataset();
-  d->set_format(v1::DatasetSpec::IDX);
-  d->set_train_images("unused");
-  d->set_train_labels("unused");
-  d->set_test_images("unused");
-  d->set_test_labels("unused");
-  spec.set_epochs(1);
-  spec.set_batch_size(1);
   spec.set_seed(3);
   spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(1.0f);
   spec.mutable_consistency()->set_model(model);

@@ -12,9 +12,26 @@
 
 namespace ps::testing {
 
-// Worker 0's assignment of job `job_id`: softmax regression `input_dim` ->
-// `num_classes` (placeholder data file names, 1 epoch, batch 1), cut into
-// blocks of `block_elems`, every block on `server` (shard map version 1),
+// The spec of softmax regression `input_dim` -> `num_classes` with
+// placeholder data file names, 1 epoch, batch 1; the rest is the caller's.
+inline v1::JobSpec TinySpec(int input_dim, int num_classes) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
+  spec.mutable_model()->set_input_dim(input_dim);
+  spec.mutable_model()->set_num_classes(num_classes);
+  v1::DatasetSpec* d = spec.mutable_dataset();
+  d->set_format(v1::DatasetSpec::IDX);
+  d->set_train_images("a");
+  d->set_train_labels("b");
+  d->set_test_images("c");
+  d->set_test_labels("d");
+  spec.set_epochs(1);
+  spec.set_batch_size(1);
+  return spec;
+}
+
+// Worker 0's assignment of job `job_id`: TinySpec(input_dim, num_classes) cut
+// into blocks of `block_elems`, every block on `server` (shard map version 1),
 // with `num_workers` workers. `customize` sets the rest of the spec
 // (optimizer, consistency, ...) before the defaults are applied.
 inline v1::Assignment TinyAssignment(
@@ -24,17 +41,7 @@ inline v1::Assignment TinyAssignment(
   v1::Assignment a;
   a.set_job_id(job_id);
   v1::JobSpec* spec = a.mutable_spec();
-  spec->mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
-  spec->mutable_model()->set_input_dim(input_dim);
-  spec->mutable_model()->set_num_classes(num_classes);
-  v1::DatasetSpec* d = spec->mutable_dataset();
-  d->set_format(v1::DatasetSpec::IDX);
-  d->set_train_images("a");
-  d->set_train_labels("b");
-  d->set_test_images("c");
-  d->set_test_labels("d");
-  spec->set_epochs(1);
-  spec->set_batch_size(1);
+  *spec = TinySpec(input_dim, num_classes);
   spec->set_num_workers(num_workers);
   spec->set_num_servers(1);
   spec->set_block_elems(block_elems);
