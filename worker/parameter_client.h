@@ -59,15 +59,13 @@ class ParameterClient {
   // Pulls sent to the servers and pulls served from the cache so far.
   int64_t pulls_made() const { return pulls_made_.load(); }
   int64_t pulls_saved() const { return pulls_saved_.load(); }
-  // Bytes of the pull replies received (trainer thread) and of the push
-  // requests sent, retries included (any thread), as they are on the wire:
-  // the serialized messages, before gRPC's framing.
+  // Bytes of the pull replies received and of the push requests sent
+  // (retries included), as they are on the wire: the serialized messages,
+  // before gRPC's framing.
   int64_t pulled_bytes() const { return pulled_bytes_.load(); }
   int64_t pushed_bytes() const {
     return pushed_bytes_.load(std::memory_order_relaxed);
   }
-  // The slowest worker's clock in the parameters last returned by Pull.
-  int64_t params_min_clock() const { return cached_min_clock_; }
   // The clock this worker resumes at: the number of its pushes every server has
   // recorded (0 for a new job). A worker that takes over a lost worker's place
   // continues from there; a push some servers recorded and others did not is
