@@ -42,6 +42,8 @@ bool Membership::Register() {
   v1::RegisterRequest request;
   request.set_role(options_.role);
   request.set_address(options_.address);
+  request.set_durable(options_.durable);
+  request.set_storage_id(options_.storage_id);
   if (held_) {
     for (v1::HeldAssignment& h : held_()) *request.add_held() = std::move(h);
   }
@@ -76,6 +78,9 @@ void Membership::Loop() {
     }
     v1::HeartbeatRequest request;
     request.set_node_id(node_id());
+    if (held_ && options_.held_in_heartbeats) {
+      for (v1::HeldAssignment& h : held_()) *request.add_held() = std::move(h);
+    }
     v1::HeartbeatResponse response;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, options_.rpc_timeout);

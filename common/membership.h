@@ -24,6 +24,13 @@ struct MembershipOptions {
   v1::NodeRole role = v1::NODE_ROLE_UNSPECIFIED;
   // Address others reach this node at (servers); may be empty for workers.
   std::string address;
+  // Servers: their shards survive a crash (RegisterRequest.durable).
+  bool durable = false;
+  // Identity of the node's storage (RegisterRequest.storage_id); empty: none.
+  std::string storage_id;
+  // Send what the HeldCallback returns with every heartbeat too (servers: the
+  // jobs whose shards they store). Default false: only when registering.
+  bool held_in_heartbeats = false;
   // Deadline of each Register and Heartbeat call.
   absl::Duration rpc_timeout = absl::Seconds(2);
   // How calls to the coordinator authenticate (TLS, the cluster secret);

@@ -1,5 +1,6 @@
 #include "coordinator/cluster_service.h"
 
+#include "common/net_address.h"
 #include "common/unary_handler.h"
 
 namespace ps {
@@ -11,7 +12,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Register(
   absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
   return FinishUnary(ctx, "Register", metrics_, start, *request,
                      allowed.ok()
-                         ? manager_->Register(*request)
+                         ? manager_->Register(*request, PeerHost(ctx->peer()))
                          : absl::StatusOr<v1::RegisterResponse>(allowed),
                      response);
 }
@@ -23,7 +24,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(
   absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
   return FinishUnary(ctx, "Heartbeat", metrics_, start, *request,
                      allowed.ok()
-                         ? manager_->Heartbeat(request->node_id())
+                         ? manager_->Heartbeat(*request)
                          : absl::StatusOr<v1::HeartbeatResponse>(allowed),
                      response);
 }

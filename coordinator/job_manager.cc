@@ -5,8 +5,10 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/net_address.h"
 #include "coordinator/shard_planner.h"
 
 namespace ps {
@@ -55,6 +57,12 @@ absl::Status JobManager::Load() {
       const absl::Time now = absl::Now();
       job.servers.assign(job.status.spec().num_servers(), Slot{"", now});
       job.workers.assign(job.status.spec().num_workers(), Slot{"", now});
+      for (size_t i = 0; i < job.servers.size() &&
+                         static_cast<int>(i) < job.status.shard_map().servers_size();
+           ++i) {
+        job.servers[i].last_address = job.status.shard_map().servers(i);
+      }
+      PublishVacancies(job);
       job.reports.assign(job.workers.size(), v1::ProgressReport());
       for (auto& r : job.reports) r.set_test_accuracy(-1);
       PS_LOG_INFO("job ", job.status.job_id(),
@@ -72,23 +80,26 @@ absl::StatusOr<std::string> JobManager::Submit(v1::JobSpec spec) {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckJobCount(); !s.ok()) return s;
   }
-  auto number = table_->NextJobNumber();
-  if (!number.ok()) return number.status();
+  v1::JobStatus status;
+  *status.mutable_spec() = std::move(spec);
+  status.set_state(v1::PENDING);
+  status.set_create_time_ms(NowMs());
+  status.mutable_progress()->set_total_epochs(status.spec().epochs());
+  status.mutable_progress()->set_test_accuracy(-1);
   absl::MutexLock lock(&mu_);
   // Checked again: another Submit may have queued a job meanwhile.
   if (auto s = CheckJobCount(); !s.ok()) return s;
-  const std::string id = absl::StrFormat("job-%06d", *number);
-  Job& job = jobs_[id];
-  job.status.set_job_id(id);
-  *job.status.mutable_spec() = std::move(spec);
-  job.status.set_state(v1::PENDING);
-  job.status.set_create_time_ms(NowMs());
-  job.status.mutable_progress()->set_total_epochs(job.status.spec().epochs());
-  job.status.mutable_progress()->set_test_accuracy(-1);
-  if (auto s = table_->Put(job.status); !s.ok()) {
-    jobs_.erase(id);
-    return s;
+  // The table hands out the id and stores the record in one write, so two
+  // submits never share an id and an acknowledged id always has its record.
+  if (auto s = table_->Create(&status); !s.ok()) return s;
+  const std::string id = status.job_id();
+  auto [it, inserted] = jobs_.try_emplace(id);
+  if (!inserted) {
+    return absl::InternalError(
+        absl::StrCat("job table handed out id ", id, ", which is in use"));
   }
+  Job& job = it->second;
+  job.status = std::move(status);
   PS_LOG_INFO("job ", id, " submitted: ", job.status.spec().name());
   Changed(job);
   Schedule(absl::Now());
@@ -163,42 +174,55 @@ void JobManager::Unwatch(int64_t token) {
 }
 
 absl::StatusOr<v1::RegisterResponse> JobManager::Register(
-    const v1::RegisterRequest& request) {
+    const v1::RegisterRequest& request, const std::string& peer_host) {
   if (auto s = ValidateRegisterRequest(request); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  if (request.role() == v1::SERVER) {
+    if (auto s = AdmitServer(request, peer_host, now); !s.ok()) {
+      PS_LOG_WARNING("refused a server's registration from ",
+                     peer_host.empty() ? "an unknown host" : peer_host, ": ",
+                     s.message());
+      return s;
+    }
+  }
   const std::string id =
       absl::StrFormat("%s-%x", RoleName(request.role()), next_node_++);
   Node& node = nodes_[id];
   node.role = request.role();
   node.address = request.address();
-  node.last_seen = absl::Now();
-  PS_LOG_INFO("node ", id, " registered (", request.address(), ")");
-  for (auto& [job_id, job] : jobs_) {
-    if (job.status.state() != v1::RUNNING || !node.job_id.empty()) continue;
-    if (node.role == v1::SERVER) {
-      // A server restarted on the same address gets its place back: its blocks
-      // are in its data directory.
-      const auto& servers = job.status.shard_map().servers();
-      for (int i = 0; i < servers.size(); ++i) {
-        if (servers[i] == node.address) Attach(job, v1::SERVER, i, id);
-      }
-      continue;
-    }
+  node.peer_host = peer_host;
+  node.durable = request.durable();
+  node.storage_id = request.storage_id();
+  node.last_seen = now;
+  PS_LOG_INFO("node ", id, " registered (",
+              request.address().empty() ? peer_host : request.address(),
+              node.role == v1::SERVER
+                  ? (node.durable ? ", durable" : ", in-memory store")
+                  : "",
+              ")");
+  if (node.role == v1::SERVER) {
+    ReturnServerPlaces(id, request);
+  } else {
     for (const v1::HeldAssignment& held : request.held()) {
+      auto it = jobs_.find(held.job_id());
       const int i = held.index();
-      if (held.job_id() != job_id || i < 0 ||
-          i >= static_cast<int>(job.workers.size())) {
+      if (it == jobs_.end() || it->second.status.state() != v1::RUNNING ||
+          i < 0 || i >= static_cast<int>(it->second.workers.size()) ||
+          !node.job_id.empty()) {
         continue;
       }
+      Job& job = it->second;
       const std::string& holder = job.workers[i].node_id;
       if (holder.empty() || !nodes_.contains(holder)) {
         Attach(job, v1::WORKER, i, id);
+        if (PublishVacancies(job)) Changed(job);
       }
     }
   }
   UpdateGauges();
-  Recover(node.last_seen);
-  Schedule(node.last_seen);
+  Recover(now);
+  Schedule(now);
   v1::RegisterResponse response;
   response.set_node_id(id);
   response.set_lease_ms(absl::ToInt64Milliseconds(timing_.lease));
@@ -207,21 +231,114 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
   return response;
 }
 
+absl::Status JobManager::AdmitServer(const v1::RegisterRequest& request,
+                                     const std::string& peer_host,
+                                     absl::Time now) {
+  const std::string host = HostOf(request.address());
+  if (IsLoopbackHost(host) && !peer_host.empty() &&
+      !IsLoopbackHost(peer_host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address: the server advertises ", request.address(),
+        ", a loopback address, but registers from ", peer_host,
+        ": no other host can reach it there; start it with "
+        "--advertise_host set to an address the workers reach"));
+  }
+  for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
+    const Node& other = it->second;
+    if (other.role != v1::SERVER || other.address != request.address()) {
+      continue;
+    }
+    const bool same_storage = !request.storage_id().empty() &&
+                              other.storage_id == request.storage_id();
+    if (same_storage || now - other.last_seen > timing_.lease) {
+      // The same server again (a restart on its data directory, or a retried
+      // Register), or a dead one: the new registration replaces it.
+      PS_LOG_INFO("server at ", request.address(), " registers again; node ",
+                  it->first, " is replaced");
+      for (auto& [job_id, job] : jobs_) {
+        for (Slot& slot : job.servers) {
+          if (slot.node_id == it->first) {
+            slot.last_node_id = it->first;
+            slot.last_address = other.address;
+            slot.node_id.clear();
+            slot.vacant_since = now;
+          }
+        }
+      }
+      nodes_.erase(it);
+      return absl::OkStatus();
+    }
+    return absl::AlreadyExistsError(absl::StrCat(
+        "address: ", request.address(), " is already registered by server ",
+        it->first, " (last heartbeat ", absl::FormatDuration(now - other.last_seen),
+        " ago, other storage); every server needs an address of its own "
+        "(--advertise_host, --listen). A server restarted without its data "
+        "directory gets the address once the old lease expires (",
+        absl::FormatDuration(timing_.lease), ")"));
+  }
+  return absl::OkStatus();
+}
+
+void JobManager::ReturnServerPlaces(const std::string& node_id,
+                                    const v1::RegisterRequest& request) {
+  const Node& node = nodes_.at(node_id);
+  for (auto& [job_id, job] : jobs_) {
+    if (job.status.state() != v1::RUNNING || !node.job_id.empty()) continue;
+    const auto& servers = job.status.shard_map().servers();
+    for (int i = 0; i < servers.size(); ++i) {
+      if (servers[i] != node.address) continue;
+      const bool holds = std::any_of(
+          request.held().begin(), request.held().end(),
+          [&](const v1::HeldAssignment& h) { return h.job_id() == job_id; });
+      // Shards were stored on that place once the server said so, or once a
+      // worker completed a step (which every server acknowledged).
+      const bool had_shards =
+          job.servers[i].has_shards || job.status.progress().clock() > 0;
+      if (!holds && had_shards) {
+        Finish(job, v1::FAILED,
+               absl::StrCat(
+                   "server ", i, " at ", node.address, " came back without job ",
+                   job_id, "'s shards (",
+                   job.status.spec().durability() == v1::MEMORY
+                       ? "its durability is MEMORY: a restart loses them"
+                       : "data directory lost or replaced",
+                   ")"));
+        break;
+      }
+      Attach(job, v1::SERVER, i, node_id);
+      job.servers[i].has_shards = holds;
+      if (PublishVacancies(job)) Changed(job);
+    }
+  }
+}
+
 absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     const std::string& node_id) {
-  if (auto s = ValidateId("node_id", node_id); !s.ok()) return s;
+  v1::HeartbeatRequest request;
+  request.set_node_id(node_id);
+  return Heartbeat(request);
+}
+
+absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  if (auto s = ValidateHeartbeatRequest(request); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  auto it = nodes_.find(node_id);
+  auto it = nodes_.find(request.node_id());
   if (it == nodes_.end()) {
-    return absl::NotFoundError(absl::StrCat("node_id: unknown node \"", node_id,
-                                            "\"; register again"));
+    return absl::NotFoundError(absl::StrCat(
+        "node_id: unknown node \"", request.node_id(), "\"; register again"));
   }
   Node& node = it->second;
   node.last_seen = absl::Now();
   v1::HeartbeatResponse response;
   if (!node.job_id.empty()) {
-    *response.add_assignments() =
-        AssignmentOf(jobs_.at(node.job_id), node.index);
+    Job& job = jobs_.at(node.job_id);
+    if (node.role == v1::SERVER) {
+      for (const v1::HeldAssignment& held : request.held()) {
+        if (held.job_id() == node.job_id) job.servers[node.index].has_shards = true;
+      }
+    }
+    *response.add_assignments() = AssignmentOf(job, node.index);
   }
   return response;
 }
@@ -323,11 +440,18 @@ void JobManager::Tick(absl::Time now) {
       Job& job = jobs_.at(node.job_id);
       Slot& slot =
           (node.role == v1::SERVER ? job.servers : job.workers).at(node.index);
-      if (slot.node_id == it->first) slot = Slot{"", now};
+      if (slot.node_id == it->first) {
+        slot.node_id.clear();
+        slot.vacant_since = now;
+        slot.last_node_id = it->first;
+        slot.last_address = node.address.empty() ? node.peer_host : node.address;
+      }
       PS_LOG_WARNING("job ", node.job_id, ": ", RoleName(node.role), " ",
-                     node.index, " is vacant; waiting up to ",
-                     absl::FormatDuration(timing_.recovery_grace),
-                     " for a replacement");
+                     node.index, " (", slot.last_address,
+                     ") is vacant; waiting until ",
+                     absl::FormatTime(now + timing_.recovery_grace),
+                     " for it to come back or be replaced");
+      if (PublishVacancies(job)) Changed(job);
     }
     it = nodes_.erase(it);
   }
@@ -337,15 +461,29 @@ void JobManager::Tick(absl::Time now) {
 }
 
 std::vector<std::string> JobManager::FreeNodes(v1::NodeRole role,
-                                               absl::Time now) const {
+                                               absl::Time now,
+                                               bool durable_only) const {
   std::vector<std::string> free;
   for (const auto& [node_id, node] : nodes_) {
     if (node.role == role && node.job_id.empty() &&
+        (!durable_only || node.durable) &&
         now - node.last_seen <= timing_.lease) {
       free.push_back(node_id);
     }
   }
   return free;
+}
+
+int JobManager::LiveNodes(v1::NodeRole role, absl::Time now,
+                          bool durable_only) const {
+  int live = 0;
+  for (const auto& [node_id, node] : nodes_) {
+    if (node.role == role && (!durable_only || node.durable) &&
+        now - node.last_seen <= timing_.lease) {
+      ++live;
+    }
+  }
+  return live;
 }
 
 void JobManager::Attach(Job& job, v1::NodeRole role, int index,
@@ -379,17 +517,21 @@ void JobManager::Recover(absl::Time now) {
       Attach(job, v1::WORKER, i, free.front());
       free.erase(free.begin());
     }
+    if (PublishVacancies(job)) Changed(job);
     for (const auto& [slots, role] :
          {std::pair{&job.servers, v1::SERVER}, {&job.workers, v1::WORKER}}) {
       for (size_t i = 0; i < slots->size(); ++i) {
         const Slot& slot = (*slots)[i];
         if (slot.node_id.empty() &&
             now - slot.vacant_since > timing_.recovery_grace) {
-          Finish(
-              job, v1::FAILED,
-              absl::StrCat(RoleName(role), " ", i, " was lost and not ",
-                           role == v1::SERVER ? "back" : "replaced", " within ",
-                           absl::FormatDuration(timing_.recovery_grace)));
+          Finish(job, v1::FAILED,
+                 absl::StrCat(RoleName(role), " ", i, " (",
+                              slot.last_address.empty() ? "address unknown"
+                                                        : slot.last_address,
+                              ") was lost and not ",
+                              role == v1::SERVER ? "back" : "replaced",
+                              " within ",
+                              absl::FormatDuration(timing_.recovery_grace)));
           break;
         }
       }
@@ -398,17 +540,61 @@ void JobManager::Recover(absl::Time now) {
   }
 }
 
+// Scheduling policy (docs/operations.md): pending jobs start in submission
+// order; a job that needs more servers or workers than are registered (or, for
+// a durable job, more servers with a data directory) does not hold back later
+// jobs, and says what it waits for; a job that fits the registered nodes but
+// waits for busy ones to free up holds back the jobs after it, so that a
+// stream of small jobs cannot starve a large one.
 void JobManager::Schedule(absl::Time now) {
+  std::string blocker;  // The first job waiting for busy nodes.
   for (auto& [id, job] : jobs_) {
     if (job.status.state() != v1::PENDING) continue;
     const v1::JobSpec& spec = job.status.spec();
-    std::vector<std::string> servers = FreeNodes(v1::SERVER, now);
+    const bool durable = spec.durability() != v1::MEMORY;
+    const int servers_registered = LiveNodes(v1::SERVER, now, durable);
+    const int workers_registered = LiveNodes(v1::WORKER, now);
+    std::vector<std::string> missing;
+    if (servers_registered < spec.num_servers()) {
+      missing.push_back(absl::StrCat(
+          spec.num_servers(), durable ? " servers with a data directory" : " servers",
+          durable ? absl::StrCat(" (durability ",
+                                 v1::Durability_Name(spec.durability() ==
+                                                             v1::DURABILITY_UNSPECIFIED
+                                                         ? v1::WAL
+                                                         : spec.durability()),
+                                 ")")
+                  : "",
+          ", ", servers_registered, " registered",
+          durable ? absl::StrCat(" (", LiveNodes(v1::SERVER, now),
+                                 " servers in all)")
+                  : ""));
+    }
+    if (workers_registered < spec.num_workers()) {
+      missing.push_back(absl::StrCat(spec.num_workers(), " workers, ",
+                                     workers_registered, " registered"));
+    }
+    if (!missing.empty()) {
+      SetPendingMessage(job,
+                        absl::StrCat("waiting for ", absl::StrJoin(missing, " and ")));
+      continue;
+    }
+    if (!blocker.empty()) {
+      SetPendingMessage(job, absl::StrCat("queued behind ", blocker,
+                                          ", which waits for busy nodes"));
+      continue;
+    }
+    std::vector<std::string> servers = FreeNodes(v1::SERVER, now, durable);
     std::vector<std::string> workers = FreeNodes(v1::WORKER, now);
-    // Jobs start in submission order: a job that does not fit holds back later
-    // ones.
     if (static_cast<int>(servers.size()) < spec.num_servers() ||
         static_cast<int>(workers.size()) < spec.num_workers()) {
-      return;
+      SetPendingMessage(
+          job, absl::StrCat("waiting for busy nodes to free up: needs ",
+                            spec.num_servers(), " servers and ",
+                            spec.num_workers(), " workers; ", servers.size(),
+                            " servers and ", workers.size(), " workers free"));
+      blocker = id;
+      continue;
     }
     servers.resize(spec.num_servers());
     workers.resize(spec.num_workers());
@@ -431,6 +617,7 @@ void JobManager::Schedule(absl::Time now) {
     job.reports.assign(workers.size(), v1::ProgressReport());
     for (auto& r : job.reports) r.set_test_accuracy(-1);
     job.status.set_state(v1::RUNNING);
+    job.status.clear_message();
     job.status.set_start_time_ms(NowMs());
     PS_LOG_INFO("job ", id, " running on ", servers.size(), " servers and ",
                 workers.size(), " workers");
@@ -438,11 +625,49 @@ void JobManager::Schedule(absl::Time now) {
   }
 }
 
+void JobManager::SetPendingMessage(Job& job, const std::string& message) {
+  if (job.status.message() == message) return;
+  job.status.set_message(message);
+  PS_LOG_INFO("job ", job.status.job_id(), " pending: ", message);
+  Changed(job);
+}
+
+bool JobManager::PublishVacancies(Job& job) {
+  google::protobuf::RepeatedPtrField<v1::VacantPlace> vacant;
+  for (const auto& [slots, role] :
+       {std::pair{&job.servers, v1::SERVER}, {&job.workers, v1::WORKER}}) {
+    for (size_t i = 0; i < slots->size(); ++i) {
+      const Slot& slot = (*slots)[i];
+      if (!slot.node_id.empty()) continue;
+      v1::VacantPlace* place = vacant.Add();
+      place->set_role(RoleName(role));
+      place->set_index(i);
+      place->set_last_node_id(slot.last_node_id);
+      place->set_last_address(slot.last_address);
+      if (slot.vacant_since != absl::InfiniteFuture()) {
+        place->set_vacant_since_ms(absl::ToUnixMillis(slot.vacant_since));
+        place->set_deadline_ms(
+            absl::ToUnixMillis(slot.vacant_since + timing_.recovery_grace));
+      }
+    }
+  }
+  if (IsTerminal(job.status.state())) vacant.Clear();
+  bool same = vacant.size() == job.status.vacant_size();
+  for (int i = 0; same && i < vacant.size(); ++i) {
+    same = vacant[i].SerializeAsString() ==
+           job.status.vacant(i).SerializeAsString();
+  }
+  if (same) return false;
+  *job.status.mutable_vacant() = std::move(vacant);
+  return true;
+}
+
 void JobManager::Finish(Job& job, v1::JobState state,
                         const std::string& message) {
   job.status.set_state(state);
   job.status.set_message(message);
   job.status.set_end_time_ms(NowMs());
+  job.status.clear_vacant();
   for (const auto* slots : {&job.servers, &job.workers}) {
     for (const Slot& slot : *slots) {
       auto it = nodes_.find(slot.node_id);

@@ -68,12 +68,21 @@ class JobManager {
 
   // Membership. A server whose address is that of a running job's server, and a
   // worker that reports holding a place whose node is gone, get that place
-  // back. INVALID_ARGUMENT for a bad role, a server without an address, or
-  // another malformed field (ValidateRegisterRequest).
+  // back; a server that comes back to a place without the job's shards (it
+  // does not list the job in `held` although it stored the job's shards
+  // before) fails the job, saying so. `peer_host` is the host the request
+  // came from ("" if unknown). Errors: INVALID_ARGUMENT for a bad role, a
+  // server without an address, another malformed field
+  // (ValidateRegisterRequest), or a server advertising a loopback address
+  // from another host; ALREADY_EXISTS for a server address that a live server
+  // with other storage holds.
   absl::StatusOr<v1::RegisterResponse> Register(
-      const v1::RegisterRequest& request);
-  // Renews the lease and returns the node's assignments. NOT_FOUND:
-  // re-register.
+      const v1::RegisterRequest& request, const std::string& peer_host = "");
+  // Renews the lease, records the jobs a server says it holds, and returns
+  // the node's assignments. NOT_FOUND: re-register.
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request);
+  // Heartbeat of a node that holds nothing.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& node_id);
   // Records a worker's progress; finishes or fails the job as reports say.
   // INVALID_ARGUMENT for a malformed report (ValidateProgressReport);
@@ -101,7 +110,10 @@ class JobManager {
  private:
   struct Node {
     v1::NodeRole role = v1::NODE_ROLE_UNSPECIFIED;
-    std::string address;
+    std::string address;     // Advertised (servers).
+    std::string peer_host;   // Where it registered from ("" if unknown).
+    bool durable = false;    // Servers: has a data directory.
+    std::string storage_id;  // RegisterRequest.storage_id.
     absl::Time last_seen;
     std::string job_id;  // Empty when free.
     int index = -1;      // Server or worker index in its job.
@@ -110,6 +122,12 @@ class JobManager {
   struct Slot {
     std::string node_id;  // Empty while vacant.
     absl::Time vacant_since = absl::InfiniteFuture();
+    // The node that held the place last and its address (for messages).
+    std::string last_node_id;
+    std::string last_address;
+    // Servers: the holder said (in a heartbeat) that it stores the job's
+    // shards, so a server coming back without them has lost them.
+    bool has_shards = false;
   };
   struct Job {
     v1::JobStatus status;  // status.shard_map() places the blocks.
@@ -122,6 +140,22 @@ class JobManager {
              CoordinatorMetrics* metrics, JobLimits limits);
 
   absl::Status Load();
+  // Checks a registering server's address: not loopback when registering from
+  // another host, and not held by a live server with other storage. Removes
+  // the node it replaces (an earlier registration of the same storage).
+  absl::Status AdmitServer(const v1::RegisterRequest& request,
+                           const std::string& peer_host, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives a registered server back the places at its address in running jobs,
+  // or fails a job whose shards it came back without.
+  void ReturnServerPlaces(const std::string& node_id,
+                          const v1::RegisterRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rebuilds job.status.vacant from the slots; true if it changed.
+  bool PublishVacancies(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets a pending job's message; persists and publishes only a change.
+  void SetPendingMessage(Job& job, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED when limits_.max_jobs jobs are pending or running.
   absl::Status CheckJobCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Persists, publishes to watchers and updates gauges. Logs persistence
@@ -137,8 +171,14 @@ class JobManager {
   // Gives `node_id` the place `index` of `role` in `job`.
   void Attach(Job& job, v1::NodeRole role, int index,
               const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Live nodes of `role` without a job, in id order.
-  std::vector<std::string> FreeNodes(v1::NodeRole role, absl::Time now) const
+  // Live nodes of `role` without a job, in id order; with `durable_only`,
+  // only servers with a data directory.
+  std::vector<std::string> FreeNodes(v1::NodeRole role, absl::Time now,
+                                     bool durable_only = false) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Live nodes of `role` (busy or free), with `durable_only` as FreeNodes.
+  int LiveNodes(v1::NodeRole role, absl::Time now,
+                bool durable_only = false) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Aggregate(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -4,6 +4,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "rocksdb/write_batch.h"
 
 namespace ps {
 namespace {
@@ -102,26 +104,26 @@ absl::StatusOr<std::vector<v1::JobStatus>> JobTable::LoadAll() {
   return jobs;
 }
 
-absl::StatusOr<int64_t> JobTable::NextJobNumber() {
+absl::Status JobTable::Create(v1::JobStatus* job) {
+  absl::MutexLock lock(&counter_mu_);
   std::string value;
-  int64_t next = 1;
+  int64_t number = 1;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kCounterKey, &value);
   if (s.ok()) {
-    if (!absl::SimpleAtoi(value, &next)) {
+    if (!absl::SimpleAtoi(value, &number)) {
       return absl::DataLossError("job table: unreadable job counter");
     }
   } else if (!s.IsNotFound()) {
     return FromRocks(s, "job table counter");
   }
+  job->set_job_id(absl::StrFormat("job-%06d", number));
+  rocksdb::WriteBatch batch;
+  batch.Put(kCounterKey, absl::StrCat(number + 1));
+  batch.Put(absl::StrCat(kJobPrefix, job->job_id()), job->SerializeAsString());
   rocksdb::WriteOptions options;
   options.sync = true;
-  if (auto st =
-          FromRocks(db_->Put(options, kCounterKey, absl::StrCat(next + 1)),
-                    "job table counter");
-      !st.ok()) {
-    return st;
-  }
-  return next;
+  return FromRocks(db_->Write(options, &batch),
+                   absl::StrCat("job table write of new job ", job->job_id()));
 }
 
 absl::Status JobTable::PutModel(const v1::TrainedModel& model) {

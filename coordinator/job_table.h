@@ -8,12 +8,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "ps/v1/job.pb.h"
 #include "rocksdb/db.h"
 
 namespace ps {
 
-// Thread-safe (RocksDB is).
+// Thread-safe.
 class JobTable {
  public:
   // Opens or creates the table at `path`. Errors: a clear status naming the
@@ -26,8 +27,11 @@ class JobTable {
   absl::Status Put(const v1::JobStatus& job);
   // Every stored job, in id order. DATA_LOSS for an unreadable record.
   absl::StatusOr<std::vector<v1::JobStatus>> LoadAll();
-  // Returns a fresh job number, persisted so that ids are never reused.
-  absl::StatusOr<int64_t> NextJobNumber();
+  // Gives `job` a fresh id ("job-" and a number never handed out before, even
+  // across restarts) and writes it durably (WAL, fsync) together with the
+  // advanced counter in one batch, so an acknowledged id always has its
+  // record. Concurrent calls get distinct ids. Errors: the store's.
+  absl::Status Create(v1::JobStatus* job);
 
   // Writes (replaces) the trained model of job `model.job_id()` durably (WAL,
   // fsync), under its own key so that LoadAll never reads parameters.
@@ -39,6 +43,8 @@ class JobTable {
  private:
   explicit JobTable(std::unique_ptr<rocksdb::DB> db);
   std::unique_ptr<rocksdb::DB> db_;
+  // Serialises Create's read-increment-write of the job counter.
+  absl::Mutex counter_mu_;
 };
 
 }  // namespace ps

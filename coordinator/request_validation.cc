@@ -156,11 +156,28 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
       return s;
     }
   }
+  if (!request.storage_id().empty()) {
+    if (auto s = ValidateId("storage_id", request.storage_id()); !s.ok()) {
+      return s;
+    }
+  }
   return absl::OkStatus();
 }
 
 absl::Status ValidateHeartbeatRequest(const v1::HeartbeatRequest& request) {
-  return ValidateId("node_id", request.node_id());
+  if (auto s = ValidateId("node_id", request.node_id()); !s.ok()) return s;
+  if (request.held_size() > kMaxHeldAssignments) {
+    return Invalid("held", absl::StrCat("more than ", kMaxHeldAssignments,
+                                        " assignments"));
+  }
+  for (int i = 0; i < request.held_size(); ++i) {
+    if (auto s = ValidateId(absl::StrCat("held[", i, "].job_id"),
+                            request.held(i).job_id());
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateProgressReport(const v1::ProgressReport& report) {

@@ -18,8 +18,9 @@ namespace ps {
 
 // Longest server address (host:port).
 inline constexpr size_t kMaxAddressBytes = 255;
-// Most held assignments a node may report when it registers.
-inline constexpr int kMaxHeldAssignments = 16;
+// Most held assignments a node may report when it registers or heartbeats (a
+// server reports every job whose shards it stores).
+inline constexpr int kMaxHeldAssignments = 1024;
 // Longest error a worker may report; the coordinator keeps it in the job's
 // status.
 inline constexpr size_t kMaxReportedErrorBytes = 16 * 1024;

@@ -1,8 +1,11 @@
 #include "server/parameter_server.h"
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/net_address.h"
 #include "server/memory_shard_store.h"
 #include "server/rocksdb_shard_store.h"
 
@@ -25,13 +28,21 @@ absl::Status ParameterServer::Start() {
   if (!credentials.ok()) return credentials.status();
   auto server_credentials = credentials->ServerCredentials();
   if (!server_credentials.ok()) return server_credentials.status();
+  std::string storage_id;
   if (options_.data_dir.empty()) {
     store_ = MemoryShardStore::Create();
+    // A fresh identity per process: a restart comes back without the shards.
+    absl::BitGen rng;
+    storage_id = absl::StrFormat("memory-%016x%016x", absl::Uniform<uint64_t>(rng),
+                                 absl::Uniform<uint64_t>(rng));
   } else {
     RocksDbShardStoreOptions store_options;
     store_options.path = options_.data_dir;
     auto store = RocksDbShardStore::Open(store_options);
     if (!store.ok()) return store.status();
+    auto identity = (*store)->Identity();
+    if (!identity.ok()) return identity.status();
+    storage_id = *identity;
     store_ = *std::move(store);
   }
   manager_ = std::make_unique<ParameterManager>(store_.get(), metrics_.get());
@@ -59,21 +70,51 @@ absl::Status ParameterServer::Start() {
     membership.role = v1::SERVER;
     membership.address = address();
     membership.channel = credentials->MemberChannel();
+    membership.durable = !options_.data_dir.empty();
+    membership.storage_id = storage_id;
+    membership.held_in_heartbeats = true;
     membership_ = std::make_unique<Membership>(
-        membership, [this](const std::vector<v1::Assignment>& assignments) {
+        membership,
+        [this](const std::vector<v1::Assignment>& assignments) {
           for (const absl::Status& error :
                manager_->SyncAssignments(assignments)) {
             PS_LOG_ERROR(error.message());
           }
-        });
+        },
+        [this] { return HeldJobs(); });
     membership_->Start();
   }
-  PS_LOG_INFO("parameter server listening on ", address(),
+  if (IsWildcardHost(HostOf(options_.listen_address)) &&
+      IsLoopbackHost(options_.advertise_host)) {
+    PS_LOG_WARNING(
+        "parameter server listens on all interfaces (", options_.listen_address,
+        ") but advertises ", address(),
+        ", a loopback address: workers on other hosts cannot reach it; set "
+        "--advertise_host to an address they reach");
+  }
+  PS_LOG_INFO("parameter server bound to ", options_.listen_address,
+              " (port ", port_, "), advertised as ", address(),
               credentials->tls() ? " with TLS" : "",
               options_.data_dir.empty()
                   ? " (in-memory store)"
                   : absl::StrCat(" (RocksDB at ", options_.data_dir, ")"));
   return absl::OkStatus();
+}
+
+std::vector<v1::HeldAssignment> ParameterServer::HeldJobs() {
+  std::vector<v1::HeldAssignment> held;
+  auto jobs = store_->ListJobs();
+  if (!jobs.ok()) {
+    PS_LOG_ERROR("cannot list the stored jobs: ", jobs.status().message());
+    return held;
+  }
+  // The newest jobs (ids grow) if there are more than a request may carry.
+  const size_t first =
+      jobs->size() > kMaxHeldJobs ? jobs->size() - kMaxHeldJobs : 0;
+  for (size_t i = first; i < jobs->size(); ++i) {
+    held.emplace_back().set_job_id((*jobs)[i]);
+  }
+  return held;
 }
 
 void ParameterServer::Stop() {

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/grpc_util.h"
@@ -63,6 +64,12 @@ class ParameterServer {
   ParameterManager* manager() { return manager_.get(); }
 
  private:
+  // Most jobs a registration or heartbeat lists (the coordinator's
+  // kMaxHeldAssignments).
+  static constexpr size_t kMaxHeldJobs = 1024;
+  // The jobs whose shards the store holds, for the coordinator.
+  std::vector<v1::HeldAssignment> HeldJobs();
+
   const ParameterServerOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<ServerMetrics> metrics_;

@@ -420,4 +420,18 @@ absl::Status RocksDbShardStore::DeleteJob(const std::string& job_id) {
       absl::StrCat("rocksdb shard store: job ", job_id, ": delete"));
 }
 
+absl::StatusOr<std::string> RocksDbShardStore::Identity() const {
+  std::string identity;
+  rocksdb::Status status = db_->GetDbIdentity(identity);
+  if (!status.ok()) {
+    return RocksDbStatusToAbsl(status, "rocksdb shard store: identity");
+  }
+  // The IDENTITY file may end with a newline.
+  while (!identity.empty() &&
+         (identity.back() == '\n' || identity.back() == '\r')) {
+    identity.pop_back();
+  }
+  return identity;
+}
+
 }  // namespace ps

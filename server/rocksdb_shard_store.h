@@ -79,6 +79,10 @@ class RocksDbShardStore : public ShardStore {
   // See ShardStore: one range deletion per column family, synced.
   absl::Status DeleteJob(const std::string& job_id) override;
 
+  // RocksDB's identity of this database (DB::GetDbIdentity): a UUID made when
+  // the database was created, the same after every reopen. Thread-safe.
+  absl::StatusOr<std::string> Identity() const;
+
  private:
   // Indices into handles_.
   enum Family { kDefault = 0, kValues, kOptimizer, kClocks, kMeta, kCount };

@@ -288,6 +288,10 @@ void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
   });
 }
 
+bool ServerJob::CanRead(int64_t clock, bool final) const {
+  return final ? clocks_.min_clock() >= clock : clocks_.CanRead(clock);
+}
+
 void ServerJob::PullWire(const v1::PullRequest& request,
                          PullWireCallback done) {
   std::vector<uint64_t> keys;
@@ -299,11 +303,12 @@ void ServerJob::PullWire(const v1::PullRequest& request,
     if (status.ok()) {
       status = clocks_.CheckPull(request.worker_index(), request.clock());
     }
-    if (status.ok() && !clocks_.CanRead(request.clock())) {
+    if (status.ok() && !CanRead(request.clock(), request.final())) {
       Ready evicted;
       EvictOldestWaiting(request.worker_index(), /*pulls=*/true, &evicted);
       waiters_.push_back({request.worker_index(), request.clock(),
-                          std::move(keys), std::move(done), absl::Now()});
+                          request.final(), std::move(keys), std::move(done),
+                          absl::Now()});
       lock.Release();
       evicted.Run();
       return;
@@ -498,7 +503,7 @@ void ServerJob::CollectReady(Ready* ready) {
   const absl::Time now = absl::Now();
   auto keep = waiters_.begin();
   for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
-    if (!closed_.ok() || clocks_.CanRead(it->clock)) {
+    if (!closed_.ok() || CanRead(it->clock, it->final)) {
       metrics_->pull_wait_seconds.Observe(
           absl::ToDoubleSeconds(now - it->since));
       ready->pulls.emplace_back(

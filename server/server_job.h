@@ -117,6 +117,7 @@ class ServerJob {
   struct Waiter {
     int worker;
     int64_t clock;
+    bool final;  // PullRequest.final: waits for min_clock >= clock.
     std::vector<uint64_t> keys;
     PullWireCallback done;
     absl::Time since;
@@ -160,6 +161,10 @@ class ServerJob {
   // Writes `touched` blocks and the clocks in one batch (no-op without a
   // store).
   absl::Status Persist(const std::vector<size_t>& touched)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when a read at `clock` may be answered now: the consistency bound,
+  // or for a final read every worker's pushes below `clock`.
+  bool CanRead(int64_t clock, bool final) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the pulls the current min_clock lets through, and the parked pushes
   // whose clock is applied, into `ready` (all of them, failed, once closed).

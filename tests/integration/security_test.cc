@@ -404,6 +404,7 @@ TEST_F(SecurityTest, ClusterTrainsUnderMutualTlsSecretAndToken) {
   StartCoordinator(coordinator);
   ParameterServerOptions server;
   server.coordinator = coordinator_address_;
+  server.data_dir = dir_ + "/server";  // The job is durable (WAL).
   server.security = security;
   server.security.tls.require_client_cert = true;
   StartServer(server);

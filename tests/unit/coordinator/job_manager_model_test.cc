@@ -78,6 +78,7 @@ class JobManagerModelTest : public ::testing::Test {
     v1::RegisterRequest request;
     request.set_role(role);
     request.set_address(address);
+    request.set_durable(role == v1::SERVER);  // Spec() is durable.
     auto response = manager_->Register(request);
     EXPECT_TRUE(response.ok()) << response.status();
     return response.ok() ? response->node_id() : "";

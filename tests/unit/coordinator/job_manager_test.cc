@@ -85,13 +85,32 @@ class JobManagerTest : public ::testing::Test {
     return id.value_or("");
   }
 
+  // Servers register as durable, with storage named after their address.
   std::string Register(v1::NodeRole role, const std::string& address = "") {
     v1::RegisterRequest request;
     request.set_role(role);
     request.set_address(address);
+    if (role == v1::SERVER) {
+      request.set_durable(true);
+      request.set_storage_id(StorageOf(address));
+    }
     auto response = manager_->Register(request);
     EXPECT_TRUE(response.ok()) << response.status();
     return response.ok() ? response->node_id() : "";
+  }
+
+  static std::string StorageOf(const std::string& address) {
+    std::string id = "storage-" + address;
+    for (char& c : id) {
+      if (c == ':') c = '-';
+    }
+    return id;
+  }
+
+  v1::JobStatus Status(const std::string& job_id) {
+    auto status = manager_->Get(job_id);
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.value_or(v1::JobStatus());
   }
 
   v1::JobState State(const std::string& job_id) {
@@ -600,6 +619,186 @@ TEST_F(JobManagerTest, WatchersSeeOnlyTheirJob) {
   ASSERT_TRUE(manager_->Cancel(b).ok());
   EXPECT_EQ(calls_a, 1);
   EXPECT_EQ(calls_b, 2);
+}
+
+TEST_F(JobManagerTest, AJobThatCannotFitDoesNotHoldBackLaterJobs) {
+  const std::string big = Submit(Spec(/*servers=*/1, /*workers=*/3));
+  const std::string small = Submit(Spec(/*servers=*/1, /*workers=*/2));
+  Register(v1::SERVER, "10.0.0.1:7000");
+  Register(v1::WORKER);
+  Register(v1::WORKER);
+  manager_->Tick(absl::Now());
+  EXPECT_EQ(State(big), v1::PENDING);
+  EXPECT_EQ(Status(big).message(), "waiting for 3 workers, 2 registered");
+  EXPECT_EQ(State(small), v1::RUNNING);
+  EXPECT_EQ(Status(small).message(), "");
+  // Once a third worker registers, the big job waits for busy nodes and holds
+  // back the jobs queued after it, so that it is never starved.
+  Register(v1::WORKER);
+  const std::string later = Submit(Spec(/*servers=*/1, /*workers=*/1));
+  Register(v1::SERVER, "10.0.0.2:7000");
+  manager_->Tick(absl::Now());
+  EXPECT_EQ(State(big), v1::PENDING);
+  EXPECT_THAT(Status(big).message(),
+              HasSubstr("waiting for busy nodes to free up"));
+  EXPECT_EQ(State(later), v1::PENDING);
+  EXPECT_THAT(Status(later).message(), HasSubstr("queued behind " + big));
+}
+
+TEST_F(JobManagerTest, DurableJobsRunOnlyOnServersWithADataDirectory) {
+  const std::string durable = Submit(Spec(/*servers=*/1, /*workers=*/1));
+  v1::RegisterRequest in_memory;
+  in_memory.set_role(v1::SERVER);
+  in_memory.set_address("10.0.0.1:7000");
+  in_memory.set_storage_id("memory-1");
+  ASSERT_TRUE(manager_->Register(in_memory).ok());
+  Register(v1::WORKER);
+  manager_->Tick(absl::Now());
+  EXPECT_EQ(State(durable), v1::PENDING);
+  EXPECT_EQ(Status(durable).message(),
+            "waiting for 1 servers with a data directory (durability WAL), 0 "
+            "registered (1 servers in all)");
+  // A MEMORY job may use it.
+  v1::JobSpec spec = Spec(/*servers=*/1, /*workers=*/1);
+  spec.set_durability(v1::MEMORY);
+  const std::string memory = Submit(spec);
+  manager_->Tick(absl::Now());
+  EXPECT_EQ(State(memory), v1::RUNNING);
+  EXPECT_EQ(State(durable), v1::PENDING);
+}
+
+TEST_F(JobManagerTest, TwoLiveServersCannotShareAnAddress) {
+  Register(v1::SERVER, "10.0.0.1:7000");
+  v1::RegisterRequest other;
+  other.set_role(v1::SERVER);
+  other.set_address("10.0.0.1:7000");
+  other.set_durable(true);
+  other.set_storage_id("another-storage");
+  auto refused = manager_->Register(other);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("10.0.0.1:7000 is already registered by server"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--advertise_host"));
+  // Once the first one's lease has expired, the address is free.
+  manager_->Tick(absl::Now() + timing_.lease + absl::Seconds(1));
+  EXPECT_TRUE(manager_->Register(other).ok());
+}
+
+TEST_F(JobManagerTest, AServerRegisteringAgainWithItsStorageReplacesItself) {
+  const std::string id = Submit(Spec(/*servers=*/1, /*workers=*/2));
+  StartJob(id);
+  // A restart on the same data directory (or a retried Register) before the
+  // old lease expired: the same storage, so the new node takes the place.
+  const std::string again = Register(v1::SERVER, "10.0.0.1:7000");
+  ASSERT_NE(again, server_);
+  EXPECT_EQ(manager_->Heartbeat(server_).status().code(),
+            absl::StatusCode::kNotFound);
+  auto assignments = Assignments(again);
+  ASSERT_THAT(assignments, SizeIs(1));
+  EXPECT_EQ(assignments[0].job_id(), id);
+  EXPECT_EQ(State(id), v1::RUNNING);
+  EXPECT_EQ(metrics_.nodes("server").Value(), 1);
+}
+
+TEST_F(JobManagerTest, ALoopbackAddressFromAnotherHostIsRefused) {
+  v1::RegisterRequest request;
+  request.set_role(v1::SERVER);
+  request.set_address("127.0.0.1:7100");
+  auto refused = manager_->Register(request, "10.0.0.5");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("loopback address, but registers from 10.0.0.5"));
+  EXPECT_TRUE(manager_->Register(request, "127.0.0.1").ok());
+}
+
+TEST_F(JobManagerTest, AServerBackWithoutTheJobsShardsFailsTheJobSayingSo) {
+  timing_.lease = absl::Seconds(2);
+  CreateManager();
+  const std::string id = Submit(Spec(/*servers=*/1, /*workers=*/2));
+  StartJob(id);
+  // The server says it stores the job's shards.
+  v1::HeartbeatRequest heartbeat;
+  heartbeat.set_node_id(server_);
+  heartbeat.add_held()->set_job_id(id);
+  ASSERT_TRUE(manager_->Heartbeat(heartbeat).ok());
+  // It comes back on its address with other storage and without the job.
+  manager_->Tick(absl::Now() + timing_.lease + absl::Seconds(1));
+  v1::RegisterRequest request;
+  request.set_role(v1::SERVER);
+  request.set_address("10.0.0.1:7000");
+  request.set_durable(true);
+  request.set_storage_id("an-emptied-data-directory");
+  ASSERT_TRUE(manager_->Register(request).ok());
+  const v1::JobStatus status = Status(id);
+  EXPECT_EQ(status.state(), v1::FAILED);
+  EXPECT_EQ(status.message(),
+            "server 0 at 10.0.0.1:7000 came back without job " + id +
+                "'s shards (data directory lost or replaced)");
+}
+
+TEST_F(JobManagerTest, AServerBackWithTheJobsShardsGetsItsPlace) {
+  timing_.lease = absl::Seconds(2);
+  CreateManager();
+  const std::string id = Submit(Spec(/*servers=*/1, /*workers=*/2));
+  StartJob(id);
+  v1::HeartbeatRequest heartbeat;
+  heartbeat.set_node_id(server_);
+  heartbeat.add_held()->set_job_id(id);
+  ASSERT_TRUE(manager_->Heartbeat(heartbeat).ok());
+  manager_->Tick(absl::Now() + timing_.lease + absl::Seconds(1));
+  v1::RegisterRequest request;
+  request.set_role(v1::SERVER);
+  request.set_address("10.0.0.1:7000");
+  request.set_durable(true);
+  request.set_storage_id(StorageOf("10.0.0.1:7000"));
+  request.add_held()->set_job_id(id);
+  auto server = manager_->Register(request);
+  ASSERT_TRUE(server.ok());
+  EXPECT_EQ(State(id), v1::RUNNING);
+  EXPECT_THAT(Assignments(server->node_id()), SizeIs(1));
+}
+
+TEST_F(JobManagerTest, VacantPlacesAreInTheStatusWithTheirAddressAndDeadline) {
+  timing_.lease = absl::Seconds(2);
+  timing_.recovery_grace = absl::Seconds(10);
+  CreateManager();
+  const std::string id = Submit(Spec(/*servers=*/1, /*workers=*/2));
+  StartJob(id);
+  EXPECT_THAT(Status(id).vacant(), IsEmpty());
+  const absl::Time expired = absl::Now() + timing_.lease + absl::Seconds(1);
+  manager_->Tick(expired);
+  const v1::JobStatus status = Status(id);
+  ASSERT_EQ(status.state(), v1::RUNNING);
+  ASSERT_THAT(status.vacant(), SizeIs(3));
+  const v1::VacantPlace& server = status.vacant(0);
+  EXPECT_EQ(server.role(), "server");
+  EXPECT_EQ(server.index(), 0);
+  EXPECT_EQ(server.last_node_id(), server_);
+  EXPECT_EQ(server.last_address(), "10.0.0.1:7000");
+  EXPECT_EQ(server.vacant_since_ms(), absl::ToUnixMillis(expired));
+  EXPECT_EQ(server.deadline_ms(),
+            absl::ToUnixMillis(expired + timing_.recovery_grace));
+  EXPECT_EQ(status.vacant(1).role(), "worker");
+  // Filled places leave the list.
+  Register(v1::SERVER, "10.0.0.1:7000");
+  EXPECT_THAT(Status(id).vacant(), SizeIs(2));
+  // The failure names the address.
+  manager_->Tick(expired + timing_.recovery_grace + absl::Seconds(1));
+  EXPECT_EQ(State(id), v1::FAILED);
+  EXPECT_THAT(Status(id).vacant(), IsEmpty());
+}
+
+TEST_F(JobManagerTest, ALostServersFailureNamesItsAddress) {
+  timing_.lease = absl::Seconds(2);
+  timing_.recovery_grace = absl::Seconds(10);
+  CreateManager();
+  const std::string id = Submit(Spec(/*servers=*/1, /*workers=*/2));
+  StartJob(id);
+  const absl::Time expired = absl::Now() + timing_.lease + absl::Seconds(1);
+  manager_->Tick(expired);
+  manager_->Tick(expired + timing_.recovery_grace + absl::Seconds(1));
+  EXPECT_EQ(Status(id).message(),
+            "server 0 (10.0.0.1:7000) was lost and not back within 10s");
 }
 
 }  // namespace
