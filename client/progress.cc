@@ -1,18 +1,51 @@
 #include "client/progress.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace ps {
 
-std::string FormatProgressLine(const v1::JobStatus& job, int bar_width) {
+std::string FormatVacancies(const v1::JobStatus& job, absl::Time now) {
+  std::vector<std::string> places;
+  for (const v1::VacantPlace& place : job.vacant()) {
+    std::string text = absl::StrCat(place.role(), " ", place.index(), " (",
+                                    place.last_address().empty()
+                                        ? "address unknown"
+                                        : place.last_address());
+    if (place.vacant_since_ms() > 0) {
+      absl::StrAppend(
+          &text, ", vacant ",
+          absl::FormatDuration(absl::Trunc(
+              now - absl::FromUnixMillis(place.vacant_since_ms()),
+              absl::Seconds(1))));
+    }
+    if (place.deadline_ms() > 0) {
+      const absl::Duration left = std::max(
+          absl::ZeroDuration(),
+          absl::Trunc(absl::FromUnixMillis(place.deadline_ms()) - now,
+                      absl::Seconds(1)));
+      absl::StrAppend(&text, ", the job fails in ", absl::FormatDuration(left));
+    }
+    places.push_back(absl::StrCat(text, ")"));
+  }
+  if (places.empty()) return "";
+  return absl::StrCat("waiting for ", absl::StrJoin(places, ", "));
+}
+
+std::string FormatProgressLine(const v1::JobStatus& job, int bar_width,
+                               absl::Time now) {
   const v1::JobProgress& p = job.progress();
   std::string line =
       absl::StrCat(job.job_id(), " ", v1::JobState_Name(job.state()));
-  if (job.state() == v1::PENDING)
-    return absl::StrCat(line, "  waiting for nodes");
+  if (job.state() == v1::PENDING) {
+    return absl::StrCat(
+        line, "  ", job.message().empty() ? "waiting for nodes" : job.message());
+  }
   const double fraction =
       p.total_clocks() > 0
           ? std::clamp(static_cast<double>(p.clock()) / p.total_clocks(), 0.0,
@@ -37,6 +70,9 @@ std::string FormatProgressLine(const v1::JobStatus& job, int bar_width) {
         &line, absl::StrFormat("  test acc %.4f (epoch %d)", p.test_accuracy(),
                                p.accuracy_epoch()));
   }
+  if (const std::string vacant = FormatVacancies(job, now); !vacant.empty()) {
+    absl::StrAppend(&line, "  ", vacant);
+  }
   return line;
 }
 
@@ -49,6 +85,10 @@ std::string FormatSummary(const v1::JobStatus& job) {
         &out,
         absl::StrFormat(" after %.1f s",
                         (job.end_time_ms() - job.start_time_ms()) / 1000.0));
+  }
+  if (const std::string vacant = FormatVacancies(job, absl::Now());
+      !vacant.empty()) {
+    absl::StrAppend(&out, "\n", vacant);
   }
   if (job.progress().test_accuracy() >= 0) {
     absl::StrAppend(

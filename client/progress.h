@@ -4,6 +4,9 @@
 
 #include <string>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 #include "ps/v1/job.pb.h"
 
 namespace ps {
@@ -12,9 +15,17 @@ namespace ps {
 // samples/s and the latest test accuracy, e.g.
 // "job-000001 RUNNING epoch 3/15 [#####-----]  20%  loss 0.4120  5321 samples/s
 // test acc 0.8512 (epoch 3)".
-std::string FormatProgressLine(const v1::JobStatus& job, int bar_width = 24);
+// A pending job shows what it waits for (its message); a running job with
+// vacant places ends with FormatVacancies.
+std::string FormatProgressLine(const v1::JobStatus& job, int bar_width = 24,
+                               absl::Time now = absl::Now());
 
-// The closing summary of a finished job: state, message, accuracy, wall time.
+// The places of a running job waiting for a node, e.g. "waiting for server 0
+// (10.0.0.1:7100, vacant 12s, the job fails in 48s)"; "" when there are none.
+std::string FormatVacancies(const v1::JobStatus& job, absl::Time now);
+
+// The closing summary of a job: state, message, wall time, vacant places and
+// accuracy.
 std::string FormatSummary(const v1::JobStatus& job);
 
 // One row of `psctl list`.

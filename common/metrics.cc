@@ -1,7 +1,18 @@
 #include "common/metrics.h"
 
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "grpcpp/support/status.h"
 
 namespace ps {
@@ -18,9 +29,57 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
         absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
   }
   exposer->exposer_->RegisterCollectable(registry);
+  exposer->process_registry_ = std::make_shared<prometheus::Registry>();
+  prometheus::BuildGauge()
+      .Name("process_start_time_seconds")
+      .Help("Start time of the process since the Unix epoch, in seconds.")
+      .Register(*exposer->process_registry_)
+      .Add({})
+      .Set(absl::ToDoubleSeconds(ProcessStartTime() - absl::UnixEpoch()));
+  exposer->exposer_->RegisterCollectable(exposer->process_registry_);
   const auto ports = exposer->exposer_->GetListeningPorts();
   exposer->port_ = ports.empty() ? 0 : ports.front();
   return exposer;
+}
+
+namespace {
+
+// Seconds since boot the process started at, and the boot time, from /proc.
+std::optional<absl::Time> ReadProcessStartTime() {
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)),
+                   std::istreambuf_iterator<char>());
+  // Field 22 (starttime, in clock ticks since boot) counts from after the
+  // command name, which is in parentheses and may hold spaces.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
+  int64_t ticks = 0;
+  // Fields from the third (state) on; starttime is the 22nd overall.
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &ticks)) {
+    return std::nullopt;
+  }
+  std::ifstream boot_file("/proc/stat");
+  std::string line;
+  while (std::getline(boot_file, line)) {
+    int64_t boot = 0;
+    absl::string_view rest = line;
+    if (absl::ConsumePrefix(&rest, "btime ") && absl::SimpleAtoi(rest, &boot)) {
+      const long hz = sysconf(_SC_CLK_TCK);
+      if (hz <= 0) return std::nullopt;
+      return absl::FromUnixSeconds(boot) +
+             absl::Seconds(static_cast<double>(ticks) / hz);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::Time ProcessStartTime() {
+  static const absl::Time start = ReadProcessStartTime().value_or(absl::Now());
+  return start;
 }
 
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {

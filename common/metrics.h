@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
@@ -16,7 +17,8 @@
 
 namespace ps {
 
-// Serves a registry as Prometheus text on http://<address>/metrics.
+// Serves a registry as Prometheus text on http://<address>/metrics, with the
+// process's start time (process_start_time_seconds, the standard name).
 class MetricsExposer {
  public:
   // address: "host:port"; port 0 picks a free port. Errors: UNAVAILABLE if the
@@ -30,8 +32,14 @@ class MetricsExposer {
  private:
   MetricsExposer() = default;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  // process_start_time_seconds, served beside the owner's registry.
+  std::shared_ptr<prometheus::Registry> process_registry_;
   int port_ = 0;
 };
+
+// When this process started (from /proc; the first call's time where /proc
+// cannot be read). Thread-safe.
+absl::Time ProcessStartTime();
 
 // Latency buckets in seconds, 100us to 30s.
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets();

@@ -9,6 +9,13 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
               .Help("Nodes dropped because they missed their heartbeats.")
               .Register(registry)
               .Add({})),
+      recovery_deadline(
+          prometheus::BuildGauge()
+              .Name("ps_recovery_deadline_timestamp_seconds")
+              .Help("When the first running job with a vacant place fails "
+                    "unless the place is filled (Unix time); 0 if none waits.")
+              .Register(registry)
+              .Add({})),
       jobs_(prometheus::BuildGauge()
                 .Name("ps_jobs")
                 .Help("Jobs by state.")
@@ -20,13 +27,23 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
       finished_(prometheus::BuildCounter()
                     .Name("ps_jobs_finished_total")
                     .Help("Jobs that reached a terminal state, by state.")
-                    .Register(registry)) {
+                    .Register(registry)),
+      vacant_(prometheus::BuildGauge()
+                  .Name("ps_vacant_places")
+                  .Help("Places of running jobs waiting for a node, by role.")
+                  .Register(registry)) {
   for (v1::JobState s :
        {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
     jobs(s).Set(0);
   }
   nodes("server").Set(0);
   nodes("worker").Set(0);
+  vacant_places("server").Set(0);
+  vacant_places("worker").Set(0);
+}
+
+prometheus::Gauge& CoordinatorMetrics::vacant_places(const std::string& role) {
+  return vacant_.Add({{"role", role}});
 }
 
 prometheus::Gauge& CoordinatorMetrics::jobs(v1::JobState state) {

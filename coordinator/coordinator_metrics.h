@@ -23,11 +23,17 @@ class CoordinatorMetrics {
   prometheus::Counter& leases_expired;
   // ps_jobs_finished_total{state}: jobs that reached a terminal state.
   prometheus::Counter& finished(v1::JobState state);
+  // ps_vacant_places{role}: places of running jobs waiting for a node.
+  prometheus::Gauge& vacant_places(const std::string& role);
+  // ps_recovery_deadline_timestamp_seconds: when the first running job with a
+  // vacant place fails unless it is filled (Unix time); 0 when none waits.
+  prometheus::Gauge& recovery_deadline;
 
  private:
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& nodes_;
   prometheus::Family<prometheus::Counter>& finished_;
+  prometheus::Family<prometheus::Gauge>& vacant_;
 };
 
 }  // namespace ps

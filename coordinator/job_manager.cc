@@ -705,6 +705,20 @@ void JobManager::UpdateGauges() {
     (node.role == v1::SERVER ? servers : workers)++;
   metrics_->nodes("server").Set(servers);
   metrics_->nodes("worker").Set(workers);
+  std::map<std::string, int> vacant;
+  int64_t first_deadline_ms = 0;
+  for (const auto& [id, job] : jobs_) {
+    for (const v1::VacantPlace& place : job.status.vacant()) {
+      ++vacant[place.role()];
+      if (place.deadline_ms() > 0 &&
+          (first_deadline_ms == 0 || place.deadline_ms() < first_deadline_ms)) {
+        first_deadline_ms = place.deadline_ms();
+      }
+    }
+  }
+  metrics_->vacant_places("server").Set(vacant["server"]);
+  metrics_->vacant_places("worker").Set(vacant["worker"]);
+  metrics_->recovery_deadline.Set(first_deadline_ms / 1000.0);
 }
 
 }  // namespace ps

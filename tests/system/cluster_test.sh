@@ -540,11 +540,12 @@ while read -r name port; do
   promtool check metrics <"$file" >"$file.lint" 2>&1 ||
     fail "promtool check metrics accepts $name's /metrics (port $port)" "$file.lint"
   case $name in
-    coordinator) expected='ps_jobs{state="SUCCEEDED"} ps_rpc_requests_total' ;;
+    coordinator) expected='ps_jobs{state="SUCCEEDED"} ps_rpc_requests_total ps_vacant_places{role="server"} ps_recovery_deadline_timestamp_seconds' ;;
     server*) expected='ps_updates_applied_total ps_pull_wait_seconds_bucket ps_store_write_latency_seconds_count ps_rpc_requests_total' ;;
     worker*) expected='ps_worker_samples_per_second ps_worker_steps_total' ;;
     *) fail "unknown process $name" ;;
   esac
+  expected="$expected process_start_time_seconds"
   for metric in $expected; do
     grep -qF "$metric" <(grep -v '^#' "$file") || fail "$name's /metrics has $metric" "$file"
   done

@@ -37,6 +37,34 @@ TEST(FormatProgressLineTest, PendingSaysItWaits) {
   EXPECT_EQ(FormatProgressLine(job), "job-000007 PENDING  waiting for nodes");
 }
 
+TEST(FormatProgressLineTest, PendingShowsWhatItWaitsFor) {
+  v1::JobStatus job;
+  job.set_job_id("job-000007");
+  job.set_state(v1::PENDING);
+  job.set_message("waiting for 3 workers, 2 registered");
+  EXPECT_EQ(FormatProgressLine(job),
+            "job-000007 PENDING  waiting for 3 workers, 2 registered");
+}
+
+TEST(FormatProgressLineTest, RunningShowsVacantPlacesAndTheDeadline) {
+  v1::JobStatus job = Running(50, 100);
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  v1::VacantPlace* server = job.add_vacant();
+  server->set_role("server");
+  server->set_index(1);
+  server->set_last_address("10.0.0.2:7100");
+  server->set_vacant_since_ms(absl::ToUnixMillis(now - absl::Seconds(12)));
+  server->set_deadline_ms(absl::ToUnixMillis(now + absl::Seconds(48)));
+  v1::VacantPlace* worker = job.add_vacant();
+  worker->set_role("worker");
+  worker->set_index(0);
+  EXPECT_EQ(FormatProgressLine(job, 10, now),
+            "job-000001 RUNNING epoch 3/15 [#####-----]  50%  loss 0.4120  "
+            "5321 samples/s  waiting for server 1 (10.0.0.2:7100, vacant 12s, "
+            "the job fails in 48s), worker 0 (address unknown)");
+  EXPECT_EQ(FormatVacancies(Running(50, 100), now), "");
+}
+
 TEST(FormatProgressLineTest, RunningLineWithoutAccuracy) {
   EXPECT_EQ(FormatProgressLine(Running(50, 100), 10),
             "job-000001 RUNNING epoch 3/15 [#####-----]  50%  loss 0.4120  "

@@ -779,13 +779,20 @@ TEST_F(JobManagerTest, VacantPlacesAreInTheStatusWithTheirAddressAndDeadline) {
   EXPECT_EQ(server.deadline_ms(),
             absl::ToUnixMillis(expired + timing_.recovery_grace));
   EXPECT_EQ(status.vacant(1).role(), "worker");
+  EXPECT_EQ(metrics_.vacant_places("server").Value(), 1);
+  EXPECT_EQ(metrics_.vacant_places("worker").Value(), 2);
+  EXPECT_EQ(metrics_.recovery_deadline.Value(),
+            absl::ToUnixMillis(expired + timing_.recovery_grace) / 1000.0);
   // Filled places leave the list.
   Register(v1::SERVER, "10.0.0.1:7000");
   EXPECT_THAT(Status(id).vacant(), SizeIs(2));
+  EXPECT_EQ(metrics_.vacant_places("server").Value(), 0);
   // The failure names the address.
   manager_->Tick(expired + timing_.recovery_grace + absl::Seconds(1));
   EXPECT_EQ(State(id), v1::FAILED);
   EXPECT_THAT(Status(id).vacant(), IsEmpty());
+  EXPECT_EQ(metrics_.vacant_places("worker").Value(), 0);
+  EXPECT_EQ(metrics_.recovery_deadline.Value(), 0);
 }
 
 TEST_F(JobManagerTest, ALostServersFailureNamesItsAddress) {
