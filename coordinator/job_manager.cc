@@ -20,6 +20,11 @@ const char* RoleName(v1::NodeRole role) {
   return role == v1::SERVER ? "server" : "worker";
 }
 
+// "1 server", "2 servers".
+std::string Count(int64_t n, const char* noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
 }  // namespace
 
 bool IsTerminal(v1::JobState state) {
@@ -556,22 +561,23 @@ void JobManager::Schedule(absl::Time now) {
     const int workers_registered = LiveNodes(v1::WORKER, now);
     std::vector<std::string> missing;
     if (servers_registered < spec.num_servers()) {
-      missing.push_back(absl::StrCat(
-          spec.num_servers(), durable ? " servers with a data directory" : " servers",
-          durable ? absl::StrCat(" (durability ",
-                                 v1::Durability_Name(spec.durability() ==
-                                                             v1::DURABILITY_UNSPECIFIED
-                                                         ? v1::WAL
-                                                         : spec.durability()),
-                                 ")")
-                  : "",
-          ", ", servers_registered, " registered",
-          durable ? absl::StrCat(" (", LiveNodes(v1::SERVER, now),
-                                 " servers in all)")
-                  : ""));
+      std::string servers = Count(spec.num_servers(), "server");
+      if (durable) {
+        const v1::Durability durability =
+            spec.durability() == v1::DURABILITY_UNSPECIFIED
+                ? v1::WAL
+                : spec.durability();
+        absl::StrAppend(&servers, " with a data directory (durability ",
+                        v1::Durability_Name(durability), "), ",
+                        servers_registered, " registered (",
+                        Count(LiveNodes(v1::SERVER, now), "server"), " in all)");
+      } else {
+        absl::StrAppend(&servers, ", ", servers_registered, " registered");
+      }
+      missing.push_back(std::move(servers));
     }
     if (workers_registered < spec.num_workers()) {
-      missing.push_back(absl::StrCat(spec.num_workers(), " workers, ",
+      missing.push_back(absl::StrCat(Count(spec.num_workers(), "worker"), ", ",
                                      workers_registered, " registered"));
     }
     if (!missing.empty()) {
@@ -590,9 +596,10 @@ void JobManager::Schedule(absl::Time now) {
         static_cast<int>(workers.size()) < spec.num_workers()) {
       SetPendingMessage(
           job, absl::StrCat("waiting for busy nodes to free up: needs ",
-                            spec.num_servers(), " servers and ",
-                            spec.num_workers(), " workers; ", servers.size(),
-                            " servers and ", workers.size(), " workers free"));
+                            Count(spec.num_servers(), "server"), " and ",
+                            Count(spec.num_workers(), "worker"), "; ",
+                            Count(servers.size(), "server"), " and ",
+                            Count(workers.size(), "worker"), " free"));
       blocker = id;
       continue;
     }

@@ -656,8 +656,8 @@ TEST_F(JobManagerTest, DurableJobsRunOnlyOnServersWithADataDirectory) {
   manager_->Tick(absl::Now());
   EXPECT_EQ(State(durable), v1::PENDING);
   EXPECT_EQ(Status(durable).message(),
-            "waiting for 1 servers with a data directory (durability WAL), 0 "
-            "registered (1 servers in all)");
+            "waiting for 1 server with a data directory (durability WAL), 0 "
+            "registered (1 server in all)");
   // A MEMORY job may use it.
   v1::JobSpec spec = Spec(/*servers=*/1, /*workers=*/1);
   spec.set_durability(v1::MEMORY);
