@@ -7,6 +7,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/impl/server_builder_plugin.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/client_interceptor.h"
 
@@ -132,6 +133,11 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder,
   builder->SetOption(std::make_unique<ReflectionOption>(reflection));
   builder->SetMaxReceiveMessageSize(limits.max_receive_message_bytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
+  if (limits.memory_quota_bytes > 0) {
+    builder->SetResourceQuota(
+        grpc::ResourceQuota("ps-server-quota")
+            .Resize(static_cast<size_t>(limits.memory_quota_bytes)));
+  }
   if (limits.max_concurrent_streams > 0) {
     builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                                 limits.max_concurrent_streams);

@@ -39,6 +39,11 @@ struct ServerLimits {
   // own transport until one ends, and other connections are unaffected.
   // Default 100 (a worker has a few calls open per server; psctl one).
   int max_concurrent_streams = 100;
+  // Memory the server's transport may hold for all connections together
+  // (received messages not yet handled, buffers): a gRPC ResourceQuota. Past
+  // it gRPC shrinks flow-control windows and cancels calls in flight
+  // ("Buffers full") until memory is released. 0: no quota. Default 0.
+  int64_t memory_quota_bytes = 0;
 };
 
 // Sets the message limits and `limits` on a server builder and enables gRPC's

@@ -54,6 +54,10 @@ absl::Status Coordinator::Start() {
   limits.max_receive_message_bytes = static_cast<int>(std::min<int64_t>(
       limits.max_receive_message_bytes,
       std::max<int64_t>(max_upload_bytes, kMaxSubmitJobRequestBytes)));
+  if (limits.memory_quota_bytes == 0) {
+    limits.memory_quota_bytes =
+        int64_t{limits.max_receive_message_bytes} + (int64_t{64} << 20);
+  }
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder, limits, options_.reflection);
   builder.AddListeningPort(options_.listen_address, *server_credentials,

@@ -49,6 +49,8 @@ struct CoordinatorOptions {
   // (MaxUploadModelRequestBytes(job_limits)), nor than
   // server_limits.max_receive_message_bytes if that is smaller; each method
   // has its own, smaller limit (request_validation.h).
+  // server_limits.memory_quota_bytes 0 (the default) means that limit plus
+  // 64 MiB: one largest request in flight and room for everything else.
   ServerLimits server_limits;
   // Serve gRPC server reflection. Default true.
   bool reflection = true;

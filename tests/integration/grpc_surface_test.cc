@@ -252,6 +252,41 @@ TEST_F(GrpcSurfaceTest, OversizedSubmitJobIsRefusedWhileNormalOnesWork) {
   EXPECT_TRUE(Submit(jobs.get(), Spec()).ok());
 }
 
+// Calls in flight hold their messages' bytes; the coordinator's memory quota
+// bounds them all together (a method's own limit bounds one call only).
+// Here the quota is made smaller than one upload that every limit of its
+// own admits: it is cancelled with RESOURCE_EXHAUSTED, and the coordinator
+// serves on.
+TEST_F(GrpcSurfaceTest, MemoryQuotaBoundsWhatCallsInFlightHold) {
+  CoordinatorOptions options;
+  options.data_dir = dir_ + "/coordinator";
+  options.server_limits.memory_quota_bytes = 16 << 20;
+  coordinator_ = std::make_unique<Coordinator>(options);
+  ASSERT_TRUE(coordinator_->Start().ok());
+  auto channel =
+      CreateChannel(absl::StrCat("127.0.0.1:", coordinator_->port()));
+  auto cluster = v1::ClusterService::NewStub(channel);
+  const auto upload = [&](size_t bytes) {
+    v1::UploadModelRequest request;
+    request.set_node_id("node-1");
+    request.mutable_model()->set_job_id("job-000001");
+    request.mutable_model()->add_tensors()->set_data(std::string(bytes, '\0'));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(20));
+    v1::UploadModelResponse response;
+    return cluster->UploadModel(&ctx, request, &response);
+  };
+  grpc::Status status = upload(48 << 20);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << status.error_message();
+  // A small upload is parsed and refused for what it says.
+  status = upload(1 << 20);
+  EXPECT_NE(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << status.error_message();
+  auto jobs = v1::JobService::NewStub(channel);
+  EXPECT_TRUE(Submit(jobs.get(), Spec()).ok());
+}
+
 TEST_F(GrpcSurfaceTest, HealthAnswersForEachServedService) {
   auto channel = StartCoordinator();
   grpc::Status status;
