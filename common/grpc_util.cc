@@ -80,11 +80,10 @@ class ReflectionOption final : public grpc::ServerBuilderOption {
     auto plugin =
         std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>();
     const std::string name = plugin->name();
-    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
-                                  [&](const auto& p) {
-                                    return p->name() == name;
-                                  }),
-                   plugins->end());
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [&](const auto& p) { return p->name() == name; }),
+        plugins->end());
     if (enabled_) plugins->push_back(std::move(plugin));
   }
 

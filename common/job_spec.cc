@@ -84,8 +84,8 @@ absl::Status CheckFiniteFloats(const google::protobuf::Message& message,
   for (const FieldDescriptor* field : fields) {
     const std::string name =
         path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
-    const int n = field->is_repeated() ? reflection->FieldSize(message, field)
-                                       : 1;
+    const int n =
+        field->is_repeated() ? reflection->FieldSize(message, field) : 1;
     for (int i = 0; i < n; ++i) {
       const std::string at =
           field->is_repeated() ? absl::StrCat(name, "[", i, "]") : name;
@@ -142,8 +142,7 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
     // train on another file); newlines and other control bytes would be
     // written raw into logs.
     if (HasControlChar(*path)) {
-      return Invalid(field,
-                     "holds a NUL byte or another control character");
+      return Invalid(field, "holds a NUL byte or another control character");
     }
   }
   if (dataset.max_train_samples() < 0) {
@@ -313,8 +312,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.name().size() > 128) return Invalid("name", "longer than 128 bytes");
   // The name is logged and shown by psctl: a newline would forge log lines.
   if (HasControlChar(spec.name())) {
-    return Invalid("name",
-                   "may not hold newlines or other control characters");
+    return Invalid("name", "may not hold newlines or other control characters");
   }
   if (auto s = CheckFiniteFloats(spec, ""); !s.ok()) return s;
   if (!spec.has_model()) return Invalid("model", "required");

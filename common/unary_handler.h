@@ -61,10 +61,10 @@ grpc::ServerUnaryReactor* FinishRawUnary(grpc::CallbackServerContext* ctx,
   const size_t request_bytes = raw_request->Length();
   absl::StatusOr<Response> result;
   if (request_bytes > max_request_bytes) {
-    result = absl::ResourceExhaustedError(absl::StrCat(
-        Request::descriptor()->name(), ": ", request_bytes,
-        " bytes, more than the ", max_request_bytes, " that ", method,
-        " accepts"));
+    result = absl::ResourceExhaustedError(
+        absl::StrCat(Request::descriptor()->name(), ": ", request_bytes,
+                     " bytes, more than the ", max_request_bytes, " that ",
+                     method, " accepts"));
   } else {
     Request request;
     // A copy of a ByteBuffer shares its slices; Deserialize consumes it.

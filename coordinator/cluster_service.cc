@@ -38,8 +38,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ReportProgress(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return FinishRawUnary<v1::ProgressReport, v1::ProgressResponse>(
-      ctx, "ReportProgress", metrics_, kMaxSmallRequestBytes, request,
-      response,
+      ctx, "ReportProgress", metrics_, kMaxSmallRequestBytes, request, response,
       [&](const v1::ProgressReport& r) -> absl::StatusOr<v1::ProgressResponse> {
         if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
             !allowed.ok()) {

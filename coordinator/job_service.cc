@@ -200,8 +200,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ExportModel(
     grpc::ByteBuffer* response) {
   return FinishRawUnary<v1::ExportModelRequest, v1::TrainedModel>(
       ctx, "ExportModel", metrics_, kMaxSmallRequestBytes, request, response,
-      [&](const v1::ExportModelRequest& r)
-          -> absl::StatusOr<v1::TrainedModel> {
+      [&](const v1::ExportModelRequest& r) -> absl::StatusOr<v1::TrainedModel> {
         if (absl::Status allowed =
                 authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
             !allowed.ok()) {

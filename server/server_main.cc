@@ -43,8 +43,7 @@ ABSL_FLAG(int, max_concurrent_streams, 100,
           "calls one client connection may have open at once");
 
 int main(int argc, char** argv) {
-  ps::SetUpFlagsUsage(
-      "Parameter server: holds shards of model parameters.");
+  ps::SetUpFlagsUsage("Parameter server: holds shards of model parameters.");
   absl::ParseCommandLine(argc, argv);
   ps::BlockTerminationSignals();
 

@@ -72,9 +72,8 @@ int HealthCheck(const std::shared_ptr<grpc::Channel>& channel,
   // proto is not installed with gRPC.
   std::string request;
   if (!service.empty()) {
-    request = absl::StrCat("\x0a", std::string(1, static_cast<char>(
-                                                     service.size())),
-                           service);
+    request = absl::StrCat(
+        "\x0a", std::string(1, static_cast<char>(service.size())), service);
   }
   std::string reply;
   *status = RawUnary(channel, "/grpc.health.v1.Health/Check", request, &reply);
@@ -309,8 +308,7 @@ TEST_F(GrpcSurfaceTest, HealthAnswersForEachServedService) {
   server.Stop();
 
   WorkerNodeOptions worker_options;
-  worker_options.coordinator =
-      absl::StrCat("127.0.0.1:", coordinator_->port());
+  worker_options.coordinator = absl::StrCat("127.0.0.1:", coordinator_->port());
   WorkerNode worker(worker_options, CpuBackend::Create({.num_threads = 1}));
   ASSERT_TRUE(worker.Start().ok());
   auto worker_channel =

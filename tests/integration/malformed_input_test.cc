@@ -823,9 +823,7 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
       Code::INVALID_ARGUMENT, "SubmitJobRequest: not a valid message");
   add(
       "Register", "bytes that are no RegisterRequest",
-      [&] {
-        return RawCall("/ps.v1.ClusterService/Register", "\x0a\xff\xff");
-      },
+      [&] { return RawCall("/ps.v1.ClusterService/Register", "\x0a\xff\xff"); },
       Code::INVALID_ARGUMENT, "RegisterRequest: not a valid message");
   // Each method takes at most what it needs, refused before it is parsed.
   add(

@@ -155,12 +155,12 @@ TEST(JobSpecLimitsTest, EveryFloatMustBeFinite) {
     adam->set_learning_rate(0.01f);
     ApplyJobSpecDefaults(&spec);
     EXPECT_TRUE(ValidateJobSpec(spec).ok());
-    const std::pair<void (v1::AdamOptions::*)(float), const char*> fields[] =
-        {{&v1::AdamOptions::set_learning_rate, "learning_rate"},
-         {&v1::AdamOptions::set_beta1, "beta1"},
-         {&v1::AdamOptions::set_beta2, "beta2"},
-         {&v1::AdamOptions::set_epsilon, "epsilon"},
-         {&v1::AdamOptions::set_weight_decay, "weight_decay"}};
+    const std::pair<void (v1::AdamOptions::*)(float), const char*> fields[] = {
+        {&v1::AdamOptions::set_learning_rate, "learning_rate"},
+        {&v1::AdamOptions::set_beta1, "beta1"},
+        {&v1::AdamOptions::set_beta2, "beta2"},
+        {&v1::AdamOptions::set_epsilon, "epsilon"},
+        {&v1::AdamOptions::set_weight_decay, "weight_decay"}};
     for (const auto& [set, name] : fields) {
       v1::JobSpec copy = spec;
       (copy.mutable_optimizer()->mutable_adam()->*set)(bad);
