@@ -134,7 +134,7 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder,
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
   if (limits.memory_quota_bytes > 0) {
     builder->SetResourceQuota(
-        grpc::ResourceQuota("ps-server-quota")
+        grpc::ResourceQuota("ps-grpc-server")
             .Resize(static_cast<size_t>(limits.memory_quota_bytes)));
   }
   if (limits.max_concurrent_streams > 0) {
