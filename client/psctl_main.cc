@@ -21,6 +21,7 @@
 #include "client/job_client.h"
 #include "client/model_eval.h"
 #include "client/progress.h"
+#include "common/flags_usage.h"
 #include "common/grpc_util.h"
 #include "common/idx_reader.h"
 #include "common/job_spec.h"
@@ -232,7 +233,7 @@ int Eval(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
+  ps::SetUpFlagsUsage(kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
     std::cerr << "usage: " << kUsage << "\n";

@@ -3,7 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
+#include "grpcpp/impl/server_builder_plugin.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/client_interceptor.h"
 
@@ -62,6 +66,31 @@ grpc::ChannelArguments ChannelArgs() {
   return args;
 }
 
+// Serves gRPC reflection on one server, or makes sure it does not: linking
+// grpc++_reflection registers its plugin for every server of the process at
+// static initialization, so the plugin list of each builder is set here.
+class ReflectionOption final : public grpc::ServerBuilderOption {
+ public:
+  explicit ReflectionOption(bool enabled) : enabled_(enabled) {}
+
+  void UpdateArguments(grpc::ChannelArguments* args) override {}
+
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*
+                         plugins) override {
+    auto plugin =
+        std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>();
+    const std::string name = plugin->name();
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [&](const auto& p) { return p->name() == name; }),
+        plugins->end());
+    if (enabled_) plugins->push_back(std::move(plugin));
+  }
+
+ private:
+  const bool enabled_;
+};
+
 }  // namespace
 
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target) {
@@ -98,13 +127,28 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target,
 }
 
 void ConfigureServerBuilder(grpc::ServerBuilder* builder,
-                            const ServerLimits& limits) {
+                            const ServerLimits& limits, bool reflection) {
   grpc::EnableDefaultHealthCheckService(true);
+  builder->SetOption(std::make_unique<ReflectionOption>(reflection));
   builder->SetMaxReceiveMessageSize(limits.max_receive_message_bytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
+  if (limits.memory_quota_bytes > 0) {
+    builder->SetResourceQuota(
+        grpc::ResourceQuota("ps-grpc-server")
+            .Resize(static_cast<size_t>(limits.memory_quota_bytes)));
+  }
   if (limits.max_concurrent_streams > 0) {
     builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                                 limits.max_concurrent_streams);
+  }
+}
+
+void SetServicesServing(grpc::Server* server,
+                        const std::vector<std::string>& services) {
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health == nullptr) return;
+  for (const std::string& service : services) {
+    health->SetServingStatus(service, true);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/random/random.h"
 #include "absl/status/status.h"
@@ -38,12 +39,28 @@ struct ServerLimits {
   // own transport until one ends, and other connections are unaffected.
   // Default 100 (a worker has a few calls open per server; psctl one).
   int max_concurrent_streams = 100;
+  // Memory the server's transport may hold for all connections together
+  // (received messages not yet handled, buffers): a gRPC ResourceQuota. Past
+  // it gRPC shrinks flow-control windows and cancels calls in flight
+  // ("Buffers full") until memory is released. 0: no quota. Default 0.
+  int64_t memory_quota_bytes = 0;
 };
 
 // Sets the message limits and `limits` on a server builder and enables gRPC's
-// standard health service (grpc.health.v1.Health) for the server it builds.
+// standard health service (grpc.health.v1.Health) for the server it builds;
+// with `reflection`, also gRPC server reflection
+// (grpc.reflection.v1alpha.ServerReflection: grpcurl and grpc_cli list and
+// call the served services without the .proto files). Without it the server
+// serves no reflection, whatever other servers of the process do.
 void ConfigureServerBuilder(grpc::ServerBuilder* builder,
-                            const ServerLimits& limits = {});
+                            const ServerLimits& limits = {},
+                            bool reflection = true);
+
+// Marks each of `services` (full names, e.g. "ps.v1.JobService") SERVING in
+// the health service of `server` (built by a builder ConfigureServerBuilder
+// configured), beside the whole server's "". Call after BuildAndStart.
+void SetServicesServing(grpc::Server* server,
+                        const std::vector<std::string>& services);
 
 // Status conversions (codes and messages are kept).
 absl::Status FromGrpcStatus(const grpc::Status& status);

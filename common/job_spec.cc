@@ -1,9 +1,14 @@
 #include "common/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/model_layout.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace ps {
@@ -58,6 +63,63 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& optimizer) {
   }
 }
 
+// True if `text` holds a byte below 0x20 (NUL, newline, escape...) or DEL.
+bool HasControlChar(absl::string_view text) {
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
+  }
+  return false;
+}
+
+// INVALID_ARGUMENT naming the first float or double field of `message` (at
+// `path`), at any depth, that holds NaN or an infinity. Every float of a spec
+// is a rate, a coefficient or a scale for which neither means anything, and a
+// range check such as "v >= 0" lets +Infinity through.
+absl::Status CheckFiniteFloats(const google::protobuf::Message& message,
+                               const std::string& path) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const std::string name =
+        path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
+    const int n =
+        field->is_repeated() ? reflection->FieldSize(message, field) : 1;
+    for (int i = 0; i < n; ++i) {
+      const std::string at =
+          field->is_repeated() ? absl::StrCat(name, "[", i, "]") : name;
+      double value = 0;
+      switch (field->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_FLOAT:
+          value = field->is_repeated()
+                      ? reflection->GetRepeatedFloat(message, field, i)
+                      : reflection->GetFloat(message, field);
+          break;
+        case FieldDescriptor::CPPTYPE_DOUBLE:
+          value = field->is_repeated()
+                      ? reflection->GetRepeatedDouble(message, field, i)
+                      : reflection->GetDouble(message, field);
+          break;
+        case FieldDescriptor::CPPTYPE_MESSAGE: {
+          const google::protobuf::Message& sub =
+              field->is_repeated()
+                  ? reflection->GetRepeatedMessage(message, field, i)
+                  : reflection->GetMessage(message, field);
+          if (auto s = CheckFiniteFloats(sub, at); !s.ok()) return s;
+          continue;
+        }
+        default:
+          continue;
+      }
+      if (!std::isfinite(value)) {
+        return Invalid(at, "must be a finite number (not NaN or Infinity)");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
   if (dataset.format() != v1::DatasetSpec::IDX) {
     return Invalid("dataset.format", "must be IDX");
@@ -75,6 +137,12 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
     if (path->size() > kMaxPathBytes) {
       return Invalid(field,
                      absl::StrCat("longer than ", kMaxPathBytes, " bytes"));
+    }
+    // A NUL would cut the path short where the worker opens it (it would
+    // train on another file); newlines and other control bytes would be
+    // written raw into logs.
+    if (HasControlChar(*path)) {
+      return Invalid(field, "holds a NUL byte or another control character");
     }
   }
   if (dataset.max_train_samples() < 0) {
@@ -142,11 +210,12 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (consistency->model() == v1::ConsistencySpec::MODEL_UNSPECIFIED) {
     consistency->set_model(v1::ConsistencySpec::BSP);
   }
-  auto* model = spec->mutable_model();
-  if ((model->kind() == v1::ModelSpec::MLP ||
-       model->kind() == v1::ModelSpec::CNN) &&
-      model->activation() == v1::ACTIVATION_UNSPECIFIED) {
-    model->set_activation(v1::RELU);
+  // A missing model stays missing, so that validation says so.
+  if (spec->has_model() &&
+      (spec->model().kind() == v1::ModelSpec::MLP ||
+       spec->model().kind() == v1::ModelSpec::CNN) &&
+      spec->model().activation() == v1::ACTIVATION_UNSPECIFIED) {
+    spec->mutable_model()->set_activation(v1::RELU);
   }
   if (spec->non_finite_gradients() == v1::NON_FINITE_POLICY_UNSPECIFIED) {
     spec->set_non_finite_gradients(v1::NON_FINITE_REFUSE);
@@ -167,6 +236,37 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
 }
 
 namespace {
+
+// Largest block_elems ValidateJobSpec allows.
+constexpr int64_t kMaxBlockElems = 4 * int64_t{kDefaultBlockElems};
+
+// INVALID_ARGUMENT naming the model's widest hidden layer (or the model)
+// when it holds more values than kMaxBlocksPerJob blocks of the largest size
+// can: then no block_elems would do.
+absl::Status CheckModelFitsBlocks(const v1::ModelSpec& model,
+                                  const std::vector<TensorSpec>& tensors) {
+  constexpr int64_t kMaxElems = kMaxBlocksPerJob * kMaxBlockElems;
+  int64_t elems = 0;
+  for (const TensorSpec& t : tensors) {
+    // A tensor holds at most 2^62 values; stop before the sum could overflow.
+    elems += t.num_elems();
+    if (elems > kMaxElems) break;
+  }
+  if (elems <= kMaxElems) return absl::OkStatus();
+  std::string field = "model";
+  int widest = -1;
+  for (int i = 0; i < model.hidden_layers_size(); ++i) {
+    if (widest < 0 || model.hidden_layers(i) > model.hidden_layers(widest)) {
+      widest = i;
+    }
+  }
+  if (widest >= 0) field = absl::StrCat("model.hidden_layers[", widest, "]");
+  return Invalid(
+      field, absl::StrCat("the model would hold more than ", kMaxElems,
+                          " parameters (", kMaxElems * int64_t{sizeof(float)},
+                          " bytes), more than any job can; use smaller "
+                          "layers"));
+}
 
 absl::Status ValidateMixedPrecision(const v1::MixedPrecisionSpec& mixed) {
   // Independent of `compute`: any format may carry gradients of any compute.
@@ -210,6 +310,12 @@ absl::Status ValidateMixedPrecision(const v1::MixedPrecisionSpec& mixed) {
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.name().size() > 128) return Invalid("name", "longer than 128 bytes");
+  // The name is logged and shown by psctl: a newline would forge log lines.
+  if (HasControlChar(spec.name())) {
+    return Invalid("name", "may not hold newlines or other control characters");
+  }
+  if (auto s = CheckFiniteFloats(spec, ""); !s.ok()) return s;
+  if (!spec.has_model()) return Invalid("model", "required");
   auto tensors = ModelTensors(spec.model());
   if (!tensors.ok()) return tensors.status();
   if (auto s = ValidateDataset(spec.dataset()); !s.ok()) return s;
@@ -250,10 +356,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.block_elems() < 1) return Invalid("block_elems", "must be >= 1");
   // A block travels in one message; keep it well under the 64 MiB message
   // limit.
-  if (spec.block_elems() > 4 * kDefaultBlockElems) {
+  if (spec.block_elems() > kMaxBlockElems) {
     return Invalid("block_elems", "must be <= 1048576 (4 MiB)");
   }
-  // The shard map lists every block and travels in every heartbeat reply.
+  // The shard map lists every block and travels in every heartbeat reply. A
+  // model too large for the most blocks of the largest size is the model's
+  // fault, not the block size's: name its largest layer.
+  if (auto s = CheckModelFitsBlocks(spec.model(), *tensors); !s.ok()) return s;
   int64_t blocks = 0;
   for (const TensorSpec& t : *tensors) {
     blocks += (t.num_elems() + spec.block_elems() - 1) / spec.block_elems();
@@ -285,8 +394,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
 }
 
 int64_t ModelBytes(const std::vector<TensorSpec>& tensors) {
+  // Saturates instead of overflowing: a tensor may hold up to 2^62 values.
+  constexpr int64_t kMaxElems =
+      std::numeric_limits<int64_t>::max() / int64_t{sizeof(float)};
   int64_t elems = 0;
-  for (const TensorSpec& t : tensors) elems += t.num_elems();
+  for (const TensorSpec& t : tensors) {
+    elems = std::min(kMaxElems, elems + std::min(kMaxElems, t.num_elems()));
+  }
   return elems * static_cast<int64_t>(sizeof(float));
 }
 

@@ -3,6 +3,7 @@
 #ifndef PS_COMMON_LOGGING_H_
 #define PS_COMMON_LOGGING_H_
 
+#include <string>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -11,8 +12,13 @@ namespace ps {
 
 enum class LogSeverity { kInfo, kWarning, kError, kFatal };
 
-// Writes one line "<time> <severity> <message>" to stderr; thread-safe.
-// kFatal aborts the process after writing.
+// `message` with its control bytes escaped as C escapes (\n, \r, \t, \xNN)
+// and backslashes doubled, so that text from a client (a job name, a worker's
+// error) can never start a forged log line.
+std::string EscapeForLog(std::string_view message);
+
+// Writes one line "<time> <severity> <message>" to stderr, `message` escaped
+// by EscapeForLog; thread-safe. kFatal aborts the process after writing.
 void LogLine(LogSeverity severity, std::string_view message);
 
 }  // namespace ps

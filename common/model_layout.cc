@@ -104,6 +104,18 @@ absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
           "model.kind: must be MLP, SOFTMAX_REGRESSION or CNN");
   }
   widths.push_back(model.num_classes());
+  // Every other enum of a spec is refused when unknown; an unknown activation
+  // would otherwise be accepted and fail on the workers at run time.
+  switch (model.activation()) {
+    case v1::ACTIVATION_UNSPECIFIED:
+    case v1::RELU:
+    case v1::TANH:
+    case v1::SIGMOID:
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          "model.activation: must be RELU, TANH or SIGMOID");
+  }
 
   const bool relu = model.activation() == v1::RELU ||
                     model.activation() == v1::ACTIVATION_UNSPECIFIED;

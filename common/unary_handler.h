@@ -1,11 +1,15 @@
 // The shape every unary callback handler shares: call the manager, copy its
-// reply or convert its error, record RPC metrics, finish.
+// reply or convert its error, record RPC metrics, finish. FinishUnary for a
+// method gRPC parses; FinishRawUnary for one that bounds and parses its own
+// request bytes.
 #ifndef PS_COMMON_UNARY_HANDLER_H_
 #define PS_COMMON_UNARY_HANDLER_H_
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
@@ -29,6 +33,62 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
   }
   metrics->Record(method, status.error_code(), request.ByteSizeLong(),
                   status.ok() ? response->ByteSizeLong() : 0,
+                  absl::ToDoubleSeconds(absl::Now() - start));
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+// A unary method whose request arrives as bytes (the service marks it raw
+// with WithRawCallbackMethod_*): refuses a request of more than
+// `max_request_bytes` with RESOURCE_EXHAUSTED before parsing it, and one that
+// does not parse as a `Request` with INVALID_ARGUMENT (gRPC's own parsing
+// would answer UNIMPLEMENTED with no message), both naming the request type
+// ("SubmitJobRequest: ..."); else
+// runs `handle` (const Request& -> absl::StatusOr<Response>) and finishes
+// with its result. gRPC's transport limit (ServerLimits) bounds what is
+// received at all; this bound is per method, so that a method that needs
+// only a few kilobytes never parses, copies or keeps more (docs/security.md).
+template <typename Request, typename Response, typename Handler>
+grpc::ServerUnaryReactor* FinishRawUnary(grpc::CallbackServerContext* ctx,
+                                         const std::string& method,
+                                         RpcMetrics* metrics,
+                                         size_t max_request_bytes,
+                                         const grpc::ByteBuffer* raw_request,
+                                         grpc::ByteBuffer* raw_response,
+                                         Handler&& handle) {
+  const absl::Time start = absl::Now();
+  const size_t request_bytes = raw_request->Length();
+  absl::StatusOr<Response> result;
+  if (request_bytes > max_request_bytes) {
+    result = absl::ResourceExhaustedError(
+        absl::StrCat(Request::descriptor()->name(), ": ", request_bytes,
+                     " bytes, more than the ", max_request_bytes, " that ",
+                     method, " accepts"));
+  } else {
+    Request request;
+    // A copy of a ByteBuffer shares its slices; Deserialize consumes it.
+    grpc::ByteBuffer bytes(*raw_request);
+    if (!grpc::SerializationTraits<Request>::Deserialize(&bytes, &request)
+             .ok()) {
+      result = absl::InvalidArgumentError(
+          absl::StrCat(Request::descriptor()->name(),
+                       ": not a valid message (Protocol Buffers binary)"));
+    } else {
+      result = handle(static_cast<const Request&>(request));
+    }
+  }
+  grpc::Status status = grpc::Status::OK;
+  size_t response_bytes = 0;
+  if (result.ok()) {
+    bool own_buffer = false;
+    status = grpc::SerializationTraits<Response>::Serialize(
+        *result, raw_response, &own_buffer);
+    response_bytes = raw_response->Length();
+  } else {
+    status = ToGrpcStatus(result.status());
+  }
+  metrics->Record(method, status.error_code(), request_bytes, response_bytes,
                   absl::ToDoubleSeconds(absl::Now() - start));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(status);

@@ -6,55 +6,64 @@
 namespace ps {
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::Register(
-    grpc::CallbackServerContext* ctx, const v1::RegisterRequest* request,
-    v1::RegisterResponse* response) {
-  const absl::Time start = absl::Now();
-  absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-  return FinishUnary(ctx, "Register", metrics_, start, *request,
-                     allowed.ok()
-                         ? manager_->Register(*request, PeerHost(ctx->peer()))
-                         : absl::StatusOr<v1::RegisterResponse>(allowed),
-                     response);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishRawUnary<v1::RegisterRequest, v1::RegisterResponse>(
+      ctx, "Register", metrics_, kMaxSmallRequestBytes, request, response,
+      [&](const v1::RegisterRequest& r)
+          -> absl::StatusOr<v1::RegisterResponse> {
+        if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+            !allowed.ok()) {
+          return allowed;
+        }
+        return manager_->Register(r, PeerHost(ctx->peer()));
+      });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(
-    grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
-    v1::HeartbeatResponse* response) {
-  const absl::Time start = absl::Now();
-  absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-  return FinishUnary(ctx, "Heartbeat", metrics_, start, *request,
-                     allowed.ok()
-                         ? manager_->Heartbeat(*request)
-                         : absl::StatusOr<v1::HeartbeatResponse>(allowed),
-                     response);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishRawUnary<v1::HeartbeatRequest, v1::HeartbeatResponse>(
+      ctx, "Heartbeat", metrics_, kMaxSmallRequestBytes, request, response,
+      [&](const v1::HeartbeatRequest& r)
+          -> absl::StatusOr<v1::HeartbeatResponse> {
+        if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+            !allowed.ok()) {
+          return allowed;
+        }
+        return manager_->Heartbeat(r);
+      });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ReportProgress(
-    grpc::CallbackServerContext* ctx, const v1::ProgressReport* request,
-    v1::ProgressResponse* response) {
-  const absl::Time start = absl::Now();
-  absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-  return FinishUnary(ctx, "ReportProgress", metrics_, start, *request,
-                     allowed.ok()
-                         ? manager_->ReportProgress(*request)
-                         : absl::StatusOr<v1::ProgressResponse>(allowed),
-                     response);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishRawUnary<v1::ProgressReport, v1::ProgressResponse>(
+      ctx, "ReportProgress", metrics_, kMaxSmallRequestBytes, request, response,
+      [&](const v1::ProgressReport& r) -> absl::StatusOr<v1::ProgressResponse> {
+        if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+            !allowed.ok()) {
+          return allowed;
+        }
+        return manager_->ReportProgress(r);
+      });
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::UploadModel(
-    grpc::CallbackServerContext* ctx, const v1::UploadModelRequest* request,
-    v1::UploadModelResponse* response) {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<v1::UploadModelResponse> result;
-  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
-    result = allowed;
-  } else if (absl::Status s = manager_->UploadModel(*request); s.ok()) {
-    result.emplace();
-  } else {
-    result = s;
-  }
-  return FinishUnary(ctx, "UploadModel", metrics_, start, *request,
-                     std::move(result), response);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishRawUnary<v1::UploadModelRequest, v1::UploadModelResponse>(
+      ctx, "UploadModel", metrics_,
+      static_cast<size_t>(max_upload_request_bytes_), request, response,
+      [&](const v1::UploadModelRequest& r)
+          -> absl::StatusOr<v1::UploadModelResponse> {
+        if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+            !allowed.ok()) {
+          return allowed;
+        }
+        if (absl::Status s = manager_->UploadModel(r); !s.ok()) return s;
+        return v1::UploadModelResponse();
+      });
 }
 
 }  // namespace ps

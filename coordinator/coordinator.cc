@@ -1,8 +1,11 @@
 #include "coordinator/coordinator.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "coordinator/request_validation.h"
 
 namespace ps {
 
@@ -38,12 +41,25 @@ absl::Status Coordinator::Start() {
   manager_ = *std::move(manager);
   job_service_ = std::make_unique<JobServiceImpl>(
       manager_.get(), rpc_metrics_.get(), Authorizer(std::move(job_api)));
+  const int64_t max_upload_bytes =
+      MaxUploadModelRequestBytes(options_.job_limits);
   cluster_service_ = std::make_unique<ClusterServiceImpl>(
       manager_.get(), rpc_metrics_.get(),
-      Authorizer(credentials->MemberChecks()));
+      Authorizer(credentials->MemberChecks()), max_upload_bytes);
 
+  // gRPC's receive limit is per server: it is that of the largest request any
+  // method takes (UploadModel's), and each method refuses more than its own
+  // limit before parsing (FinishRawUnary, docs/security.md).
+  ServerLimits limits = options_.server_limits;
+  limits.max_receive_message_bytes = static_cast<int>(std::min<int64_t>(
+      limits.max_receive_message_bytes,
+      std::max<int64_t>(max_upload_bytes, kMaxSubmitJobRequestBytes)));
+  if (limits.memory_quota_bytes == 0) {
+    limits.memory_quota_bytes =
+        int64_t{limits.max_receive_message_bytes} + (int64_t{64} << 20);
+  }
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(&builder, options_.server_limits);
+  ConfigureServerBuilder(&builder, limits, options_.reflection);
   builder.AddListeningPort(options_.listen_address, *server_credentials,
                            &port_);
   builder.RegisterService(job_service_.get());
@@ -53,6 +69,8 @@ absl::Status Coordinator::Start() {
     return absl::UnavailableError(absl::StrCat("coordinator: cannot listen on ",
                                                options_.listen_address));
   }
+  SetServicesServing(server_.get(), {v1::JobService::service_full_name(),
+                                     v1::ClusterService::service_full_name()});
   if (!options_.metrics_address.empty()) {
     auto exposer = MetricsExposer::Start(options_.metrics_address, registry_);
     if (!exposer.ok()) return exposer.status();

@@ -44,8 +44,16 @@ struct CoordinatorOptions {
   // What SubmitJob admits (jobs pending or running, model size).
   JobLimits job_limits;
   // Transport limits of the gRPC server (message size, streams per
-  // connection). Default: ServerLimits' defaults.
+  // connection). Default: ServerLimits' defaults. The server receives no
+  // message larger than the largest request a method takes
+  // (MaxUploadModelRequestBytes(job_limits)), nor than
+  // server_limits.max_receive_message_bytes if that is smaller; each method
+  // has its own, smaller limit (request_validation.h).
+  // server_limits.memory_quota_bytes 0 (the default) means that limit plus
+  // 64 MiB: one largest request in flight and room for everything else.
   ServerLimits server_limits;
+  // Serve gRPC server reflection. Default true.
+  bool reflection = true;
 };
 
 // Start() then Stop(); not restartable.

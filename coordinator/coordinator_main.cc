@@ -4,6 +4,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
+#include "common/flags_usage.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "coordinator/coordinator.h"
@@ -36,6 +37,9 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(std::string, cluster_secret_file, "",
           "file holding the cluster secret that internal RPCs carry and "
           "require (empty: none)");
+ABSL_FLAG(bool, reflection, true,
+          "serve gRPC server reflection (grpcurl, grpc_cli); --noreflection "
+          "turns it off");
 ABSL_FLAG(int, max_concurrent_streams, 100,
           "calls one client connection may have open at once");
 ABSL_FLAG(std::string, auth_token_file, "",
@@ -49,7 +53,7 @@ ABSL_FLAG(int64_t, max_model_bytes, int64_t{200} << 20,
           "largest model (float32 parameters) a job may train");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Coordinator of the parameter-server cluster.");
+  ps::SetUpFlagsUsage("Coordinator of the parameter-server cluster.");
   absl::ParseCommandLine(argc, argv);
   ps::BlockTerminationSignals();
 
@@ -74,6 +78,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_cluster_secret_file);
   options.server_limits.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_concurrent_streams);
+  options.reflection = absl::GetFlag(FLAGS_reflection);
   options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   options.allow_unauthenticated_reads =
       absl::GetFlag(FLAGS_allow_unauthenticated_reads);

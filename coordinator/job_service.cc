@@ -4,6 +4,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/unary_handler.h"
+#include "coordinator/request_validation.h"
 
 namespace ps {
 namespace {
@@ -109,69 +110,77 @@ class RefusedWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
 }  // namespace
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
-    grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* request,
-    v1::SubmitJobResponse* response) {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<v1::SubmitJobResponse> result;
-  if (absl::Status allowed =
-          authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
-      !allowed.ok()) {
-    result = allowed;
-  } else if (auto id = manager_->Submit(request->spec()); id.ok()) {
-    result.emplace().set_job_id(*id);
-  } else {
-    result = id.status();
-  }
-  return FinishUnary(ctx, "SubmitJob", metrics_, start, *request,
-                     std::move(result), response);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishRawUnary<v1::SubmitJobRequest, v1::SubmitJobResponse>(
+      ctx, "SubmitJob", metrics_, kMaxSubmitJobRequestBytes, request, response,
+      [&](const v1::SubmitJobRequest& r)
+          -> absl::StatusOr<v1::SubmitJobResponse> {
+        if (absl::Status allowed =
+                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
+            !allowed.ok()) {
+          return allowed;
+        }
+        auto id = manager_->Submit(r.spec());
+        if (!id.ok()) return id.status();
+        v1::SubmitJobResponse reply;
+        reply.set_job_id(*id);
+        return reply;
+      });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(
-    grpc::CallbackServerContext* ctx, const v1::GetJobRequest* request,
-    v1::JobStatus* response) {
-  const absl::Time start = absl::Now();
-  absl::Status allowed = authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
-  return FinishUnary(ctx, "GetJob", metrics_, start, *request,
-                     allowed.ok() ? manager_->Get(request->job_id())
-                                  : absl::StatusOr<v1::JobStatus>(allowed),
-                     response);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishRawUnary<v1::GetJobRequest, v1::JobStatus>(
+      ctx, "GetJob", metrics_, kMaxSmallRequestBytes, request, response,
+      [&](const v1::GetJobRequest& r) -> absl::StatusOr<v1::JobStatus> {
+        if (absl::Status allowed =
+                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
+            !allowed.ok()) {
+          return allowed;
+        }
+        return manager_->Get(r.job_id());
+      });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(
-    grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* request,
-    v1::ListJobsResponse* response) {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<v1::ListJobsResponse> result;
-  if (absl::Status allowed =
-          authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
-      !allowed.ok()) {
-    result = allowed;
-  } else {
-    v1::ListJobsResponse& list = result.emplace();
-    for (v1::JobStatus& job : manager_->List()) {
-      *list.add_jobs() = std::move(job);
-    }
-  }
-  return FinishUnary(ctx, "ListJobs", metrics_, start, *request,
-                     std::move(result), response);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishRawUnary<v1::ListJobsRequest, v1::ListJobsResponse>(
+      ctx, "ListJobs", metrics_, kMaxSmallRequestBytes, request, response,
+      [&](const v1::ListJobsRequest&) -> absl::StatusOr<v1::ListJobsResponse> {
+        if (absl::Status allowed =
+                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
+            !allowed.ok()) {
+          return allowed;
+        }
+        v1::ListJobsResponse list;
+        for (v1::JobStatus& job : manager_->List()) {
+          *list.add_jobs() = std::move(job);
+        }
+        return list;
+      });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(
-    grpc::CallbackServerContext* ctx, const v1::CancelJobRequest* request,
-    v1::CancelJobResponse* response) {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<v1::CancelJobResponse> result;
-  if (absl::Status allowed =
-          authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
-      !allowed.ok()) {
-    result = allowed;
-  } else if (auto job = manager_->Cancel(request->job_id()); job.ok()) {
-    *result.emplace().mutable_job() = *std::move(job);
-  } else {
-    result = job.status();
-  }
-  return FinishUnary(ctx, "CancelJob", metrics_, start, *request,
-                     std::move(result), response);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishRawUnary<v1::CancelJobRequest, v1::CancelJobResponse>(
+      ctx, "CancelJob", metrics_, kMaxSmallRequestBytes, request, response,
+      [&](const v1::CancelJobRequest& r)
+          -> absl::StatusOr<v1::CancelJobResponse> {
+        if (absl::Status allowed =
+                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
+            !allowed.ok()) {
+          return allowed;
+        }
+        auto job = manager_->Cancel(r.job_id());
+        if (!job.ok()) return job.status();
+        v1::CancelJobResponse reply;
+        *reply.mutable_job() = *std::move(job);
+        return reply;
+      });
 }
 
 grpc::ServerWriteReactor<v1::JobStatus>* JobServiceImpl::WatchJob(
@@ -187,14 +196,18 @@ grpc::ServerWriteReactor<v1::JobStatus>* JobServiceImpl::WatchJob(
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ExportModel(
-    grpc::CallbackServerContext* ctx, const v1::ExportModelRequest* request,
-    v1::TrainedModel* response) {
-  const absl::Time start = absl::Now();
-  absl::Status allowed = authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
-  return FinishUnary(ctx, "ExportModel", metrics_, start, *request,
-                     allowed.ok() ? manager_->ExportModel(request->job_id())
-                                  : absl::StatusOr<v1::TrainedModel>(allowed),
-                     response);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishRawUnary<v1::ExportModelRequest, v1::TrainedModel>(
+      ctx, "ExportModel", metrics_, kMaxSmallRequestBytes, request, response,
+      [&](const v1::ExportModelRequest& r) -> absl::StatusOr<v1::TrainedModel> {
+        if (absl::Status allowed =
+                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
+            !allowed.ok()) {
+          return allowed;
+        }
+        return manager_->ExportModel(r.job_id());
+      });
 }
 
 }  // namespace ps

@@ -9,9 +9,20 @@
 
 namespace ps {
 
-// Every call is first authorized (`authorizer`: a bearer token, unless reads
-// are open); a refused call gets UNAUTHENTICATED and reaches no manager.
-class JobServiceImpl final : public v1::JobService::CallbackService {
+// The unary methods take their requests as bytes (FinishRawUnary): a
+// request over its method's limit (kMaxSubmitJobRequestBytes,
+// kMaxSmallRequestBytes) gets RESOURCE_EXHAUSTED and one that does not parse
+// INVALID_ARGUMENT, before anything else. Every call is then authorized
+// (`authorizer`: a bearer token, unless reads are open); a refused call gets
+// UNAUTHENTICATED and reaches no manager.
+using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
+    v1::JobService::WithRawCallbackMethod_GetJob<
+        v1::JobService::WithRawCallbackMethod_ListJobs<
+            v1::JobService::WithRawCallbackMethod_CancelJob<
+                v1::JobService::WithRawCallbackMethod_ExportModel<
+                    v1::JobService::CallbackService>>>>>;
+
+class JobServiceImpl final : public JobServiceBase {
  public:
   // `manager` and `metrics` must outlive the service.
   JobServiceImpl(JobManager* manager, RpcMetrics* metrics,
@@ -20,26 +31,32 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
         metrics_(metrics),
         authorizer_(std::move(authorizer)) {}
 
+  // A SubmitJobRequest; answers a SubmitJobResponse.
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
-                                      const v1::SubmitJobRequest* request,
-                                      v1::SubmitJobResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  // A GetJobRequest; answers a JobStatus.
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
-                                   const v1::GetJobRequest* request,
-                                   v1::JobStatus* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  // A ListJobsRequest; answers a ListJobsResponse.
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
-                                     const v1::ListJobsRequest* request,
-                                     v1::ListJobsResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  // A CancelJobRequest; answers a CancelJobResponse.
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
-                                      const v1::CancelJobRequest* request,
-                                      v1::CancelJobResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   // Streams the job's status on every change; ends after a terminal state.
+  // Parsed by gRPC (a server-streaming method), within the transport limit.
   grpc::ServerWriteReactor<v1::JobStatus>* WatchJob(
       grpc::CallbackServerContext* ctx,
       const v1::WatchJobRequest* request) override;
-  // The trained model of a SUCCEEDED job (JobManager::ExportModel).
+  // An ExportModelRequest; answers the trained model (a TrainedModel) of a
+  // SUCCEEDED job (JobManager::ExportModel).
   grpc::ServerUnaryReactor* ExportModel(grpc::CallbackServerContext* ctx,
-                                        const v1::ExportModelRequest* request,
-                                        v1::TrainedModel* response) override;
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
 
  private:
   JobManager* const manager_;

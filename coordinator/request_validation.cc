@@ -1,6 +1,8 @@
 #include "coordinator/request_validation.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -106,21 +108,30 @@ absl::Status CheckNoUnknownFields(const google::protobuf::Message& message,
 
 }  // namespace
 
+int64_t MaxUploadModelRequestBytes(const JobLimits& limits) {
+  return std::clamp<int64_t>(limits.max_model_bytes + kUploadModelEnvelopeBytes,
+                             kUploadModelEnvelopeBytes,
+                             std::numeric_limits<int>::max());
+}
+
 absl::Status ValidateSubmittedSpec(const v1::JobSpec& spec,
                                    const JobLimits& limits) {
-  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
-  if (auto s = CheckNoUnknownFields(spec, ""); !s.ok()) return s;
-  auto tensors = ModelTensors(spec.model());
-  if (!tensors.ok()) return tensors.status();
-  const int64_t bytes = ModelBytes(*tensors);
-  if (bytes > limits.max_model_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("model: ", bytes,
-                     " bytes of parameters, more than the "
-                     "coordinator's limit of ",
-                     limits.max_model_bytes, " (--max_model_bytes)"));
+  // The model's size first: a model too large for this coordinator is
+  // refused as such, not as a block size that yields too many blocks.
+  if (spec.has_model()) {
+    auto tensors = ModelTensors(spec.model());
+    if (!tensors.ok()) return tensors.status();
+    const int64_t bytes = ModelBytes(*tensors);
+    if (bytes > limits.max_model_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("model: ", bytes,
+                       " bytes of parameters, more than the "
+                       "coordinator's limit of ",
+                       limits.max_model_bytes, " (--max_model_bytes)"));
+    }
   }
-  return absl::OkStatus();
+  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  return CheckNoUnknownFields(spec, "");
 }
 
 absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {

@@ -41,6 +41,24 @@ struct JobLimits {
   int64_t max_model_bytes = int64_t{200} << 20;
 };
 
+// Largest serialized request each coordinator method accepts; a larger one
+// is refused with RESOURCE_EXHAUSTED before it is parsed (FinishRawUnary,
+// docs/security.md). SubmitJob carries a job spec (a few hundred bytes);
+// the other JobService and ClusterService methods carry ids, a progress
+// report (its error at most kMaxReportedErrorBytes) or a few held
+// assignments. Only UploadModel carries tensors
+// (MaxUploadModelRequestBytes).
+inline constexpr size_t kMaxSubmitJobRequestBytes = 1 << 20;
+inline constexpr size_t kMaxSmallRequestBytes = 64 << 10;
+// Bytes of an UploadModelRequest beyond its tensors' values: ids, tensor
+// names and shapes (at most kMaxModelTensors of them), framing.
+inline constexpr int64_t kUploadModelEnvelopeBytes = 4 << 20;
+
+// Largest UploadModelRequest a coordinator admitting `limits` accepts: the
+// largest model's values plus kUploadModelEnvelopeBytes, at most INT_MAX
+// (gRPC's limits are ints).
+int64_t MaxUploadModelRequestBytes(const JobLimits& limits);
+
 // A job spec as submitted, after ApplyJobSpecDefaults: ValidateJobSpec, no
 // unknown fields anywhere (INVALID_ARGUMENT naming where: a newer client's
 // option, or a field of the wrong wire type, would otherwise be stored and

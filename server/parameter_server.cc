@@ -50,7 +50,7 @@ absl::Status ParameterServer::Start() {
       manager_.get(), rpc_metrics_.get(), options_.push_faults,
       Authorizer(credentials->MemberChecks()));
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(&builder, options_.limits);
+  ConfigureServerBuilder(&builder, options_.limits, options_.reflection);
   builder.AddListeningPort(options_.listen_address, *server_credentials,
                            &port_);
   builder.RegisterService(service_.get());
@@ -59,6 +59,8 @@ absl::Status ParameterServer::Start() {
     return absl::UnavailableError(absl::StrCat(
         "parameter server: cannot listen on ", options_.listen_address));
   }
+  SetServicesServing(server_.get(),
+                     {v1::ParameterService::service_full_name()});
   if (!options_.metrics_address.empty()) {
     auto exposer = MetricsExposer::Start(options_.metrics_address, registry_);
     if (!exposer.ok()) return exposer.status();

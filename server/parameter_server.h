@@ -38,6 +38,8 @@ struct ParameterServerOptions {
   // Transport limits of the gRPC server (message size, streams per
   // connection). Default: ServerLimits' defaults.
   ServerLimits limits;
+  // Serve gRPC server reflection. Default true.
+  bool reflection = true;
   // Test-only: faults injected into push replies (empty: none).
   PushFaultInjector push_faults;
 };

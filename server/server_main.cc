@@ -5,6 +5,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/daemon.h"
+#include "common/flags_usage.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "server/parameter_server.h"
@@ -35,12 +36,14 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(std::string, cluster_secret_file, "",
           "file holding the cluster secret that internal RPCs carry and "
           "require (empty: none)");
+ABSL_FLAG(bool, reflection, true,
+          "serve gRPC server reflection (grpcurl, grpc_cli); --noreflection "
+          "turns it off");
 ABSL_FLAG(int, max_concurrent_streams, 100,
           "calls one client connection may have open at once");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Parameter server: holds shards of model parameters.");
+  ps::SetUpFlagsUsage("Parameter server: holds shards of model parameters.");
   absl::ParseCommandLine(argc, argv);
   ps::BlockTerminationSignals();
 
@@ -60,6 +63,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_cluster_secret_file);
   options.limits.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_concurrent_streams);
+  options.reflection = absl::GetFlag(FLAGS_reflection);
   options.metrics_address = ps::MetricsAddress(
       absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port));
   ps::ParameterServer server(options);

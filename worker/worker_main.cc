@@ -4,6 +4,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon.h"
+#include "common/flags_usage.h"
 #include "common/logging.h"
 #include "common/signals.h"
 #include "worker/device.h"
@@ -46,11 +47,14 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(std::string, cluster_secret_file, "",
           "file holding the cluster secret that internal RPCs carry and "
           "require (empty: none)");
+ABSL_FLAG(bool, reflection, true,
+          "serve gRPC server reflection (grpcurl, grpc_cli); --noreflection "
+          "turns it off");
 ABSL_FLAG(int, max_concurrent_streams, 100,
           "calls one client connection may have open at once");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Worker: computes gradients for assigned jobs.");
+  ps::SetUpFlagsUsage("Worker: computes gradients for assigned jobs.");
   absl::ParseCommandLine(argc, argv);
   ps::BlockTerminationSignals();
 
@@ -80,6 +84,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_cluster_secret_file);
   options.limits.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_concurrent_streams);
+  options.reflection = absl::GetFlag(FLAGS_reflection);
   if (options.trainer.slowdown < 1.0) {
     PS_LOG_ERROR("ps-worker: --slowdown must be >= 1");
     return 1;

@@ -24,7 +24,7 @@ absl::Status WorkerNode::Start() {
   trainer_options_ = options_.trainer;
   trainer_options_.parameter_client.channel = credentials->MemberChannel();
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(&builder, options_.limits);
+  ConfigureServerBuilder(&builder, options_.limits, options_.reflection);
   builder.AddListeningPort(options_.listen_address, *server_credentials,
                            &port_);
   builder.RegisterService(this);
@@ -33,6 +33,7 @@ absl::Status WorkerNode::Start() {
     return absl::UnavailableError(
         absl::StrCat("worker: cannot listen on ", options_.listen_address));
   }
+  SetServicesServing(server_.get(), {v1::WorkerService::service_full_name()});
   if (!options_.metrics_address.empty()) {
     auto exposer = MetricsExposer::Start(options_.metrics_address, registry_);
     if (!exposer.ok()) return exposer.status();

@@ -34,8 +34,12 @@ struct WorkerNodeOptions {
   // the coordinator and the servers (docs/security.md). Default: plaintext,
   // no secret. It replaces trainer.parameter_client.channel.
   SecurityOptions security;
-  // Transport limits of the node's gRPC server. Default: ServerLimits'.
-  ServerLimits limits;
+  // Transport limits of the node's gRPC server. Default: ServerLimits', but
+  // requests of at most 64 KiB: the node serves only WorkerService's status,
+  // health and reflection, whose requests are a few bytes.
+  ServerLimits limits{.max_receive_message_bytes = 64 * 1024};
+  // Serve gRPC server reflection. Default true.
+  bool reflection = true;
 };
 
 // Start() then Stop(); not restartable. Thread-safe.

@@ -812,14 +812,88 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
         return Submit(spec);
       },
       Code::INVALID_ARGUMENT, "non_finite_gradients:");
-  // A request that does not parse never reaches a handler: gRPC's callback
-  // API answers UNIMPLEMENTED with an empty message.
+  // The coordinator's unary methods parse their own bytes (FinishRawUnary):
+  // a request that does not parse gets INVALID_ARGUMENT with a message,
+  // where gRPC's callback API would answer UNIMPLEMENTED with none.
   add(
       "SubmitJob", "bytes that are no SubmitJobRequest",
       [&] {
         return RawCall("/ps.v1.JobService/SubmitJob", "\xff\xff\xff\xff");
       },
-      Code::UNIMPLEMENTED, "");
+      Code::INVALID_ARGUMENT, "SubmitJobRequest: not a valid message");
+  add(
+      "Register", "bytes that are no RegisterRequest",
+      [&] { return RawCall("/ps.v1.ClusterService/Register", "\x0a\xff\xff"); },
+      Code::INVALID_ARGUMENT, "RegisterRequest: not a valid message");
+  // Each method takes at most what it needs, refused before it is parsed.
+  add(
+      "GetJob", "request of 100 KB (over the 64 KiB GetJob takes)",
+      [&] {
+        v1::GetJobRequest r;
+        r.set_job_id(std::string(100000, 'j'));
+        return Call(jobs_.get(), &v1::JobService::Stub::GetJob, r);
+      },
+      Code::RESOURCE_EXHAUSTED, "GetJobRequest: 100004 bytes, more than");
+  add(
+      "Heartbeat", "request of 100 KB (over the 64 KiB Heartbeat takes)",
+      [&] {
+        v1::HeartbeatRequest r;
+        r.set_node_id(std::string(100000, 'n'));
+        return Call(cluster_.get(), &v1::ClusterService::Stub::Heartbeat, r);
+      },
+      Code::RESOURCE_EXHAUSTED, "HeartbeatRequest: 100004 bytes");
+  add(
+      "SubmitJob", "name with a newline (log-line injection)",
+      [&] {
+        auto spec = Spec();
+        spec.set_name("x\n2026-01-01T00:00:00.000 I job-000001 cancelled");
+        return Submit(spec);
+      },
+      Code::INVALID_ARGUMENT, "name:");
+  add(
+      "SubmitJob", "data set path with a NUL byte",
+      [&] {
+        auto spec = Spec();
+        spec.mutable_dataset()->set_train_images(
+            std::string("/data/train\0/../other", 22));
+        return Submit(spec);
+      },
+      Code::INVALID_ARGUMENT, "dataset.train_images:");
+  add(
+      "SubmitJob", "activation 99",
+      [&] {
+        auto spec = Spec();
+        spec.mutable_model()->set_activation(static_cast<v1::Activation>(99));
+        return Submit(spec);
+      },
+      Code::INVALID_ARGUMENT, "model.activation:");
+  add(
+      "SubmitJob", "Adam weight_decay Infinity",
+      [&] {
+        auto spec = Spec();
+        auto* adam = spec.mutable_optimizer()->mutable_adam();
+        adam->set_learning_rate(0.01f);
+        adam->set_weight_decay(std::numeric_limits<float>::infinity());
+        return Submit(spec);
+      },
+      Code::INVALID_ARGUMENT, "optimizer.adam.weight_decay:");
+  add(
+      "SubmitJob", "no model",
+      [&] {
+        auto spec = Spec();
+        spec.clear_model();
+        return Submit(spec);
+      },
+      Code::INVALID_ARGUMENT, "model: required");
+  add(
+      "SubmitJob", "hidden layer 2^30 wide",
+      [&] {
+        auto spec = Spec();
+        spec.mutable_model()->set_kind(v1::ModelSpec::MLP);
+        spec.mutable_model()->add_hidden_layers(1 << 30);
+        return Submit(spec);
+      },
+      Code::RESOURCE_EXHAUSTED, "model:");
   add(
       "SubmitJob", "name that is not UTF-8",
       [&] {
@@ -830,7 +904,7 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
         *r.mutable_spec() = spec;
         return RawCall("/ps.v1.JobService/SubmitJob", r.SerializeAsString());
       },
-      Code::UNIMPLEMENTED, "");
+      Code::INVALID_ARGUMENT, "SubmitJobRequest: not a valid message");
   add(
       "GetJob", "job_id empty",
       [&] {
