@@ -19,6 +19,7 @@
 #include "common/job_spec.h"
 #include "common/model_layout.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/request_validation.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -238,6 +239,7 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
   v1::RegisterRequest server_node;
   server_node.set_role(v1::SERVER);
   server_node.set_address("127.0.0.1:9");
+  server_node.set_durable(true);  // Spec() is durable (WAL).
   ASSERT_TRUE(Register(server_node).ok());
   v1::RegisterRequest worker_node;
   worker_node.set_role(v1::WORKER);
@@ -609,10 +611,10 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
         Code::INVALID_ARGUMENT, "address:");
   }
   add(
-      "Register", "17 held assignments",
+      "Register", "too many held assignments",
       [&] {
         v1::RegisterRequest r = worker_node;
-        for (int i = 0; i < 17; ++i) {
+        for (int i = 0; i <= kMaxHeldAssignments; ++i) {
           auto* h = r.add_held();
           h->set_job_id(running);
         }
