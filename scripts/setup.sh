@@ -9,6 +9,8 @@ packages=(
   libabsl-dev librocksdb-dev prometheus-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   dataset-fashion-mnist prometheus curl procps
+  # tests/system/multihost_test.sh: network namespaces, veth and a bridge.
+  iproute2
   libssl-dev openssl
   # The fuzz targets (tests/fuzz): clang with libFuzzer and the sanitizers.
   clang libclang-rt-14-dev
