@@ -246,12 +246,14 @@ struct PullResult {
 
 std::shared_ptr<PullResult> StartPull(ServerJob& job, int worker, int64_t clock,
                                       std::vector<uint64_t> keys = {},
-                                      int64_t version = kMapVersion) {
+                                      int64_t version = kMapVersion,
+                                      bool final = false) {
   v1::PullRequest request;
   request.set_job_id(kJobId);
   request.set_worker_index(worker);
   request.set_clock(clock);
   request.set_map_version(version);
+  request.set_final(final);
   for (uint64_t k : keys) request.add_keys(k);
   auto result = std::make_shared<PullResult>();
   job.Pull(request, [result](absl::StatusOr<v1::PullResponse> reply) {
@@ -705,6 +707,29 @@ TEST_P(ServerJobTest, SspPullWaitsForTheSlowestWorkerWithinTheBound) {
   EXPECT_THAT(waiting->reply->worker_clocks(), ElementsAre(2, 1));
   ExpectValuesEq(ValuesOf(*waiting->reply),
                  Sgd(Sgd(Sgd(InitialValues(), g0), g1), g2));
+}
+
+TEST_P(ServerJobTest, AFinalPullWaitsForEveryWorkerEvenUnderAsp) {
+  auto job = Open({.model = v1::ConsistencySpec::ASP, .num_workers = 2});
+  ASSERT_NE(job, nullptr);
+  const Values g0 = Gradients(0), g1 = Gradients(1), g2 = Gradients(2),
+               g3 = Gradients(3);
+  ExpectPushOk(*job, MakePush(0, 0, g0));
+  ExpectPushOk(*job, MakePush(0, 1, g1));
+  // Worker 0 is done (2 clocks); an ASP read never waits...
+  EXPECT_EQ(StartPull(*job, 0, 2)->calls, 1);
+  // ...but the final read waits until worker 1 has pushed both its clocks.
+  auto final_read = StartPull(*job, 0, 2, {}, kMapVersion, /*final=*/true);
+  EXPECT_EQ(final_read->calls, 0);
+  ExpectPushOk(*job, MakePush(1, 0, g2));
+  EXPECT_EQ(final_read->calls, 0);
+  ExpectPushOk(*job, MakePush(1, 1, g3));
+  ASSERT_EQ(final_read->calls, 1);
+  ASSERT_TRUE(final_read->reply.ok()) << final_read->reply.status();
+  EXPECT_EQ(final_read->reply->min_clock(), 2);
+  EXPECT_THAT(final_read->reply->worker_clocks(), ElementsAre(2, 2));
+  ExpectValuesEq(ValuesOf(*final_read->reply),
+                 Sgd(Sgd(Sgd(Sgd(InitialValues(), g0), g1), g2), g3));
 }
 
 TEST_P(ServerJobTest, CloseFailsWaitingPullsParkedPushesAndLaterRequests) {
