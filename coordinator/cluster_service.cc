@@ -21,11 +21,18 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(
     v1::HeartbeatResponse* response) {
   const absl::Time start = absl::Now();
   absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+  absl::StatusOr<v1::HeartbeatResponse> result =
+      allowed.ok() ? manager_->Heartbeat(request->node_id())
+                   : absl::StatusOr<v1::HeartbeatResponse>(allowed);
+  if (result.ok() && request->stored_job_ids_size() > 0) {
+    for (std::string& id : manager_->EndedJobs(
+             {request->stored_job_ids().begin(),
+              request->stored_job_ids().end()})) {
+      result->add_ended_job_ids(std::move(id));
+    }
+  }
   return FinishUnary(ctx, "Heartbeat", metrics_, start, *request,
-                     allowed.ok()
-                         ? manager_->Heartbeat(request->node_id())
-                         : absl::StatusOr<v1::HeartbeatResponse>(allowed),
-                     response);
+                     std::move(result), response);
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::ReportProgress(

@@ -46,6 +46,9 @@ struct CoordinatorOptions {
   // Transport limits of the gRPC server (message size, streams per
   // connection). Default: ServerLimits' defaults.
   ServerLimits server_limits;
+  // What is kept of ended jobs (records, trained models), applied about once
+  // a second. Default: JobRetention's defaults.
+  JobRetention retention;
 };
 
 // Start() then Stop(); not restartable.

@@ -146,11 +146,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(
           authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
       !allowed.ok()) {
     result = allowed;
-  } else {
+  } else if (auto page =
+                 manager_->ListPage(request->page_size(), request->page_token());
+             page.ok()) {
     v1::ListJobsResponse& list = result.emplace();
-    for (v1::JobStatus& job : manager_->List()) {
-      *list.add_jobs() = std::move(job);
-    }
+    for (v1::JobStatus& job : page->jobs) *list.add_jobs() = std::move(job);
+    list.set_next_page_token(std::move(page->next_page_token));
+  } else {
+    result = page.status();
   }
   return FinishUnary(ctx, "ListJobs", metrics_, start, *request,
                      std::move(result), response);
@@ -195,6 +198,25 @@ grpc::ServerUnaryReactor* JobServiceImpl::ExportModel(
                      allowed.ok() ? manager_->ExportModel(request->job_id())
                                   : absl::StatusOr<v1::TrainedModel>(allowed),
                      response);
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(
+    grpc::CallbackServerContext* ctx, const v1::DeleteJobRequest* request,
+    v1::DeleteJobResponse* response) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::DeleteJobResponse> result;
+  if (absl::Status allowed =
+          authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
+      !allowed.ok()) {
+    result = allowed;
+  } else if (absl::Status deleted = manager_->Delete(request->job_id());
+             deleted.ok()) {
+    result.emplace();
+  } else {
+    result = deleted;
+  }
+  return FinishUnary(ctx, "DeleteJob", metrics_, start, *request,
+                     std::move(result), response);
 }
 
 }  // namespace ps

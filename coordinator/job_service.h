@@ -40,6 +40,10 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ExportModel(grpc::CallbackServerContext* ctx,
                                         const v1::ExportModelRequest* request,
                                         v1::TrainedModel* response) override;
+  // Deletes an ended job's record and model (JobManager::Delete).
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
+                                      const v1::DeleteJobRequest* request,
+                                      v1::DeleteJobResponse* response) override;
 
  private:
   JobManager* const manager_;

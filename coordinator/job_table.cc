@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
+#include "rocksdb/write_batch.h"
 #include "absl/strings/str_cat.h"
 
 namespace ps {
@@ -151,6 +152,23 @@ absl::StatusOr<v1::TrainedModel> JobTable::GetModel(const std::string& job_id) {
         absl::StrCat("job table: unreadable model of ", job_id));
   }
   return model;
+}
+
+absl::Status JobTable::Delete(const std::string& job_id) {
+  const std::string what = absl::StrCat("job table delete of ", job_id);
+  rocksdb::WriteBatch batch;
+  if (auto s = FromRocks(batch.Delete(absl::StrCat(kJobPrefix, job_id)), what);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s =
+          FromRocks(batch.Delete(absl::StrCat(kModelPrefix, job_id)), what);
+      !s.ok()) {
+    return s;
+  }
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  return FromRocks(db_->Write(options, &batch), what);
 }
 
 }  // namespace ps

@@ -36,6 +36,10 @@ class JobTable {
   // DATA_LOSS for an unreadable record.
   absl::StatusOr<v1::TrainedModel> GetModel(const std::string& job_id);
 
+  // Deletes job `job_id`'s status and trained model (if any) durably (one
+  // synced batch). Deleting what is not stored is no error.
+  absl::Status Delete(const std::string& job_id);
+
  private:
   explicit JobTable(std::unique_ptr<rocksdb::DB> db);
   std::unique_ptr<rocksdb::DB> db_;
