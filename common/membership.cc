@@ -6,10 +6,14 @@
 namespace ps {
 
 Membership::Membership(MembershipOptions options,
-                       AssignmentsCallback on_assignments, HeldCallback held)
+                       AssignmentsCallback on_assignments, HeldCallback held,
+                       StoredJobsCallback stored_jobs,
+                       EndedJobsCallback on_ended_jobs)
     : options_(std::move(options)),
       on_assignments_(std::move(on_assignments)),
       held_(std::move(held)),
+      stored_jobs_(std::move(stored_jobs)),
+      on_ended_jobs_(std::move(on_ended_jobs)),
       stub_(v1::ClusterService::NewStub(
           CreateChannel(options_.coordinator, options_.channel))) {}
 
@@ -76,6 +80,11 @@ void Membership::Loop() {
     }
     v1::HeartbeatRequest request;
     request.set_node_id(node_id());
+    if (stored_jobs_) {
+      for (std::string& id : stored_jobs_()) {
+        request.add_stored_job_ids(std::move(id));
+      }
+    }
     v1::HeartbeatResponse response;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, options_.rpc_timeout);
@@ -88,6 +97,10 @@ void Membership::Loop() {
     if (status.ok()) {
       on_assignments_(
           {response.assignments().begin(), response.assignments().end()});
+      if (on_ended_jobs_ && response.ended_job_ids_size() > 0) {
+        on_ended_jobs_({response.ended_job_ids().begin(),
+                        response.ended_job_ids().end()});
+      }
     } else if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
       // The coordinator forgot us (restart, or our lease expired): join again.
       PS_LOG_WARNING("coordinator does not know node ", node_id(),

@@ -42,9 +42,20 @@ class Membership {
   // coordinator can give it back its place after a restart. Called from the
   // membership thread.
   using HeldCallback = std::function<std::vector<v1::HeldAssignment>()>;
+  // Servers: returns the ids of jobs the node stores but does not serve, sent
+  // with every heartbeat (HeartbeatRequest.stored_job_ids). Called from the
+  // membership thread.
+  using StoredJobsCallback = std::function<std::vector<std::string>()>;
+  // Called from the membership thread, after the assignments, with the ids the
+  // coordinator says ended (HeartbeatResponse.ended_job_ids) when there are
+  // any.
+  using EndedJobsCallback =
+      std::function<void(const std::vector<std::string>&)>;
 
   Membership(MembershipOptions options, AssignmentsCallback on_assignments,
-             HeldCallback held = nullptr);
+             HeldCallback held = nullptr,
+             StoredJobsCallback stored_jobs = nullptr,
+             EndedJobsCallback on_ended_jobs = nullptr);
   ~Membership();
 
   // Starts the loop. While the coordinator is unreachable the loop retries with
@@ -67,6 +78,8 @@ class Membership {
   const MembershipOptions options_;
   const AssignmentsCallback on_assignments_;
   const HeldCallback held_;
+  const StoredJobsCallback stored_jobs_;
+  const EndedJobsCallback on_ended_jobs_;
   std::unique_ptr<v1::ClusterService::Stub> stub_;
   std::thread thread_;
 

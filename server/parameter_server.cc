@@ -60,11 +60,26 @@ absl::Status ParameterServer::Start() {
     membership.address = address();
     membership.channel = credentials->MemberChannel();
     membership_ = std::make_unique<Membership>(
-        membership, [this](const std::vector<v1::Assignment>& assignments) {
+        membership,
+        [this](const std::vector<v1::Assignment>& assignments) {
           for (const absl::Status& error :
                manager_->SyncAssignments(assignments)) {
             PS_LOG_ERROR(error.message());
           }
+        },
+        /*held=*/nullptr,
+        // Jobs stored but not served: the coordinator says which ended, and
+        // their shards are deleted (after a SUCCEEDED job's model is stored).
+        [this]() -> std::vector<std::string> {
+          auto stored = manager_->StoredUnloadedJobs();
+          if (!stored.ok()) {
+            PS_LOG_ERROR("listing stored jobs: ", stored.status().message());
+            return {};
+          }
+          return *std::move(stored);
+        },
+        [this](const std::vector<std::string>& ended) {
+          manager_->DeleteEndedJobs(ended);
         });
     membership_->Start();
   }

@@ -51,7 +51,8 @@ class ParameterServer {
   // security files' (Credentials::Load), the store's (a damaged or foreign
   // data directory), UNAVAILABLE if a port cannot be bound.
   absl::Status Start();
-  // Leaves the cluster, fails waiting pulls, drains RPCs, closes the store.
+  // Leaves the cluster, fails waiting pulls, drains RPCs, closes the store
+  // (a RocksDB store flushes, leaving no write-ahead log).
   void Stop();
 
   // The bound gRPC port (after Start).
@@ -61,6 +62,8 @@ class ParameterServer {
   // host:port others reach this server at.
   std::string address() const;
   ParameterManager* manager() { return manager_.get(); }
+  // The shard store (after Start, until Stop); for tests.
+  ShardStore* store() { return store_.get(); }
 
  private:
   const ParameterServerOptions options_;
