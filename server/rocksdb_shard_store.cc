@@ -204,6 +204,9 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
   db_options.recycle_log_file_num = 0;
   db_options.WAL_ttl_seconds = 0;
   db_options.WAL_size_limit_MB = 0;
+  // RocksDB's informational LOG (flushes, compactions): at most 5 old files
+  // of 1 MiB each besides the current one, so it cannot fill the disk either.
+  db_options.max_log_file_size = size_t{1} << 20;
   db_options.keep_log_file_num = 5;
 
   std::vector<rocksdb::ColumnFamilyDescriptor> families;
