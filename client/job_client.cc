@@ -76,8 +76,8 @@ absl::StatusOr<std::vector<v1::JobStatus>> JobClient::List() {
     auto page = ListPage(/*page_size=*/0, token);
     if (!page.ok()) return page.status();
     if (!page->next_page_token().empty() && page->next_page_token() == token) {
-      return Annotate(absl::InternalError(
-          "ListJobs returned the same page token twice"));
+      return Annotate(
+          absl::InternalError("ListJobs returned the same page token twice"));
     }
     for (v1::JobStatus& job : *page->mutable_jobs()) {
       jobs.push_back(std::move(job));

@@ -98,8 +98,8 @@ void Membership::Loop() {
       on_assignments_(
           {response.assignments().begin(), response.assignments().end()});
       if (on_ended_jobs_ && response.ended_job_ids_size() > 0) {
-        on_ended_jobs_({response.ended_job_ids().begin(),
-                        response.ended_job_ids().end()});
+        on_ended_jobs_(
+            {response.ended_job_ids().begin(), response.ended_job_ids().end()});
       }
     } else if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
       // The coordinator forgot us (restart, or our lease expired): join again.

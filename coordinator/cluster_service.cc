@@ -25,9 +25,9 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(
       allowed.ok() ? manager_->Heartbeat(request->node_id())
                    : absl::StatusOr<v1::HeartbeatResponse>(allowed);
   if (result.ok() && request->stored_job_ids_size() > 0) {
-    for (std::string& id : manager_->EndedJobs(
-             {request->stored_job_ids().begin(),
-              request->stored_job_ids().end()})) {
+    for (std::string& id :
+         manager_->EndedJobs({request->stored_job_ids().begin(),
+                              request->stored_job_ids().end()})) {
       result->add_ended_job_ids(std::move(id));
     }
   }

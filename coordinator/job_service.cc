@@ -146,8 +146,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(
           authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
       !allowed.ok()) {
     result = allowed;
-  } else if (auto page =
-                 manager_->ListPage(request->page_size(), request->page_token());
+  } else if (auto page = manager_->ListPage(request->page_size(),
+                                            request->page_token());
              page.ok()) {
     v1::ListJobsResponse& list = result.emplace();
     for (v1::JobStatus& job : page->jobs) *list.add_jobs() = std::move(job);

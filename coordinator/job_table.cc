@@ -3,8 +3,8 @@
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
-#include "rocksdb/write_batch.h"
 #include "absl/strings/str_cat.h"
+#include "rocksdb/write_batch.h"
 
 namespace ps {
 namespace {

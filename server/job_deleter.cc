@@ -36,8 +36,9 @@ void StoredJobDeleter::Loop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](StoredJobDeleter* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
-               self->mu_) { return self->stopping_ || !self->queue_.empty(); },
+          +[](StoredJobDeleter* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+            return self->stopping_ || !self->queue_.empty();
+          },
           this));
       if (stopping_) return;
       job_id = std::move(queue_.front());
@@ -52,8 +53,8 @@ void StoredJobDeleter::Loop() {
       PS_LOG_INFO("job ", job_id, ": ended; deleted its stored shards in ",
                   absl::FormatDuration(absl::Now() - start));
     } else {
-      PS_LOG_ERROR("job ", job_id, ": deleting its stored shards: ",
-                   status.message());
+      PS_LOG_ERROR("job ", job_id,
+                   ": deleting its stored shards: ", status.message());
     }
   }
 }

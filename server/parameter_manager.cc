@@ -110,8 +110,8 @@ void ParameterManager::Push(const PushView& request,
   (*job)->Push(request, std::move(done));
 }
 
-absl::StatusOr<std::vector<std::string>>
-ParameterManager::StoredUnloadedJobs() const {
+absl::StatusOr<std::vector<std::string>> ParameterManager::StoredUnloadedJobs()
+    const {
   auto stored = store_->ListJobs();
   if (!stored.ok()) return stored.status();
   std::vector<std::string> unloaded;

@@ -29,8 +29,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 using testing::HaveFashionMnist;
+using ::testing::IsEmpty;
 
 // Bytes of a RocksDB directory's table files and write-ahead logs.
 uint64_t DataBytes(const std::string& dir) {
@@ -57,7 +57,8 @@ class RetentionTest : public ::testing::Test {
     coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
     coordinator_ = std::make_unique<Coordinator>(coordinator);
     ASSERT_TRUE(coordinator_->Start().ok());
-    const std::string address = absl::StrCat("127.0.0.1:", coordinator_->port());
+    const std::string address =
+        absl::StrCat("127.0.0.1:", coordinator_->port());
 
     ParameterServerOptions server;
     server.coordinator = address;
@@ -83,8 +84,7 @@ class RetentionTest : public ::testing::Test {
 
   // Submits a short job and waits for it to end.
   v1::JobStatus RunShortJob() {
-    v1::JobSpec spec =
-        testing::FashionMnistMlpJob("retention", 64, 2000, 500);
+    v1::JobSpec spec = testing::FashionMnistMlpJob("retention", 64, 2000, 500);
     spec.set_block_elems(16384);
     auto id = client_->Submit(spec);
     EXPECT_TRUE(id.ok()) << id.status();

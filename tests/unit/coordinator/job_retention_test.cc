@@ -68,8 +68,8 @@ class JobRetentionTest : public ::testing::Test {
 
   void CreateManager() {
     manager_.reset();
-    auto manager = JobManager::Create(table_.get(), MembershipTiming(),
-                                      &metrics_);
+    auto manager =
+        JobManager::Create(table_.get(), MembershipTiming(), &metrics_);
     ASSERT_TRUE(manager.ok()) << manager.status();
     manager_ = *std::move(manager);
   }
@@ -161,13 +161,12 @@ TEST_F(JobRetentionTest, RetentionDeletesEndedJobsOlderThanTheMaxAge) {
   const std::string a = EndedJob();
   const std::string b = EndedJob();
   const std::string pending = Submit();
-  const JobRetention retention{.max_ended_jobs = 0,
-                               .max_age = absl::Hours(1)};
+  const JobRetention retention{.max_ended_jobs = 0, .max_age = absl::Hours(1)};
   EXPECT_EQ(manager_->ApplyRetention(absl::Now(), retention), 0);
   EXPECT_THAT(Ids(), ElementsAre(a, b, pending));
   // Two hours later both ended jobs are too old; the pending one stays.
-  EXPECT_EQ(
-      manager_->ApplyRetention(absl::Now() + absl::Hours(2), retention), 2);
+  EXPECT_EQ(manager_->ApplyRetention(absl::Now() + absl::Hours(2), retention),
+            2);
   EXPECT_THAT(Ids(), ElementsAre(pending));
   CreateManager();
   EXPECT_THAT(Ids(), ElementsAre(pending));
@@ -221,9 +220,8 @@ TEST_F(JobRetentionTest, ServersAreToldToDeleteEndedAndUnknownJobsOnly) {
   const std::string pending = Submit();
   const std::string deleted = EndedJob();
   ASSERT_TRUE(manager_->Delete(deleted).ok());
-  EXPECT_THAT(
-      manager_->EndedJobs({ended, pending, deleted, "job-unknown", ""}),
-      UnorderedElementsAre(ended, deleted, "job-unknown"));
+  EXPECT_THAT(manager_->EndedJobs({ended, pending, deleted, "job-unknown", ""}),
+              UnorderedElementsAre(ended, deleted, "job-unknown"));
   EXPECT_THAT(manager_->EndedJobs({}), IsEmpty());
 }
 
