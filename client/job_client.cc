@@ -69,11 +69,11 @@ absl::StatusOr<v1::ListJobsResponse> JobClient::ListPage(
   return response;
 }
 
-absl::StatusOr<std::vector<v1::JobStatus>> JobClient::List() {
+absl::StatusOr<std::vector<v1::JobStatus>> JobClient::List(int page_size) {
   std::vector<v1::JobStatus> jobs;
   std::string token;
   do {
-    auto page = ListPage(/*page_size=*/0, token);
+    auto page = ListPage(page_size, token);
     if (!page.ok()) return page.status();
     if (!page->next_page_token().empty() && page->next_page_token() == token) {
       return Annotate(

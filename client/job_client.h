@@ -35,8 +35,9 @@ class JobClient {
 
   absl::StatusOr<std::string> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::JobStatus> Get(const std::string& job_id);
-  // Every job, following ListJobs' pages (one call per page).
-  absl::StatusOr<std::vector<v1::JobStatus>> List();
+  // Every job, following ListJobs' pages (one call per page of `page_size`
+  // jobs; 0: the coordinator's default).
+  absl::StatusOr<std::vector<v1::JobStatus>> List(int page_size = 0);
   // One page of ListJobs (page_size 0: the coordinator's default).
   absl::StatusOr<v1::ListJobsResponse> ListPage(int page_size,
                                                 const std::string& page_token);

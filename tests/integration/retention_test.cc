@@ -162,6 +162,12 @@ TEST_F(RetentionTest, DeleteJobAndListPages) {
   EXPECT_EQ(client_->ListPage(-1, "").status().code(),
             absl::StatusCode::kInvalidArgument);
 
+  // List follows the pages.
+  auto both = client_->List(/*page_size=*/1);
+  ASSERT_TRUE(both.ok()) << both.status();
+  ASSERT_EQ(both->size(), 2u);
+  EXPECT_EQ((*both)[1].job_id(), *pending);
+
   ASSERT_TRUE(client_->Delete(done.job_id()).ok());
   EXPECT_EQ(client_->Get(done.job_id()).status().code(),
             absl::StatusCode::kNotFound);
