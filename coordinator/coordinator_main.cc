@@ -48,7 +48,7 @@ ABSL_FLAG(int, max_jobs, 100,
           "jobs pending or running at once; more are RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_model_bytes, int64_t{200} << 20,
           "largest model (float32 parameters) a job may train");
-ABSL_FLAG(int, retain_ended_jobs, 1000,
+ABSL_FLAG(int, retain_ended_jobs, 100,
           "ended jobs (records and trained models) kept; beyond, the ones "
           "that ended first are deleted, and the servers delete their shards "
           "(0: no limit)");

@@ -17,8 +17,8 @@ namespace ps {
 // running jobs are never expired.
 struct JobRetention {
   // Ended jobs kept at most; beyond, the ones that ended first are deleted.
-  // 0: no limit. Default 1000.
-  int max_ended_jobs = 1000;
+  // 0: no limit. Default 100.
+  int max_ended_jobs = 100;
   // An ended job is deleted this long after it ended. Default
   // absl::InfiniteDuration(): kept until max_ended_jobs or DeleteJob.
   absl::Duration max_age = absl::InfiniteDuration();

@@ -2,6 +2,7 @@
 // paging, and which stored jobs servers are told to delete.
 #include <stdlib.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -123,6 +124,46 @@ TEST_F(JobRetentionTest, DeleteRemovesTheRecordAndTheModelDurably) {
   EXPECT_THAT(Ids(), ElementsAre(kept));
   // A deleted job's id is not reused.
   EXPECT_NE(Submit(), ended);
+}
+
+// Bytes of the job table's table files (*.sst) and write-ahead logs (*.log).
+uint64_t TableDataBytes(const std::string& path) {
+  uint64_t total = 0;
+  for (const auto& entry : fs::directory_iterator(path)) {
+    const std::string ext = entry.path().extension().string();
+    if (entry.is_regular_file() && (ext == ".sst" || ext == ".log")) {
+      total += entry.file_size();
+    }
+  }
+  return total;
+}
+
+TEST_F(JobRetentionTest, DeleteGivesTheModelsSpaceBackAndACloseLeavesNoLog) {
+  const std::string id = EndedJob();
+  v1::TrainedModel model;
+  model.set_job_id(id);
+  model.add_tensors()->set_data(std::string(size_t{8} << 20, 'x'));
+  ASSERT_TRUE(table_->PutModel(model).ok());
+  const std::string path = dir_ + "/table";
+  const uint64_t before = TableDataBytes(path);
+  EXPECT_GE(before, uint64_t{8} << 20);
+  ASSERT_TRUE(manager_->Delete(id).ok());
+  EXPECT_LT(TableDataBytes(path), uint64_t{1} << 20) << "before: " << before;
+  // A clean close flushes: no write-ahead log is left to replay.
+  EndedJob();
+  manager_.reset();
+  table_.reset();
+  uint64_t logs = 0;
+  for (const auto& entry : fs::directory_iterator(path)) {
+    if (entry.path().extension() == ".log") logs += entry.file_size();
+  }
+  EXPECT_EQ(logs, 0u);
+  // And nothing was lost.
+  auto table = JobTable::Open(path);
+  ASSERT_TRUE(table.ok()) << table.status();
+  table_ = *std::move(table);
+  CreateManager();
+  EXPECT_EQ(Ids().size(), 1u);
 }
 
 TEST_F(JobRetentionTest, DeleteOfAnUnknownJobIsNotFound) {
