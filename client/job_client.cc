@@ -56,14 +56,46 @@ absl::StatusOr<v1::JobStatus> JobClient::Get(const std::string& job_id) {
   return response;
 }
 
-absl::StatusOr<std::vector<v1::JobStatus>> JobClient::List() {
+absl::StatusOr<v1::ListJobsResponse> JobClient::ListPage(
+    int page_size, const std::string& page_token) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.timeout);
+  v1::ListJobsRequest request;
+  request.set_page_size(page_size);
+  request.set_page_token(page_token);
   v1::ListJobsResponse response;
-  grpc::Status status = stub_->ListJobs(&ctx, v1::ListJobsRequest(), &response);
+  grpc::Status status = stub_->ListJobs(&ctx, request, &response);
   if (!status.ok()) return Annotate(FromGrpcStatus(status));
-  return std::vector<v1::JobStatus>(response.jobs().begin(),
-                                    response.jobs().end());
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::JobStatus>> JobClient::List(int page_size) {
+  std::vector<v1::JobStatus> jobs;
+  std::string token;
+  do {
+    auto page = ListPage(page_size, token);
+    if (!page.ok()) return page.status();
+    if (!page->next_page_token().empty() && page->next_page_token() == token) {
+      return Annotate(
+          absl::InternalError("ListJobs returned the same page token twice"));
+    }
+    for (v1::JobStatus& job : *page->mutable_jobs()) {
+      jobs.push_back(std::move(job));
+    }
+    token = page->next_page_token();
+  } while (!token.empty());
+  return jobs;
+}
+
+absl::Status JobClient::Delete(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.timeout);
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  v1::DeleteJobResponse response;
+  grpc::Status status = stub_->DeleteJob(&ctx, request, &response);
+  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::JobStatus> JobClient::Cancel(const std::string& job_id) {

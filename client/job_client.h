@@ -35,8 +35,17 @@ class JobClient {
 
   absl::StatusOr<std::string> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::JobStatus> Get(const std::string& job_id);
-  absl::StatusOr<std::vector<v1::JobStatus>> List();
+  // Every job, following ListJobs' pages (one call per page of `page_size`
+  // jobs; 0: the coordinator's default).
+  absl::StatusOr<std::vector<v1::JobStatus>> List(int page_size = 0);
+  // One page of ListJobs (page_size 0: the coordinator's default).
+  absl::StatusOr<v1::ListJobsResponse> ListPage(int page_size,
+                                                const std::string& page_token);
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id);
+  // Deletes an ended job's record and trained model; the servers then delete
+  // its shards. NOT_FOUND for an unknown job; FAILED_PRECONDITION for one that
+  // has not ended.
+  absl::Status Delete(const std::string& job_id);
   // The trained model of a SUCCEEDED job. NOT_FOUND (saying why) for an
   // unknown job or one without a trained model.
   absl::StatusOr<v1::TrainedModel> ExportModel(const std::string& job_id);

@@ -2,7 +2,7 @@
 //
 //   psctl [--coordinator=HOST:PORT] [--tls_ca=PEM] [--token_file=FILE]
 //         submit JOB.json [--watch]
-//   psctl list | get JOB | watch JOB | cancel JOB
+//   psctl list | get JOB | watch JOB | cancel JOB | delete JOB
 //   psctl health HOST:PORT
 //   psctl export JOB --output=FILE   (or -o FILE)
 //   psctl eval MODEL_FILE [--images=PATH --labels=PATH] [--max_samples=N]
@@ -72,6 +72,8 @@ constexpr char kUsage[] =
     "  watch JOB                  follow a job until it ends (exit 0 if "
     "SUCCEEDED)\n"
     "  cancel JOB                 cancel a pending or running job\n"
+    "  delete JOB                 delete an ended job: its record, trained\n"
+    "                             model and the servers' shards\n"
     "  health HOST:PORT           check any process's gRPC health service\n"
     "                             (prints SERVING and exits 0 if it serves)\n"
     "  export JOB --output=FILE   write a SUCCEEDED job's trained model\n"
@@ -290,6 +292,11 @@ int main(int argc, char** argv) {
     auto job = client.Cancel(arg);
     if (!job.ok()) return Fail(job.status());
     std::cout << ps::FormatSummary(*job) << std::endl;
+    return 0;
+  }
+  if (command == "delete") {
+    if (auto s = client.Delete(arg); !s.ok()) return Fail(s);
+    std::cout << arg << " deleted" << std::endl;
     return 0;
   }
   std::cerr << "psctl: unknown command \"" << command << "\"\nusage: " << kUsage

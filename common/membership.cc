@@ -6,10 +6,12 @@
 namespace ps {
 
 Membership::Membership(MembershipOptions options,
-                       AssignmentsCallback on_assignments, HeldCallback held)
+                       AssignmentsCallback on_assignments, HeldCallback held,
+                       EndedJobsCallback on_ended_jobs)
     : options_(std::move(options)),
       on_assignments_(std::move(on_assignments)),
       held_(std::move(held)),
+      on_ended_jobs_(std::move(on_ended_jobs)),
       stub_(v1::ClusterService::NewStub(
           CreateChannel(options_.coordinator, options_.channel))) {}
 
@@ -93,6 +95,10 @@ void Membership::Loop() {
     if (status.ok()) {
       on_assignments_(
           {response.assignments().begin(), response.assignments().end()});
+      if (on_ended_jobs_ && response.ended_job_ids_size() > 0) {
+        on_ended_jobs_(
+            {response.ended_job_ids().begin(), response.ended_job_ids().end()});
+      }
     } else if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
       // The coordinator forgot us (restart, or our lease expired): join again.
       PS_LOG_WARNING("coordinator does not know node ", node_id(),

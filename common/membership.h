@@ -45,13 +45,20 @@ class Membership {
   // after every successful heartbeat.
   using AssignmentsCallback =
       std::function<void(const std::vector<v1::Assignment>&)>;
-  // Returns what the node is working on, sent when it registers (again), so the
-  // coordinator can give it back its place after a restart. Called from the
-  // membership thread.
+  // Returns what the node is working on (servers: the jobs whose shards they
+  // store), sent when it registers (again), so the coordinator can give it
+  // back its place after a restart, and with every heartbeat where
+  // options.held_in_heartbeats. Called from the membership thread.
   using HeldCallback = std::function<std::vector<v1::HeldAssignment>()>;
+  // Called from the membership thread, after the assignments, with the ids the
+  // coordinator says ended (HeartbeatResponse.ended_job_ids) when there are
+  // any.
+  using EndedJobsCallback =
+      std::function<void(const std::vector<std::string>&)>;
 
   Membership(MembershipOptions options, AssignmentsCallback on_assignments,
-             HeldCallback held = nullptr);
+             HeldCallback held = nullptr,
+             EndedJobsCallback on_ended_jobs = nullptr);
   ~Membership();
 
   // Starts the loop. While the coordinator is unreachable the loop retries with
@@ -74,6 +81,7 @@ class Membership {
   const MembershipOptions options_;
   const AssignmentsCallback on_assignments_;
   const HeldCallback held_;
+  const EndedJobsCallback on_ended_jobs_;
   std::unique_ptr<v1::ClusterService::Stub> stub_;
   std::thread thread_;
 

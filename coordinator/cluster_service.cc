@@ -31,7 +31,18 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(
             !allowed.ok()) {
           return allowed;
         }
-        return manager_->Heartbeat(r);
+        absl::StatusOr<v1::HeartbeatResponse> result = manager_->Heartbeat(r);
+        if (result.ok() && r.held_size() > 0) {
+          // Of the jobs a server stores, those whose shards it may delete.
+          std::vector<std::string> stored;
+          for (const v1::HeldAssignment& held : r.held()) {
+            stored.push_back(held.job_id());
+          }
+          for (std::string& id : manager_->EndedJobs(stored)) {
+            result->add_ended_job_ids(std::move(id));
+          }
+        }
+        return result;
       });
 }
 

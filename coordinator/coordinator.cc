@@ -89,10 +89,16 @@ absl::Status Coordinator::Start() {
 
 void Coordinator::TickLoop() {
   absl::MutexLock lock(&mu_);
+  absl::Time last_retention = absl::InfinitePast();
   while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_),
                                options_.tick_interval)) {
     mu_.Unlock();
-    manager_->Tick(absl::Now());
+    const absl::Time now = absl::Now();
+    manager_->Tick(now);
+    if (now - last_retention >= absl::Seconds(1)) {
+      manager_->ApplyRetention(now, options_.retention);
+      last_retention = now;
+    }
     mu_.Lock();
   }
 }

@@ -54,6 +54,9 @@ struct CoordinatorOptions {
   ServerLimits server_limits;
   // Serve gRPC server reflection. Default true.
   bool reflection = true;
+  // What is kept of ended jobs (records, trained models), applied about once
+  // a second. Default: JobRetention's defaults.
+  JobRetention retention;
 };
 
 // Start() then Stop(); not restartable.

@@ -3,6 +3,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/daemon.h"
 #include "common/flags_usage.h"
 #include "common/logging.h"
@@ -51,6 +52,13 @@ ABSL_FLAG(int, max_jobs, 100,
           "jobs pending or running at once; more are RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_model_bytes, int64_t{200} << 20,
           "largest model (float32 parameters) a job may train");
+ABSL_FLAG(int, retain_ended_jobs, 100,
+          "ended jobs (records and trained models) kept; beyond, the ones "
+          "that ended first are deleted, and the servers delete their shards "
+          "(0: no limit)");
+ABSL_FLAG(absl::Duration, retain_ended_for, absl::InfiniteDuration(),
+          "delete an ended job this long after it ended, e.g. 168h "
+          "(inf: keep it until --retain_ended_jobs or psctl delete)");
 
 int main(int argc, char** argv) {
   ps::SetUpFlagsUsage("Coordinator of the parameter-server cluster.");
@@ -84,6 +92,8 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_allow_unauthenticated_reads);
   options.job_limits.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   options.job_limits.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
+  options.retention.max_ended_jobs = absl::GetFlag(FLAGS_retain_ended_jobs);
+  options.retention.max_age = absl::GetFlag(FLAGS_retain_ended_for);
   ps::Coordinator coordinator(options);
   return ps::RunUntilSignalled("ps-coordinator", coordinator,
                                absl::GetFlag(FLAGS_port_file));

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_retention.h"
 #include "coordinator/job_table.h"
 #include "coordinator/request_validation.h"
 #include "ps/v1/cluster.pb.h"
@@ -106,6 +107,28 @@ class JobManager {
   // The trained model of a SUCCEEDED job. NOT_FOUND, saying why, for an
   // unknown job, one that has not succeeded, or one without a stored model.
   absl::StatusOr<v1::TrainedModel> ExportModel(const std::string& job_id);
+
+  // Ended jobs' records (job_manager_retention.cc).
+  //
+  // Deletes an ended job's record and trained model from the table and from
+  // memory; the servers delete its shards when they next heartbeat
+  // (EndedJobs). NOT_FOUND for an unknown job; FAILED_PRECONDITION for a
+  // pending or running one; the table's error if the delete fails.
+  absl::Status Delete(const std::string& job_id);
+  // Deletes the ended jobs `retention` no longer keeps at `now`; returns how
+  // many. Logs the table's errors (the job is then kept and tried again).
+  int ApplyRetention(absl::Time now, const JobRetention& retention);
+  // Up to `page_size` jobs (0: kDefaultListPageSize; capped at
+  // kMaxListPageSize) after `page_token` (a previous page's
+  // next_page_token; empty: from the first), in id order. INVALID_ARGUMENT for
+  // a negative page_size or a malformed page_token.
+  absl::StatusOr<JobPage> ListPage(int page_size,
+                                   const std::string& page_token) const;
+  // Of the job ids a server still stores (the first kMaxStoredJobIds), those
+  // whose shards it may delete: ended jobs and jobs this coordinator does not
+  // know (deleted or expired). Malformed ids are skipped.
+  std::vector<std::string> EndedJobs(
+      const std::vector<std::string>& stored_job_ids) const;
 
  private:
   struct Node {

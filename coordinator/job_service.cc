@@ -149,16 +149,18 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(
     grpc::ByteBuffer* response) {
   return FinishRawUnary<v1::ListJobsRequest, v1::ListJobsResponse>(
       ctx, "ListJobs", metrics_, kMaxSmallRequestBytes, request, response,
-      [&](const v1::ListJobsRequest&) -> absl::StatusOr<v1::ListJobsResponse> {
+      [&](const v1::ListJobsRequest& r)
+          -> absl::StatusOr<v1::ListJobsResponse> {
         if (absl::Status allowed =
                 authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
             !allowed.ok()) {
           return allowed;
         }
+        auto page = manager_->ListPage(r.page_size(), r.page_token());
+        if (!page.ok()) return page.status();
         v1::ListJobsResponse list;
-        for (v1::JobStatus& job : manager_->List()) {
-          *list.add_jobs() = std::move(job);
-        }
+        for (v1::JobStatus& job : page->jobs) *list.add_jobs() = std::move(job);
+        list.set_next_page_token(std::move(page->next_page_token));
         return list;
       });
 }
@@ -207,6 +209,25 @@ grpc::ServerUnaryReactor* JobServiceImpl::ExportModel(
           return allowed;
         }
         return manager_->ExportModel(r.job_id());
+      });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishRawUnary<v1::DeleteJobRequest, v1::DeleteJobResponse>(
+      ctx, "DeleteJob", metrics_, kMaxSmallRequestBytes, request, response,
+      [&](const v1::DeleteJobRequest& r)
+          -> absl::StatusOr<v1::DeleteJobResponse> {
+        if (absl::Status allowed =
+                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
+            !allowed.ok()) {
+          return allowed;
+        }
+        if (absl::Status deleted = manager_->Delete(r.job_id()); !deleted.ok()) {
+          return deleted;
+        }
+        return v1::DeleteJobResponse();
       });
 }
 

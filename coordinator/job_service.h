@@ -20,7 +20,8 @@ using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
         v1::JobService::WithRawCallbackMethod_ListJobs<
             v1::JobService::WithRawCallbackMethod_CancelJob<
                 v1::JobService::WithRawCallbackMethod_ExportModel<
-                    v1::JobService::CallbackService>>>>>;
+                    v1::JobService::WithRawCallbackMethod_DeleteJob<
+                        v1::JobService::CallbackService>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -57,6 +58,11 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::ServerUnaryReactor* ExportModel(grpc::CallbackServerContext* ctx,
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override;
+  // A DeleteJobRequest; deletes an ended job's record and model
+  // (JobManager::Delete) and answers a DeleteJobResponse.
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
 
  private:
   JobManager* const manager_;

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 #include "rocksdb/write_batch.h"
 
 namespace ps {
@@ -28,7 +29,18 @@ absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 }  // namespace
 
 JobTable::JobTable(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
-JobTable::~JobTable() = default;
+JobTable::~JobTable() {
+  // A clean close leaves everything in table files and no write-ahead log
+  // (trained models are large) to replay.
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  if (rocksdb::Status s = db_->Flush(flush); !s.ok()) {
+    PS_LOG_ERROR("job table: flush at close: ", s.ToString());
+  }
+  if (rocksdb::Status s = db_->Close(); !s.ok()) {
+    PS_LOG_ERROR("job table: close: ", s.ToString());
+  }
+}
 
 absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
     const std::string& path) {
@@ -153,6 +165,31 @@ absl::StatusOr<v1::TrainedModel> JobTable::GetModel(const std::string& job_id) {
         absl::StrCat("job table: unreadable model of ", job_id));
   }
   return model;
+}
+
+absl::Status JobTable::Delete(const std::string& job_id) {
+  const std::string what = absl::StrCat("job table delete of ", job_id);
+  rocksdb::WriteBatch batch;
+  if (auto s = FromRocks(batch.Delete(absl::StrCat(kJobPrefix, job_id)), what);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s =
+          FromRocks(batch.Delete(absl::StrCat(kModelPrefix, job_id)), what);
+      !s.ok()) {
+    return s;
+  }
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  if (auto s = FromRocks(db_->Write(options, &batch), what); !s.ok()) return s;
+  // The deletes only hide the model; compacting its key drops its bytes (a
+  // model is up to --max_model_bytes).
+  const std::string begin = absl::StrCat(kModelPrefix, job_id);
+  const std::string end = absl::StrCat(begin, std::string(1, '\0'));
+  const rocksdb::Slice begin_slice(begin), end_slice(end);
+  return FromRocks(db_->CompactRange(rocksdb::CompactRangeOptions(),
+                                     &begin_slice, &end_slice),
+                   what);
 }
 
 }  // namespace ps

@@ -21,6 +21,7 @@ class JobTable {
   // path if it is not a usable RocksDB directory.
   static absl::StatusOr<std::unique_ptr<JobTable>> Open(
       const std::string& path);
+  // Flushes (no write-ahead log is left) and closes the database.
   ~JobTable();
 
   // Writes (replaces) one job's status durably (WAL, fsync).
@@ -39,6 +40,11 @@ class JobTable {
   // The trained model stored for `job_id`. NOT_FOUND if there is none;
   // DATA_LOSS for an unreadable record.
   absl::StatusOr<v1::TrainedModel> GetModel(const std::string& job_id);
+
+  // Deletes job `job_id`'s status and trained model (if any) durably (one
+  // synced batch), then compacts the model's key so that its bytes leave the
+  // disk. Deleting what is not stored is no error.
+  absl::Status Delete(const std::string& job_id);
 
  private:
   explicit JobTable(std::unique_ptr<rocksdb::DB> db);

@@ -9,7 +9,7 @@
 namespace ps {
 
 ParameterManager::ParameterManager(ShardStore* store, ServerMetrics* metrics)
-    : store_(store), metrics_(metrics) {}
+    : store_(store), metrics_(metrics), deleter_(store) {}
 
 ParameterManager::~ParameterManager() { Shutdown(); }
 
@@ -110,7 +110,25 @@ void ParameterManager::Push(const PushView& request,
   (*job)->Push(request, std::move(done));
 }
 
+absl::StatusOr<std::vector<std::string>> ParameterManager::StoredJobs() const {
+  auto stored = store_->ListJobs();
+  if (!stored.ok()) return stored.status();
+  if (stored->size() > kMaxReportedStoredJobs) {
+    stored->erase(stored->begin(), stored->end() - kMaxReportedStoredJobs);
+  }
+  return stored;
+}
+
+void ParameterManager::DeleteEndedJobs(
+    const std::vector<std::string>& job_ids) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : job_ids) {
+    if (!jobs_.contains(id)) deleter_.Enqueue(id);
+  }
+}
+
 void ParameterManager::Shutdown() {
+  deleter_.Stop();
   std::map<std::string, std::shared_ptr<ServerJob>> jobs;
   {
     absl::MutexLock lock(&mu_);

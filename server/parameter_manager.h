@@ -11,10 +11,15 @@
 
 #include "absl/synchronization/mutex.h"
 #include "ps/v1/cluster.pb.h"
+#include "server/job_deleter.h"
 #include "server/server_job.h"
 #include "server/shard_store.h"
 
 namespace ps {
+
+// Most stored job ids one registration or heartbeat reports
+// (HeartbeatRequest.held; the coordinator's kMaxHeldAssignments allows more).
+inline constexpr size_t kMaxReportedStoredJobs = 1000;
 
 // Thread-safe.
 class ParameterManager {
@@ -41,7 +46,18 @@ class ParameterManager {
   // call only).
   void Push(const PushView& request, ServerJob::PushCallback done);
 
-  // Unloads every job, failing waiting pulls with UNAVAILABLE.
+  // Ids of jobs with state in the store, served or not (sent with each
+  // registration and heartbeat: the coordinator learns which shards this
+  // server holds and answers which jobs ended), the newest
+  // kMaxReportedStoredJobs (ids grow). The store's error if it cannot list.
+  absl::StatusOr<std::vector<std::string>> StoredJobs() const;
+  // Deletes, off the calling thread, the stored state of the jobs the
+  // coordinator says ended (HeartbeatResponse.ended_job_ids); a job loaded
+  // now is left alone.
+  void DeleteEndedJobs(const std::vector<std::string>& job_ids);
+
+  // Unloads every job, failing waiting pulls with UNAVAILABLE, and stops
+  // deleting (a deletion in progress completes first).
   void Shutdown();
 
   // Ids of the loaded jobs.
@@ -55,6 +71,7 @@ class ParameterManager {
   ServerMetrics* const metrics_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ServerJob>> jobs_ ABSL_GUARDED_BY(mu_);
+  StoredJobDeleter deleter_;
 };
 
 }  // namespace ps

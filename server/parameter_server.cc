@@ -83,7 +83,12 @@ absl::Status ParameterServer::Start() {
             PS_LOG_ERROR(error.message());
           }
         },
-        [this] { return HeldJobs(); });
+        [this] { return HeldJobs(); },
+        // The coordinator says which stored jobs ended: their shards are
+        // deleted (after a SUCCEEDED job's model is stored).
+        [this](const std::vector<std::string>& ended) {
+          manager_->DeleteEndedJobs(ended);
+        });
     membership_->Start();
   }
   if (IsWildcardHost(HostOf(options_.listen_address)) &&
@@ -105,17 +110,12 @@ absl::Status ParameterServer::Start() {
 
 std::vector<v1::HeldAssignment> ParameterServer::HeldJobs() {
   std::vector<v1::HeldAssignment> held;
-  auto jobs = store_->ListJobs();
+  auto jobs = manager_->StoredJobs();
   if (!jobs.ok()) {
     PS_LOG_ERROR("cannot list the stored jobs: ", jobs.status().message());
     return held;
   }
-  // The newest jobs (ids grow) if there are more than a request may carry.
-  const size_t first =
-      jobs->size() > kMaxHeldJobs ? jobs->size() - kMaxHeldJobs : 0;
-  for (size_t i = first; i < jobs->size(); ++i) {
-    held.emplace_back().set_job_id((*jobs)[i]);
-  }
+  for (const std::string& id : *jobs) held.emplace_back().set_job_id(id);
   return held;
 }
 

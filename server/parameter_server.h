@@ -54,7 +54,8 @@ class ParameterServer {
   // security files' (Credentials::Load), the store's (a damaged or foreign
   // data directory), UNAVAILABLE if a port cannot be bound.
   absl::Status Start();
-  // Leaves the cluster, fails waiting pulls, drains RPCs, closes the store.
+  // Leaves the cluster, fails waiting pulls, drains RPCs, closes the store
+  // (a RocksDB store flushes, leaving no write-ahead log).
   void Stop();
 
   // The bound gRPC port (after Start).
@@ -64,11 +65,10 @@ class ParameterServer {
   // host:port others reach this server at.
   std::string address() const;
   ParameterManager* manager() { return manager_.get(); }
+  // The shard store (after Start, until Stop); for tests.
+  ShardStore* store() { return store_.get(); }
 
  private:
-  // Most jobs a registration or heartbeat lists (the coordinator's
-  // kMaxHeldAssignments).
-  static constexpr size_t kMaxHeldJobs = 1024;
   // The jobs whose shards the store holds, for the coordinator.
   std::vector<v1::HeldAssignment> HeldJobs();
 

@@ -190,9 +190,23 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
     }
   }
   db_options.max_background_jobs = 2;
-  // Bounds the WAL kept alive by rarely-flushed families (clocks, meta), and
-  // so the replay time after a crash.
-  db_options.max_total_wal_size = uint64_t{256} << 20;
+  // Every write batch spans the families (values, optimizer state and
+  // clocks), so they flush together: a flush then frees every log file it
+  // covers. Flushed one by one, the small clocks and meta families would keep
+  // every log alive until max_total_wal_size forced them out (90-250 MB of
+  // log per server).
+  db_options.atomic_flush = true;
+  // Backstop on the live log (and so on the replay time after a crash): two
+  // large memtables' worth.
+  db_options.max_total_wal_size = 2 * options.write_buffer_bytes;
+  // Log files are deleted once flushed, never kept for reuse: a closed or
+  // idle store holds no log.
+  db_options.recycle_log_file_num = 0;
+  db_options.WAL_ttl_seconds = 0;
+  db_options.WAL_size_limit_MB = 0;
+  // RocksDB's informational LOG (flushes, compactions): at most 5 old files
+  // of 1 MiB each besides the current one, so it cannot fill the disk either.
+  db_options.max_log_file_size = size_t{1} << 20;
   db_options.keep_log_file_num = 5;
 
   std::vector<rocksdb::ColumnFamilyDescriptor> families;
@@ -238,6 +252,11 @@ RocksDbShardStore::RocksDbShardStore(
       handles_(std::move(handles)) {}
 
 RocksDbShardStore::~RocksDbShardStore() {
+  // A clean close leaves everything in table files and no log to replay:
+  // flush the memtables (the flush deletes the log files it covers).
+  if (absl::Status status = FlushAll("close"); !status.ok()) {
+    PS_LOG_ERROR(status.message());
+  }
   for (rocksdb::ColumnFamilyHandle* handle : handles_) {
     rocksdb::Status status = db_->DestroyColumnFamilyHandle(handle);
     if (!status.ok()) {
@@ -415,9 +434,43 @@ absl::Status RocksDbShardStore::DeleteJob(const std::string& job_id) {
   }
   rocksdb::WriteOptions write_options;
   write_options.sync = true;
+  const std::string context =
+      absl::StrCat("rocksdb shard store: job ", job_id, ": delete");
+  if (absl::Status status =
+          RocksDbStatusToAbsl(db_->Write(write_options, &batch), context);
+      !status.ok()) {
+    return status;
+  }
+  // The range deletions only hide the keys. Flushing frees the job's share of
+  // the log; compacting the range rewrites the table files without the job's
+  // keys (files holding nothing else are dropped).
+  if (absl::Status status = FlushAll(absl::StrCat("job ", job_id, ": delete"));
+      !status.ok()) {
+    return status;
+  }
+  const rocksdb::Slice begin(prefix);
+  const rocksdb::Slice end(limit);
+  rocksdb::CompactRangeOptions compact;
+  compact.bottommost_level_compaction =
+      rocksdb::BottommostLevelCompaction::kForceOptimized;
+  for (int family = kValues; family < kCount; ++family) {
+    if (absl::Status status = RocksDbStatusToAbsl(
+            db_->CompactRange(compact, handles_[family], &begin, &end),
+            absl::StrCat(context, ": compacting ", kFamilyNames[family]));
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RocksDbShardStore::FlushAll(absl::string_view why) {
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
   return RocksDbStatusToAbsl(
-      db_->Write(write_options, &batch),
-      absl::StrCat("rocksdb shard store: job ", job_id, ": delete"));
+      db_->Flush(flush, handles_),
+      absl::StrCat("rocksdb shard store at ", options_.path, ": flush (", why,
+                   ")"));
 }
 
 absl::StatusOr<std::string> RocksDbShardStore::Identity() const {

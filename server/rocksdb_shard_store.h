@@ -46,7 +46,9 @@ struct RocksDbShardStoreOptions {
 
 // Keeps shards in a RocksDB database: each Write is one WriteBatch through the
 // write-ahead log, so an acknowledged write survives a process crash (and a
-// machine crash with sync=true). Thread-safe; a database directory can be
+// machine crash with sync=true). The column families flush together
+// (atomic_flush), and the destructor flushes them, so a cleanly closed store
+// leaves no log behind. Thread-safe; a database directory can be
 // open in one store (one process) at a time.
 class RocksDbShardStore : public ShardStore {
  public:
@@ -59,7 +61,8 @@ class RocksDbShardStore : public ShardStore {
   static absl::StatusOr<std::unique_ptr<RocksDbShardStore>> Open(
       const RocksDbShardStoreOptions& options);
 
-  // Closes the database (column family handles first, then the DB).
+  // Flushes the memtables (so no write-ahead log is left to replay), then
+  // closes the database (column family handles first, then the DB).
   ~RocksDbShardStore() override;
 
   RocksDbShardStore(const RocksDbShardStore&) = delete;
@@ -76,7 +79,10 @@ class RocksDbShardStore : public ShardStore {
   absl::StatusOr<StoredJob> Load(const std::string& job_id) override;
   // See ShardStore. DATA_LOSS for a key without a job prefix.
   absl::StatusOr<std::vector<std::string>> ListJobs() override;
-  // See ShardStore: one range deletion per column family, synced.
+  // See ShardStore: one range deletion per column family, synced; then the
+  // memtables are flushed (freeing the job's share of the write-ahead log) and
+  // the job's key range compacted in every family, so that its space goes
+  // back to the file system before this returns (seconds for a large job).
   absl::Status DeleteJob(const std::string& job_id) override;
 
   // RocksDB's identity of this database (DB::GetDbIdentity): a UUID made when
@@ -84,6 +90,10 @@ class RocksDbShardStore : public ShardStore {
   absl::StatusOr<std::string> Identity() const;
 
  private:
+  // Flushes every column family's memtable (waiting), which lets RocksDB
+  // delete the log files it covers. `why` goes into the error.
+  absl::Status FlushAll(absl::string_view why);
+
   // Indices into handles_.
   enum Family { kDefault = 0, kValues, kOptimizer, kClocks, kMeta, kCount };
 

@@ -223,6 +223,8 @@ TEST_F(SecurityTest, JobApiNeedsTheToken) {
               absl::StatusCode::kUnauthenticated);
     EXPECT_EQ(client.ExportModel("job-000001").status().code(),
               absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(client.Delete("job-000001").code(),
+              absl::StatusCode::kUnauthenticated);
     EXPECT_EQ(
         client
             .Watch(
@@ -243,6 +245,7 @@ TEST_F(SecurityTest, JobApiNeedsTheToken) {
   auto cancelled = client.Cancel(*id);
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
   EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  EXPECT_TRUE(client.Delete(*id).ok());
 }
 
 TEST_F(SecurityTest, ReadsWithoutATokenOnlyWhenAllowed) {
@@ -272,6 +275,7 @@ TEST_F(SecurityTest, ReadsWithoutATokenOnlyWhenAllowed) {
             absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(anonymous.ExportModel(*id).status().code(),
             absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(anonymous.Delete(*id).code(), absl::StatusCode::kUnauthenticated);
 }
 
 TEST_F(SecurityTest, InternalCallsNeedTheClusterSecret) {

@@ -16,7 +16,10 @@
 #     have no model (NOT_FOUND); a truncated model file is DATA_LOSS;
 #   - every /metrics endpoint passes `promtool check metrics` and has the
 #     expected series;
-#   - clean shutdown: every process exits 0 on SIGTERM;
+#   - delete: psctl delete refuses an unknown job (NOT_FOUND) and one that has
+#     not ended (FAILED_PRECONDITION), and deletes an ended one;
+#   - clean shutdown: every process exits 0 on SIGTERM, and the servers' data
+#     directories hold no table files or write-ahead log of the ended jobs;
 #   - a peer that is slow for a moment (paused 2 s) does not fail a call with a
 #     10 s deadline.
 #
@@ -569,6 +572,38 @@ for name in worker0 worker1; do
 done
 ok "both servers applied updates and both workers trained"
 
+# --- 7c: psctl delete ---------------------------------------------------------
+# After the metrics checks: deleting a job changes the coordinator's ps_jobs.
+psctl_run delete-unknown delete job-999999
+if [ "$RC" -ne 1 ] || ! grep -q '(NOT_FOUND)$' "$ERR"; then
+  fail "psctl delete job-999999 exits 1 with NOT_FOUND (got $RC)" "$OUT" "$ERR"
+fi
+# A job needing three servers waits PENDING on this two-server cluster.
+write_job "$RUN_DIR/waiting.json" waiting 1 '{ "model": "BSP" }'
+sed -i 's/"num_servers": 2/"num_servers": 3/' "$RUN_DIR/waiting.json"
+psctl_run waiting submit "$RUN_DIR/waiting.json"
+WAITING_ID=$(submitted_id)
+[ "$RC" -eq 0 ] && [ -n "$WAITING_ID" ] || fail "psctl submit of a job waiting for a third server exits 0 (got $RC)" "$OUT" "$ERR"
+psctl_run delete-pending delete "$WAITING_ID"
+if [ "$RC" -ne 1 ] || ! grep -q '(FAILED_PRECONDITION)$' "$ERR"; then
+  fail "psctl delete $WAITING_ID (PENDING) exits 1 with FAILED_PRECONDITION (got $RC)" "$OUT" "$ERR"
+fi
+ok "psctl delete of an unknown job: NOT_FOUND; of a PENDING one: $(cat "$ERR")"
+psctl_run cancel-waiting cancel "$WAITING_ID"
+[ "$RC" -eq 0 ] || fail "psctl cancel $WAITING_ID exits 0 (got $RC)" "$OUT" "$ERR"
+for id in "$WAITING_ID" "$FAILED_ID" "$EXPORT_ID"; do
+  psctl_run "delete-$id" delete "$id"
+  [ "$RC" -eq 0 ] || fail "psctl delete $id (ended) exits 0 (got $RC)" "$OUT" "$ERR"
+  psctl_run "get-deleted-$id" get "$id"
+  if [ "$RC" -ne 1 ] || ! grep -q '(NOT_FOUND)$' "$ERR"; then
+    fail "psctl get $id after psctl delete exits 1 with NOT_FOUND (got $RC)" "$OUT" "$ERR"
+  fi
+done
+count_jobs
+psctl_run export-deleted export "$EXPORT_ID" --output="$RUN_DIR/deleted.bin"
+[ "$RC" -eq 1 ] || fail "psctl export of the deleted $EXPORT_ID exits 1 (got $RC)" "$OUT" "$ERR"
+ok "psctl delete of ended jobs $WAITING_ID $FAILED_ID $EXPORT_ID: get and export are NOT_FOUND; $JOB_COUNT jobs listed"
+
 # --- 8: clean shutdown --------------------------------------------------------
 all_alive
 STOP_START=$SECONDS
@@ -577,6 +612,17 @@ if cluster_stop 2>"$RUN_DIR/stop.err"; then
 else
   fail "SIGTERM: every process exits 0 within 10 s" "$RUN_DIR/stop.err"
 fi
+# Every job ended, so the servers deleted their shards, and a clean exit
+# flushes (no write-ahead log left): no table file or log holds job data.
+for name in server0 server1; do
+  data=$RUN_DIR/$name.data
+  bytes=$(find "$data" -maxdepth 1 -type f \( -name '*.sst' -o -name '*.log' \) -printf '%s\n' |
+    awk '{ s += $1 } END { print s + 0 }')
+  [ "$bytes" -lt 65536 ] ||
+    fail "$name's data directory holds no job data after the jobs ended and a clean exit ($bytes bytes of *.sst and *.log)" \
+      <(ls -l "$data")
+  ok "$name's data directory after the jobs and a clean exit: $bytes bytes of *.sst and *.log ($(du -sb "$data" | cut -f1) bytes in all)"
+done
 
 echo "1..$CHECKS"
 if [ "$CONNECT_RETRIES" -gt 0 ]; then
