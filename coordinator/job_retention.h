@@ -29,7 +29,7 @@ inline constexpr int kDefaultListPageSize = 100;
 inline constexpr int kMaxListPageSize = 1000;
 
 // Stored job ids a server may report in one heartbeat
-// (HeartbeatRequest.stored_job_ids); more are not answered.
+// (HeartbeatRequest.held); more are not answered.
 inline constexpr int kMaxStoredJobIds = 1000;
 
 // One page of ListJobs.
