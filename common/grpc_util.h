@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/random/random.h"
 #include "absl/status/status.h"
@@ -19,14 +21,54 @@ namespace ps {
 // (design §3).
 inline constexpr int kMaxMessageBytes = 256 * 1024 * 1024;
 
-// A plaintext channel to `target` (host:port) with the raised message limits.
+// How connections notice a dead peer and come back (docs/operations.md,
+// "Network partitions"). Keepalive pings find a connection that a partition
+// silently broke within keepalive_time + keepalive_timeout, instead of TCP's
+// retransmission backoff (which left calls failing for 6-12 s after the
+// network was back); a lost connection is then dialled again with a short,
+// bounded backoff and connect timeout, so a node is back within about 2 s of
+// its network.
+struct ConnectionOptions {
+  // Time between keepalive pings on an idle connection, with or without
+  // calls open (GRPC_ARG_KEEPALIVE_TIME_MS; clients set
+  // GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS and no limit on pings without
+  // data). Default 1 s.
+  absl::Duration keepalive_time = absl::Seconds(1);
+  // How long a ping may go unanswered before the connection is closed and
+  // its calls fail with UNAVAILABLE (GRPC_ARG_KEEPALIVE_TIMEOUT_MS). Default
+  // 2 s: longer than a loaded peer takes to answer a ping.
+  absl::Duration keepalive_timeout = absl::Seconds(2);
+  // Delay before the second connection attempt
+  // (GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS); it grows to
+  // max_reconnect_backoff. Default 100 ms.
+  absl::Duration initial_reconnect_backoff = absl::Milliseconds(100);
+  // Largest delay between connection attempts
+  // (GRPC_ARG_MAX_RECONNECT_BACKOFF_MS). Default 1 s.
+  absl::Duration max_reconnect_backoff = absl::Seconds(1);
+  // gRPC's minimum reconnect backoff (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS),
+  // which is the deadline of one connection attempt (TCP connect and the
+  // TLS and HTTP/2 handshakes): an attempt whose SYN a partition dropped is
+  // given up and made again this soon. Default 2 s (gRPC's is 20 s); much
+  // less would fail the handshake of a peer that is merely slow to answer.
+  absl::Duration min_reconnect_backoff = absl::Seconds(2);
+};
+
+// The arguments of every client channel: the raised message limits,
+// keepalive and reconnection per `connection`.
+grpc::ChannelArguments ClientChannelArguments(
+    const ConnectionOptions& connection = {});
+
+// A plaintext channel to `target` (host:port) with the raised message limits
+// and the default ConnectionOptions.
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target);
 
-// A channel to `target` with the raised message limits and `security`: TLS
-// credentials, and metadata (cluster secret, bearer token) added to every
-// call by a client interceptor.
-std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target,
-                                             const ChannelSecurity& security);
+// A channel to `target` with the raised message limits, `connection`'s
+// keepalive and reconnection, and `security`: TLS credentials, and metadata
+// (cluster secret, bearer token) added to every call by a client
+// interceptor.
+std::shared_ptr<grpc::Channel> CreateChannel(
+    const std::string& target, const ChannelSecurity& security,
+    const ConnectionOptions& connection = {});
 
 // Transport limits of a gRPC server (docs/security.md).
 struct ServerLimits {
@@ -40,10 +82,21 @@ struct ServerLimits {
   int max_concurrent_streams = 100;
 };
 
+// The keepalive arguments ConfigureServerBuilder sets on a server, as
+// (name, value) pairs: pings accepted every `connection.keepalive_time` / 2
+// without data and no ping strikes, and the server's own pings per
+// `connection`.
+std::vector<std::pair<std::string, int>> ServerConnectionArguments(
+    const ConnectionOptions& connection = {});
+
 // Sets the message limits and `limits` on a server builder and enables gRPC's
 // standard health service (grpc.health.v1.Health) for the server it builds.
+// The server also accepts clients' keepalive pings, with or without calls
+// (it never answers them with GOAWAY "too_many_pings"), and pings its
+// clients as they ping it (ServerConnectionArguments).
 void ConfigureServerBuilder(grpc::ServerBuilder* builder,
-                            const ServerLimits& limits = {});
+                            const ServerLimits& limits = {},
+                            const ConnectionOptions& connection = {});
 
 // Status conversions (codes and messages are kept).
 absl::Status FromGrpcStatus(const grpc::Status& status);

@@ -78,7 +78,8 @@ void Membership::Loop() {
     request.set_node_id(node_id());
     v1::HeartbeatResponse response;
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, options_.rpc_timeout);
+    SetDeadline(&ctx, options_.heartbeat_timeout);
+    ctx.set_wait_for_ready(false);  // Fail fast while unreachable.
     grpc::Status status = stub_->Heartbeat(&ctx, request, &response);
     absl::Duration wait;
     {

@@ -24,8 +24,14 @@ struct MembershipOptions {
   v1::NodeRole role = v1::NODE_ROLE_UNSPECIFIED;
   // Address others reach this node at (servers); may be empty for workers.
   std::string address;
-  // Deadline of each Register and Heartbeat call.
+  // Deadline of each Register call.
   absl::Duration rpc_timeout = absl::Seconds(2);
+  // Deadline of each Heartbeat call: short, so that a heartbeat lost on a
+  // dead connection is followed by the next one on a fresh connection soon
+  // after the network is back. Heartbeats are fail-fast (not wait_for_ready):
+  // while the coordinator cannot be reached they fail at once and the loop
+  // tries again after the heartbeat interval, never stalling.
+  absl::Duration heartbeat_timeout = absl::Seconds(1);
   // How calls to the coordinator authenticate (TLS, the cluster secret);
   // the owner's own calls through stub() too. Default: plaintext.
   ChannelSecurity channel;
