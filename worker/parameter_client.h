@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -112,9 +113,11 @@ class ParameterClient {
   // Runs `call(server, context, done)` on every server in parallel, each
   // with a fresh context whose deadline is `timeout`, retrying failed servers
   // with backoff while their error is retryable and the client is neither
-  // stopped nor cancelled.
+  // stopped nor cancelled. The first server to fail with an error a retry
+  // cannot fix ends the attempt at once (the other calls are cancelled) with
+  // its error. Errors name `what` and the server.
   template <typename Call>
-  absl::Status ForAllServers(const char* what, absl::Duration timeout,
+  absl::Status ForAllServers(std::string_view what, absl::Duration timeout,
                              Call call);
   absl::Status PullFromServers(int64_t clock,
                                std::vector<std::vector<float>>* params);

@@ -73,10 +73,17 @@ class AsyncPusher {
   explicit AsyncPusher(ParameterClient* client) : client_(client) {}
 
   // Starts pushing `grads` as the gradients of `clock`. Requires no push in
-  // flight. `grads` must not change or go away until Wait() returns.
+  // flight. `grads` must not change or go away until Wait() returns. A push
+  // that fails cancels the client (ParameterClient::Cancel): this worker's
+  // clock can no longer advance, so a pull made ahead would wait on the
+  // servers for it until its deadline; it ends at once with CANCELLED
+  // instead, and the push's error is the failure's cause.
   void Start(int64_t clock, const std::vector<std::vector<float>>* grads) {
-    call_.Start(clock,
-                [this, clock, grads] { return client_->Push(clock, *grads); });
+    call_.Start(clock, [this, clock, grads] {
+      absl::Status status = client_->Push(clock, *grads);
+      if (!status.ok()) client_->Cancel();
+      return status;
+    });
   }
   // Waits for the push in flight (BackgroundCall::Wait).
   Result Wait() { return call_.Wait(); }
