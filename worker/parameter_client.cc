@@ -156,7 +156,7 @@ void ParameterClient::Cancel() {
 }
 
 template <typename Call>
-absl::Status ParameterClient::ForAllServers(std::string_view what,
+absl::Status ParameterClient::ForAllServers(const std::string& what,
                                             absl::Duration timeout, Call call) {
   const absl::Time give_up = absl::Now() + options_.retry_window;
   std::vector<int> todo(servers_.size());

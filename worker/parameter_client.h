@@ -7,7 +7,6 @@
 #include <atomic>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -117,7 +116,7 @@ class ParameterClient {
   // cannot fix ends the attempt at once (the other calls are cancelled) with
   // its error. Errors name `what` and the server.
   template <typename Call>
-  absl::Status ForAllServers(std::string_view what, absl::Duration timeout,
+  absl::Status ForAllServers(const std::string& what, absl::Duration timeout,
                              Call call);
   absl::Status PullFromServers(int64_t clock,
                                std::vector<std::vector<float>>* params);
