@@ -196,8 +196,7 @@ absl::Status ParameterClient::ForAllServers(const std::string& what,
     std::atomic<int> refused{-1};
     for (size_t i = 0; i < todo.size(); ++i) {
       call(todo[i], contexts[todo[i]].get(),
-           [&results, &pending, &refused, &contexts, &todo,
-            i](absl::Status s) {
+           [&results, &pending, &refused, &contexts, &todo, i](absl::Status s) {
              int none = -1;
              if (!s.ok() && !ShouldRetry(s) &&
                  refused.compare_exchange_strong(none, static_cast<int>(i))) {
@@ -212,10 +211,9 @@ absl::Status ParameterClient::ForAllServers(const std::string& what,
     pending.Wait();
     if (const int r = refused.load(); r >= 0) {
       const absl::Status& s = results[r];
-      return absl::Status(s.code(),
-                          absl::StrCat(what, " from server ",
-                                       servers_[todo[r]].address, ": ",
-                                       s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat(what, " from server ",
+                                 servers_[todo[r]].address, ": ", s.message()));
     }
     std::vector<int> failed;
     absl::Status last;
@@ -233,10 +231,10 @@ absl::Status ParameterClient::ForAllServers(const std::string& what,
     }
     if (absl::Now() > give_up) {
       return absl::Status(
-          last.code(), absl::StrCat(what, " failed after retrying for ",
-                                    absl::FormatDuration(options_.retry_window),
-                                    ": server ", servers_[last_server].address,
-                                    ": ", last.message()));
+          last.code(),
+          absl::StrCat(what, " failed after retrying for ",
+                       absl::FormatDuration(options_.retry_window), ": server ",
+                       servers_[last_server].address, ": ", last.message()));
     }
     todo = std::move(failed);
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
@@ -289,7 +287,8 @@ absl::Status ParameterClient::PullFromServers(
   // Per server, so the callbacks (one call per server at a time) never share.
   std::vector<int64_t> reply_bytes(servers_.size(), 0);
   absl::Status status =
-      ForAllServers(absl::StrCat("pull of clock ", clock), options_.pull_timeout,
+      ForAllServers(absl::StrCat("pull of clock ", clock),
+                    options_.pull_timeout,
                     [&](int s, grpc::ClientContext* context, auto done) {
                       replies[s].Clear();
                       servers_[s].generic->UnaryCall(

@@ -77,14 +77,14 @@ void WorkerNode::OnAssignments(const std::vector<v1::Assignment>& assignments) {
   trainer_ = std::make_unique<Trainer>(
       *next, [m = membership_.get()] { return m->node_id(); },
       membership_->stub(), backend_.get(), &metrics_, trainer_options_);
-  thread_ = std::thread([trainer = trainer_.get(),
-                         retired = std::move(retired_)]() mutable {
-    // The stopped trainers end first (their calls were cancelled, so this is
-    // brief), so that trainers never share the backend.
-    for (Retired& r : retired) r.thread.join();
-    retired.clear();
-    (void)trainer->Run();
-  });
+  thread_ = std::thread(
+      [trainer = trainer_.get(), retired = std::move(retired_)]() mutable {
+        // The stopped trainers end first (their calls were cancelled, so this
+        // is brief), so that trainers never share the backend.
+        for (Retired& r : retired) r.thread.join();
+        retired.clear();
+        (void)trainer->Run();
+      });
   retired_.clear();
 }
 

@@ -55,8 +55,8 @@ class FreezableProxy {
     if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) ||
         listen(fd, 64)) {
       if (fd >= 0) close(fd);
-      return absl::UnavailableError(absl::StrCat("proxy: cannot listen on ",
-                                                 host, ":", port));
+      return absl::UnavailableError(
+          absl::StrCat("proxy: cannot listen on ", host, ":", port));
     }
     return std::unique_ptr<FreezableProxy>(new FreezableProxy(fd, port));
   }

@@ -154,7 +154,8 @@ TEST(ConnectionOptionsTest, ClientChannelsKeepAliveAndReconnectQuickly) {
   custom.initial_reconnect_backoff = absl::Milliseconds(10);
   custom.max_reconnect_backoff = absl::Milliseconds(500);
   custom.min_reconnect_backoff = absl::Milliseconds(700);
-  const std::map<std::string, int> set = IntArgs(ClientChannelArguments(custom));
+  const std::map<std::string, int> set =
+      IntArgs(ClientChannelArguments(custom));
   EXPECT_EQ(set.at(GRPC_ARG_KEEPALIVE_TIME_MS), 300);
   EXPECT_EQ(set.at(GRPC_ARG_KEEPALIVE_TIMEOUT_MS), 400);
   EXPECT_EQ(set.at(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS), 10);
@@ -170,7 +171,8 @@ TEST(ConnectionOptionsTest, ServersAcceptTheClientsPings) {
   }
   // Clients ping every keepalive_time: the server must take pings at least
   // that often and never count strikes (GOAWAY "too_many_pings").
-  ASSERT_TRUE(args.contains(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS));
+  ASSERT_TRUE(
+      args.contains(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS));
   EXPECT_LE(args[GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS],
             absl::ToInt64Milliseconds(connection.keepalive_time));
   EXPECT_EQ(args.at(GRPC_ARG_HTTP2_MAX_PING_STRIKES), 0);
