@@ -26,8 +26,9 @@ inline constexpr int kMaxMessageBytes = 256 * 1024 * 1024;
 // silently broke within keepalive_time + keepalive_timeout, instead of TCP's
 // retransmission backoff (which left calls failing for 6-12 s after the
 // network was back); a lost connection is then dialled again with a short,
-// bounded backoff and connect timeout, so a node is back within about 2 s of
-// its network.
+// bounded backoff. Channels between cluster members also give up a
+// connection attempt after 2 s (MemberConnectionOptions), so a node is back
+// within about 2 s of its network.
 struct ConnectionOptions {
   // Time between keepalive pings on an idle connection, with or without
   // calls open (GRPC_ARG_KEEPALIVE_TIME_MS; clients set
@@ -48,10 +49,23 @@ struct ConnectionOptions {
   // gRPC's minimum reconnect backoff (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS),
   // which is the deadline of one connection attempt (TCP connect and the
   // TLS and HTTP/2 handshakes): an attempt whose SYN a partition dropped is
-  // given up and made again this soon. Default 2 s (gRPC's is 20 s); much
-  // less would fail the handshake of a peer that is merely slow to answer.
-  absl::Duration min_reconnect_backoff = absl::Seconds(2);
+  // waited on (through TCP's SYN retransmissions, 1, 3, 7, 15 s) this long.
+  // Default 20 s, gRPC's: a fail-fast call (psctl's) to a peer that is slow
+  // to answer (paused, or not scheduled for a while) fails only if it takes
+  // that long. Cluster members use 2 s (MemberConnectionOptions).
+  absl::Duration min_reconnect_backoff = absl::Seconds(20);
 };
+
+// The ConnectionOptions of channels between cluster members (heartbeats,
+// pulls, pushes, progress reports: calls that are all retried): the
+// defaults, but a connection attempt is given up after 2 s and made again,
+// so that a member reconnects within about 2 s of its network; a peer slower
+// than that to handshake costs a retry, not a failure.
+inline ConnectionOptions MemberConnectionOptions() {
+  ConnectionOptions options;
+  options.min_reconnect_backoff = absl::Seconds(2);
+  return options;
+}
 
 // The arguments of every client channel: the raised message limits,
 // keepalive and reconnection per `connection`.

@@ -11,7 +11,8 @@ Membership::Membership(MembershipOptions options,
       on_assignments_(std::move(on_assignments)),
       held_(std::move(held)),
       stub_(v1::ClusterService::NewStub(
-          CreateChannel(options_.coordinator, options_.channel))) {}
+          CreateChannel(options_.coordinator, options_.channel,
+                        options_.connection))) {}
 
 Membership::~Membership() { Stop(); }
 

@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/grpc_util.h"
 #include "common/security.h"
 #include "ps/v1/cluster.grpc.pb.h"
 
@@ -35,6 +36,9 @@ struct MembershipOptions {
   // How calls to the coordinator authenticate (TLS, the cluster secret);
   // the owner's own calls through stub() too. Default: plaintext.
   ChannelSecurity channel;
+  // Keepalive and reconnection of the channel to the coordinator. Default:
+  // MemberConnectionOptions().
+  ConnectionOptions connection = MemberConnectionOptions();
 };
 
 // Runs the register/heartbeat loop on its own thread. Thread-safe.

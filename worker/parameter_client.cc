@@ -119,7 +119,8 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     Server server;
     server.address = address;
     server.generic = std::make_unique<grpc::GenericStub>(
-        CreateChannel(address, client->options_.channel));
+        CreateChannel(address, client->options_.channel,
+                      client->options_.connection));
     client->servers_.push_back(std::move(server));
   }
   absl::flat_hash_map<uint64_t, int> placement;

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/grpc_util.h"
 #include "common/model_layout.h"
 #include "common/security.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -36,6 +37,9 @@ struct ParameterClientOptions {
   // How calls to the servers authenticate (TLS, the cluster secret). Default:
   // plaintext.
   ChannelSecurity channel;
+  // Keepalive and reconnection of the channels to the servers. Default:
+  // MemberConnectionOptions().
+  ConnectionOptions connection = MemberConnectionOptions();
 };
 
 // Threads: Pull and ResumeClock run on one thread at a time (the trainer's,

@@ -69,19 +69,20 @@ class BackgroundCall {
 class AsyncPusher {
  public:
   using Result = BackgroundCall::Result;
-  // `client` must outlive the pusher.
-  explicit AsyncPusher(ParameterClient* client) : client_(client) {}
+  // Called on the pushing thread with a push's error as soon as it fails,
+  // before Wait() returns it.
+  using ErrorCallback = std::function<void(const absl::Status&)>;
+  // `client` must outlive the pusher. `on_error` may be null.
+  explicit AsyncPusher(ParameterClient* client,
+                       ErrorCallback on_error = nullptr)
+      : client_(client), on_error_(std::move(on_error)) {}
 
   // Starts pushing `grads` as the gradients of `clock`. Requires no push in
-  // flight. `grads` must not change or go away until Wait() returns. A push
-  // that fails cancels the client (ParameterClient::Cancel): this worker's
-  // clock can no longer advance, so a pull made ahead would wait on the
-  // servers for it until its deadline; it ends at once with CANCELLED
-  // instead, and the push's error is the failure's cause.
+  // flight. `grads` must not change or go away until Wait() returns.
   void Start(int64_t clock, const std::vector<std::vector<float>>* grads) {
     call_.Start(clock, [this, clock, grads] {
       absl::Status status = client_->Push(clock, *grads);
-      if (!status.ok()) client_->Cancel();
+      if (!status.ok() && on_error_) on_error_(status);
       return status;
     });
   }
@@ -91,6 +92,7 @@ class AsyncPusher {
 
  private:
   ParameterClient* const client_;
+  const ErrorCallback on_error_;
   BackgroundCall call_;  // Last: ends (waits) first.
 };
 

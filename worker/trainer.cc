@@ -283,11 +283,18 @@ absl::Status Trainer::Train() {
   std::vector<std::vector<float>> pulled[2];
   std::optional<AsyncPusher> pusher;
   std::optional<AsyncPuller> puller;
-  if (options_.overlap_push) pusher.emplace(client_.get());
+  if (options_.overlap_push) {
+    // A failed push ends training, and this worker's clock can no longer
+    // advance: a pull made ahead would wait on the servers for it until its
+    // deadline and retries. Cancelling the client ends it at once (with
+    // CANCELLED: pull_failed below reports the push's error instead).
+    pusher.emplace(client_.get(),
+                   [this](const absl::Status&) { client_->Cancel(); });
+  }
   if (options_.prefetch_pull) puller.emplace(client_.get());
   // A pull that ends with CANCELLED while a push is in flight was cancelled
-  // because that push failed (AsyncPusher; Stop() sets stop_ too): the push's
-  // error is the cause to report, not the pull's.
+  // because that push failed (Stop() sets stop_ too): the push's error is the
+  // cause to report, not the pull's.
   auto pull_failed = [&](absl::Status pulled) {
     if (absl::IsCancelled(pulled) && !stop_ && pusher.has_value() &&
         pusher->busy()) {

@@ -145,8 +145,16 @@ TEST(ConnectionOptionsTest, ClientChannelsKeepAliveAndReconnectQuickly) {
   EXPECT_EQ(value(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA), 0);
   EXPECT_EQ(value(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS), 100);
   EXPECT_EQ(value(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS), 1000);
-  EXPECT_EQ(value(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS), 2000);
+  // gRPC's connect timeout, patient with slow peers (psctl's calls).
+  EXPECT_EQ(value(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS), 20000);
   EXPECT_EQ(value(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH), kMaxMessageBytes);
+  // Members give up a connection attempt (a SYN lost to a partition) after
+  // 2 s; the rest is the same.
+  const std::map<std::string, int> member =
+      IntArgs(ClientChannelArguments(MemberConnectionOptions()));
+  EXPECT_EQ(member.at(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS), 2000);
+  EXPECT_EQ(member.at(GRPC_ARG_KEEPALIVE_TIME_MS), 1000);
+  EXPECT_EQ(member.at(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS), 1000);
 
   ConnectionOptions custom;
   custom.keepalive_time = absl::Milliseconds(300);
