@@ -259,10 +259,11 @@ TEST_F(WorkerFailureTest, WorkerStopsPromptlyWhileItsServersDoNotAnswer) {
     return PushFault();
   };
   TrainerOptions trainer;
-  // Longer than this test waits for anything: a call is never simply timed
-  // out.
+  // Longer than this test waits for anything: a call to a server that does
+  // not answer is never simply timed out, nor closed by keepalive.
   trainer.parameter_client.push_timeout = absl::Seconds(60);
   trainer.parameter_client.pull_timeout = absl::Seconds(60);
+  trainer.parameter_client.connection.keepalive_time = absl::Seconds(60);
   StartNodes(count, trainer, /*behind_proxies=*/true);
   auto id = client_->Submit(TwoWorkerJob(v1::ConsistencySpec::ASP));
   ASSERT_TRUE(id.ok()) << id.status();
