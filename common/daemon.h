@@ -3,10 +3,14 @@
 #ifndef PS_COMMON_DAEMON_H_
 #define PS_COMMON_DAEMON_H_
 
+#include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/logging.h"
 #include "common/port_file.h"
 #include "common/signals.h"
@@ -19,10 +23,15 @@ inline std::string MetricsAddress(const std::string& host, int port) {
   return port < 0 ? "" : absl::StrCat(host, ":", port);
 }
 
+// How long a daemon's Stop() may take after SIGTERM/SIGINT before the
+// process exits without finishing it (status 1).
+inline constexpr absl::Duration kStopGrace = absl::Seconds(5);
+
 // Runs `component` (anything with Start(), Stop(), port() and metrics_port())
 // until a termination signal: returns main()'s exit status, 1 if it could not
-// start or write `port_file` (skipped when empty). Call
-// BlockTerminationSignals() first, before any thread starts.
+// start or write `port_file` (skipped when empty), or exits with 1 if Stop()
+// takes longer than kStopGrace. Call BlockTerminationSignals() first, before
+// any thread starts.
 template <typename Component>
 int RunUntilSignalled(const std::string& name, Component& component,
                       const std::string& port_file) {
@@ -41,6 +50,15 @@ int RunUntilSignalled(const std::string& name, Component& component,
   }
   const int signal = WaitForTerminationSignal();
   PS_LOG_INFO(name, ": signal ", signal, ", shutting down");
+  // A clean stop takes moments; one that hangs (a bug, a peer that does not
+  // answer) must not keep the process alive: after kStopGrace it exits
+  // anyway, as after kill -9, which every component survives.
+  std::thread([name] {
+    absl::SleepFor(kStopGrace);
+    PS_LOG_ERROR(name, ": not stopped after ", absl::FormatDuration(kStopGrace),
+                 "; exiting now");
+    std::_Exit(1);
+  }).detach();
   component.Stop();
   return 0;
 }

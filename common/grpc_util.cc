@@ -1,6 +1,8 @@
 #include "common/grpc_util.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 
 #include "absl/strings/numbers.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -53,17 +55,9 @@ class MetadataInterceptorFactory final
   const std::shared_ptr<const Metadata> metadata_;
 };
 
-grpc::ChannelArguments ChannelArgs() {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
-  // Reconnect quickly once a restarted peer is back. The minimum reconnect
-  // backoff is left at gRPC's default (20 s): it doubles as the connect
-  // timeout, and a small value fails calls to a peer that is merely slow to
-  // accept (a loaded machine, a paused process).
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return args;
+int Milliseconds(absl::Duration d) {
+  return static_cast<int>(
+      std::clamp<int64_t>(absl::ToInt64Milliseconds(d), 1, INT32_MAX));
 }
 
 // Serves gRPC reflection on one server, or makes sure it does not: linking
@@ -93,14 +87,40 @@ class ReflectionOption final : public grpc::ServerBuilderOption {
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target) {
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
-                                   ChannelArgs());
+grpc::ChannelArguments ClientChannelArguments(
+    const ConnectionOptions& connection) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Keepalive: a connection a partition broke is closed within
+  // keepalive_time + keepalive_timeout, rather than waiting on TCP's
+  // retransmissions, also while no call is open (heartbeats are brief).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              Milliseconds(connection.keepalive_time));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              Milliseconds(connection.keepalive_timeout));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // No limit.
+  // Reconnection: short and bounded, so a peer is dialled again within about
+  // a second of its network (or its process) being back.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              Milliseconds(connection.initial_reconnect_backoff));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              Milliseconds(connection.max_reconnect_backoff));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              Milliseconds(connection.min_reconnect_backoff));
+  return args;
 }
 
-std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target,
-                                             const ChannelSecurity& security) {
-  grpc::ChannelArguments args = ChannelArgs();
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target) {
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                   ClientChannelArguments());
+}
+
+std::shared_ptr<grpc::Channel> CreateChannel(
+    const std::string& target, const ChannelSecurity& security,
+    const ConnectionOptions& connection) {
+  grpc::ChannelArguments args = ClientChannelArguments(connection);
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (security.tls) {
     grpc::SslCredentialsOptions tls;
@@ -126,8 +146,30 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& target,
       target, credentials, args, std::move(interceptors));
 }
 
+std::vector<std::pair<std::string, int>> ServerConnectionArguments(
+    const ConnectionOptions& connection) {
+  // Clients ping every keepalive_time, with or without calls: allow it
+  // (gRPC's default sends GOAWAY after two pings within 5 minutes without
+  // data), and ping them likewise so that a partitioned client's connection
+  // and calls are let go.
+  return {
+      {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+       Milliseconds(connection.keepalive_time / 2)},
+      {GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0},  // No limit.
+      {GRPC_ARG_KEEPALIVE_TIME_MS, Milliseconds(connection.keepalive_time)},
+      {GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+       Milliseconds(connection.keepalive_timeout)},
+      {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
+      {GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0},  // No limit.
+  };
+}
+
 void ConfigureServerBuilder(grpc::ServerBuilder* builder,
-                            const ServerLimits& limits, bool reflection) {
+                            const ServerLimits& limits, bool reflection,
+                            const ConnectionOptions& connection) {
+  for (const auto& [name, value] : ServerConnectionArguments(connection)) {
+    builder->AddChannelArgument(name, value);
+  }
   grpc::EnableDefaultHealthCheckService(true);
   builder->SetOption(std::make_unique<ReflectionOption>(reflection));
   builder->SetMaxReceiveMessageSize(limits.max_receive_message_bytes);

@@ -13,7 +13,8 @@ Membership::Membership(MembershipOptions options,
       held_(std::move(held)),
       on_ended_jobs_(std::move(on_ended_jobs)),
       stub_(v1::ClusterService::NewStub(
-          CreateChannel(options_.coordinator, options_.channel))) {}
+          CreateChannel(options_.coordinator, options_.channel,
+                        options_.connection))) {}
 
 Membership::~Membership() { Stop(); }
 
@@ -85,7 +86,8 @@ void Membership::Loop() {
     }
     v1::HeartbeatResponse response;
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, options_.rpc_timeout);
+    SetDeadline(&ctx, options_.heartbeat_timeout);
+    ctx.set_wait_for_ready(false);  // Fail fast while unreachable.
     grpc::Status status = stub_->Heartbeat(&ctx, request, &response);
     absl::Duration wait;
     {

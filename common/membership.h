@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/grpc_util.h"
 #include "common/security.h"
 #include "ps/v1/cluster.grpc.pb.h"
 
@@ -31,11 +32,20 @@ struct MembershipOptions {
   // Send what the HeldCallback returns with every heartbeat too (servers: the
   // jobs whose shards they store). Default false: only when registering.
   bool held_in_heartbeats = false;
-  // Deadline of each Register and Heartbeat call.
+  // Deadline of each Register call.
   absl::Duration rpc_timeout = absl::Seconds(2);
+  // Deadline of each Heartbeat call: short, so that a heartbeat lost on a
+  // dead connection is followed by the next one on a fresh connection soon
+  // after the network is back. Heartbeats are fail-fast (not wait_for_ready):
+  // while the coordinator cannot be reached they fail at once and the loop
+  // tries again after the heartbeat interval, never stalling.
+  absl::Duration heartbeat_timeout = absl::Seconds(1);
   // How calls to the coordinator authenticate (TLS, the cluster secret);
   // the owner's own calls through stub() too. Default: plaintext.
   ChannelSecurity channel;
+  // Keepalive and reconnection of the channel to the coordinator. Default:
+  // MemberConnectionOptions().
+  ConnectionOptions connection = MemberConnectionOptions();
 };
 
 // Runs the register/heartbeat loop on its own thread. Thread-safe.

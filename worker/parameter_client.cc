@@ -119,7 +119,8 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     Server server;
     server.address = address;
     server.generic = std::make_unique<grpc::GenericStub>(
-        CreateChannel(address, client->options_.channel));
+        CreateChannel(address, client->options_.channel,
+                      client->options_.connection));
     client->servers_.push_back(std::move(server));
   }
   absl::flat_hash_map<uint64_t, int> placement;
@@ -156,7 +157,7 @@ void ParameterClient::Cancel() {
 }
 
 template <typename Call>
-absl::Status ParameterClient::ForAllServers(const char* what,
+absl::Status ParameterClient::ForAllServers(const std::string& what,
                                             absl::Duration timeout, Call call) {
   const absl::Time give_up = absl::Now() + options_.retry_window;
   std::vector<int> todo(servers_.size());
@@ -187,26 +188,42 @@ absl::Status ParameterClient::ForAllServers(const char* what,
     }
     std::vector<absl::Status> results(todo.size());
     absl::BlockingCounter pending(todo.size());
+    // The first call of this attempt to fail for a reason a retry cannot fix
+    // (-1: none yet). Its error is the attempt's: the other calls are
+    // cancelled rather than waited for (one may be parked on a server, e.g. a
+    // pull waiting for a clock that this failure keeps from advancing).
+    // (No lock here: gRPC may run the cancelled calls' callbacks inline, in
+    // TryCancel. The contexts stay in place until every callback has run.)
+    std::atomic<int> refused{-1};
     for (size_t i = 0; i < todo.size(); ++i) {
       call(todo[i], contexts[todo[i]].get(),
-           [&results, &pending, i](absl::Status s) {
+           [&results, &pending, &refused, &contexts, &todo, i](absl::Status s) {
+             int none = -1;
+             if (!s.ok() && !ShouldRetry(s) &&
+                 refused.compare_exchange_strong(none, static_cast<int>(i))) {
+               for (size_t j = 0; j < todo.size(); ++j) {
+                 if (j != i) contexts[todo[j]]->TryCancel();
+               }
+             }
              results[i] = std::move(s);
              pending.DecrementCount();
            });
     }
     pending.Wait();
+    if (const int r = refused.load(); r >= 0) {
+      const absl::Status& s = results[r];
+      return absl::Status(
+          s.code(), absl::StrCat(what, " from server ",
+                                 servers_[todo[r]].address, ": ", s.message()));
+    }
     std::vector<int> failed;
     absl::Status last;
+    int last_server = -1;
     for (size_t i = 0; i < todo.size(); ++i) {
       if (results[i].ok()) continue;
-      const absl::Status& s = results[i];
-      if (!ShouldRetry(s)) {
-        return absl::Status(s.code(), absl::StrCat(what, " from server ",
-                                                   servers_[todo[i]].address,
-                                                   ": ", s.message()));
-      }
       failed.push_back(todo[i]);
-      last = s;
+      last = results[i];
+      last_server = todo[i];
     }
     if (failed.empty()) return absl::OkStatus();
     if (stop_ != nullptr && stop_->load()) {
@@ -215,9 +232,10 @@ absl::Status ParameterClient::ForAllServers(const char* what,
     }
     if (absl::Now() > give_up) {
       return absl::Status(
-          last.code(), absl::StrCat(what, " failed after retrying for ",
-                                    absl::FormatDuration(options_.retry_window),
-                                    ": ", last.message()));
+          last.code(),
+          absl::StrCat(what, " failed after retrying for ",
+                       absl::FormatDuration(options_.retry_window), ": server ",
+                       servers_[last_server].address, ": ", last.message()));
     }
     todo = std::move(failed);
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
@@ -270,7 +288,8 @@ absl::Status ParameterClient::PullFromServers(
   // Per server, so the callbacks (one call per server at a time) never share.
   std::vector<int64_t> reply_bytes(servers_.size(), 0);
   absl::Status status =
-      ForAllServers("pull", options_.pull_timeout,
+      ForAllServers(absl::StrCat("pull of clock ", clock),
+                    options_.pull_timeout,
                     [&](int s, grpc::ClientContext* context, auto done) {
                       replies[s].Clear();
                       servers_[s].generic->UnaryCall(
@@ -398,7 +417,7 @@ absl::Status ParameterClient::Push(
   }
   std::vector<grpc::ByteBuffer> replies(servers_.size());
   absl::Status status = ForAllServers(
-      "push", options_.push_timeout,
+      absl::StrCat("push of clock ", clock), options_.push_timeout,
       [&](int s, grpc::ClientContext* context, auto done) {
         pushed_bytes_.fetch_add(requests[s].Length(),
                                 std::memory_order_relaxed);

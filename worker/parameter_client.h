@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/grpc_util.h"
 #include "common/model_layout.h"
 #include "common/security.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -36,6 +37,9 @@ struct ParameterClientOptions {
   // How calls to the servers authenticate (TLS, the cluster secret). Default:
   // plaintext.
   ChannelSecurity channel;
+  // Keepalive and reconnection of the channels to the servers. Default:
+  // MemberConnectionOptions().
+  ConnectionOptions connection = MemberConnectionOptions();
 };
 
 // Threads: Pull and ResumeClock run on one thread at a time (the trainer's,
@@ -112,9 +116,11 @@ class ParameterClient {
   // Runs `call(server, context, done)` on every server in parallel, each
   // with a fresh context whose deadline is `timeout`, retrying failed servers
   // with backoff while their error is retryable and the client is neither
-  // stopped nor cancelled.
+  // stopped nor cancelled. The first server to fail with an error a retry
+  // cannot fix ends the attempt at once (the other calls are cancelled) with
+  // its error. Errors name `what` and the server.
   template <typename Call>
-  absl::Status ForAllServers(const char* what, absl::Duration timeout,
+  absl::Status ForAllServers(const std::string& what, absl::Duration timeout,
                              Call call);
   absl::Status PullFromServers(int64_t clock,
                                std::vector<std::vector<float>>* params);

@@ -69,14 +69,22 @@ class BackgroundCall {
 class AsyncPusher {
  public:
   using Result = BackgroundCall::Result;
-  // `client` must outlive the pusher.
-  explicit AsyncPusher(ParameterClient* client) : client_(client) {}
+  // Called on the pushing thread with a push's error as soon as it fails,
+  // before Wait() returns it.
+  using ErrorCallback = std::function<void(const absl::Status&)>;
+  // `client` must outlive the pusher. `on_error` may be null.
+  explicit AsyncPusher(ParameterClient* client,
+                       ErrorCallback on_error = nullptr)
+      : client_(client), on_error_(std::move(on_error)) {}
 
   // Starts pushing `grads` as the gradients of `clock`. Requires no push in
   // flight. `grads` must not change or go away until Wait() returns.
   void Start(int64_t clock, const std::vector<std::vector<float>>* grads) {
-    call_.Start(clock,
-                [this, clock, grads] { return client_->Push(clock, *grads); });
+    call_.Start(clock, [this, clock, grads] {
+      absl::Status status = client_->Push(clock, *grads);
+      if (!status.ok() && on_error_) on_error_(status);
+      return status;
+    });
   }
   // Waits for the push in flight (BackgroundCall::Wait).
   Result Wait() { return call_.Wait(); }
@@ -84,6 +92,7 @@ class AsyncPusher {
 
  private:
   ParameterClient* const client_;
+  const ErrorCallback on_error_;
   BackgroundCall call_;  // Last: ends (waits) first.
 };
 

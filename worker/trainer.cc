@@ -23,6 +23,20 @@ Trainer::Trainer(v1::Assignment assignment,
       metrics_(metrics),
       options_(options) {}
 
+void Trainer::Stop() {
+  absl::MutexLock lock(&stop_mu_);
+  stop_ = true;
+  if (live_client_ != nullptr) live_client_->Cancel();
+  if (live_call_ != nullptr) live_call_->TryCancel();
+}
+
+bool Trainer::TrackCall(grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&stop_mu_);
+  if (ctx != nullptr && stop_) return false;
+  live_call_ = ctx;
+  return true;
+}
+
 absl::Status Trainer::Run() {
   absl::Status status = Train();
   if (!status.ok() && !stop_) {
@@ -67,7 +81,12 @@ void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, options_.report_timeout);
     v1::ProgressResponse response;
+    // A report of this trainer's failure is sent even once stopped (Run()
+    // sends it only when not stopped by Stop()); others end with the trainer.
+    const bool tracked = TrackCall(&ctx);
+    if (!tracked && report.error().empty()) return;
     grpc::Status status = coordinator_->ReportProgress(&ctx, report, &response);
+    if (tracked) TrackCall(nullptr);
     if (status.ok()) {
       if (response.stop()) stop_ = true;
       return;
@@ -107,8 +126,10 @@ absl::Status Trainer::UploadModel(int64_t clock, float accuracy) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, options_.upload_timeout);
     v1::UploadModelResponse response;
+    if (!TrackCall(&ctx)) return absl::CancelledError("training stopped");
     absl::Status status =
         FromGrpcStatus(coordinator_->UploadModel(&ctx, request, &response));
+    TrackCall(nullptr);
     if (status.ok()) {
       PS_LOG_INFO("job ", assignment_.job_id(), ": uploaded the trained model",
                   " (clock ", clock, ", test accuracy ", accuracy, ")");
@@ -166,6 +187,7 @@ absl::Status Trainer::Train() {
   const v1::JobSpec& spec = assignment_.spec();
   const int worker = assignment_.index();
   const bool evaluator = worker == 0;
+  if (stop_) return absl::CancelledError("training stopped");
 
   auto train = ReadIdxDataset(spec.dataset().train_images(),
                               spec.dataset().train_labels(),
@@ -213,6 +235,12 @@ absl::Status Trainer::Train() {
                                         options_.parameter_client, &stop_);
   if (!client.ok()) return client.status();
   client_ = *std::move(client);
+  {
+    absl::MutexLock lock(&stop_mu_);
+    live_client_ = client_.get();
+    // Stopped before the client existed: its calls end at once.
+    if (stop_) live_client_->Cancel();
+  }
   auto partition =
       DataPartition::Create(train->num_samples, assignment_.num_workers());
   if (!partition.ok()) return partition.status();
@@ -255,8 +283,27 @@ absl::Status Trainer::Train() {
   std::vector<std::vector<float>> pulled[2];
   std::optional<AsyncPusher> pusher;
   std::optional<AsyncPuller> puller;
-  if (options_.overlap_push) pusher.emplace(client_.get());
+  if (options_.overlap_push) {
+    // A failed push ends training, and this worker's clock can no longer
+    // advance: a pull made ahead would wait on the servers for it until its
+    // deadline and retries. Cancelling the client ends it at once (with
+    // CANCELLED: pull_failed below reports the push's error instead).
+    pusher.emplace(client_.get(),
+                   [this](const absl::Status&) { client_->Cancel(); });
+  }
   if (options_.prefetch_pull) puller.emplace(client_.get());
+  // A pull that ends with CANCELLED while a push is in flight was cancelled
+  // because that push failed (Stop() sets stop_ too): the push's error is the
+  // cause to report, not the pull's.
+  auto pull_failed = [&](absl::Status pulled) {
+    if (absl::IsCancelled(pulled) && !stop_ && pusher.has_value() &&
+        pusher->busy()) {
+      if (absl::Status pushed = FinishPush(*pusher); !pushed.ok()) {
+        return pushed;
+      }
+    }
+    return pulled;
+  };
   // Training ends with a call still in flight only on an error, and then a
   // pull made ahead may be parked on a server for a push that will not come:
   // end it rather than wait out its deadline and retries. (Runs before the
@@ -288,9 +335,9 @@ absl::Status Trainer::Train() {
       std::vector<std::vector<float>>& step_params = pulled[clock % 2];
       if (puller.has_value() && puller->busy()) {
         // Made while the previous step computed.
-        if (auto s = puller->Wait().status; !s.ok()) return s;
+        if (auto s = puller->Wait().status; !s.ok()) return pull_failed(s);
       } else if (auto s = client_->Pull(clock, &step_params); !s.ok()) {
-        return s;
+        return pull_failed(s);
       }
       absl::Time t1 = absl::Now();
       // Not across an epoch's end, where worker 0 pulls to evaluate.

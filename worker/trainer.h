@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/idx_reader.h"
 #include "ps/v1/cluster.grpc.pb.h"
@@ -68,8 +69,11 @@ class Trainer {
   // Trains to the end, or until stopped. A failure (missing data, unreachable
   // servers) is reported to the coordinator, which fails the job, and returned.
   absl::Status Run();
-  // Asks Run() to return soon (the job was cancelled or ended elsewhere).
-  void Stop() { stop_ = true; }
+  // Asks Run() to return soon (the job was cancelled or ended elsewhere):
+  // cancels the calls in flight to the servers and the coordinator, so Run()
+  // returns within moments even while a server does not answer. Does not
+  // wait; any thread.
+  void Stop();
 
   // The last test accuracy worker 0 measured (-1 before any).
   float last_accuracy() const { return last_accuracy_; }
@@ -85,6 +89,9 @@ class Trainer {
   // Reports the end of an epoch (`last`: of the job). Worker 0 first measures
   // test accuracy and, after the last epoch, uploads the model.
   absl::Status EndEpoch(v1::ProgressReport report, bool last);
+  // Makes `ctx` the coordinator call that Stop() cancels (null: none).
+  // Returns false, and registers nothing, once stopped.
+  bool TrackCall(grpc::ClientContext* ctx);
   // Sends a report; a reply asking to stop sets stop_.
   void Report(v1::ProgressReport report, bool must_arrive);
   // Worker 0, after its final evaluation: uploads params_ (the parameters it
@@ -102,6 +109,11 @@ class Trainer {
   WorkerMetrics* const metrics_;
   const TrainerOptions options_;
   std::atomic<bool> stop_{false};
+  // What Stop() cancels: the parameter client once created (it lives as long
+  // as the trainer) and the coordinator call in flight.
+  absl::Mutex stop_mu_;
+  ParameterClient* live_client_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
+  grpc::ClientContext* live_call_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
 
   std::unique_ptr<Model> model_;
   // A float32 copy of the model for evaluation when training in fp16/bf16.

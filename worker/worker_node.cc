@@ -78,7 +78,15 @@ void WorkerNode::OnAssignments(const std::vector<v1::Assignment>& assignments) {
   trainer_ = std::make_unique<Trainer>(
       *next, [m = membership_.get()] { return m->node_id(); },
       membership_->stub(), backend_.get(), &metrics_, trainer_options_);
-  thread_ = std::thread([trainer = trainer_.get()] { (void)trainer->Run(); });
+  thread_ = std::thread(
+      [trainer = trainer_.get(), retired = std::move(retired_)]() mutable {
+        // The stopped trainers end first (their calls were cancelled, so this
+        // is brief), so that trainers never share the backend.
+        for (Retired& r : retired) r.thread.join();
+        retired.clear();
+        (void)trainer->Run();
+      });
+  retired_.clear();
 }
 
 grpc::ServerUnaryReactor* WorkerNode::GetWorkerStatus(
@@ -102,20 +110,31 @@ grpc::ServerUnaryReactor* WorkerNode::GetWorkerStatus(
 void WorkerNode::StopTrainer() {
   if (trainer_ == nullptr) return;
   trainer_->Stop();
-  thread_.join();
-  trainer_.reset();
+  retired_.push_back({std::move(trainer_), std::move(thread_)});
   current_job_.clear();
   current_index_ = -1;
 }
 
 void WorkerNode::Stop() {
+  // First: no assignment starts a trainer after this.
   if (membership_) membership_->Stop();
+  std::vector<Retired> retired;
   {
     absl::MutexLock lock(&mu_);
     StopTrainer();
+    retired = std::move(retired_);
+    retired_.clear();
   }
+  // Joined without the lock (GetWorkerStatus takes it); each thread first
+  // joins the trainers retired before it started.
+  for (Retired& r : retired) {
+    if (r.thread.joinable()) r.thread.join();
+  }
+  retired.clear();
   if (server_) {
-    server_->Shutdown();
+    // Its only calls (GetWorkerStatus, health) are immediate; the deadline
+    // bounds shutdown all the same.
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
     server_->Wait();
     server_.reset();
   }

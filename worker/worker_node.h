@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -66,7 +67,10 @@ class WorkerNode final : public v1::WorkerService::CallbackService {
       v1::WorkerStatus* response) override;
 
  private:
+  // Called on the heartbeat thread: never blocks on a trainer.
   void OnAssignments(const std::vector<v1::Assignment>& assignments);
+  // Asks the current trainer to stop (Trainer::Stop: its calls in flight are
+  // cancelled) and moves it and its thread to retired_, without waiting.
   void StopTrainer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const WorkerNodeOptions options_;
@@ -86,6 +90,15 @@ class WorkerNode final : public v1::WorkerService::CallbackService {
   int current_index_ ABSL_GUARDED_BY(mu_) = -1;
   std::unique_ptr<Trainer> trainer_ ABSL_GUARDED_BY(mu_);
   std::thread thread_ ABSL_GUARDED_BY(mu_);
+  // Stopped trainers and their threads, not yet joined. The next trainer's
+  // thread joins (and destroys) them before it starts training, so trainers
+  // never share the backend and no lock holder or heartbeat waits for one;
+  // Stop() joins those left.
+  struct Retired {
+    std::unique_ptr<Trainer> trainer;
+    std::thread thread;
+  };
+  std::vector<Retired> retired_ ABSL_GUARDED_BY(mu_);
   // Places ("job/index") this node has run: never started twice, even while
   // the coordinator still lists one it has finished.
   std::set<std::string> done_jobs_ ABSL_GUARDED_BY(mu_);

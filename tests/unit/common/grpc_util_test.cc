@@ -2,6 +2,7 @@
 #include "common/grpc_util.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "absl/status/status.h"
@@ -118,6 +119,74 @@ TEST(PortOfTest, NumbersOutsidePortRangeAreMinusOne) {
   // "returns the port, or -1": a value that is no TCP port is not returned.
   EXPECT_EQ(PortOf("localhost:-5"), -1);
   EXPECT_EQ(PortOf("localhost:65536"), -1);
+}
+
+// The integer channel arguments of `args`, by name.
+std::map<std::string, int> IntArgs(const grpc::ChannelArguments& args) {
+  std::map<std::string, int> out;
+  const grpc_channel_args c = args.c_channel_args();
+  for (size_t i = 0; i < c.num_args; ++i) {
+    if (c.args[i].type == GRPC_ARG_INTEGER) {
+      out[c.args[i].key] = c.args[i].value.integer;
+    }
+  }
+  return out;
+}
+
+TEST(ConnectionOptionsTest, ClientChannelsKeepAliveAndReconnectQuickly) {
+  const std::map<std::string, int> args = IntArgs(ClientChannelArguments());
+  auto value = [&](const char* name) {
+    auto it = args.find(name);
+    return it == args.end() ? -1 : it->second;
+  };
+  EXPECT_EQ(value(GRPC_ARG_KEEPALIVE_TIME_MS), 1000);
+  EXPECT_EQ(value(GRPC_ARG_KEEPALIVE_TIMEOUT_MS), 2000);
+  EXPECT_EQ(value(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS), 1);
+  EXPECT_EQ(value(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA), 0);
+  EXPECT_EQ(value(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS), 100);
+  EXPECT_EQ(value(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS), 1000);
+  // gRPC's connect timeout, patient with slow peers (psctl's calls).
+  EXPECT_EQ(value(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS), 20000);
+  EXPECT_EQ(value(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH), kMaxMessageBytes);
+  // Members give up a connection attempt (a SYN lost to a partition) after
+  // 2 s; the rest is the same.
+  const std::map<std::string, int> member =
+      IntArgs(ClientChannelArguments(MemberConnectionOptions()));
+  EXPECT_EQ(member.at(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS), 2000);
+  EXPECT_EQ(member.at(GRPC_ARG_KEEPALIVE_TIME_MS), 1000);
+  EXPECT_EQ(member.at(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS), 1000);
+
+  ConnectionOptions custom;
+  custom.keepalive_time = absl::Milliseconds(300);
+  custom.keepalive_timeout = absl::Milliseconds(400);
+  custom.initial_reconnect_backoff = absl::Milliseconds(10);
+  custom.max_reconnect_backoff = absl::Milliseconds(500);
+  custom.min_reconnect_backoff = absl::Milliseconds(700);
+  const std::map<std::string, int> set =
+      IntArgs(ClientChannelArguments(custom));
+  EXPECT_EQ(set.at(GRPC_ARG_KEEPALIVE_TIME_MS), 300);
+  EXPECT_EQ(set.at(GRPC_ARG_KEEPALIVE_TIMEOUT_MS), 400);
+  EXPECT_EQ(set.at(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS), 10);
+  EXPECT_EQ(set.at(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS), 500);
+  EXPECT_EQ(set.at(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS), 700);
+}
+
+TEST(ConnectionOptionsTest, ServersAcceptTheClientsPings) {
+  ConnectionOptions connection;
+  std::map<std::string, int> args;
+  for (const auto& [name, value] : ServerConnectionArguments(connection)) {
+    args[name] = value;
+  }
+  // Clients ping every keepalive_time: the server must take pings at least
+  // that often and never count strikes (GOAWAY "too_many_pings").
+  ASSERT_TRUE(
+      args.contains(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS));
+  EXPECT_LE(args[GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS],
+            absl::ToInt64Milliseconds(connection.keepalive_time));
+  EXPECT_EQ(args.at(GRPC_ARG_HTTP2_MAX_PING_STRIKES), 0);
+  EXPECT_EQ(args.at(GRPC_ARG_KEEPALIVE_TIME_MS), 1000);
+  EXPECT_EQ(args.at(GRPC_ARG_KEEPALIVE_TIMEOUT_MS), 2000);
+  EXPECT_EQ(args.at(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS), 1);
 }
 
 }  // namespace
