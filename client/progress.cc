@@ -97,6 +97,34 @@ std::string FormatSummary(const v1::JobStatus& job) {
                               job.progress().accuracy_epoch(),
                               job.progress().total_epochs()));
   }
+  if (const std::string epochs = FormatEpochTimes(job); !epochs.empty()) {
+    absl::StrAppend(&out, "\n", epochs);
+  }
+  return out;
+}
+
+std::string FormatEpochTimes(const v1::JobStatus& job) {
+  const auto& records = job.progress().epochs();
+  if (records.empty()) return "";
+  constexpr int kShown = 10;  // Records shown at each end of a long list.
+  std::string out = "time to each epoch (since the job started):";
+  const int n = records.size();
+  for (int i = 0; i < n; ++i) {
+    if (n > 2 * kShown && i == kShown) {
+      absl::StrAppend(
+          &out, absl::StrFormat("\n  ... %d more epochs", n - 2 * kShown));
+      i = n - kShown;
+    }
+    const v1::EpochRecord& r = records[i];
+    const std::string time =
+        job.start_time_ms() > 0
+            ? absl::StrFormat("%6.1f s",
+                              (r.end_time_ms() - job.start_time_ms()) / 1000.0)
+            : std::string("     - s");
+    absl::StrAppend(
+        &out, absl::StrFormat("\n  epoch %2d at %s  test acc %.4f  loss %.4f",
+                              r.epoch(), time, r.test_accuracy(), r.loss()));
+  }
   return out;
 }
 

@@ -24,9 +24,17 @@ std::string FormatProgressLine(const v1::JobStatus& job, int bar_width = 24,
 // (10.0.0.1:7100, vacant 12s, the job fails in 48s)"; "" when there are none.
 std::string FormatVacancies(const v1::JobStatus& job, absl::Time now);
 
-// The closing summary of a job: state, message, wall time, vacant places and
-// accuracy.
+// The closing summary of a job: state, message, wall time, vacant places,
+// accuracy and FormatEpochTimes.
 std::string FormatSummary(const v1::JobStatus& job);
+
+// Time to each epoch from the job's epoch records (JobProgress.epochs): a
+// header line, then one line per epoch with the seconds since the job
+// started running, the test accuracy and worker 0's loss, e.g.
+// "epoch  2 at    6.3 s  test acc 0.8501  loss 0.3890". Past 20 records, the
+// first and last 10 with a line saying how many are left out. "" when there
+// are none.
+std::string FormatEpochTimes(const v1::JobStatus& job);
 
 // One row of `psctl list`.
 std::string FormatListRow(const v1::JobStatus& job);

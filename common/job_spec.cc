@@ -201,8 +201,46 @@ std::string JobSpecToJson(const v1::JobSpec& spec) {
   return json;
 }
 
+int32_t DeriveBlockElems(const std::vector<TensorSpec>& tensors,
+                         int num_servers) {
+  const int64_t servers =
+      std::clamp<int64_t>(num_servers, 1, int64_t{kMaxNodesPerJob});
+  if (servers == 1) return kDefaultBlockElems;
+  // Past this many values the result is kDefaultBlockElems anyway; stopping
+  // there keeps the sum from overflowing.
+  const int64_t saturated = servers * kBlocksPerServer * kDefaultBlockElems;
+  int64_t elems = 0;
+  for (const TensorSpec& t : tensors) {
+    elems = std::min(saturated, elems + std::min(saturated, t.num_elems()));
+  }
+  const int64_t per_block =
+      (elems + servers * kBlocksPerServer - 1) / (servers * kBlocksPerServer);
+  const int64_t aligned =
+      (per_block + kBlockAlignElems - 1) / kBlockAlignElems * kBlockAlignElems;
+  return static_cast<int32_t>(
+      std::clamp<int64_t>(aligned, kBlockAlignElems, kDefaultBlockElems));
+}
+
+int64_t EffectiveBlockElems(const v1::JobSpec& spec,
+                            const std::vector<TensorSpec>& tensors,
+                            int num_servers) {
+  return spec.block_elems() > 0 ? spec.block_elems()
+                                : DeriveBlockElems(tensors, num_servers);
+}
+
 void ApplyJobSpecDefaults(v1::JobSpec* spec) {
-  if (spec->block_elems() == 0) spec->set_block_elems(kDefaultBlockElems);
+  if (spec->block_elems() == 0) {
+    // The block size follows the model and the server count (design §3); a
+    // missing or bad model keeps the fixed default, and validation says why.
+    int32_t block_elems = kDefaultBlockElems;
+    if (spec->has_model()) {
+      auto tensors = ModelTensors(spec->model());
+      if (tensors.ok()) {
+        block_elems = DeriveBlockElems(*tensors, spec->num_servers());
+      }
+    }
+    spec->set_block_elems(block_elems);
+  }
   if (spec->durability() == v1::DURABILITY_UNSPECIFIED) {
     spec->set_durability(v1::WAL);
   }

@@ -3,6 +3,7 @@
 #define PS_COMMON_JOB_SPEC_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -12,8 +13,13 @@
 
 namespace ps {
 
-// Default block size in float32 values: 1 MiB (design §3).
+// Largest block size a job gets when its spec leaves block_elems unset, in
+// float32 values: 1 MiB (design §3). A model with one server gets exactly this.
 inline constexpr int32_t kDefaultBlockElems = 262144;
+// Blocks per server that a derived block size aims at (DeriveBlockElems).
+inline constexpr int64_t kBlocksPerServer = 16;
+// A derived block size is a multiple of this many values (1 KiB).
+inline constexpr int64_t kBlockAlignElems = 256;
 // Most servers, and most workers, one job may ask for.
 inline constexpr int32_t kMaxNodesPerJob = 1024;
 // Most blocks in one job's model (its shard map lists every one).
@@ -40,9 +46,28 @@ absl::StatusOr<v1::JobSpec> JobSpecFromJson(const std::string& json);
 // Renders a spec as JSON (for psctl and logs).
 std::string JobSpecToJson(const v1::JobSpec& spec);
 
-// Fills the documented defaults of unset fields (block_elems, consistency
-// model, durability, non_finite_gradients, activation, Adam's betas and
-// epsilon).
+// The block size of a job with `num_servers` servers whose spec leaves
+// block_elems unset: the model's values over num_servers * kBlocksPerServer,
+// rounded up to a multiple of kBlockAlignElems, at most kDefaultBlockElems
+// (and exactly that for one server). Blocks no larger than 1/16 of a server's
+// fair share let the planner's largest-first placement keep every server
+// within 1/16 of its share (docs/architecture.md, "Model, blocks and the
+// shard map"). A pure function: the coordinator derives it once and writes it
+// into the spec that servers and workers receive. Thread-safe.
+int32_t DeriveBlockElems(const std::vector<TensorSpec>& tensors,
+                         int num_servers);
+
+// The block size a job's blocks are cut to: spec.block_elems when set, else
+// DeriveBlockElems(tensors, num_servers). `tensors` are ModelTensors of the
+// spec's model.
+int64_t EffectiveBlockElems(const v1::JobSpec& spec,
+                            const std::vector<TensorSpec>& tensors,
+                            int num_servers);
+
+// Fills the documented defaults of unset fields (block_elems, derived from
+// the model and num_servers by DeriveBlockElems, or kDefaultBlockElems when
+// the model is missing or invalid; consistency model, durability,
+// non_finite_gradients, activation, Adam's betas and epsilon).
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
 // Checks a spec (after ApplyJobSpecDefaults), including the hard limits above

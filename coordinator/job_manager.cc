@@ -16,6 +16,27 @@ namespace {
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
+// Most EpochRecords a job keeps (JobProgress.epochs).
+constexpr int kMaxEpochRecords = 1000;
+
+// Appends worker 0's end-of-epoch report to `progress`'s epoch records, at
+// `now_ms`. A repeated epoch (a replacement worker 0 redoing it) replaces the
+// records from that epoch on; past kMaxEpochRecords the last one is replaced.
+void RecordEpoch(const v1::ProgressReport& report, int64_t now_ms,
+                 v1::JobProgress* progress) {
+  auto* epochs = progress->mutable_epochs();
+  while (!epochs->empty() &&
+         epochs->Get(epochs->size() - 1).epoch() >= report.epoch()) {
+    epochs->RemoveLast();
+  }
+  if (epochs->size() >= kMaxEpochRecords) epochs->RemoveLast();
+  v1::EpochRecord* record = epochs->Add();
+  record->set_epoch(report.epoch());
+  record->set_end_time_ms(now_ms);
+  record->set_test_accuracy(report.test_accuracy());
+  record->set_loss(report.loss());
+}
+
 const char* RoleName(v1::NodeRole role) {
   return role == v1::SERVER ? "server" : "worker";
 }
@@ -392,6 +413,10 @@ absl::StatusOr<v1::ProgressResponse> JobManager::ReportProgress(
   latest = report;
   latest.set_test_accuracy(accuracy);
   Aggregate(job);
+  // Worker 0 evaluates after each epoch: its report with an accuracy ends one.
+  if (w == 0 && report.test_accuracy() >= 0) {
+    RecordEpoch(report, NowMs(), job.status.mutable_progress());
+  }
   const bool all_finished =
       std::all_of(job.reports.begin(), job.reports.end(),
                   [](const v1::ProgressReport& r) { return r.finished(); });

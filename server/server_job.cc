@@ -88,8 +88,10 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
 absl::Status ServerJob::Initialize(const std::vector<TensorSpec>& tensors) {
   const int me = assignment_.index();
   const auto& spec = assignment_.spec();
-  const int64_t block_elems =
-      spec.block_elems() > 0 ? spec.block_elems() : kDefaultBlockElems;
+  // The coordinator always sets block_elems; derive it as the planner would
+  // for an assignment without one.
+  const int64_t block_elems = EffectiveBlockElems(
+      spec, tensors, assignment_.shard_map().servers_size());
   absl::flat_hash_map<uint64_t, int> placement;
   for (const auto& p : assignment_.shard_map().blocks()) {
     placement[p.key()] = p.server();

@@ -1,6 +1,7 @@
 // psctl's rendering of job status: progress lines, summaries and list rows.
 #include "client/progress.h"
 
+#include <algorithm>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -162,6 +163,47 @@ TEST(FormatSummaryTest, NeverStartedHasNoWallTime) {
   job.mutable_progress()->set_test_accuracy(-1);
   EXPECT_EQ(FormatSummary(job),
             "job job-000002 CANCELLED: cancelled by a client");
+}
+
+TEST(FormatSummaryTest, ShowsTheTimeToEachEpoch) {
+  v1::JobStatus job = Running(100, 100);
+  job.set_state(v1::SUCCEEDED);
+  job.set_start_time_ms(1'000'000);
+  job.set_end_time_ms(1'012'500);
+  job.mutable_progress()->set_test_accuracy(0.8512f);
+  job.mutable_progress()->set_accuracy_epoch(2);
+  job.mutable_progress()->set_total_epochs(2);
+  for (int epoch = 1; epoch <= 2; ++epoch) {
+    v1::EpochRecord* r = job.mutable_progress()->add_epochs();
+    r->set_epoch(epoch);
+    r->set_end_time_ms(epoch == 1 ? 1'006'300 : 1'012'500);
+    r->set_test_accuracy(epoch == 1 ? 0.8312f : 0.8512f);
+    r->set_loss(epoch == 1 ? 0.5f : 0.389f);
+  }
+  EXPECT_EQ(FormatSummary(job),
+            "job job-000001 SUCCEEDED after 12.5 s\n"
+            "test accuracy: 0.8512 (after epoch 2 of 2)\n"
+            "time to each epoch (since the job started):\n"
+            "  epoch  1 at    6.3 s  test acc 0.8312  loss 0.5000\n"
+            "  epoch  2 at   12.5 s  test acc 0.8512  loss 0.3890");
+}
+
+TEST(FormatEpochTimesTest, NoneIsEmptyAndALongListIsShortened) {
+  v1::JobStatus job = Running(100, 100);
+  EXPECT_EQ(FormatEpochTimes(job), "");
+  job.set_start_time_ms(1'000);
+  for (int epoch = 1; epoch <= 25; ++epoch) {
+    v1::EpochRecord* r = job.mutable_progress()->add_epochs();
+    r->set_epoch(epoch);
+    r->set_end_time_ms(1'000 + 1'000 * epoch);
+    r->set_test_accuracy(0.5f);
+  }
+  const std::string text = FormatEpochTimes(job);
+  EXPECT_THAT(text, HasSubstr("epoch 10 at   10.0 s"));
+  EXPECT_THAT(text, HasSubstr("\n  ... 5 more epochs\n  epoch 16 at   16.0 s"));
+  EXPECT_THAT(text, HasSubstr("epoch 25 at   25.0 s"));
+  EXPECT_THAT(text, Not(HasSubstr("epoch 11 ")));
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 21);
 }
 
 TEST(FormatListRowTest, ShowsIdStateNameEpochAndAccuracy) {

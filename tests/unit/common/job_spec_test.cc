@@ -412,5 +412,34 @@ TEST(EffectiveStalenessTest, AspIsUnbounded) {
   EXPECT_GT(kAsyncStaleness, int64_t{1} << 32);
 }
 
+TEST(ApplyJobSpecDefaultsTest, DerivesTheBlockSizeFromModelAndServers) {
+  v1::JobSpec spec = ValidSpec();
+  spec.clear_block_elems();
+  spec.set_num_servers(2);
+  ApplyJobSpecDefaults(&spec);
+  auto tensors = ModelTensors(spec.model());
+  ASSERT_TRUE(tensors.ok());
+  const int64_t elems = ModelBytes(*tensors) / 4;
+  // About kBlocksPerServer blocks per server, a multiple of 1 KiB.
+  EXPECT_EQ(spec.block_elems(), DeriveBlockElems(*tensors, 2));
+  EXPECT_EQ(spec.block_elems() % kBlockAlignElems, 0);
+  EXPECT_GE(spec.block_elems() * 2 * kBlocksPerServer, elems);
+  EXPECT_LT((spec.block_elems() - kBlockAlignElems) * 2 * kBlocksPerServer,
+            elems);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  // More servers, smaller blocks; one server, the 1 MiB default.
+  EXPECT_LT(DeriveBlockElems(*tensors, 4), DeriveBlockElems(*tensors, 2));
+  EXPECT_EQ(DeriveBlockElems(*tensors, 1), kDefaultBlockElems);
+  // Never above 1 MiB, however large the model.
+  std::vector<TensorSpec> huge(1);
+  huge[0].shape = {int64_t{1} << 40};
+  EXPECT_EQ(DeriveBlockElems(huge, 2), kDefaultBlockElems);
+  EXPECT_EQ(DeriveBlockElems(huge, kMaxNodesPerJob), kDefaultBlockElems);
+  // A tiny model still gets whole 1 KiB blocks.
+  std::vector<TensorSpec> tiny(1);
+  tiny[0].shape = {10};
+  EXPECT_EQ(DeriveBlockElems(tiny, 4), kBlockAlignElems);
+}
+
 }  // namespace
 }  // namespace ps

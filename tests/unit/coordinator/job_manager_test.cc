@@ -808,5 +808,54 @@ TEST_F(JobManagerTest, ALostServersFailureNamesItsAddress) {
             "server 0 (10.0.0.1:7000) was lost and not back within 10s");
 }
 
+TEST_F(JobManagerTest, EachEpochOfWorkerZeroIsRecordedWithItsTime) {
+  const std::string id = Submit();
+  StartJob(id);
+  const int64_t before = absl::ToUnixMillis(absl::Now());
+  // Mid-epoch reports and worker 1's evaluations record nothing.
+  v1::ProgressReport mid = Report(id, 0);
+  mid.set_clock(5);
+  mid.set_loss(1.5f);
+  ASSERT_TRUE(Send(mid).ok());
+  v1::ProgressReport other = Report(id, 1);
+  other.set_epoch(1);
+  other.set_test_accuracy(0.5f);
+  ASSERT_TRUE(Send(other).ok());
+  EXPECT_THAT(Status(id).progress().epochs(), IsEmpty());
+  for (int epoch = 1; epoch <= 2; ++epoch) {
+    v1::ProgressReport end = Report(id, 0);
+    end.set_epoch(epoch);
+    end.set_clock(10 * epoch);
+    end.set_loss(1.0f / epoch);
+    end.set_test_accuracy(0.7f + 0.1f * epoch);
+    ASSERT_TRUE(Send(end).ok());
+  }
+  const int64_t after = absl::ToUnixMillis(absl::Now());
+  v1::JobProgress p = Status(id).progress();
+  ASSERT_THAT(p.epochs(), SizeIs(2));
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i);
+    const v1::EpochRecord& r = p.epochs(i);
+    EXPECT_EQ(r.epoch(), i + 1);
+    EXPECT_FLOAT_EQ(r.test_accuracy(), 0.7f + 0.1f * (i + 1));
+    EXPECT_FLOAT_EQ(r.loss(), 1.0f / (i + 1));
+    EXPECT_GE(r.end_time_ms(), before);
+    EXPECT_LE(r.end_time_ms(), after);
+  }
+  EXPECT_LE(p.epochs(0).end_time_ms(), p.epochs(1).end_time_ms());
+  // A replacement worker 0 that redoes epoch 2 replaces its record.
+  v1::ProgressReport again = Report(id, 0);
+  again.set_epoch(2);
+  again.set_clock(20);
+  again.set_test_accuracy(0.95f);
+  ASSERT_TRUE(Send(again).ok());
+  p = Status(id).progress();
+  ASSERT_THAT(p.epochs(), SizeIs(2));
+  EXPECT_FLOAT_EQ(p.epochs(1).test_accuracy(), 0.95f);
+  // The records are kept with the job: a restarted coordinator has them.
+  CreateManager();
+  EXPECT_THAT(Status(id).progress().epochs(), SizeIs(2));
+}
+
 }  // namespace
 }  // namespace ps

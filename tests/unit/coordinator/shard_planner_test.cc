@@ -39,12 +39,39 @@ std::vector<std::string> Servers(int n) {
   return servers;
 }
 
-// The blocks the spec's model is cut into.
-std::vector<BlockSpec> ExpectedBlocks(const v1::JobSpec& spec) {
+// The README's CNN (deploy/jobs/fashion-mnist-cnn.json).
+v1::JobSpec CnnSpec(int32_t block_elems) {
+  v1::JobSpec spec;
+  v1::ModelSpec* model = spec.mutable_model();
+  model->set_kind(v1::ModelSpec::CNN);
+  model->set_input_dim(784);
+  model->set_num_classes(10);
+  model->mutable_image()->set_height(28);
+  model->mutable_image()->set_width(28);
+  model->mutable_image()->set_channels(1);
+  for (int filters : {16, 32}) {
+    v1::ConvLayer* conv = model->add_conv_layers();
+    conv->set_filters(filters);
+    conv->set_kernel_size(3);
+  }
+  model->add_hidden_layers(128);
+  spec.set_block_elems(block_elems);
+  return spec;
+}
+
+// The blocks the spec's model is cut into on `n` servers.
+std::vector<BlockSpec> ExpectedBlocks(const v1::JobSpec& spec, int n) {
   auto tensors = ModelTensors(spec.model());
   EXPECT_TRUE(tensors.ok());
-  return SplitIntoBlocks(*tensors, spec.block_elems() > 0 ? spec.block_elems()
-                                                          : kDefaultBlockElems);
+  return SplitIntoBlocks(*tensors, EffectiveBlockElems(spec, *tensors, n));
+}
+
+// Values each server holds under `map`.
+std::vector<int64_t> Loads(const v1::ShardMap& map) {
+  std::vector<int64_t> load(map.servers_size(), 0);
+  for (const v1::BlockPlacement& p : map.blocks())
+    load[p.server()] += p.num_elems();
+  return load;
 }
 
 TEST(ShardPlannerTest, PlacesEveryBlockExactlyOnce) {
@@ -57,7 +84,7 @@ TEST(ShardPlannerTest, PlacesEveryBlockExactlyOnce) {
     EXPECT_THAT(
         std::vector<std::string>(map->servers().begin(), map->servers().end()),
         ::testing::ElementsAreArray(Servers(n)));
-    const std::vector<BlockSpec> blocks = ExpectedBlocks(spec);
+    const std::vector<BlockSpec> blocks = ExpectedBlocks(spec, n);
     std::map<uint64_t, int64_t> expected;
     for (const BlockSpec& b : blocks) expected[b.key] = b.num_elems;
     std::map<uint64_t, int64_t> placed;
@@ -120,15 +147,81 @@ TEST(ShardPlannerTest, RespectsTheBlockSize) {
   EXPECT_EQ(in_tensor0, 67);
 }
 
-TEST(ShardPlannerTest, DefaultBlockSizeWhenUnset) {
+TEST(ShardPlannerTest, DerivesTheBlockSizeWhenUnset) {
   auto map = PlanShards(MlpSpec(0), Servers(2), 1);
   ASSERT_TRUE(map.ok()) << map.status();
-  // 200704 values fit in one default block: one block per tensor.
+  // 235146 values over 2 servers x 16 blocks: 7349, rounded up to 7424.
+  EXPECT_EQ(map->blocks_size(), ExpectedBlocks(MlpSpec(0), 2).size());
+  for (const v1::BlockPlacement& p : map->blocks()) {
+    EXPECT_LE(p.num_elems(), 7424);
+  }
+  // dense0.weight: 200704 values -> 28 blocks, no longer one 1 MiB block.
+  EXPECT_EQ(
+      std::count_if(map->blocks().begin(), map->blocks().end(),
+                    [](const auto& p) { return TensorIndexOf(p.key()) == 0; }),
+      28);
+}
+
+// The bound: no server holds more than 1/N + 10 % of the model, for
+// the README's MLP and CNN on 2 and 4 servers, when the block size is left to
+// the coordinator (as the deploy/jobs files do).
+TEST(ShardPlannerTest, NoServerHoldsMoreThanItsShareAndTenPercent) {
+  for (const auto& [name, base] :
+       {std::pair<const char*, v1::JobSpec>{"mlp", MlpSpec(0)},
+        std::pair<const char*, v1::JobSpec>{"cnn", CnnSpec(0)}}) {
+    for (int n : {2, 4}) {
+      SCOPED_TRACE(testing::Message() << name << " on " << n << " servers");
+      v1::JobSpec spec = base;
+      spec.set_num_servers(n);
+      ApplyJobSpecDefaults(&spec);  // What Submit does: derives block_elems.
+      EXPECT_GT(spec.block_elems(), 0);
+      EXPECT_LE(spec.block_elems(), kDefaultBlockElems);
+      auto map = PlanShards(spec, Servers(n), 1);
+      ASSERT_TRUE(map.ok()) << map.status();
+      const std::vector<int64_t> load = Loads(*map);
+      int64_t total = 0;
+      for (int64_t l : load) total += l;
+      auto tensors = ModelTensors(spec.model());
+      ASSERT_TRUE(tensors.ok());
+      EXPECT_EQ(total * 4, ModelBytes(*tensors));
+      for (int s = 0; s < n; ++s) {
+        EXPECT_LE(load[s] * n * 10, total * 11)
+            << "server " << s << " holds " << load[s] << " of " << total;
+        EXPECT_GE(load[s] * n * 10, total * 9)
+            << "server " << s << " holds " << load[s] << " of " << total;
+      }
+      // Several blocks per server, so a block is never a server's whole load.
+      std::vector<int> count(n, 0);
+      for (const v1::BlockPlacement& p : map->blocks()) ++count[p.server()];
+      for (int c : count) EXPECT_GE(c, 8);
+    }
+  }
+}
+
+TEST(ShardPlannerTest, AnExplicitBlockSizeIsHonoured) {
+  // One 1 MiB block holds all of dense0.weight (200704 values): that server
+  // cannot hold less, and the other gets everything else.
+  auto map = PlanShards(MlpSpec(kDefaultBlockElems), Servers(2), 1);
+  ASSERT_TRUE(map.ok()) << map.status();
   EXPECT_EQ(map->blocks_size(), 6);
   for (const v1::BlockPlacement& p : map->blocks()) {
     EXPECT_EQ(BlockIndexOf(p.key()), 0u);
-    EXPECT_LE(p.num_elems(), kDefaultBlockElems);
   }
+  EXPECT_THAT(Loads(*map), ElementsAre(200704, 256 + 32768 + 128 + 1280 + 10));
+}
+
+TEST(ShardPlannerTest, BalancesBetterThanLargestFirstAlone) {
+  // input 1, hidden [3], 2 classes in blocks of 4: blocks of 3, 3, 4, 2, 2.
+  // Largest first gives 4+2+2 | 3+3 = 8 | 6; the best is 7 | 7.
+  v1::JobSpec spec;
+  spec.mutable_model()->set_kind(v1::ModelSpec::MLP);
+  spec.mutable_model()->set_input_dim(1);
+  spec.mutable_model()->set_num_classes(2);
+  spec.mutable_model()->add_hidden_layers(3);
+  spec.set_block_elems(4);
+  auto map = PlanShards(spec, Servers(2), 1);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_THAT(Loads(*map), ElementsAre(7, 7));
 }
 
 TEST(ShardPlannerTest, NoServersIsAnError) {
