@@ -123,6 +123,11 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
                       client->options_.connection));
     client->servers_.push_back(std::move(server));
   }
+  {
+    absl::MutexLock lock(&client->reach_mu_);
+    client->failing_since_.assign(client->servers_.size(),
+                                  absl::InfiniteFuture());
+  }
   absl::flat_hash_map<uint64_t, int> placement;
   for (const auto& p : map.blocks()) {
     if (p.server() < 0 || p.server() >= map.servers_size()) {
@@ -131,9 +136,8 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     }
     placement[p.key()] = p.server();
   }
-  const int64_t block_elems = assignment.spec().block_elems() > 0
-                                  ? assignment.spec().block_elems()
-                                  : kDefaultBlockElems;
+  const int64_t block_elems = EffectiveBlockElems(
+      assignment.spec(), tensors, assignment.shard_map().servers_size());
   for (const BlockSpec& b : SplitIntoBlocks(tensors, block_elems)) {
     auto it = placement.find(b.key);
     if (it == placement.end()) {
@@ -158,8 +162,10 @@ void ParameterClient::Cancel() {
 
 template <typename Call>
 absl::Status ParameterClient::ForAllServers(const std::string& what,
-                                            absl::Duration timeout, Call call) {
-  const absl::Time give_up = absl::Now() + options_.retry_window;
+                                            absl::Duration timeout,
+                                            absl::Duration retry_window,
+                                            Call call) {
+  const absl::Time give_up = absl::Now() + retry_window;
   std::vector<int> todo(servers_.size());
   for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
   Backoff backoff(absl::Milliseconds(20), absl::Seconds(1));
@@ -220,6 +226,7 @@ absl::Status ParameterClient::ForAllServers(const std::string& what,
     absl::Status last;
     int last_server = -1;
     for (size_t i = 0; i < todo.size(); ++i) {
+      NoteReachability(todo[i], what, results[i]);
       if (results[i].ok()) continue;
       failed.push_back(todo[i]);
       last = results[i];
@@ -234,11 +241,33 @@ absl::Status ParameterClient::ForAllServers(const std::string& what,
       return absl::Status(
           last.code(),
           absl::StrCat(what, " failed after retrying for ",
-                       absl::FormatDuration(options_.retry_window), ": server ",
+                       absl::FormatDuration(retry_window), ": server ",
                        servers_[last_server].address, ": ", last.message()));
     }
     todo = std::move(failed);
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
+  }
+}
+
+void ParameterClient::NoteReachability(int server, const std::string& what,
+                                       const absl::Status& status) {
+  absl::MutexLock lock(&reach_mu_);
+  absl::Time& since = failing_since_[server];
+  if (status.ok()) {
+    if (since != absl::InfiniteFuture()) {
+      PS_LOG_INFO("server ", servers_[server].address, " answers again after ",
+                  absl::FormatDuration(absl::Trunc(absl::Now() - since,
+                                                   absl::Milliseconds(100))));
+      since = absl::InfiniteFuture();
+    }
+  } else if (since == absl::InfiniteFuture() &&
+             status.code() == absl::StatusCode::kUnavailable) {
+    // Only UNAVAILABLE: DEADLINE_EXCEEDED is also a read that waited for the
+    // staleness bound longer than one call's deadline.
+    since = absl::Now();
+    PS_LOG_WARNING("server ", servers_[server].address, " not answering (",
+                   what, ": ", status.ToString(), "); retrying for up to ",
+                   absl::FormatDuration(options_.retry_window));
   }
 }
 
@@ -256,6 +285,12 @@ absl::Status ParameterClient::Pull(int64_t clock,
   return absl::OkStatus();
 }
 
+absl::Status ParameterClient::PullFinal(
+    int64_t clock, std::vector<std::vector<float>>* params) {
+  ++pulls_made_;
+  return PullFromServers(clock, params, /*final=*/true);
+}
+
 absl::StatusOr<int64_t> ParameterClient::ResumeClock() {
   // A read at clock 0 never waits and is always allowed.
   std::vector<std::vector<float>> params;
@@ -265,7 +300,7 @@ absl::StatusOr<int64_t> ParameterClient::ResumeClock() {
 }
 
 absl::Status ParameterClient::PullFromServers(
-    int64_t clock, std::vector<std::vector<float>>* params) {
+    int64_t clock, std::vector<std::vector<float>>* params, bool final) {
   params->resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     (*params)[t].resize(tensors_[t].num_elems());
@@ -275,6 +310,7 @@ absl::Status ParameterClient::PullFromServers(
   request.set_worker_index(worker_index_);
   request.set_clock(clock);
   request.set_map_version(map_version_);
+  request.set_final(final);
   const std::string request_bytes = request.SerializeAsString();
   grpc::Slice request_slice(request_bytes);
   const grpc::ByteBuffer request_buffer(&request_slice, 1);
@@ -288,8 +324,12 @@ absl::Status ParameterClient::PullFromServers(
   // Per server, so the callbacks (one call per server at a time) never share.
   std::vector<int64_t> reply_bytes(servers_.size(), 0);
   absl::Status status =
-      ForAllServers(absl::StrCat("pull of clock ", clock),
+      ForAllServers(absl::StrCat(final ? "final pull of clock " : "pull of clock ",
+                                 clock),
                     options_.pull_timeout,
+                    // A final read waits for the slowest worker, for as long
+                    // as the job runs (its end stops or cancels the client).
+                    final ? absl::InfiniteDuration() : options_.retry_window,
                     [&](int s, grpc::ClientContext* context, auto done) {
                       replies[s].Clear();
                       servers_[s].generic->UnaryCall(
@@ -418,6 +458,7 @@ absl::Status ParameterClient::Push(
   std::vector<grpc::ByteBuffer> replies(servers_.size());
   absl::Status status = ForAllServers(
       absl::StrCat("push of clock ", clock), options_.push_timeout,
+      options_.retry_window,
       [&](int s, grpc::ClientContext* context, auto done) {
         pushed_bytes_.fetch_add(requests[s].Length(),
                                 std::memory_order_relaxed);

@@ -59,6 +59,11 @@ class ParameterClient {
   // Fills params (one vector per tensor) with parameters that hold every update
   // of clocks below clock - s (from the cache when that allows it).
   absl::Status Pull(int64_t clock, std::vector<std::vector<float>>* params);
+  // Fills params with parameters that hold every update of every worker for
+  // clocks below `clock`, whatever the consistency model (PullRequest.final):
+  // waits for the slowest worker; never from the cache. For the job's final
+  // model.
+  absl::Status PullFinal(int64_t clock, std::vector<std::vector<float>>* params);
 
   // Pulls sent to the servers and pulls served from the cache so far.
   int64_t pulls_made() const { return pulls_made_.load(); }
@@ -118,12 +123,18 @@ class ParameterClient {
   // with backoff while their error is retryable and the client is neither
   // stopped nor cancelled. The first server to fail with an error a retry
   // cannot fix ends the attempt at once (the other calls are cancelled) with
-  // its error. Errors name `what` and the server.
+  // its error. Errors name `what` and the server. Retries stop after
+  // `retry_window`.
   template <typename Call>
   absl::Status ForAllServers(const std::string& what, absl::Duration timeout,
-                             Call call);
+                             absl::Duration retry_window, Call call);
   absl::Status PullFromServers(int64_t clock,
-                               std::vector<std::vector<float>>* params);
+                               std::vector<std::vector<float>>* params,
+                               bool final = false);
+  // Logs when calls to `server` start failing (once per outage) and when it
+  // answers again. Thread-safe.
+  void NoteReachability(int server, const std::string& what,
+                        const absl::Status& status);
   // Copies server s's reply into `params` and returns the clocks it carries.
   absl::Status ReadPullReply(int s, const grpc::ByteBuffer& reply,
                              std::vector<std::vector<float>>* params,
@@ -151,6 +162,9 @@ class ParameterClient {
   std::vector<const std::vector<std::unique_ptr<grpc::ClientContext>>*> live_
       ABSL_GUARDED_BY(live_mu_);
   bool cancelled_ ABSL_GUARDED_BY(live_mu_) = false;
+  // Per server: since when its calls fail (InfiniteFuture while it answers).
+  absl::Mutex reach_mu_;
+  std::vector<absl::Time> failing_since_ ABSL_GUARDED_BY(reach_mu_);
   // Counters, read from any thread.
   std::atomic<int64_t> pulls_made_{0};
   std::atomic<int64_t> pulls_saved_{0};

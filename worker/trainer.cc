@@ -152,8 +152,12 @@ absl::Status Trainer::UploadModel(int64_t clock, float accuracy) {
   }
 }
 
-absl::StatusOr<float> Trainer::Evaluate(int64_t clock) {
-  if (auto s = client_->Pull(clock, &params_); !s.ok()) return s;
+absl::StatusOr<float> Trainer::Evaluate(int64_t clock, bool final) {
+  if (auto s = final ? client_->PullFinal(clock, &params_)
+                     : client_->Pull(clock, &params_);
+      !s.ok()) {
+    return s;
+  }
   // Test accuracy is measured in float32 whatever the training precision,
   // as `psctl eval` measures an exported model.
   Model* model = eval_model_ != nullptr ? eval_model_.get() : model_.get();
@@ -455,8 +459,10 @@ absl::Status Trainer::FinishPush(AsyncPusher& pusher) {
 
 absl::Status Trainer::EndEpoch(v1::ProgressReport report, bool last) {
   if (assignment_.index() == 0) {
-    // Worker 0 evaluates the model as of its clock on the test set.
-    auto accuracy = Evaluate(report.clock());
+    // Worker 0 evaluates the model as of its clock on the test set; after
+    // the last epoch, the final model: every worker's every update (under
+    // SSP and ASP the others may still be training).
+    auto accuracy = Evaluate(report.clock(), /*final=*/last);
     if (!accuracy.ok()) return accuracy.status();
     last_accuracy_ = *accuracy;
     metrics_->test_accuracy.Set(*accuracy);

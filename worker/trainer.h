@@ -85,7 +85,10 @@ class Trainer {
   void RecordPush(int64_t clock, absl::Duration took, absl::Duration blocked);
   // Waits for the push in flight, if any, and records it. Errors: the push's.
   absl::Status FinishPush(AsyncPusher& pusher);
-  absl::StatusOr<float> Evaluate(int64_t clock);
+  // Test accuracy of the parameters at `clock`; with `final`, of the
+  // parameters holding every worker's updates below `clock` (the job's final
+  // model, whatever the consistency model).
+  absl::StatusOr<float> Evaluate(int64_t clock, bool final = false);
   // Reports the end of an epoch (`last`: of the job). Worker 0 first measures
   // test accuracy and, after the last epoch, uploads the model.
   absl::Status EndEpoch(v1::ProgressReport report, bool last);

@@ -39,6 +39,7 @@ v1::JobSpec TwoWorkerJob(v1::ConsistencySpec::Model model) {
   spec.set_num_workers(2);
   spec.set_num_servers(2);
   spec.set_block_elems(16384);
+  spec.set_durability(v1::MEMORY);  // The servers have no data directory.
   return spec;
 }
 
