@@ -116,10 +116,8 @@ int64_t MaxUploadModelRequestBytes(const JobLimits& limits) {
 
 absl::Status ValidateSubmittedSpec(const v1::JobSpec& spec,
                                    const JobLimits& limits) {
-  // The spec's own rules first (a layer too wide for any block size is
-  // INVALID_ARGUMENT naming the layer), then the coordinator's limit on the
-  // model's size, then fields the spec does not define.
-  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  // The model's size first: a model too large for this coordinator is
+  // refused as such, not as a block size that yields too many blocks.
   if (spec.has_model()) {
     auto tensors = ModelTensors(spec.model());
     if (!tensors.ok()) return tensors.status();
@@ -132,6 +130,7 @@ absl::Status ValidateSubmittedSpec(const v1::JobSpec& spec,
                        limits.max_model_bytes, " (--max_model_bytes)"));
     }
   }
+  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
   return CheckNoUnknownFields(spec, "");
 }
 
