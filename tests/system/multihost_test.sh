@@ -8,8 +8,8 @@
 #
 #   A. A job trains across the hosts (the reference accuracy).
 #   B. The same job while server 1, then worker 1, is cut off for 15 s each: it
-#      succeeds with A's accuracy. Prints how long after its link came back
-#      each node had its place again and training moved on.
+#      succeeds with A's accuracy. Each node has its place again, and training
+#      moves on, within 5 s of its link coming back (the times are printed).
 #   C. A job whose server 0 is cut off for longer than the recovery grace
 #      fails within lease + grace + 5 s with a message naming its address.
 #   D. Every process ends within 5 s of SIGTERM, although a server was
@@ -188,12 +188,14 @@ cut_and_mend() {
   clock=$(field "$job" clock)
   mend "$host"
   back=$(now)
-  wait_for "$job" vacant 'v == 0' 20 ||
-    fail "B: $host had its place again within 20 s of its link"
+  # Keepalive and a short reconnect backoff bring a node back within about
+  # 2 s of its network (docs/operations.md); 5 s leaves room for a loaded CI.
+  wait_for "$job" vacant 'v == 0' 5 ||
+    fail "B: $host had its place again within 5 s of its link"
   local placed
   placed=$(since "$back")
-  wait_for "$job" clock "v > $clock" 20 ||
-    fail "B: training moved on within 20 s of $host's link"
+  wait_for "$job" clock "v > $clock" 5 ||
+    fail "B: training moved on within 5 s of $host's link"
   echo "timing: $host cut ${CUT_S} s: place filled again $placed s and training moving $(since "$back") s after its link came back"
 }
 start=$(now)
