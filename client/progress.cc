@@ -13,22 +13,21 @@ namespace ps {
 std::string FormatVacancies(const v1::JobStatus& job, absl::Time now) {
   std::vector<std::string> places;
   for (const v1::VacantPlace& place : job.vacant()) {
-    std::string text = absl::StrCat(place.role(), " ", place.index(), " (",
-                                    place.last_address().empty()
-                                        ? "address unknown"
-                                        : place.last_address());
+    std::string text =
+        absl::StrCat(place.role(), " ", place.index(), " (",
+                     place.last_address().empty() ? "address unknown"
+                                                  : place.last_address());
     if (place.vacant_since_ms() > 0) {
-      absl::StrAppend(
-          &text, ", vacant ",
-          absl::FormatDuration(absl::Trunc(
-              now - absl::FromUnixMillis(place.vacant_since_ms()),
-              absl::Seconds(1))));
+      absl::StrAppend(&text, ", vacant ",
+                      absl::FormatDuration(absl::Trunc(
+                          now - absl::FromUnixMillis(place.vacant_since_ms()),
+                          absl::Seconds(1))));
     }
     if (place.deadline_ms() > 0) {
-      const absl::Duration left = std::max(
-          absl::ZeroDuration(),
-          absl::Trunc(absl::FromUnixMillis(place.deadline_ms()) - now,
-                      absl::Seconds(1)));
+      const absl::Duration left =
+          std::max(absl::ZeroDuration(),
+                   absl::Trunc(absl::FromUnixMillis(place.deadline_ms()) - now,
+                               absl::Seconds(1)));
       absl::StrAppend(&text, ", the job fails in ", absl::FormatDuration(left));
     }
     places.push_back(absl::StrCat(text, ")"));
@@ -44,7 +43,8 @@ std::string FormatProgressLine(const v1::JobStatus& job, int bar_width,
       absl::StrCat(job.job_id(), " ", v1::JobState_Name(job.state()));
   if (job.state() == v1::PENDING) {
     return absl::StrCat(
-        line, "  ", job.message().empty() ? "waiting for nodes" : job.message());
+        line, "  ",
+        job.message().empty() ? "waiting for nodes" : job.message());
   }
   const double fraction =
       p.total_clocks() > 0

@@ -6,7 +6,6 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-
 #include "ps/v1/job.pb.h"
 
 namespace ps {

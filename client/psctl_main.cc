@@ -117,10 +117,10 @@ int Watch(ps::JobClient& client, const std::string& job_id) {
       std::cout << "\r\033[K" << line << std::flush;
       return;
     }
-    const std::string key = absl::StrCat(
-        job.state(), "/", job.progress().epoch(), "/",
-        job.progress().accuracy_epoch(), "/", job.message(), "/",
-        job.vacant_size());
+    const std::string key =
+        absl::StrCat(job.state(), "/", job.progress().epoch(), "/",
+                     job.progress().accuracy_epoch(), "/", job.message(), "/",
+                     job.vacant_size());
     if (key != last_key || absl::Now() - last_print > absl::Seconds(10)) {
       std::cout << line << std::endl;
       last_key = key;

@@ -12,9 +12,8 @@ Membership::Membership(MembershipOptions options,
       on_assignments_(std::move(on_assignments)),
       held_(std::move(held)),
       on_ended_jobs_(std::move(on_ended_jobs)),
-      stub_(v1::ClusterService::NewStub(
-          CreateChannel(options_.coordinator, options_.channel,
-                        options_.connection))) {}
+      stub_(v1::ClusterService::NewStub(CreateChannel(
+          options_.coordinator, options_.channel, options_.connection))) {}
 
 Membership::~Membership() { Stop(); }
 

@@ -14,8 +14,7 @@ std::string HostOf(absl::string_view address) {
   }
   const size_t colon = address.rfind(':');
   // More than one colon without brackets: a bare IPv6 address.
-  if (colon == absl::string_view::npos ||
-      address.find(':') != colon) {
+  if (colon == absl::string_view::npos || address.find(':') != colon) {
     return std::string(address);
   }
   return std::string(address.substr(0, colon));

@@ -4,6 +4,7 @@
 #define PS_COMMON_NET_ADDRESS_H_
 
 #include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace ps {

@@ -83,8 +83,9 @@ absl::Status JobManager::Load() {
       const absl::Time now = absl::Now();
       job.servers.assign(job.status.spec().num_servers(), Slot{"", now});
       job.workers.assign(job.status.spec().num_workers(), Slot{"", now});
-      for (size_t i = 0; i < job.servers.size() &&
-                         static_cast<int>(i) < job.status.shard_map().servers_size();
+      for (size_t i = 0;
+           i < job.servers.size() &&
+           static_cast<int>(i) < job.status.shard_map().servers_size();
            ++i) {
         job.servers[i].last_address = job.status.shard_map().servers(i);
       }
@@ -263,11 +264,11 @@ absl::Status JobManager::AdmitServer(const v1::RegisterRequest& request,
   const std::string host = HostOf(request.address());
   if (IsLoopbackHost(host) && !peer_host.empty() &&
       !IsLoopbackHost(peer_host)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "address: the server advertises ", request.address(),
-        ", a loopback address, but registers from ", peer_host,
-        ": no other host can reach it there; start it with "
-        "--advertise_host set to an address the workers reach"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("address: the server advertises ", request.address(),
+                     ", a loopback address, but registers from ", peer_host,
+                     ": no other host can reach it there; start it with "
+                     "--advertise_host set to an address the workers reach"));
   }
   for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
     const Node& other = it->second;
@@ -296,7 +297,8 @@ absl::Status JobManager::AdmitServer(const v1::RegisterRequest& request,
     }
     return absl::AlreadyExistsError(absl::StrCat(
         "address: ", request.address(), " is already registered by server ",
-        it->first, " (last heartbeat ", absl::FormatDuration(now - other.last_seen),
+        it->first, " (last heartbeat ",
+        absl::FormatDuration(now - other.last_seen),
         " ago, other storage); every server needs an address of its own "
         "(--advertise_host, --listen). A server restarted without its data "
         "directory gets the address once the old lease expires (",
@@ -321,14 +323,14 @@ void JobManager::ReturnServerPlaces(const std::string& node_id,
       const bool had_shards =
           job.servers[i].has_shards || job.status.progress().clock() > 0;
       if (!holds && had_shards) {
-        Finish(job, v1::FAILED,
-               absl::StrCat(
-                   "server ", i, " at ", node.address, " came back without job ",
-                   job_id, "'s shards (",
-                   job.status.spec().durability() == v1::MEMORY
-                       ? "its durability is MEMORY: a restart loses them"
-                       : "data directory lost or replaced",
-                   ")"));
+        Finish(
+            job, v1::FAILED,
+            absl::StrCat("server ", i, " at ", node.address,
+                         " came back without job ", job_id, "'s shards (",
+                         job.status.spec().durability() == v1::MEMORY
+                             ? "its durability is MEMORY: a restart loses them"
+                             : "data directory lost or replaced",
+                         ")"));
         break;
       }
       Attach(job, v1::SERVER, i, node_id);
@@ -361,7 +363,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     Job& job = jobs_.at(node.job_id);
     if (node.role == v1::SERVER) {
       for (const v1::HeldAssignment& held : request.held()) {
-        if (held.job_id() == node.job_id) job.servers[node.index].has_shards = true;
+        if (held.job_id() == node.job_id)
+          job.servers[node.index].has_shards = true;
       }
     }
     *response.add_assignments() = AssignmentOf(job, node.index);
@@ -474,7 +477,8 @@ void JobManager::Tick(absl::Time now) {
         slot.node_id.clear();
         slot.vacant_since = now;
         slot.last_node_id = it->first;
-        slot.last_address = node.address.empty() ? node.peer_host : node.address;
+        slot.last_address =
+            node.address.empty() ? node.peer_host : node.address;
       }
       PS_LOG_WARNING("job ", node.job_id, ": ", RoleName(node.role), " ",
                      node.index, " (", slot.last_address,
@@ -554,14 +558,14 @@ void JobManager::Recover(absl::Time now) {
         const Slot& slot = (*slots)[i];
         if (slot.node_id.empty() &&
             now - slot.vacant_since > timing_.recovery_grace) {
-          Finish(job, v1::FAILED,
-                 absl::StrCat(RoleName(role), " ", i, " (",
-                              slot.last_address.empty() ? "address unknown"
-                                                        : slot.last_address,
-                              ") was lost and not ",
-                              role == v1::SERVER ? "back" : "replaced",
-                              " within ",
-                              absl::FormatDuration(timing_.recovery_grace)));
+          Finish(
+              job, v1::FAILED,
+              absl::StrCat(RoleName(role), " ", i, " (",
+                           slot.last_address.empty() ? "address unknown"
+                                                     : slot.last_address,
+                           ") was lost and not ",
+                           role == v1::SERVER ? "back" : "replaced", " within ",
+                           absl::FormatDuration(timing_.recovery_grace)));
           break;
         }
       }
@@ -589,13 +593,13 @@ void JobManager::Schedule(absl::Time now) {
       std::string servers = Count(spec.num_servers(), "server");
       if (durable) {
         const v1::Durability durability =
-            spec.durability() == v1::DURABILITY_UNSPECIFIED
-                ? v1::WAL
-                : spec.durability();
+            spec.durability() == v1::DURABILITY_UNSPECIFIED ? v1::WAL
+                                                            : spec.durability();
         absl::StrAppend(&servers, " with a data directory (durability ",
                         v1::Durability_Name(durability), "), ",
                         servers_registered, " registered (",
-                        Count(LiveNodes(v1::SERVER, now), "server"), " in all)");
+                        Count(LiveNodes(v1::SERVER, now), "server"),
+                        " in all)");
       } else {
         absl::StrAppend(&servers, ", ", servers_registered, " registered");
       }
@@ -606,8 +610,8 @@ void JobManager::Schedule(absl::Time now) {
                                      workers_registered, " registered"));
     }
     if (!missing.empty()) {
-      SetPendingMessage(job,
-                        absl::StrCat("waiting for ", absl::StrJoin(missing, " and ")));
+      SetPendingMessage(
+          job, absl::StrCat("waiting for ", absl::StrJoin(missing, " and ")));
       continue;
     }
     if (!blocker.empty()) {

@@ -224,7 +224,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(
             !allowed.ok()) {
           return allowed;
         }
-        if (absl::Status deleted = manager_->Delete(r.job_id()); !deleted.ok()) {
+        if (absl::Status deleted = manager_->Delete(r.job_id());
+            !deleted.ok()) {
           return deleted;
         }
         return v1::DeleteJobResponse();

@@ -33,8 +33,9 @@ absl::Status ParameterServer::Start() {
     store_ = MemoryShardStore::Create();
     // A fresh identity per process: a restart comes back without the shards.
     absl::BitGen rng;
-    storage_id = absl::StrFormat("memory-%016x%016x", absl::Uniform<uint64_t>(rng),
-                                 absl::Uniform<uint64_t>(rng));
+    storage_id =
+        absl::StrFormat("memory-%016x%016x", absl::Uniform<uint64_t>(rng),
+                        absl::Uniform<uint64_t>(rng));
   } else {
     RocksDbShardStoreOptions store_options;
     store_options.path = options_.data_dir;
@@ -99,8 +100,8 @@ absl::Status ParameterServer::Start() {
         ", a loopback address: workers on other hosts cannot reach it; set "
         "--advertise_host to an address they reach");
   }
-  PS_LOG_INFO("parameter server bound to ", options_.listen_address,
-              " (port ", port_, "), advertised as ", address(),
+  PS_LOG_INFO("parameter server bound to ", options_.listen_address, " (port ",
+              port_, "), advertised as ", address(),
               credentials->tls() ? " with TLS" : "",
               options_.data_dir.empty()
                   ? " (in-memory store)"

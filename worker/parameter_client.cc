@@ -118,9 +118,8 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
   for (const std::string& address : map.servers()) {
     Server server;
     server.address = address;
-    server.generic = std::make_unique<grpc::GenericStub>(
-        CreateChannel(address, client->options_.channel,
-                      client->options_.connection));
+    server.generic = std::make_unique<grpc::GenericStub>(CreateChannel(
+        address, client->options_.channel, client->options_.connection));
     client->servers_.push_back(std::move(server));
   }
   {
@@ -323,29 +322,28 @@ absl::Status ParameterClient::PullFromServers(
   std::vector<int64_t> own_clocks(servers_.size(), INT64_MAX);
   // Per server, so the callbacks (one call per server at a time) never share.
   std::vector<int64_t> reply_bytes(servers_.size(), 0);
-  absl::Status status =
-      ForAllServers(absl::StrCat(final ? "final pull of clock " : "pull of clock ",
-                                 clock),
-                    options_.pull_timeout,
-                    // A final read waits for the slowest worker, for as long
-                    // as the job runs (its end stops or cancels the client).
-                    final ? absl::InfiniteDuration() : options_.retry_window,
-                    [&](int s, grpc::ClientContext* context, auto done) {
-                      replies[s].Clear();
-                      servers_[s].generic->UnaryCall(
-                          context, PullMethod(), grpc::StubOptions(),
-                          &request_buffer, &replies[s],
-                          [this, s, params, &replies, &min_clocks, &own_clocks,
-                           &reply_bytes, done](grpc::Status status) {
-                            if (!status.ok()) {
-                              done(FromGrpcStatus(status));
-                              return;
-                            }
-                            reply_bytes[s] = replies[s].Length();
-                            done(ReadPullReply(s, replies[s], params,
-                                               &min_clocks[s], &own_clocks[s]));
-                          });
-                    });
+  absl::Status status = ForAllServers(
+      absl::StrCat(final ? "final pull of clock " : "pull of clock ", clock),
+      options_.pull_timeout,
+      // A final read waits for the slowest worker, for as long
+      // as the job runs (its end stops or cancels the client).
+      final ? absl::InfiniteDuration() : options_.retry_window,
+      [&](int s, grpc::ClientContext* context, auto done) {
+        replies[s].Clear();
+        servers_[s].generic->UnaryCall(
+            context, PullMethod(), grpc::StubOptions(), &request_buffer,
+            &replies[s],
+            [this, s, params, &replies, &min_clocks, &own_clocks, &reply_bytes,
+             done](grpc::Status status) {
+              if (!status.ok()) {
+                done(FromGrpcStatus(status));
+                return;
+              }
+              reply_bytes[s] = replies[s].Length();
+              done(ReadPullReply(s, replies[s], params, &min_clocks[s],
+                                 &own_clocks[s]));
+            });
+      });
   if (!status.ok()) return status;
   for (int64_t bytes : reply_bytes) pulled_bytes_ += bytes;
   const int64_t min_clock =

@@ -63,7 +63,8 @@ class ParameterClient {
   // clocks below `clock`, whatever the consistency model (PullRequest.final):
   // waits for the slowest worker; never from the cache. For the job's final
   // model.
-  absl::Status PullFinal(int64_t clock, std::vector<std::vector<float>>* params);
+  absl::Status PullFinal(int64_t clock,
+                         std::vector<std::vector<float>>* params);
 
   // Pulls sent to the servers and pulls served from the cache so far.
   int64_t pulls_made() const { return pulls_made_.load(); }

@@ -105,12 +105,10 @@ TEST_F(JobApiConcurrencyTest, EveryAcknowledgedSubmitExistsOnceWithItsSpec) {
             absl::MutexLock lock(&watchers_mu);
             watchers.emplace_back([&, watching, job = *id] {
               JobClient watcher(JobClientOptions{address_});
-              auto final_status = watcher.Watch(
-                  job, [&](const v1::JobStatus&) {
-                    if (!watching->HasBeenNotified()) watching->Notify();
-                  });
-              if (final_status.ok() &&
-                  final_status->state() == v1::CANCELLED) {
+              auto final_status = watcher.Watch(job, [&](const v1::JobStatus&) {
+                if (!watching->HasBeenNotified()) watching->Notify();
+              });
+              if (final_status.ok() && final_status->state() == v1::CANCELLED) {
                 watched++;
               } else {
                 ADD_FAILURE() << job << ": watch ended with "

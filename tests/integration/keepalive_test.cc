@@ -48,9 +48,9 @@ TEST(KeepaliveTest, SilentConnectionIsClosedAndTheChannelComesBack) {
   ASSERT_GT(port, 0);
   auto proxy = FreezableProxy::Start("127.0.0.2", port);
   ASSERT_TRUE(proxy.ok()) << proxy.status();
-  auto stub = grpc::health::v1::Health::NewStub(CreateChannel(
-      absl::StrCat("127.0.0.2:", port), ChannelSecurity(),
-      MemberConnectionOptions()));
+  auto stub = grpc::health::v1::Health::NewStub(
+      CreateChannel(absl::StrCat("127.0.0.2:", port), ChannelSecurity(),
+                    MemberConnectionOptions()));
   grpc::Status status = Check(stub.get(), absl::Seconds(10), true);
   ASSERT_TRUE(status.ok()) << status.error_message();
 

@@ -27,8 +27,8 @@ TEST(NetAddressTest, Loopback) {
                            "::1", "::ffff:127.0.0.1"}) {
     EXPECT_TRUE(IsLoopbackHost(host)) << host;
   }
-  for (const char* host : {"10.0.0.1", "0.0.0.0", "::", "ps-server", "",
-                           "128.0.0.1", "::2"}) {
+  for (const char* host :
+       {"10.0.0.1", "0.0.0.0", "::", "ps-server", "", "128.0.0.1", "::2"}) {
     EXPECT_FALSE(IsLoopbackHost(host)) << host;
   }
 }
