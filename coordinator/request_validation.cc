@@ -118,10 +118,11 @@ absl::Status ValidateSubmittedSpec(const v1::JobSpec& spec,
                                    const JobLimits& limits) {
   // The model's size first: a model too large for this coordinator is
   // refused as such, not as a block size that yields too many blocks.
+  // A model without tensors is left to ValidateJobSpec, whose message names
+  // the first field at fault.
   if (spec.has_model()) {
     auto tensors = ModelTensors(spec.model());
-    if (!tensors.ok()) return tensors.status();
-    const int64_t bytes = ModelBytes(*tensors);
+    const int64_t bytes = tensors.ok() ? ModelBytes(*tensors) : 0;
     if (bytes > limits.max_model_bytes) {
       return absl::ResourceExhaustedError(
           absl::StrCat("model: ", bytes,
