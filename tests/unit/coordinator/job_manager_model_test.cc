@@ -19,11 +19,11 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/testing/job_manager_fixture.h"
 
 namespace ps {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
@@ -48,42 +48,8 @@ v1::JobSpec Spec() {
   return spec;
 }
 
-class JobManagerModelTest : public ::testing::Test {
+class JobManagerModelTest : public testing::JobManagerFixture {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "job_manager_model_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    auto table = JobTable::Open(dir_ + "/table");
-    ASSERT_TRUE(table.ok()) << table.status();
-    table_ = *std::move(table);
-    CreateManager();
-  }
-
-  void TearDown() override {
-    manager_.reset();
-    table_.reset();
-    std::error_code error;
-    fs::remove_all(dir_, error);
-  }
-
-  void CreateManager() {
-    manager_.reset();
-    auto manager = JobManager::Create(table_.get(), {}, &metrics_);
-    ASSERT_TRUE(manager.ok()) << manager.status();
-    manager_ = *std::move(manager);
-  }
-
-  std::string Register(v1::NodeRole role, const std::string& address = "") {
-    v1::RegisterRequest request;
-    request.set_role(role);
-    request.set_address(address);
-    request.set_durable(role == v1::SERVER);  // Spec() is durable.
-    auto response = manager_->Register(request);
-    EXPECT_TRUE(response.ok()) << response.status();
-    return response.ok() ? response->node_id() : "";
-  }
-
   v1::JobState State(const std::string& job_id) {
     auto status = manager_->Get(job_id);
     return status.ok() ? status->state() : v1::JOB_STATE_UNSPECIFIED;
@@ -144,11 +110,6 @@ class JobManagerModelTest : public ::testing::Test {
     ASSERT_TRUE(manager_->ReportProgress(report).ok());
   }
 
-  std::string dir_;
-  std::unique_ptr<JobTable> table_;
-  prometheus::Registry registry_;
-  CoordinatorMetrics metrics_{registry_};
-  std::unique_ptr<JobManager> manager_;
   std::vector<std::string> workers_;
 };
 

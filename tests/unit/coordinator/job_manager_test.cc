@@ -19,11 +19,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/testing/job_manager_fixture.h"
 
 namespace ps {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::AnyOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -53,58 +53,17 @@ v1::JobSpec Spec(int servers = 1, int workers = 2) {
   return spec;
 }
 
-class JobManagerTest : public ::testing::Test {
+class JobManagerTest : public testing::JobManagerFixture {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "job_manager_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    auto table = JobTable::Open(dir_ + "/table");
-    ASSERT_TRUE(table.ok()) << table.status();
-    table_ = *std::move(table);
-    CreateManager();
-  }
-
-  void TearDown() override {
-    manager_.reset();
-    table_.reset();
-    std::error_code error;
-    fs::remove_all(dir_, error);
-  }
-
-  void CreateManager() {
-    manager_.reset();
-    auto manager = JobManager::Create(table_.get(), timing_, &metrics_);
-    ASSERT_TRUE(manager.ok()) << manager.status();
-    manager_ = *std::move(manager);
+  JobManagerTest() {
+    timing_ = {.lease = absl::Seconds(5),
+               .heartbeat_interval = absl::Milliseconds(100)};
   }
 
   std::string Submit(const v1::JobSpec& spec = Spec()) {
     auto id = manager_->Submit(spec);
     EXPECT_TRUE(id.ok()) << id.status();
     return id.value_or("");
-  }
-
-  // Servers register as durable, with storage named after their address.
-  std::string Register(v1::NodeRole role, const std::string& address = "") {
-    v1::RegisterRequest request;
-    request.set_role(role);
-    request.set_address(address);
-    if (role == v1::SERVER) {
-      request.set_durable(true);
-      request.set_storage_id(StorageOf(address));
-    }
-    auto response = manager_->Register(request);
-    EXPECT_TRUE(response.ok()) << response.status();
-    return response.ok() ? response->node_id() : "";
-  }
-
-  static std::string StorageOf(const std::string& address) {
-    std::string id = "storage-" + address;
-    for (char& c : id) {
-      if (c == ':') c = '-';
-    }
-    return id;
   }
 
   v1::JobStatus Status(const std::string& job_id) {
@@ -145,6 +104,9 @@ class JobManagerTest : public ::testing::Test {
     ASSERT_NE(workers_[0], workers_[1]);
   }
 
+  absl::StatusOr<v1::RegisterResponse> ServerComesBack(
+      const std::string& id, const std::string& storage_id, bool holds);
+
   v1::ProgressReport Report(const std::string& job_id, int worker) {
     v1::ProgressReport report;
     report.set_node_id(workers_[worker]);
@@ -158,13 +120,6 @@ class JobManagerTest : public ::testing::Test {
     return manager_->ReportProgress(report);
   }
 
-  std::string dir_;
-  std::unique_ptr<JobTable> table_;
-  prometheus::Registry registry_;
-  CoordinatorMetrics metrics_{registry_};
-  MembershipTiming timing_{.lease = absl::Seconds(5),
-                           .heartbeat_interval = absl::Milliseconds(100)};
-  std::unique_ptr<JobManager> manager_;
   std::string server_;
   std::vector<std::string> workers_;
 };
@@ -711,24 +666,32 @@ TEST_F(JobManagerTest, ALoopbackAddressFromAnotherHostIsRefused) {
   EXPECT_TRUE(manager_->Register(request, "127.0.0.1").ok());
 }
 
-TEST_F(JobManagerTest, AServerBackWithoutTheJobsShardsFailsTheJobSayingSo) {
-  timing_.lease = absl::Seconds(2);
-  CreateManager();
-  const std::string id = Submit(Spec(/*servers=*/1, /*workers=*/2));
+// Runs job `id` on the server at 10.0.0.1:7000, which says it stores the
+// job's shards, loses its lease, and registers again with `storage_id`,
+// listing the job as held or not.
+absl::StatusOr<v1::RegisterResponse> JobManagerTest::ServerComesBack(
+    const std::string& id, const std::string& storage_id, bool holds) {
   StartJob(id);
-  // The server says it stores the job's shards.
   v1::HeartbeatRequest heartbeat;
   heartbeat.set_node_id(server_);
   heartbeat.add_held()->set_job_id(id);
-  ASSERT_TRUE(manager_->Heartbeat(heartbeat).ok());
-  // It comes back on its address with other storage and without the job.
+  EXPECT_TRUE(manager_->Heartbeat(heartbeat).ok());
   manager_->Tick(absl::Now() + timing_.lease + absl::Seconds(1));
   v1::RegisterRequest request;
   request.set_role(v1::SERVER);
   request.set_address("10.0.0.1:7000");
   request.set_durable(true);
-  request.set_storage_id("an-emptied-data-directory");
-  ASSERT_TRUE(manager_->Register(request).ok());
+  request.set_storage_id(storage_id);
+  if (holds) request.add_held()->set_job_id(id);
+  return manager_->Register(request);
+}
+
+TEST_F(JobManagerTest, AServerBackWithoutTheJobsShardsFailsTheJobSayingSo) {
+  timing_.lease = absl::Seconds(2);
+  CreateManager();
+  const std::string id = Submit(Spec(/*servers=*/1, /*workers=*/2));
+  ASSERT_TRUE(
+      ServerComesBack(id, "an-emptied-data-directory", /*holds=*/false).ok());
   const v1::JobStatus status = Status(id);
   EXPECT_EQ(status.state(), v1::FAILED);
   EXPECT_EQ(status.message(),
@@ -740,20 +703,8 @@ TEST_F(JobManagerTest, AServerBackWithTheJobsShardsGetsItsPlace) {
   timing_.lease = absl::Seconds(2);
   CreateManager();
   const std::string id = Submit(Spec(/*servers=*/1, /*workers=*/2));
-  StartJob(id);
-  v1::HeartbeatRequest heartbeat;
-  heartbeat.set_node_id(server_);
-  heartbeat.add_held()->set_job_id(id);
-  ASSERT_TRUE(manager_->Heartbeat(heartbeat).ok());
-  manager_->Tick(absl::Now() + timing_.lease + absl::Seconds(1));
-  v1::RegisterRequest request;
-  request.set_role(v1::SERVER);
-  request.set_address("10.0.0.1:7000");
-  request.set_durable(true);
-  request.set_storage_id(StorageOf("10.0.0.1:7000"));
-  request.add_held()->set_job_id(id);
-  auto server = manager_->Register(request);
-  ASSERT_TRUE(server.ok());
+  auto server = ServerComesBack(id, StorageOf("10.0.0.1:7000"), /*holds=*/true);
+  ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_EQ(State(id), v1::RUNNING);
   EXPECT_THAT(Assignments(server->node_id()), SizeIs(1));
 }

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/testing/job_manager_fixture.h"
 
 namespace ps {
 namespace {
@@ -48,33 +49,8 @@ v1::JobSpec Spec() {
   return spec;
 }
 
-class JobRetentionTest : public ::testing::Test {
+class JobRetentionTest : public testing::JobManagerFixture {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "job_retention_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    auto table = JobTable::Open(dir_ + "/table");
-    ASSERT_TRUE(table.ok()) << table.status();
-    table_ = *std::move(table);
-    CreateManager();
-  }
-
-  void TearDown() override {
-    manager_.reset();
-    table_.reset();
-    std::error_code error;
-    fs::remove_all(dir_, error);
-  }
-
-  void CreateManager() {
-    manager_.reset();
-    auto manager =
-        JobManager::Create(table_.get(), MembershipTiming(), &metrics_);
-    ASSERT_TRUE(manager.ok()) << manager.status();
-    manager_ = *std::move(manager);
-  }
-
   std::string Submit() {
     auto id = manager_->Submit(Spec());
     EXPECT_TRUE(id.ok()) << id.status();
@@ -101,12 +77,6 @@ class JobRetentionTest : public ::testing::Test {
     }
     return ids;
   }
-
-  std::string dir_;
-  std::unique_ptr<JobTable> table_;
-  prometheus::Registry registry_;
-  CoordinatorMetrics metrics_{registry_};
-  std::unique_ptr<JobManager> manager_;
 };
 
 TEST_F(JobRetentionTest, DeleteRemovesTheRecordAndTheModelDurably) {
