@@ -15,8 +15,22 @@
 #include "coordinator/job_table.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/testing/tiny_assignment.h"
 
 namespace ps::testing {
+
+// A small valid job the coordinator tests submit: TinySpec(4, 3) (softmax
+// regression 4 -> 3) named "tiny", batch 8, SGD 0.1, on `servers` servers
+// and `workers` workers.
+inline v1::JobSpec TinyJobSpec(int servers, int workers) {
+  v1::JobSpec spec = TinySpec(4, 3);
+  spec.set_name("tiny");
+  spec.set_batch_size(8);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+  spec.set_num_servers(servers);
+  spec.set_num_workers(workers);
+  return spec;
+}
 
 class JobManagerFixture : public ::testing::Test {
  protected:

@@ -28,25 +28,7 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 // Softmax regression 4 -> 3 on one server and two workers.
-v1::JobSpec Spec() {
-  v1::JobSpec spec;
-  spec.set_name("tiny");
-  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
-  spec.mutable_model()->set_input_dim(4);
-  spec.mutable_model()->set_num_classes(3);
-  auto* dataset = spec.mutable_dataset();
-  dataset->set_format(v1::DatasetSpec::IDX);
-  dataset->set_train_images("train-images");
-  dataset->set_train_labels("train-labels");
-  dataset->set_test_images("test-images");
-  dataset->set_test_labels("test-labels");
-  spec.set_epochs(1);
-  spec.set_batch_size(8);
-  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
-  spec.set_num_servers(1);
-  spec.set_num_workers(2);
-  return spec;
-}
+v1::JobSpec Spec() { return testing::TinyJobSpec(1, 2); }
 
 class JobManagerModelTest : public testing::JobManagerFixture {
  protected:

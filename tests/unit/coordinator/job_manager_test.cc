@@ -31,24 +31,11 @@ using ::testing::IsEmpty;
 using ::testing::SizeIs;
 using ::testing::StartsWith;
 
-// A small valid job: softmax regression 4 -> 3 on `servers` and `workers`.
+// A small valid job: softmax regression 4 -> 3 on `servers` and `workers`,
+// 3 epochs, blocks of 5 values (weight 12 + bias 3: 4 blocks).
 v1::JobSpec Spec(int servers = 1, int workers = 2) {
-  v1::JobSpec spec;
-  spec.set_name("tiny");
-  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
-  spec.mutable_model()->set_input_dim(4);
-  spec.mutable_model()->set_num_classes(3);
-  auto* dataset = spec.mutable_dataset();
-  dataset->set_format(v1::DatasetSpec::IDX);
-  dataset->set_train_images("train-images");
-  dataset->set_train_labels("train-labels");
-  dataset->set_test_images("test-images");
-  dataset->set_test_labels("test-labels");
+  v1::JobSpec spec = testing::TinyJobSpec(servers, workers);
   spec.set_epochs(3);
-  spec.set_batch_size(8);
-  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
-  spec.set_num_servers(servers);
-  spec.set_num_workers(workers);
   spec.set_block_elems(5);
   return spec;
 }
