@@ -128,7 +128,7 @@ absl::StatusOr<std::string> JobManager::Submit(v1::JobSpec spec) {
   Job& job = it->second;
   job.status = std::move(status);
   PS_LOG_INFO("job ", id, " submitted: ", job.status.spec().name());
-  Changed(job);
+  Publish(job);  // The table has the record already (Create).
   Schedule(absl::Now());
   return id;
 }
@@ -723,6 +723,10 @@ void JobManager::Changed(Job& job) {
   if (auto s = table_->Put(job.status); !s.ok()) {
     PS_LOG_ERROR("job table: ", s.message());
   }
+  Publish(job);
+}
+
+void JobManager::Publish(const Job& job) {
   for (const auto& [token, watch] : watchers_) {
     if (watch.first == job.status.job_id()) watch.second(job.status);
   }

@@ -184,6 +184,8 @@ class JobManager {
   // Persists, publishes to watchers and updates gauges. Logs persistence
   // errors.
   void Changed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Publishes to watchers and updates gauges, without persisting.
+  void Publish(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves a job to a terminal state and frees its nodes.
   void Finish(Job& job, v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -135,6 +135,33 @@ absl::Status ValidateSubmittedSpec(const v1::JobSpec& spec,
   return CheckNoUnknownFields(spec, "");
 }
 
+namespace {
+
+// The held assignments of a Register or Heartbeat: at most
+// kMaxHeldAssignments, each with a valid job id and index.
+absl::Status ValidateHeld(
+    const google::protobuf::RepeatedPtrField<v1::HeldAssignment>& held) {
+  if (held.size() > kMaxHeldAssignments) {
+    return Invalid("held", absl::StrCat("more than ", kMaxHeldAssignments,
+                                        " assignments"));
+  }
+  for (int i = 0; i < held.size(); ++i) {
+    if (auto s =
+            ValidateId(absl::StrCat("held[", i, "].job_id"), held[i].job_id());
+        !s.ok()) {
+      return s;
+    }
+    if (auto s =
+            ValidateIndex(absl::StrCat("held[", i, "].index"), held[i].index());
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
   if (request.role() != v1::SERVER && request.role() != v1::WORKER) {
     return Invalid("role", "must be SERVER or WORKER");
@@ -151,23 +178,7 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
       return s;
     }
   }
-  if (request.held_size() > kMaxHeldAssignments) {
-    return Invalid("held", absl::StrCat("more than ", kMaxHeldAssignments,
-                                        " assignments"));
-  }
-  for (int i = 0; i < request.held_size(); ++i) {
-    const v1::HeldAssignment& held = request.held(i);
-    if (auto s =
-            ValidateId(absl::StrCat("held[", i, "].job_id"), held.job_id());
-        !s.ok()) {
-      return s;
-    }
-    if (auto s =
-            ValidateIndex(absl::StrCat("held[", i, "].index"), held.index());
-        !s.ok()) {
-      return s;
-    }
-  }
+  if (auto s = ValidateHeld(request.held()); !s.ok()) return s;
   if (!request.storage_id().empty()) {
     if (auto s = ValidateId("storage_id", request.storage_id()); !s.ok()) {
       return s;
@@ -178,18 +189,7 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
 
 absl::Status ValidateHeartbeatRequest(const v1::HeartbeatRequest& request) {
   if (auto s = ValidateId("node_id", request.node_id()); !s.ok()) return s;
-  if (request.held_size() > kMaxHeldAssignments) {
-    return Invalid("held", absl::StrCat("more than ", kMaxHeldAssignments,
-                                        " assignments"));
-  }
-  for (int i = 0; i < request.held_size(); ++i) {
-    if (auto s = ValidateId(absl::StrCat("held[", i, "].job_id"),
-                            request.held(i).job_id());
-        !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
+  return ValidateHeld(request.held());
 }
 
 absl::Status ValidateProgressReport(const v1::ProgressReport& report) {
