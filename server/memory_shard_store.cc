@@ -14,7 +14,8 @@ absl::Status MemoryShardStore::Write(const ShardWrite& write) {
   if (absl::Status status = ValidateShardWrite(write); !status.ok()) {
     return status;
   }
-  if (write.blocks.empty() && write.worker_clocks.empty()) {
+  if (write.blocks.empty() && write.worker_clocks.empty() &&
+      write.log_sequence == 0) {
     return absl::OkStatus();  // Stores nothing, as in RocksDbShardStore.
   }
   // Copy outside the lock; only the moves below hold it.
@@ -34,6 +35,27 @@ absl::Status MemoryShardStore::Write(const ShardWrite& write) {
   }
   for (const auto& [worker, clock] : write.worker_clocks) {
     job.worker_clocks[worker] = clock;
+  }
+  if (write.log_sequence > 0) {
+    job.log_sequence = write.log_sequence;
+    job.log.erase(job.log.begin(), job.log.upper_bound(write.log_sequence));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MemoryShardStore::AppendLog(
+    const std::string& job_id, int64_t first_sequence,
+    const std::vector<std::string>& records, bool /*sync*/) {
+  if (absl::Status status = ValidateLogAppend(job_id, first_sequence);
+      !status.ok()) {
+    return status;
+  }
+  if (records.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  for (size_t i = 0; i < records.size(); ++i) {
+    job.log.insert_or_assign(first_sequence + static_cast<int64_t>(i),
+                             records[i]);
   }
   return absl::OkStatus();
 }
@@ -70,6 +92,17 @@ absl::StatusOr<StoredJob> MemoryShardStore::Load(const std::string& job_id) {
     stored.optimizer_step = block.optimizer_step;
   }
   out.worker_clocks = job.worker_clocks;
+  out.log_sequence = job.log_sequence;
+  for (const auto& [sequence, record] : job.log) {
+    if (sequence <= job.log_sequence) continue;
+    if (sequence != out.log_sequence + 1 + static_cast<int64_t>(out.log.size())) {
+      return absl::DataLossError(absl::StrCat(
+          "shard store: job ", job_id, ": update log record ", sequence,
+          " follows record ",
+          out.log_sequence + static_cast<int64_t>(out.log.size())));
+    }
+    out.log.push_back(record);
+  }
   return out;
 }
 

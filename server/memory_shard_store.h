@@ -29,10 +29,15 @@ class MemoryShardStore : public ShardStore {
 
   // See ShardStore. `sync` has no effect.
   absl::Status Write(const ShardWrite& write) override;
+  // See ShardStore. `sync` has no effect.
+  absl::Status AppendLog(const std::string& job_id, int64_t first_sequence,
+                         const std::vector<std::string>& records,
+                         bool sync) override;
   // See ShardStore.
   absl::Status PutJobMeta(const std::string& job_id,
                           const std::string& meta) override;
-  // See ShardStore. Never returns DATA_LOSS.
+  // See ShardStore. DATA_LOSS only for a gap in the update log (an AppendLog
+  // that broke its contract).
   absl::StatusOr<StoredJob> Load(const std::string& job_id) override;
   // See ShardStore. Never fails.
   absl::StatusOr<std::vector<std::string>> ListJobs() override;
@@ -51,6 +56,8 @@ class MemoryShardStore : public ShardStore {
     std::string meta;
     std::map<uint64_t, Block> blocks;
     std::map<int32_t, int64_t> worker_clocks;
+    int64_t log_sequence = 0;
+    std::map<int64_t, std::string> log;  // Sequence -> record.
   };
 
   MemoryShardStore() = default;

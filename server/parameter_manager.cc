@@ -8,8 +8,12 @@
 
 namespace ps {
 
-ParameterManager::ParameterManager(ShardStore* store, ServerMetrics* metrics)
-    : store_(store), metrics_(metrics), deleter_(store) {}
+ParameterManager::ParameterManager(ShardStore* store, ServerMetrics* metrics,
+                                   ServerJobOptions job_options)
+    : store_(store),
+      metrics_(metrics),
+      job_options_(job_options),
+      deleter_(store) {}
 
 ParameterManager::~ParameterManager() { Shutdown(); }
 
@@ -20,6 +24,7 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
   std::vector<std::shared_ptr<ServerJob>> unloaded;
   for (const v1::Assignment& a : assignments) {
     wanted.insert(a.job_id());
+    std::shared_ptr<ServerJob> previous;
     {
       absl::MutexLock lock(&mu_);
       auto it = jobs_.find(a.job_id());
@@ -29,12 +34,17 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
           continue;
         }
         // A new shard map: reopen from the store under the new placement.
-        unloaded.push_back(std::move(it->second));
+        previous = std::move(it->second);
         jobs_.erase(it);
       }
     }
+    // Closing writes out the old job's log and snapshot, which the reopen
+    // reads.
+    if (previous != nullptr) {
+      previous->Close(absl::AbortedError("the job's shard map changed"));
+    }
     // Opening reads or initialises shards; do it without holding mu_.
-    auto job = ServerJob::Open(a, store_, metrics_);
+    auto job = ServerJob::Open(a, store_, metrics_, job_options_);
     if (!job.ok()) {
       errors.push_back(absl::Status(
           job.status().code(),

@@ -24,8 +24,10 @@ inline constexpr size_t kMaxReportedStoredJobs = 1000;
 // Thread-safe.
 class ParameterManager {
  public:
-  // `store` and `metrics` must outlive the manager.
-  ParameterManager(ShardStore* store, ServerMetrics* metrics);
+  // `store` and `metrics` must outlive the manager; `job_options` apply to
+  // every job it opens.
+  ParameterManager(ShardStore* store, ServerMetrics* metrics,
+                   ServerJobOptions job_options = {});
   ~ParameterManager();
 
   // Makes the loaded jobs equal to `assignments`: opens new ones (reloading any
@@ -69,6 +71,7 @@ class ParameterManager {
 
   ShardStore* const store_;
   ServerMetrics* const metrics_;
+  const ServerJobOptions job_options_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ServerJob>> jobs_ ABSL_GUARDED_BY(mu_);
   StoredJobDeleter deleter_;

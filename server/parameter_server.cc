@@ -46,7 +46,8 @@ absl::Status ParameterServer::Start() {
     storage_id = *identity;
     store_ = *std::move(store);
   }
-  manager_ = std::make_unique<ParameterManager>(store_.get(), metrics_.get());
+  manager_ = std::make_unique<ParameterManager>(store_.get(), metrics_.get(),
+                                                options_.job_options);
   service_ = std::make_unique<ParameterServiceImpl>(
       manager_.get(), rpc_metrics_.get(), options_.push_faults,
       Authorizer(credentials->MemberChecks()));

@@ -30,6 +30,9 @@ struct ParameterServerOptions {
   std::string coordinator;
   // RocksDB directory; empty: keep shards in memory only.
   std::string data_dir;
+  // How jobs persist their shards (the snapshot interval). Default:
+  // ServerJobOptions' defaults.
+  ServerJobOptions job_options;
   // Prometheus listen address; empty: no HTTP endpoint.
   std::string metrics_address;
   // TLS and the cluster secret (docs/security.md). Default: plaintext, no

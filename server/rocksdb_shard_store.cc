@@ -28,8 +28,8 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "stored floats are raw little-endian float32");
 
-constexpr char kFamilyNames[][10] = {"default", "values", "optimizer", "clocks",
-                                     "meta"};
+constexpr char kFamilyNames[][10] = {"default", "values", "optimizer",
+                                     "clocks",  "meta",   "log"};
 constexpr size_t kBlockKeyBytes = kStoredBlockKeyBytes;
 constexpr size_t kWorkerBytes = kStoredWorkerBytes;
 constexpr size_t kInt64Bytes = kStoredInt64Bytes;
@@ -63,6 +63,12 @@ void EncodeInt64(int64_t value, char out[kInt64Bytes]) {
 std::string BlockKey(const std::string& prefix, uint64_t key) {
   std::string out = prefix;
   AppendBigEndian(key, kBlockKeyBytes, &out);
+  return out;
+}
+
+std::string LogKey(const std::string& prefix, int64_t sequence) {
+  std::string out = prefix;
+  AppendBigEndian(static_cast<uint64_t>(sequence), kInt64Bytes, &out);
   return out;
 }
 
@@ -168,7 +174,9 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
   const bool existing = fs::exists(fs::path(path) / "CURRENT", error);
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = options.create_if_missing;
-  db_options.create_missing_column_families = !existing;
+  // An existing store made before the "log" family existed gets it added;
+  // the other families must be there (checked below).
+  db_options.create_missing_column_families = true;
   if (existing) {
     // Checked before opening: even a failed open may replay and flush another
     // database's log.
@@ -178,7 +186,7 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
     if (!listed.ok()) {
       return RocksDbStatusToAbsl(listed, absl::StrCat("cannot open ", where));
     }
-    for (int family = 0; family < kCount; ++family) {
+    for (int family = 0; family < kLog; ++family) {
       if (std::find(names.begin(), names.end(), kFamilyNames[family]) ==
           names.end()) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -211,7 +219,8 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
 
   std::vector<rocksdb::ColumnFamilyDescriptor> families;
   for (int family = 0; family < kCount; ++family) {
-    const bool large = family == kValues || family == kOptimizer;
+    const bool large =
+        family == kValues || family == kOptimizer || family == kLog;
     families.emplace_back(
         kFamilyNames[family],
         FamilyOptions(large ? options.write_buffer_bytes : size_t{4} << 20));
@@ -313,6 +322,23 @@ absl::Status RocksDbShardStore::Write(const ShardWrite& write) {
                             ": batching the clock of worker ", worker));
     }
   }
+  if (status.ok() && write.log_sequence > 0) {
+    // The snapshot covers the log up to log_sequence: drop those records in
+    // the same batch, so that a crash never leaves one without the other.
+    char marker[kInt64Bytes];
+    EncodeInt64(write.log_sequence, marker);
+    rocksdb::Status put = batch.Put(handles_[kLog], prefix,
+                                    rocksdb::Slice(marker, sizeof(marker)));
+    if (put.ok()) {
+      put = batch.DeleteRange(handles_[kLog], LogKey(prefix, 0),
+                              LogKey(prefix, write.log_sequence + 1));
+    }
+    if (!put.ok()) {
+      status = RocksDbStatusToAbsl(
+          put, absl::StrCat("rocksdb shard store: job ", write.job_id,
+                            ": batching the update log marker"));
+    }
+  }
   if (status.ok()) {
     rocksdb::WriteOptions write_options;
     write_options.sync = write.sync;
@@ -320,6 +346,37 @@ absl::Status RocksDbShardStore::Write(const ShardWrite& write) {
         db_->Write(write_options, &batch),
         absl::StrCat("rocksdb shard store: job ", write.job_id, ": write"));
   }
+  if (options_.on_write_latency) {
+    options_.on_write_latency(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  return status;
+}
+
+absl::Status RocksDbShardStore::AppendLog(
+    const std::string& job_id, int64_t first_sequence,
+    const std::vector<std::string>& records, bool sync) {
+  const auto start = std::chrono::steady_clock::now();
+  if (absl::Status status = ValidateLogAppend(job_id, first_sequence);
+      !status.ok()) {
+    return status;
+  }
+  if (records.empty()) return absl::OkStatus();
+  const std::string prefix = JobPrefix(job_id);
+  const std::string context =
+      absl::StrCat("rocksdb shard store: job ", job_id, ": update log append");
+  rocksdb::WriteBatch batch;
+  for (size_t i = 0; i < records.size(); ++i) {
+    rocksdb::Status put = batch.Put(
+        handles_[kLog],
+        LogKey(prefix, first_sequence + static_cast<int64_t>(i)), records[i]);
+    if (!put.ok()) return RocksDbStatusToAbsl(put, context);
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.sync = sync;
+  absl::Status status =
+      RocksDbStatusToAbsl(db_->Write(write_options, &batch), context);
   if (options_.on_write_latency) {
     options_.on_write_latency(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -363,13 +420,14 @@ absl::StatusOr<StoredJob> RocksDbShardStore::Load(const std::string& job_id) {
   } else if (!status.IsNotFound()) {
     return RocksDbStatusToAbsl(status, context);
   }
-  // Values, then optimizer state, then clocks, each in key order: the order
-  // the decoder checks them in.
+  // Values, then optimizer state, then clocks, then the update log, each in
+  // key order: the order the decoder checks them in.
   const std::pair<Family, absl::Status (StoredJobDecoder::*)(absl::string_view,
                                                              absl::string_view)>
       families[] = {{kValues, &StoredJobDecoder::AddValues},
                     {kOptimizer, &StoredJobDecoder::AddOptimizer},
-                    {kClocks, &StoredJobDecoder::AddClock}};
+                    {kClocks, &StoredJobDecoder::AddClock},
+                    {kLog, &StoredJobDecoder::AddLog}};
   for (const auto& [family, add] : families) {
     std::unique_ptr<rocksdb::Iterator> it(
         db_->NewIterator(read_options, handles_[family]));

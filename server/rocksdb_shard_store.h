@@ -1,7 +1,7 @@
 // A durable ShardStore in RocksDB (design §5).
 //
 // Layout: one column family per kind of state ("values", "optimizer",
-// "clocks", "meta"; RocksDB's "default" stays empty). Every key starts with
+// "clocks", "meta", "log"; RocksDB's "default" stays empty). Every key starts with
 // the job id and a '\0', so one job's keys form a contiguous range:
 //   values:    job_id '\0' key(8 bytes, big-endian) -> float32 little-endian
 //   optimizer: job_id '\0' key(8 bytes, big-endian) -> step (int64, 8 bytes
@@ -9,6 +9,9 @@
 //   clocks:    job_id '\0' worker(4 bytes, big-endian) -> clock (int64, 8
 //              bytes little-endian)
 //   meta:      job_id '\0' -> opaque bytes
+//   log:       job_id '\0' -> the last snapshot's log_sequence (int64, 8
+//              bytes little-endian), and
+//              job_id '\0' sequence(8 bytes, big-endian) -> update record
 #ifndef PS_SERVER_ROCKSDB_SHARD_STORE_H_
 #define PS_SERVER_ROCKSDB_SHARD_STORE_H_
 
@@ -35,8 +38,8 @@ struct RocksDbShardStoreOptions {
   // Create the directory and the database when missing. Default true; when
   // false, Open fails with NOT_FOUND unless a database is already there.
   bool create_if_missing = true;
-  // Memtable size of the "values" and "optimizer" column families. Default
-  // 64 MiB (64 one-MiB blocks per flush).
+  // Memtable size of the "values", "optimizer" and "log" column families.
+  // Default 64 MiB (64 one-MiB blocks per flush).
   size_t write_buffer_bytes = size_t{64} << 20;
   // Called after each Write with its duration in seconds (whether or not it
   // succeeded), on the writing thread; for a latency histogram. Must be
@@ -68,8 +71,13 @@ class RocksDbShardStore : public ShardStore {
   RocksDbShardStore(const RocksDbShardStore&) = delete;
   RocksDbShardStore& operator=(const RocksDbShardStore&) = delete;
 
-  // See ShardStore: one WriteBatch, WAL on, WriteOptions.sync = write.sync.
+  // See ShardStore: one WriteBatch, WAL on, WriteOptions.sync = write.sync;
+  // the log records it covers go by one range deletion in the same batch.
   absl::Status Write(const ShardWrite& write) override;
+  // See ShardStore: one WriteBatch, WAL on, WriteOptions.sync = sync.
+  absl::Status AppendLog(const std::string& job_id, int64_t first_sequence,
+                         const std::vector<std::string>& records,
+                         bool sync) override;
   // See ShardStore. Synced.
   absl::Status PutJobMeta(const std::string& job_id,
                           const std::string& meta) override;
@@ -95,7 +103,15 @@ class RocksDbShardStore : public ShardStore {
   absl::Status FlushAll(absl::string_view why);
 
   // Indices into handles_.
-  enum Family { kDefault = 0, kValues, kOptimizer, kClocks, kMeta, kCount };
+  enum Family {
+    kDefault = 0,
+    kValues,
+    kOptimizer,
+    kClocks,
+    kMeta,
+    kLog,
+    kCount
+  };
 
   RocksDbShardStore(RocksDbShardStoreOptions options,
                     std::unique_ptr<rocksdb::DB> db,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -25,12 +26,13 @@ std::string JobMeta(const v1::Assignment& assignment) {
 }  // namespace
 
 ServerJob::ServerJob(const v1::Assignment& assignment, ShardStore* store,
-                     ServerMetrics* metrics,
+                     ServerMetrics* metrics, const ServerJobOptions& options,
                      std::unique_ptr<Optimizer> optimizer, int64_t staleness)
     : assignment_(assignment),
       job_id_(assignment.job_id()),
       store_(store),
       metrics_(metrics),
+      options_(options),
       optimizer_(std::move(optimizer)),
       drop_non_finite_(assignment.spec().non_finite_gradients() ==
                        v1::NON_FINITE_DROP),
@@ -38,11 +40,14 @@ ServerJob::ServerJob(const v1::Assignment& assignment, ShardStore* store,
               assignment.spec().consistency().model() ==
                   v1::ConsistencySpec::BSP) {}
 
-ServerJob::~ServerJob() { Close(absl::AbortedError("job unloaded")); }
+ServerJob::~ServerJob() {
+  Close(absl::AbortedError("job unloaded"));
+  writer_.reset();  // Joins its thread, whose callback uses *this.
+}
 
 absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
     const v1::Assignment& assignment, ShardStore* store,
-    ServerMetrics* metrics) {
+    ServerMetrics* metrics, const ServerJobOptions& options) {
   v1::JobSpec spec = assignment.spec();
   ApplyJobSpecDefaults(&spec);
   if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
@@ -56,10 +61,16 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
   if (spec.durability() == v1::MEMORY) store = nullptr;
 
   std::unique_ptr<ServerJob> job(
-      new ServerJob(assignment, store, metrics, *std::move(optimizer),
+      new ServerJob(assignment, store, metrics, options, *std::move(optimizer),
                     EffectiveStaleness(spec.consistency())));
   if (auto s = job->Initialize(*tensors); !s.ok()) return s;
   if (store == nullptr) return job;
+  ServerJob* const raw = job.get();
+  job->writer_ = std::make_unique<UpdateLogWriter>(
+      store, assignment.job_id(), spec.durability() == v1::SYNC, metrics,
+      [raw](int64_t sequence, const absl::Status& status) {
+        raw->OnDurable(sequence, status);
+      });
 
   auto stored = store->Load(assignment.job_id());
   if (stored.ok()) {
@@ -68,9 +79,14 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
           "job ", assignment.job_id(),
           ": the store holds this job with another spec or shard map"));
     }
+    const int64_t snapshot = stored->log_sequence;
+    const size_t replayed = stored->log.size();
     if (auto s = job->Restore(*std::move(stored)); !s.ok()) return s;
-    PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ", job->blocks_.size(),
-                " blocks, worker clocks ", job->ClocksString());
+    PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ",
+                ABSL_TS_UNCHECKED_READ(job->blocks_).size(),
+                " blocks from the snapshot at update ", snapshot, " and ",
+                replayed, " logged updates after it, worker clocks ",
+                job->ClocksString());
     return job;
   }
   if (!absl::IsNotFound(stored.status())) return stored.status();
@@ -78,10 +94,11 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
       !s.ok()) {
     return s;
   }
-  absl::MutexLock lock(&job->mu_);
-  std::vector<size_t> all(job->blocks_.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-  if (auto s = job->Persist(all); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&job->mu_);
+    job->SnapshotLocked();  // The initial values, as the first snapshot.
+  }
+  if (absl::Status s = job->writer_->Drain(); !s.ok()) return s;
   return job;
 }
 
@@ -112,6 +129,7 @@ absl::Status ServerJob::Initialize(const std::vector<TensorSpec>& tensors) {
     index_[b.key] = blocks_.size();
     blocks_.push_back(std::move(block));
   }
+  durable_clocks_ = clocks_.clocks();
   return absl::OkStatus();
 }
 
@@ -161,7 +179,88 @@ absl::Status ServerJob::Restore(StoredJob stored) {
                      absl::StrJoin(clocks, " "), "]"));
   }
   clocks_.Restore(clocks);
+  next_sequence_ = stored.log_sequence + 1;
+  snapshot_sequence_ = stored.log_sequence;
+  for (const std::string& record : stored.log) {
+    if (auto s = Replay(record, next_sequence_); !s.ok()) return s;
+    ++next_sequence_;
+    log_bytes_since_snapshot_ += static_cast<int64_t>(record.size());
+  }
+  durable_clocks_ = clocks_.clocks();
   return absl::OkStatus();
+}
+
+absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
+  using storage::v1::UpdateRecord;
+  const auto data_loss = [&](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(
+        "job ", job_id_, ": update log record ", sequence, " ", what));
+  };
+  UpdateRecord record;
+  if (!record.ParseFromString(bytes)) return data_loss("does not parse");
+  if (record.clocks_after_size() != clocks_.num_workers()) {
+    return data_loss(absl::StrCat("has ", record.clocks_after_size(),
+                                  " clocks for ", clocks_.num_workers(),
+                                  " workers"));
+  }
+  const bool bsp = record.kind() == UpdateRecord::BSP_CLOCK;
+  if (bsp != clocks_.bulk_synchronous() ||
+      (!bsp && record.kind() != UpdateRecord::PUSH)) {
+    return data_loss(absl::StrCat("is of kind ", record.kind(),
+                                  ", which this job's consistency never logs"));
+  }
+  const auto encoding = static_cast<v1::Precision>(record.gradient_encoding());
+  const size_t value_bytes = bsp ? sizeof(float) : WireValueBytes(encoding);
+  if (value_bytes == 0 || (bsp && encoding != v1::FP32)) {
+    return data_loss("has no valid gradient encoding");
+  }
+  if (bsp && record.blocks_size() != static_cast<int>(blocks_.size())) {
+    return data_loss(absl::StrCat("updates ", record.blocks_size(), " of ",
+                                  blocks_.size(), " blocks"));
+  }
+  std::vector<size_t> positions;
+  for (const UpdateRecord::Block& g : record.blocks()) {
+    auto it = index_.find(g.key());
+    if (it == index_.end() ||
+        g.data().size() !=
+            static_cast<size_t>(blocks_[it->second].spec.num_elems) *
+                value_bytes) {
+      return data_loss(
+          absl::StrCat("has block ", g.key(), " of ", g.data().size(),
+                       " bytes, which this server does not hold"));
+    }
+    positions.push_back(it->second);
+  }
+  std::vector<int64_t> clocks(record.clocks_after().begin(),
+                              record.clocks_after().end());
+  for (int64_t clock : clocks) {
+    if (clock < 0 || clock > kMaxClock) {
+      return data_loss(absl::StrCat("has clock ", clock, " out of range"));
+    }
+  }
+  for (int i = 0; i < record.blocks_size(); ++i) {
+    Block& b = blocks_[positions[i]];
+    const std::string& data = record.blocks(i).data();
+    if (bsp) {
+      std::vector<float> gradient(b.values.size());
+      std::memcpy(gradient.data(), data.data(), data.size());
+      optimizer_->Apply(b.values, gradient, b.state, &b.step);
+    } else if (record.applied()) {
+      ApplyPushed(b, WireBytes(data), encoding);
+    }
+  }
+  clocks_.Restore(clocks);
+  return absl::OkStatus();
+}
+
+void ServerJob::ApplyPushed(Block& block, const WireBytes& gradient,
+                            v1::Precision encoding) const {
+  ForEachGradientRun(gradient, encoding,
+                     [&](size_t first, std::span<const float> g) {
+                       optimizer_->ApplyRange(block.values, g, first,
+                                              block.state, block.step);
+                     });
+  ++block.step;
 }
 
 std::string ServerJob::ClocksString() const {
@@ -355,9 +454,9 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
   }
   if (*disposition == PushDisposition::kDuplicate) {
     metrics_->pushes_duplicate.Increment();
-    if (clock >= clocks_.clocks()[worker]) {
-      // A retry of a BSP push still waiting for its clock: acknowledge it with
-      // the original, once the clock is applied.
+    if (clock >= durable_clocks_[worker]) {
+      // A retry of a push whose update is not yet durable (or, under BSP, not
+      // yet applied): acknowledge it with the original.
       EvictOldestWaiting(worker, /*pulls=*/false, ready);
       parked_pushes_.push_back(
           {worker, clock, true, std::move(done), absl::Now()});
@@ -388,7 +487,7 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
   // run at a time (ForEachGradientRun: 16-bit encodings are decoded to
   // float32 there, so accumulation and the optimizer run in float32 alike).
   const v1::Precision encoding = request.gradient_encoding;
-  std::vector<size_t> touched;
+  storage::v1::UpdateRecord record;
   if (clocks_.bulk_synchronous()) {
     for (size_t i = 0; apply && i < check.positions.size(); ++i) {
       float* acc = blocks_[check.positions[i]].accum.data();
@@ -406,43 +505,50 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
       return std::nullopt;
     }
     // The last worker of this clock: apply one averaged update everywhere.
+    // The log gets the averaged gradient, which replays through the same
+    // Apply to the same bits.
+    record.set_kind(storage::v1::UpdateRecord::BSP_CLOCK);
+    record.set_gradient_encoding(v1::FP32);
     const float scale = 1.0f / clocks_.num_workers();
-    for (size_t pos = 0; pos < blocks_.size(); ++pos) {
-      Block& b = blocks_[pos];
+    for (Block& b : blocks_) {
       for (float& v : b.accum) v *= scale;
+      if (store_ != nullptr) {
+        auto* logged = record.add_blocks();
+        logged->set_key(b.spec.key);
+        logged->set_data(reinterpret_cast<const char*>(b.accum.data()),
+                         b.accum.size() * sizeof(float));
+      }
       optimizer_->Apply(b.values, b.accum, b.state, &b.step);
       std::fill(b.accum.begin(), b.accum.end(), 0.0f);
-      touched.push_back(pos);
     }
     metrics_->updates_applied.Increment(blocks_.size());
   } else {
+    record.set_kind(storage::v1::UpdateRecord::PUSH);
+    record.set_worker(worker);
+    record.set_gradient_encoding(encoding);
+    record.set_applied(apply);
     for (size_t i = 0; apply && i < check.positions.size(); ++i) {
-      const size_t pos = check.positions[i];
-      Block& b = blocks_[pos];
-      ForEachGradientRun(request.gradients[i].data, encoding,
-                         [&](size_t first, std::span<const float> g) {
-                           optimizer_->ApplyRange(b.values, g, first, b.state,
-                                                  b.step);
-                         });
-      ++b.step;
-      touched.push_back(pos);
+      const WireBytes& gradient = request.gradients[i].data;
+      if (store_ != nullptr) {
+        auto* logged = record.add_blocks();
+        logged->set_key(request.gradients[i].key);
+        std::string* data = logged->mutable_data();
+        data->reserve(gradient.size());
+        for (std::string_view piece : gradient.pieces()) data->append(piece);
+      }
+      ApplyPushed(blocks_[check.positions[i]], gradient, encoding);
     }
-    metrics_->updates_applied.Increment(touched.size());
+    metrics_->updates_applied.Increment(apply ? check.positions.size() : 0);
     clocks_.RecordPush(worker, clock);
   }
-  if (absl::Status persisted = Persist(touched); !persisted.ok()) {
-    // Memory is now ahead of the store: stop serving rather than acknowledge
-    // updates that a restart would lose.
-    closed_ = absl::UnavailableError(absl::StrCat(
-        "job ", job_id_, ": shard store write failed, refusing requests: ",
-        persisted.message()));
-    PS_LOG_ERROR(closed_.message());
-  }
-  // Releases the pulls this clock lets through and the parked pushes of this
-  // clock (or fails them all if the job just closed).
+  record.set_clock(clock);
+  LogLocked(record);
+  // Acknowledged once the record is durable (at once without a store). This
+  // also releases the pulls this clock lets through.
+  EvictOldestWaiting(worker, /*pulls=*/false, ready);
+  parked_pushes_.push_back({worker, clock, false, std::move(done), absl::Now()});
   CollectReady(ready);
-  if (!closed_.ok()) return closed_;
-  return v1::PushResponse();
+  return std::nullopt;
 }
 
 void ServerJob::EvictOldestWaiting(int worker, bool pulls, Ready* ready) {
@@ -478,27 +584,60 @@ void ServerJob::Ready::Run() {
   for (auto& [callback, reply] : pushes) callback(std::move(reply));
 }
 
-absl::Status ServerJob::Persist(const std::vector<size_t>& touched) {
-  if (store_ == nullptr) return absl::OkStatus();
-  ShardWrite write;
-  write.job_id = job_id_;
-  write.sync = assignment_.spec().durability() == v1::SYNC;
-  size_t bytes = 0;
-  for (size_t pos : touched) {
-    const Block& b = blocks_[pos];
-    write.blocks.push_back({b.spec.key, b.values, b.state, b.step});
-    bytes += (b.values.size() + b.state.size()) * sizeof(float);
+void ServerJob::LogLocked(storage::v1::UpdateRecord& record) {
+  if (writer_ == nullptr) {
+    durable_clocks_ = clocks_.clocks();
+    return;
   }
-  const auto& clocks = clocks_.clocks();
-  for (int w = 0; w < static_cast<int>(clocks.size()); ++w) {
-    write.worker_clocks.emplace_back(w, clocks[w]);
+  for (int64_t clock : clocks_.clocks()) record.add_clocks_after(clock);
+  const int64_t sequence = next_sequence_++;
+  std::string bytes = record.SerializeAsString();
+  log_bytes_since_snapshot_ += static_cast<int64_t>(bytes.size());
+  in_flight_.emplace_back(sequence, clocks_.clocks());
+  writer_->Append(sequence, std::move(bytes));
+  if (log_bytes_since_snapshot_ >= options_.snapshot_log_bytes) {
+    SnapshotLocked();
   }
-  const absl::Time start = absl::Now();
-  absl::Status status = store_->Write(write);
-  metrics_->store_write_seconds.Observe(
-      absl::ToDoubleSeconds(absl::Now() - start));
-  metrics_->store_written_bytes.Increment(bytes);
-  return status;
+}
+
+void ServerJob::SnapshotLocked() {
+  ShardSnapshot snapshot;
+  snapshot.log_sequence = next_sequence_ - 1;
+  snapshot.clocks = clocks_.clocks();
+  snapshot.blocks.reserve(blocks_.size());
+  for (const Block& b : blocks_) {
+    snapshot.blocks.push_back({.key = b.spec.key,
+                               .values = b.values,
+                               .optimizer_state = b.state,
+                               .optimizer_step = b.step});
+  }
+  writer_->Snapshot(std::move(snapshot));
+  snapshot_sequence_ = next_sequence_ - 1;
+  log_bytes_since_snapshot_ = 0;
+}
+
+void ServerJob::OnDurable(int64_t sequence, const absl::Status& status) {
+  Ready ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!status.ok()) {
+      // Memory is now ahead of the store: stop serving rather than
+      // acknowledge updates that a restart would lose.
+      if (closed_.ok()) {
+        closed_ = absl::UnavailableError(absl::StrCat(
+            "job ", job_id_, ": shard store write failed, refusing requests: ",
+            status.message()));
+        PS_LOG_ERROR(closed_.message());
+      }
+    }
+    while (status.ok() && !in_flight_.empty() &&
+           in_flight_.front().first <= sequence) {
+      durable_clocks_ = std::move(in_flight_.front().second);
+      in_flight_.pop_front();
+    }
+    CollectReady(&ready);
+  }
+  ready.Run();
 }
 
 void ServerJob::CollectReady(Ready* ready) {
@@ -523,7 +662,7 @@ void ServerJob::CollectReady(Ready* ready) {
   for (auto it = parked_pushes_.begin(); it != parked_pushes_.end(); ++it) {
     if (!closed_.ok()) {
       ready->pushes.emplace_back(std::move(it->done), closed_);
-    } else if (it->clock < clocks_.min_clock()) {
+    } else if (it->clock < durable_clocks_[it->worker]) {
       metrics_->push_wait_seconds.Observe(
           absl::ToDoubleSeconds(now - it->since));
       v1::PushResponse response;
@@ -537,7 +676,12 @@ void ServerJob::CollectReady(Ready* ready) {
   parked_pushes_.erase(keep_push, parked_pushes_.end());
 }
 
+absl::Status ServerJob::Flush() {
+  return writer_ == nullptr ? absl::OkStatus() : writer_->Drain();
+}
+
 void ServerJob::Close(const absl::Status& reason) {
+  absl::MutexLock close_lock(&close_mu_);
   Ready ready;
   {
     absl::MutexLock lock(&mu_);
@@ -545,6 +689,16 @@ void ServerJob::Close(const absl::Status& reason) {
     CollectReady(&ready);
   }
   ready.Run();
+  if (!Flush().ok()) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (next_sequence_ - 1 == snapshot_sequence_) return;
+    SnapshotLocked();
+  }
+  if (absl::Status status = Flush(); !status.ok()) {
+    PS_LOG_ERROR("job ", job_id_, ": the closing snapshot failed (the log ",
+                 "will be replayed at the next start): ", status.message());
+  }
 }
 
 }  // namespace ps

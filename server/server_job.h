@@ -3,6 +3,7 @@
 #ifndef PS_SERVER_SERVER_JOB_H_
 #define PS_SERVER_SERVER_JOB_H_
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -16,13 +17,23 @@
 #include "common/model_layout.h"
 #include "common/parameter_wire.h"
 #include "ps/v1/cluster.pb.h"
+#include "ps/storage/v1/update_log.pb.h"
 #include "ps/v1/parameter.pb.h"
 #include "server/clock_table.h"
 #include "server/optimizer.h"
 #include "server/server_metrics.h"
 #include "server/shard_store.h"
+#include "server/update_log_writer.h"
 
 namespace ps {
+
+// How a ServerJob persists its shards.
+struct ServerJobOptions {
+  // Update-log bytes after which the job's whole state (values, optimizer
+  // state, clocks) is written as a snapshot and the log it covers dropped.
+  // Bounds both the log on disk and the replay after a crash. Default 32 MiB.
+  int64_t snapshot_log_bytes = int64_t{32} << 20;
+};
 
 // Thread-safe. Pulls that must wait for slower workers, and BSP pushes that
 // wait for their clock, are completed later, from the thread whose push let
@@ -38,15 +49,17 @@ class ServerJob {
   using PushCallback = std::function<void(absl::StatusOr<v1::PushResponse>)>;
 
   // Creates the job's shards for `assignment` (this server is
-  // assignment.index()). If `store` holds the job, its blocks and clocks are
-  // reloaded; otherwise blocks get their initial values and, unless durability
-  // is MEMORY, are written to the store. `store` may be null (nothing is
-  // persisted). Errors: INVALID_ARGUMENT for a bad spec, DATA_LOSS if stored
-  // blocks do not match the shard map, and the store's errors.
+  // assignment.index()). If `store` holds the job, its last snapshot is
+  // reloaded and the update log after it replayed; otherwise blocks get their
+  // initial values and, unless durability is MEMORY, are written to the store
+  // as the first snapshot. `store` may be null (nothing is persisted).
+  // Errors: INVALID_ARGUMENT for a bad spec, DATA_LOSS if stored blocks or
+  // log records do not match the shard map, and the store's errors.
   static absl::StatusOr<std::unique_ptr<ServerJob>> Open(
       const v1::Assignment& assignment, ShardStore* store,
-      ServerMetrics* metrics);
+      ServerMetrics* metrics, const ServerJobOptions& options = {});
 
+  // Closes the job (see Close).
   ~ServerJob();
 
   // Serves a pull once the reader's clock is within the staleness bound. Errors
@@ -69,12 +82,17 @@ class ServerJob {
   static constexpr int64_t kMaxClock = int64_t{1} << 62;
 
   // Applies a push exactly once per (worker, clock) and acknowledges it only
-  // once the update it contributes to is applied and persisted with the clock
-  // it advances: at once under SSP/ASP; under BSP when the last worker's push
-  // of the clock arrives. A push parked until then is never acknowledged if
-  // the server dies, so the worker retries it and nothing acknowledged is
-  // lost. A retry of an applied push is acknowledged with duplicate=true; a
-  // retry of a parked one is parked too. A push with NaN or Inf is refused, or
+  // once the update it contributes to is applied and its update-log record
+  // (with the clock it advances) is durable: under SSP/ASP the push's own
+  // update; under BSP the clock's averaged update, applied when the last
+  // worker's push of the clock arrives. The log is written by the job's
+  // writer thread, never on the calling thread or under the job's lock, so
+  // `done` may run later on that thread. A push is never acknowledged before
+  // its record is durable, so if the server dies the worker retries it and
+  // nothing acknowledged is lost. Reads may see an update before its record
+  // is durable (docs/durability.md). A retry of an applied push is
+  // acknowledged with duplicate=true once its record is durable; a retry of a
+  // parked one is parked too. A push with NaN or Inf is refused, or
   // under NON_FINITE_DROP acknowledged with none of its gradient applied here.
   // Gradients may come in any request.gradient_encoding (FP32, FP16, BF16,
   // whatever the job's mixed_precision.wire_gradients): 16-bit ones are
@@ -94,8 +112,18 @@ class ServerJob {
   // The same for a parsed message.
   void Push(const v1::PushRequest& request, PushCallback done);
 
+  // Waits until every update applied so far is durable and the pushes it
+  // completes are answered (their callbacks have run); returns the store's
+  // error if it failed. Immediate without a store. Blocks on the disk: never
+  // call it on a gRPC callback thread.
+  absl::Status Flush();
+
   // Fails every waiting pull and parked push with `reason` and refuses later
-  // requests.
+  // requests; then waits until the update log is written and, if the store
+  // is healthy and anything was logged since the last snapshot, writes a
+  // snapshot (so a clean close leaves no log to replay). Blocks on the disk:
+  // never call it on a gRPC callback thread. Calling it again waits and does
+  // nothing more.
   void Close(const absl::Status& reason);
 
   const std::string& job_id() const { return job_id_; }
@@ -146,10 +174,18 @@ class ServerJob {
   };
 
   ServerJob(const v1::Assignment& assignment, ShardStore* store,
-            ServerMetrics* metrics, std::unique_ptr<Optimizer> optimizer,
-            int64_t staleness);
+            ServerMetrics* metrics, const ServerJobOptions& options,
+            std::unique_ptr<Optimizer> optimizer, int64_t staleness);
   absl::Status Initialize(const std::vector<TensorSpec>& tensors);
+  // Loads a snapshot and replays the update log that follows it.
   absl::Status Restore(StoredJob stored);
+  // Applies one logged update, as the push path applied it.
+  absl::Status Replay(const std::string& bytes, int64_t sequence)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies a pushed gradient (in `encoding`) to a block straight from its
+  // bytes: the one code path of live pushes and of their replay.
+  void ApplyPushed(Block& block, const WireBytes& gradient,
+                   v1::Precision encoding) const;
   absl::Status CheckRequest(int64_t map_version) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ValidateKeys(
@@ -158,16 +194,23 @@ class ServerJob {
   GradientCheck CheckGradients(const PushView& request) const;
   WireMessage BuildReply(const std::vector<uint64_t>& keys) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes `touched` blocks and the clocks in one batch (no-op without a
-  // store).
-  absl::Status Persist(const std::vector<size_t>& touched)
+  // Completes `record` with the clocks and queues it on the update log (or,
+  // without a store, counts it durable at once); queues a snapshot after it
+  // when options_.snapshot_log_bytes of log have accumulated.
+  void LogLocked(storage::v1::UpdateRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues a snapshot of the whole state at the last logged record.
+  void SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The writer's report: records up to `sequence` are durable, or the store
+  // failed (the job then refuses all requests).
+  void OnDurable(int64_t sequence, const absl::Status& status);
   // True when a read at `clock` may be answered now: the consistency bound,
   // or for a final read every worker's pushes below `clock`.
   bool CanRead(int64_t clock, bool final) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the pulls the current min_clock lets through, and the parked pushes
-  // whose clock is applied, into `ready` (all of them, failed, once closed).
+  // whose update is durable, into `ready` (all of them, failed, once
+  // closed).
   void CollectReady(Ready* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Before `worker` parks one more pull (or push): if kMaxWaitingPerWorker of
   // its pulls (pushes) already wait, moves the oldest into `ready`, failed.
@@ -183,6 +226,7 @@ class ServerJob {
   const std::string job_id_;
   ShardStore* const store_;  // Null for MEMORY durability.
   ServerMetrics* const metrics_;
+  const ServerJobOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
   const bool drop_non_finite_;  // The job's policy is NON_FINITE_DROP.
 
@@ -193,6 +237,21 @@ class ServerJob {
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::vector<ParkedPush> parked_pushes_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed or broken.
+  // The update log: the next record's sequence, the last snapshot's.
+  int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t snapshot_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t log_bytes_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
+  // Every worker's clock as of the last durable record: a push is
+  // acknowledged once its clock is below its worker's here. Equal to
+  // clocks_.clocks() without a store.
+  std::vector<int64_t> durable_clocks_ ABSL_GUARDED_BY(mu_);
+  // Records queued on the log and not yet durable: sequence, clocks after.
+  std::deque<std::pair<int64_t, std::vector<int64_t>>> in_flight_
+      ABSL_GUARDED_BY(mu_);
+  absl::Mutex close_mu_;  // Serialises Close.
+  // Writes the log and snapshots (null without a store). Set in Open, before
+  // any request; destroyed in the destructor, after Close.
+  std::unique_ptr<UpdateLogWriter> writer_;
   // Buffers of pull replies, reused (two idle at most).
   const std::shared_ptr<WireBufferPool> reply_buffers_ =
       std::make_shared<WireBufferPool>(2);

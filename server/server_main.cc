@@ -1,5 +1,7 @@
 // ps-server: a parameter server process.
+#include <algorithm>
 #include <csignal>
+#include <cstdint>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -17,6 +19,10 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");
 ABSL_FLAG(std::string, data_dir, "",
           "RocksDB directory for the shards (empty: memory only)");
+ABSL_FLAG(int64_t, snapshot_log_mib,
+          ps::ServerJobOptions().snapshot_log_bytes >> 20,
+          "update-log MiB after which a job's shards are snapshotted and the "
+          "log dropped (bounds the log on disk and the replay after a crash)");
 ABSL_FLAG(int, metrics_port, 0,
           "Prometheus /metrics port (0: any free port, -1: none)");
 ABSL_FLAG(std::string, port_file, "",
@@ -52,6 +58,8 @@ int main(int argc, char** argv) {
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.job_options.snapshot_log_bytes =
+      std::max<int64_t>(1, absl::GetFlag(FLAGS_snapshot_log_mib)) << 20;
   options.security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);

@@ -129,12 +129,53 @@ absl::Status StoredJobDecoder::AddClock(absl::string_view key,
   return absl::OkStatus();
 }
 
+absl::Status StoredJobDecoder::AddLog(absl::string_view key,
+                                      absl::string_view value) {
+  if (!absl::StartsWith(key, prefix_)) {
+    return DataLoss(
+        absl::StrCat("update log key of ", key.size(), " bytes is malformed"));
+  }
+  if (key.size() == prefix_.size()) {
+    // The marker: the log_sequence of the last snapshot. It sorts first.
+    if (has_log_ || value.size() != kStoredInt64Bytes) {
+      return DataLoss(absl::StrCat("update log marker of ", value.size(),
+                                   " bytes is malformed or out of order"));
+    }
+    job_.log_sequence = DecodeInt64(value.data());
+    if (job_.log_sequence < 0) {
+      return DataLoss(absl::StrCat("update log marker ", job_.log_sequence,
+                                   " is negative"));
+    }
+    has_log_ = true;
+    return absl::OkStatus();
+  }
+  if (key.size() != prefix_.size() + kStoredInt64Bytes) {
+    return DataLoss(
+        absl::StrCat("update log key of ", key.size(), " bytes is malformed"));
+  }
+  has_log_ = true;
+  const auto sequence = static_cast<int64_t>(
+      ReadBigEndian(key.data() + prefix_.size(), kStoredInt64Bytes));
+  // The snapshot that set the marker deleted the records it covers in the
+  // same write; none may remain, and none may be missing after it.
+  const int64_t expected =
+      job_.log_sequence + 1 + static_cast<int64_t>(job_.log.size());
+  if (sequence != expected) {
+    return DataLoss(absl::StrCat("update log record ", sequence,
+                                 " found where record ", expected,
+                                 " belongs"));
+  }
+  job_.log.emplace_back(value);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StoredJob> StoredJobDecoder::Finish() {
   if (next_optimizer_ != job_.blocks.size()) {
     return DataLoss(absl::StrCat(BlockName(job_.blocks[next_optimizer_].key),
                                  ": values without optimizer state"));
   }
-  if (!has_meta_ && job_.blocks.empty() && job_.worker_clocks.empty()) {
+  if (!has_meta_ && !has_log_ && job_.blocks.empty() &&
+      job_.worker_clocks.empty()) {
     return absl::NotFoundError(
         absl::StrCat("rocksdb shard store: nothing stored for job ", job_id_));
   }

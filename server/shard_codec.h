@@ -42,6 +42,12 @@ class StoredJobDecoder {
   // The store keeps clocks and steps as opaque int64s; their ranges are the
   // reader's to check (ServerJob does).
   absl::Status AddClock(absl::string_view key, absl::string_view value);
+  // An "update log" record, after the clocks, in key order: the marker (key
+  // job_id '\0' alone -> int64 log_sequence of the last snapshot) first, then
+  // job prefix + 8-byte big-endian sequence -> opaque record. DATA_LOSS for a
+  // malformed key or marker, or a sequence that does not follow the marker
+  // and the records before it without a gap.
+  absl::Status AddLog(absl::string_view key, absl::string_view value);
   // The job, once every record is added. DATA_LOSS for values without
   // optimizer state; NOT_FOUND if nothing at all was stored for the job.
   absl::StatusOr<StoredJob> Finish();
@@ -53,6 +59,7 @@ class StoredJobDecoder {
   const std::string prefix_;
   StoredJob job_;
   bool has_meta_ = false;
+  bool has_log_ = false;
   size_t next_optimizer_ = 0;  // Blocks matched with optimizer state so far.
 };
 

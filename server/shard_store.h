@@ -1,5 +1,7 @@
-// The persistence interface of a parameter server's shards (design §5): block
-// values, optimizer state and per-worker clocks, written atomically per job.
+// The persistence interface of a parameter server's shards
+// (docs/durability.md): per job, a snapshot (block values, optimizer state and
+// per-worker clocks, written atomically) and an update log of what was applied
+// since the snapshot.
 // Struct members all carry initializers, so designated initializers may omit
 // any of them without -Wmissing-field-initializers warnings.
 #ifndef PS_SERVER_SHARD_STORE_H_
@@ -39,6 +41,10 @@ struct ShardWrite {
   std::vector<BlockWrite> blocks{};
   // (worker index, clock) pairs to store; worker indices must be >= 0.
   std::vector<std::pair<int32_t, int64_t>> worker_clocks{};
+  // The last update-log record this state includes (0: none). The same
+  // atomic write drops the job's log records with sequence <= log_sequence
+  // and stores log_sequence, which Load returns. Must be >= 0.
+  int64_t log_sequence = 0;
   // fsync before returning (survives a machine crash). Default false: the
   // write survives a process crash only.
   bool sync = false;
@@ -57,6 +63,11 @@ struct StoredJob {
   std::string meta{};  // opaque bytes from PutJobMeta ("" if none)
   std::vector<StoredBlock> blocks{};  // in key order
   std::map<int32_t, int64_t> worker_clocks{};
+  // The log_sequence of the last Write (0 if none set one).
+  int64_t log_sequence = 0;
+  // The update-log records appended after log_sequence, in sequence order:
+  // record i has sequence log_sequence + 1 + i.
+  std::vector<std::string> log{};
 };
 
 // Where a server keeps its shards. Implementations are thread-safe.
@@ -72,6 +83,16 @@ class ShardStore {
   // the same key is replaced. Errors: INVALID_ARGUMENT for a bad job id or a
   // negative worker index; storage errors otherwise.
   virtual absl::Status Write(const ShardWrite& write) = 0;
+
+  // Appends `records` to the job's update log with sequences first_sequence,
+  // first_sequence + 1, ...; opaque bytes. Durable like Write (sync: fsync
+  // first). The log must continue without a gap: first_sequence is one past
+  // the last record appended or the last Write's log_sequence. Errors:
+  // INVALID_ARGUMENT for a bad job id or first_sequence < 1; storage errors.
+  virtual absl::Status AppendLog(const std::string& job_id,
+                                 int64_t first_sequence,
+                                 const std::vector<std::string>& records,
+                                 bool sync) = 0;
 
   // Stores opaque job metadata (the server stores its serialized assignment),
   // replacing any stored before. Durable like Write with sync=true.
@@ -102,12 +123,17 @@ inline absl::Status ValidateShardStoreJobId(const std::string& job_id) {
   return absl::OkStatus();
 }
 
-// OK if `write` is acceptable to ShardStore::Write (valid job id, worker
-// indices >= 0); INVALID_ARGUMENT naming the problem otherwise. Thread-safe.
+// OK if `write` is acceptable to ShardStore::Write (valid job id,
+// log_sequence >= 0, worker indices >= 0); INVALID_ARGUMENT naming the problem otherwise. Thread-safe.
 inline absl::Status ValidateShardWrite(const ShardWrite& write) {
   if (absl::Status status = ValidateShardStoreJobId(write.job_id);
       !status.ok()) {
     return status;
+  }
+  if (write.log_sequence < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard store: job ", write.job_id,
+                     ": log_sequence must be >= 0, got ", write.log_sequence));
   }
   for (const auto& [worker, clock] : write.worker_clocks) {
     if (worker < 0) {
@@ -115,6 +141,21 @@ inline absl::Status ValidateShardWrite(const ShardWrite& write) {
           absl::StrCat("shard store: job ", write.job_id,
                        ": worker index must be >= 0, got ", worker));
     }
+  }
+  return absl::OkStatus();
+}
+
+// OK if AppendLog may take these arguments (valid job id, first_sequence >=
+// 1); INVALID_ARGUMENT naming the problem otherwise. Thread-safe.
+inline absl::Status ValidateLogAppend(const std::string& job_id,
+                                      int64_t first_sequence) {
+  if (absl::Status status = ValidateShardStoreJobId(job_id); !status.ok()) {
+    return status;
+  }
+  if (first_sequence < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard store: job ", job_id,
+                     ": first_sequence must be >= 1, got ", first_sequence));
   }
   return absl::OkStatus();
 }

@@ -1,0 +1,92 @@
+// Writes one job's update log and snapshots to its ShardStore on a thread of
+// its own, so that no request thread and no job lock ever waits on the disk
+// (docs/durability.md, "The update log").
+#ifndef PS_SERVER_UPDATE_LOG_WRITER_H_
+#define PS_SERVER_UPDATE_LOG_WRITER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "server/server_metrics.h"
+#include "server/shard_store.h"
+
+namespace ps {
+
+// A job's whole state at one log position, owned (the writer stores it after
+// the caller has moved on).
+struct ShardSnapshot {
+  std::vector<StoredBlock> blocks;  // Values, optimizer state and steps.
+  std::vector<int64_t> clocks;      // Every worker's clock.
+  int64_t log_sequence = 0;         // The last record the state includes.
+};
+
+// Thread-safe. Records and snapshots are written in the order they are
+// queued. Records queued while a write is under way are written together in
+// the next one (group commit: one AppendLog, and one fsync with `sync`, for
+// all of them), so the log keeps up with any push rate at the cost of the
+// acknowledgements' latency.
+class UpdateLogWriter {
+ public:
+  // Called on the writer's thread once every record up to `sequence` is
+  // durable, or with the first write error (after which nothing more is
+  // written and every later call reports that error). Must not call back
+  // into the writer.
+  using DurableCallback =
+      std::function<void(int64_t sequence, const absl::Status& status)>;
+
+  // Starts the writer's thread. `store` and `metrics` must outlive it.
+  UpdateLogWriter(ShardStore* store, std::string job_id, bool sync,
+                  ServerMetrics* metrics, DurableCallback on_durable);
+  // Writes what is queued, then stops the thread.
+  ~UpdateLogWriter();
+
+  UpdateLogWriter(const UpdateLogWriter&) = delete;
+  UpdateLogWriter& operator=(const UpdateLogWriter&) = delete;
+
+  // Queues record `sequence` (one past the previous one). Never blocks on the
+  // disk.
+  void Append(int64_t sequence, std::string record);
+  // Queues a snapshot; once it is written, the log records it includes are
+  // gone from the store.
+  void Snapshot(ShardSnapshot snapshot);
+  // Waits until everything queued before the call is written; returns OK, or
+  // the write error that stopped the writer.
+  absl::Status Drain();
+
+ private:
+  using Item = std::variant<std::pair<int64_t, std::string>, ShardSnapshot>;
+
+  void Run();
+  // Writes `items` in order; returns the last record sequence written.
+  absl::Status WriteItems(std::vector<Item>& items, int64_t* last_sequence);
+  absl::Status WriteRecords(int64_t first_sequence,
+                            const std::vector<std::string>& records);
+  absl::Status WriteSnapshot(const ShardSnapshot& snapshot);
+
+  ShardStore* const store_;
+  const std::string job_id_;
+  const bool sync_;
+  ServerMetrics* const metrics_;
+  const DurableCallback on_durable_;
+
+  absl::Mutex mu_;
+  std::vector<Item> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;   // Items ever queued.
+  int64_t written_ ABSL_GUARDED_BY(mu_) = 0;  // Items written (or failed).
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);  // failed_, for Drain.
+  absl::Status failed_;  // The first write error; the thread's own.
+  std::thread thread_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_UPDATE_LOG_WRITER_H_
