@@ -1,8 +1,9 @@
 // The RocksDB shard store's records, as a damaged or foreign database could
 // hold them: decoded as RocksDbShardStore::Load does (StoredJobDecoder, fed
 // each column family in key order, as RocksDB iterates), then reloaded into a
-// ServerJob as a restarted server would, which must refuse what does not fit
-// its shard map with DATA_LOSS or FAILED_PRECONDITION, or serve it.
+// ServerJob as a restarted server would, replaying the update log, which must
+// refuse what does not fit its shard map with DATA_LOSS or
+// FAILED_PRECONDITION, or serve it.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include "common/job_spec.h"
 #include "common/model_layout.h"
 #include "prometheus/registry.h"
+#include "ps/storage/v1/update_log.pb.h"
 #include "server/server_job.h"
 #include "server/server_metrics.h"
 #include "server/shard_codec.h"
@@ -49,6 +51,10 @@ class DecodedStore final : public ps::ShardStore {
  public:
   explicit DecodedStore(ps::StoredJob job) : job_(std::move(job)) {}
   absl::Status Write(const ps::ShardWrite&) override {
+    return absl::OkStatus();
+  }
+  absl::Status AppendLog(const std::string&, int64_t,
+                         const std::vector<std::string>&, bool) override {
     return absl::OkStatus();
   }
   absl::Status PutJobMeta(const std::string&, const std::string&) override {
@@ -98,6 +104,41 @@ std::string PickKey(FuzzedDataProvider& in, const std::string& prefix,
   }
 }
 
+// An update-log record: mostly a well-formed UpdateRecord whose fields may
+// not fit the job, or any bytes.
+std::string PickLogRecord(FuzzedDataProvider& in,
+                          const ps::v1::Assignment& assignment) {
+  if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    return in.ConsumeRandomLengthString(96);
+  }
+  ps::storage::v1::UpdateRecord record;
+  record.set_kind(static_cast<ps::storage::v1::UpdateRecord::Kind>(
+      in.ConsumeIntegralInRange<int>(0, 3)));
+  record.set_worker(in.ConsumeIntegralInRange<int>(-1, 2));
+  record.set_clock(in.ConsumeIntegralInRange<int64_t>(-1, 5));
+  record.set_gradient_encoding(in.ConsumeIntegralInRange<int>(-1, 3));
+  record.set_applied(in.ConsumeBool());
+  const int clocks = in.ConsumeIntegralInRange<int>(0, 3);
+  for (int i = 0; i < clocks; ++i) {
+    record.add_clocks_after(in.ConsumeBool()
+                                ? in.ConsumeIntegralInRange<int64_t>(0, 5)
+                                : in.ConsumeIntegral<int64_t>());
+  }
+  for (const auto& p : assignment.shard_map().blocks()) {
+    if (!in.ConsumeBool()) continue;
+    auto* block = record.add_blocks();
+    block->set_key(in.ConsumeBool() ? p.key() : in.ConsumeIntegral<uint64_t>());
+    const size_t bytes = in.ConsumeBool()
+                             ? p.num_elems() * in.ConsumeIntegralInRange<int>(
+                                                   1, 2) * 2
+                             : in.ConsumeIntegralInRange<size_t>(0, 80);
+    std::string data = in.ConsumeBytesAsString(bytes);
+    data.resize(bytes, '\0');
+    block->set_data(std::move(data));
+  }
+  return record.SerializeAsString();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -106,11 +147,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ps::v1::Assignment assignment = MakeAssignment(in.ConsumeBool());
   const std::string prefix = ps::StoredJobPrefix(kJobId);
   // Column families as RocksDB would iterate them: sorted, one value a key.
-  std::map<std::string, std::string> families[3];
+  std::map<std::string, std::string> families[4];
   const int meta = in.ConsumeIntegralInRange<int>(0, 3);
   const int records = in.ConsumeIntegralInRange<int>(0, 12);
   for (int i = 0; i < records; ++i) {
-    const int family = in.ConsumeIntegralInRange<int>(0, 2);
+    const int family = in.ConsumeIntegralInRange<int>(0, 3);
+    if (family == 3) {
+      // The update log: the marker (the prefix alone) or a record.
+      if (in.ConsumeIntegralInRange<int>(0, 4) == 0) {
+        std::string marker(8, '\0');
+        marker[0] = static_cast<char>(in.ConsumeIntegralInRange<int>(0, 3));
+        families[3][prefix] = in.ConsumeBool() ? marker
+                                               : in.ConsumeRandomLengthString(9);
+      } else {
+        families[3][PickKey(in, prefix, ps::kStoredInt64Bytes)] =
+            PickLogRecord(in, assignment);
+      }
+      continue;
+    }
     const std::string key = PickKey(
         in, prefix,
         family == 2 ? ps::kStoredWorkerBytes : ps::kStoredBlockKeyBytes);
@@ -129,6 +183,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (const auto& [key, value] : families[2]) {
     if (status.ok()) status = decoder.AddClock(key, value);
+  }
+  for (const auto& [key, value] : families[3]) {
+    if (status.ok()) status = decoder.AddLog(key, value);
   }
   if (!status.ok()) {
     PS_FUZZ_REQUIRE(status.code() == absl::StatusCode::kDataLoss,
