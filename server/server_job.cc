@@ -8,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
+#include "common/learning_rate_schedule.h"
 #include "common/logging.h"
+#include "server/gradient_apply.h"
 
 namespace ps {
 namespace {
@@ -407,24 +409,22 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     }
     // The last worker of this clock: apply one averaged update everywhere.
     const float scale = 1.0f / clocks_.num_workers();
+    const float rate = ScheduledRate(clock);  // Learning-rate schedule hook.
     for (size_t pos = 0; pos < blocks_.size(); ++pos) {
       Block& b = blocks_[pos];
       for (float& v : b.accum) v *= scale;
-      optimizer_->Apply(b.values, b.accum, b.state, &b.step);
+      optimizer_->Apply(b.values, b.accum, b.state, &b.step, rate);
       std::fill(b.accum.begin(), b.accum.end(), 0.0f);
       touched.push_back(pos);
     }
     metrics_->updates_applied.Increment(blocks_.size());
   } else {
+    const float rate = ScheduledRate(clock);  // Learning-rate schedule hook.
     for (size_t i = 0; apply && i < check.positions.size(); ++i) {
       const size_t pos = check.positions[i];
       Block& b = blocks_[pos];
-      ForEachGradientRun(request.gradients[i].data, encoding,
-                         [&](size_t first, std::span<const float> g) {
-                           optimizer_->ApplyRange(b.values, g, first, b.state,
-                                                  b.step);
-                         });
-      ++b.step;
+      ApplyPushedGradient(*optimizer_, request.gradients[i].data, encoding,
+                          b.values, b.state, &b.step, rate);
       touched.push_back(pos);
     }
     metrics_->updates_applied.Increment(touched.size());
@@ -443,6 +443,12 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
   CollectReady(ready);
   if (!closed_.ok()) return closed_;
   return v1::PushResponse();
+}
+
+float ServerJob::ScheduledRate(int64_t clock) const {
+  const float rate = LearningRateAt(assignment_.spec().optimizer(), clock);
+  metrics_->learning_rate.Set(rate);
+  return rate;
 }
 
 void ServerJob::EvictOldestWaiting(int worker, bool pulls, Ready* ready) {

@@ -173,6 +173,9 @@ class ServerJob {
   // its pulls (pushes) already wait, moves the oldest into `ready`, failed.
   void EvictOldestWaiting(int worker, bool pulls, Ready* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The learning rate of the update of `clock` (the job's schedule), also
+  // set as ps_learning_rate.
+  float ScheduledRate(int64_t clock) const;
   // Push under the lock: returns the reply now, or nullopt if `done` was
   // parked.
   std::optional<absl::StatusOr<v1::PushResponse>> PushLocked(
