@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/learning_rate_schedule.h"
 
 namespace ps {
 
@@ -64,6 +65,15 @@ std::string FormatProgressLine(const v1::JobStatus& job, int bar_width,
   if (p.clock() > 0) {
     absl::StrAppend(&line, absl::StrFormat("  loss %.4f  %.0f samples/s",
                                            p.loss(), p.samples_per_second()));
+    // The rate of the latest update of the slowest worker's clock: the
+    // job's schedule is a pure function of the clock (servers export the
+    // rate they apply as ps_learning_rate).
+    if (BaseLearningRate(job.spec().optimizer()) > 0) {
+      absl::StrAppend(
+          &line, absl::StrFormat("  lr %.4g", LearningRateAt(
+                                                  job.spec().optimizer(),
+                                                  p.clock() - 1)));
+    }
   }
   if (p.test_accuracy() >= 0) {
     absl::StrAppend(

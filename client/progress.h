@@ -11,9 +11,11 @@
 namespace ps {
 
 // One line: id, state, epoch, a progress bar of `bar_width` cells, loss,
-// samples/s and the latest test accuracy, e.g.
+// samples/s, the learning rate of the slowest worker's latest update (the
+// spec's schedule at progress.clock - 1; when the spec names an optimizer)
+// and the latest test accuracy, e.g.
 // "job-000001 RUNNING epoch 3/15 [#####-----]  20%  loss 0.4120  5321 samples/s
-// test acc 0.8512 (epoch 3)".
+// lr 0.0009511  test acc 0.8512 (epoch 3)".
 // A pending job shows what it waits for (its message); a running job with
 // vacant places ends with FormatVacancies.
 std::string FormatProgressLine(const v1::JobStatus& job, int bar_width = 24,

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model_layout.h"
+#include "common/optimizer_spec.h"
+#include "common/training_spec.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/json_util.h"
@@ -16,51 +18,6 @@ namespace {
 
 absl::Status Invalid(const std::string& field, const std::string& reason) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", reason));
-}
-
-absl::Status ValidateOptimizer(const v1::OptimizerSpec& optimizer) {
-  auto check_rate = [](const std::string& field, float lr) -> absl::Status {
-    if (!(lr > 0) || !std::isfinite(lr)) return Invalid(field, "must be > 0");
-    return absl::OkStatus();
-  };
-  auto check_unit = [](const std::string& field, float v) -> absl::Status {
-    if (!(v >= 0 && v < 1)) return Invalid(field, "must be in [0, 1)");
-    return absl::OkStatus();
-  };
-  auto check_decay = [](const std::string& field, float v) -> absl::Status {
-    if (!(v >= 0) || !std::isfinite(v)) return Invalid(field, "must be >= 0");
-    return absl::OkStatus();
-  };
-  switch (optimizer.kind_case()) {
-    case v1::OptimizerSpec::kSgd: {
-      const auto& sgd = optimizer.sgd();
-      if (auto s =
-              check_rate("optimizer.sgd.learning_rate", sgd.learning_rate());
-          !s.ok())
-        return s;
-      if (auto s = check_unit("optimizer.sgd.momentum", sgd.momentum());
-          !s.ok())
-        return s;
-      return check_decay("optimizer.sgd.weight_decay", sgd.weight_decay());
-    }
-    case v1::OptimizerSpec::kAdam: {
-      const auto& adam = optimizer.adam();
-      if (auto s =
-              check_rate("optimizer.adam.learning_rate", adam.learning_rate());
-          !s.ok())
-        return s;
-      if (auto s = check_unit("optimizer.adam.beta1", adam.beta1()); !s.ok())
-        return s;
-      if (auto s = check_unit("optimizer.adam.beta2", adam.beta2()); !s.ok())
-        return s;
-      if (!(adam.epsilon() > 0) || !std::isfinite(adam.epsilon())) {
-        return Invalid("optimizer.adam.epsilon", "must be > 0");
-      }
-      return check_decay("optimizer.adam.weight_decay", adam.weight_decay());
-    }
-    default:
-      return Invalid("optimizer", "set sgd or adam");
-  }
 }
 
 // True if `text` holds a byte below 0x20 (NUL, newline, escape...) or DEL.
@@ -121,28 +78,49 @@ absl::Status CheckFiniteFloats(const google::protobuf::Message& message,
 }
 
 absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
-  if (dataset.format() != v1::DatasetSpec::IDX) {
-    return Invalid("dataset.format", "must be IDX");
+  const bool idx = dataset.format() == v1::DatasetSpec::IDX;
+  if (!idx && dataset.format() != v1::DatasetSpec::CSV &&
+      dataset.format() != v1::DatasetSpec::LIBSVM) {
+    return Invalid("dataset.format", "must be IDX, CSV or LIBSVM");
   }
-  const std::pair<const char*, const std::string*> paths[] = {
+  // IDX keeps images and labels apart; the text formats hold both in one
+  // file each.
+  using Paths = std::vector<std::pair<const char*, const std::string*>>;
+  const Paths idx_paths = {
       {"dataset.train_images", &dataset.train_images()},
       {"dataset.train_labels", &dataset.train_labels()},
       {"dataset.test_images", &dataset.test_images()},
       {"dataset.test_labels", &dataset.test_labels()},
   };
-  for (const auto& [field, path] : paths) {
+  const Paths text_paths = {
+      {"dataset.train_file", &dataset.train_file()},
+      {"dataset.test_file", &dataset.test_file()},
+  };
+  for (const auto& [field, path] : idx ? idx_paths : text_paths) {
     if (path->empty()) return Invalid(field, "required");
   }
-  for (const auto& [field, path] : paths) {
-    if (path->size() > kMaxPathBytes) {
-      return Invalid(field,
-                     absl::StrCat("longer than ", kMaxPathBytes, " bytes"));
+  for (const auto& [field, path] : idx ? text_paths : idx_paths) {
+    if (!path->empty()) {
+      return Invalid(field, idx ? "only CSV and LIBSVM data use it"
+                                : "only IDX data uses it (use train_file and "
+                                  "test_file)");
     }
-    // A NUL would cut the path short where the worker opens it (it would
-    // train on another file); newlines and other control bytes would be
-    // written raw into logs.
-    if (HasControlChar(*path)) {
-      return Invalid(field, "holds a NUL byte or another control character");
+  }
+  if (dataset.csv_header() && dataset.format() != v1::DatasetSpec::CSV) {
+    return Invalid("dataset.csv_header", "only CSV data has a header");
+  }
+  for (const Paths* paths : {&idx_paths, &text_paths}) {
+    for (const auto& [field, path] : *paths) {
+      if (path->size() > kMaxPathBytes) {
+        return Invalid(field,
+                       absl::StrCat("longer than ", kMaxPathBytes, " bytes"));
+      }
+      // A NUL would cut the path short where the worker opens it (it would
+      // train on another file); newlines and other control bytes would be
+      // written raw into logs.
+      if (HasControlChar(*path)) {
+        return Invalid(field, "holds a NUL byte or another control character");
+      }
     }
   }
   if (dataset.max_train_samples() < 0) {
@@ -265,12 +243,8 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
       mixed->set_loss_scale_growth_interval(2000);
     }
   }
-  if (spec->optimizer().has_adam()) {
-    auto* adam = spec->mutable_optimizer()->mutable_adam();
-    if (adam->beta1() == 0) adam->set_beta1(0.9f);
-    if (adam->beta2() == 0) adam->set_beta2(0.999f);
-    if (adam->epsilon() == 0) adam->set_epsilon(1e-8f);
-  }
+  // A missing optimizer stays missing, so that validation says so.
+  if (spec->has_optimizer()) ApplyOptimizerDefaults(spec->mutable_optimizer());
 }
 
 namespace {
@@ -362,7 +336,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.batch_size() > kMaxBatchSize) {
     return Invalid("batch_size", absl::StrCat("must be <= ", kMaxBatchSize));
   }
-  if (auto s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;
+  if (auto s = ValidateOptimizerSpec(spec.optimizer()); !s.ok()) return s;
+  if (auto s = ValidateTrainingOptions(spec); !s.ok()) return s;
   const auto& consistency = spec.consistency();
   switch (consistency.model()) {
     case v1::ConsistencySpec::BSP:

@@ -67,7 +67,7 @@ int64_t EffectiveBlockElems(const v1::JobSpec& spec,
 // Fills the documented defaults of unset fields (block_elems, derived from
 // the model and num_servers by DeriveBlockElems, or kDefaultBlockElems when
 // the model is missing or invalid; consistency model, durability,
-// non_finite_gradients, activation, Adam's betas and epsilon).
+// non_finite_gradients, activation, the optimizer's: ApplyOptimizerDefaults).
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
 // Checks a spec (after ApplyJobSpecDefaults), including the hard limits above

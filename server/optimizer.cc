@@ -5,21 +5,16 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
-#include "common/logging.h"
-
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
+#include "common/optimizer_spec.h"
+#include "server/optimizer_internal.h"
 
 namespace ps {
 namespace {
 
-// The kernels below walk blocks in chunks of kChunk floats through __restrict
-// pointers: a fixed trip count without possible aliasing is what GCC's -O2
-// ("very cheap" cost model) vectorises. The remainder goes through the same
-// arithmetic one float at a time.
-constexpr size_t kChunk = 16;
+using optimizer_internal::BiasCorrectionAt;
+using optimizer_internal::CheckSizes;
+using optimizer_internal::kChunk;
+using optimizer_internal::SqrtChunk;
 
 // params -= lr * (grad + wd * params).
 void SgdKernel(float* __restrict p, const float* __restrict g, size_t n,
@@ -46,18 +41,6 @@ void MomentumKernel(float* __restrict p, const float* __restrict g,
     buf[i] = mu * buf[i] + (g[i] + wd * p[i]);
     p[i] -= lr * buf[i];
   }
-}
-
-// Square roots of kChunk floats. std::sqrt may set errno, which keeps GCC
-// from vectorising it without -fno-math-errno; SSE's sqrtps does not.
-inline void SqrtChunk(const float* __restrict in, float* __restrict out) {
-#if defined(__SSE__)
-  for (size_t j = 0; j < kChunk; j += 4) {
-    _mm_storeu_ps(out + j, _mm_sqrt_ps(_mm_loadu_ps(in + j)));
-  }
-#else
-  for (size_t j = 0; j < kChunk; ++j) out[j] = std::sqrt(in[j]);
-#endif
 }
 
 struct AdamScalars {
@@ -96,40 +79,29 @@ void AdamKernel(float* __restrict p, const float* __restrict g,
   }
 }
 
-void CheckSizes(std::span<float> params, std::span<const float> grad,
-                size_t begin, std::span<float> state, int slots) {
-  PS_CHECK(begin <= params.size() && grad.size() <= params.size() - begin,
-           "optimizer: gradient of ", grad.size(), " floats at ", begin,
-           " for ", params.size(), " parameters");
-  PS_CHECK(state.size() == static_cast<size_t>(slots) * params.size(),
-           "optimizer: state of ", state.size(), " floats, want ",
-           static_cast<size_t>(slots) * params.size());
-}
-
 class Sgd final : public Optimizer {
  public:
   Sgd(float learning_rate, float momentum, float weight_decay)
-      : learning_rate_(learning_rate),
+      : Optimizer(learning_rate),
         momentum_(momentum),
         weight_decay_(weight_decay) {}
 
   int state_slots() const override { return momentum_ > 0 ? 1 : 0; }
 
   void ApplyRange(std::span<float> params, std::span<const float> grad,
-                  size_t begin, std::span<float> state,
-                  int64_t /*step*/) const override {
+                  size_t begin, std::span<float> state, int64_t /*step*/,
+                  float learning_rate) const override {
     CheckSizes(params, grad, begin, state, state_slots());
     if (momentum_ > 0) {
       MomentumKernel(params.data() + begin, grad.data(), state.data() + begin,
-                     grad.size(), learning_rate_, momentum_, weight_decay_);
+                     grad.size(), learning_rate, momentum_, weight_decay_);
     } else {
-      SgdKernel(params.data() + begin, grad.data(), grad.size(), learning_rate_,
+      SgdKernel(params.data() + begin, grad.data(), grad.size(), learning_rate,
                 weight_decay_);
     }
   }
 
  private:
-  const float learning_rate_;
   const float momentum_;
   const float weight_decay_;
 };
@@ -138,7 +110,7 @@ class Adam final : public Optimizer {
  public:
   Adam(float learning_rate, float beta1, float beta2, float epsilon,
        float weight_decay)
-      : learning_rate_(learning_rate),
+      : Optimizer(learning_rate),
         beta1_(beta1),
         beta2_(beta2),
         epsilon_(epsilon),
@@ -147,103 +119,71 @@ class Adam final : public Optimizer {
   int state_slots() const override { return 2; }
 
   void ApplyRange(std::span<float> params, std::span<const float> grad,
-                  size_t begin, std::span<float> state,
-                  int64_t step) const override {
+                  size_t begin, std::span<float> state, int64_t step,
+                  float learning_rate) const override {
     CheckSizes(params, grad, begin, state, state_slots());
     const size_t n = params.size();
-    // Bias corrections once per call, in double: 1 - beta^t loses precision
-    // in float for beta2 near 1.
-    const double t = static_cast<double>(step + 1);
-    const double bias1 = 1.0 - std::pow(static_cast<double>(beta1_), t);
-    const double bias2 = 1.0 - std::pow(static_cast<double>(beta2_), t);
+    const auto [bias1, bias2] = BiasCorrectionAt(beta1_, beta2_, step);
     const AdamScalars scalars{
         .beta1 = beta1_,
         .beta2 = beta2_,
         .epsilon = epsilon_,
         .weight_decay = weight_decay_,
-        .step_size = static_cast<float>(learning_rate_ / bias1),
+        .step_size = static_cast<float>(learning_rate / bias1),
         .inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2))};
     AdamKernel(params.data() + begin, grad.data(), state.data() + begin,
                state.data() + n + begin, grad.size(), scalars);
   }
 
  private:
-  const float learning_rate_;
   const float beta1_;
   const float beta2_;
   const float epsilon_;
   const float weight_decay_;
 };
 
-absl::Status Invalid(absl::string_view field, absl::string_view rule,
-                     float value) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("optimizer.", field, " must be ", rule, ", got ", value));
-}
-
-// NaN fails every check below: each is written as "!(valid)".
-absl::Status CheckPositive(absl::string_view field, float value) {
-  if (!(value > 0 && std::isfinite(value))) return Invalid(field, "> 0", value);
-  return absl::OkStatus();
-}
-
-absl::Status CheckNonNegative(absl::string_view field, float value) {
-  if (!(value >= 0 && std::isfinite(value))) {
-    return Invalid(field, ">= 0", value);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckUnitInterval(absl::string_view field, float value) {
-  if (!(value >= 0 && value < 1)) return Invalid(field, "in [0, 1)", value);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 void Optimizer::Apply(std::span<float> params, std::span<const float> grad,
-                      std::span<float> state, int64_t* step) const {
+                      std::span<float> state, int64_t* step,
+                      float learning_rate) const {
   PS_CHECK(step != nullptr);
   PS_CHECK(grad.size() == params.size(), "optimizer: gradient of ", grad.size(),
            " floats for ", params.size(), " parameters");
-  ApplyRange(params, grad, 0, state, *step);
+  ApplyRange(params, grad, 0, state, *step, learning_rate);
   ++*step;
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     const v1::OptimizerSpec& spec) {
-  switch (spec.kind_case()) {
+  v1::OptimizerSpec with_defaults = spec;
+  ApplyOptimizerDefaults(&with_defaults);
+  if (auto s = ValidateOptimizerSpec(with_defaults); !s.ok()) return s;
+  switch (with_defaults.kind_case()) {
     case v1::OptimizerSpec::kSgd: {
-      const v1::SgdOptions& sgd = spec.sgd();
-      for (absl::Status status :
-           {CheckPositive("sgd.learning_rate", sgd.learning_rate()),
-            CheckUnitInterval("sgd.momentum", sgd.momentum()),
-            CheckNonNegative("sgd.weight_decay", sgd.weight_decay())}) {
-        if (!status.ok()) return status;
-      }
+      const v1::SgdOptions& sgd = with_defaults.sgd();
       return std::make_unique<Sgd>(sgd.learning_rate(), sgd.momentum(),
                                    sgd.weight_decay());
     }
     case v1::OptimizerSpec::kAdam: {
-      const v1::AdamOptions& adam = spec.adam();
-      const float beta1 = adam.beta1() == 0 ? 0.9f : adam.beta1();
-      const float beta2 = adam.beta2() == 0 ? 0.999f : adam.beta2();
-      const float epsilon = adam.epsilon() == 0 ? 1e-8f : adam.epsilon();
-      for (absl::Status status :
-           {CheckPositive("adam.learning_rate", adam.learning_rate()),
-            CheckUnitInterval("adam.beta1", beta1),
-            CheckUnitInterval("adam.beta2", beta2),
-            CheckPositive("adam.epsilon", epsilon),
-            CheckNonNegative("adam.weight_decay", adam.weight_decay())}) {
-        if (!status.ok()) return status;
-      }
-      return std::make_unique<Adam>(adam.learning_rate(), beta1, beta2, epsilon,
+      const v1::AdamOptions& adam = with_defaults.adam();
+      return std::make_unique<Adam>(adam.learning_rate(), adam.beta1(),
+                                    adam.beta2(), adam.epsilon(),
                                     adam.weight_decay());
     }
+    case v1::OptimizerSpec::kAdamw:
+      return optimizer_internal::MakeAdamW(with_defaults.adamw());
+    case v1::OptimizerSpec::kRmsprop:
+      return optimizer_internal::MakeRmsprop(with_defaults.rmsprop());
+    case v1::OptimizerSpec::kAdagrad:
+      return optimizer_internal::MakeAdagrad(with_defaults.adagrad());
+    case v1::OptimizerSpec::kLamb:
+      return optimizer_internal::MakeLamb(with_defaults.lamb());
     case v1::OptimizerSpec::KIND_NOT_SET:
       break;
   }
-  return absl::InvalidArgumentError("optimizer: set sgd or adam");
+  // ValidateOptimizerSpec refuses a spec without a kind.
+  return absl::InvalidArgumentError("optimizer: no kind set");
 }
 
 }  // namespace ps

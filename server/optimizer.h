@@ -1,5 +1,7 @@
-// Server-side optimizers (design §1): SGD (optionally with momentum) and Adam,
-// applied block by block to the parameters a server holds.
+// Server-side optimizers (design §1, docs/training.md): SGD (optionally with
+// momentum), Adam, AdamW, RMSprop, Adagrad and LAMB, applied block by block
+// to the parameters a server holds, at a learning rate the caller gives (the
+// job's schedule at the update's clock, common/learning_rate_schedule.h).
 #ifndef PS_SERVER_OPTIMIZER_H_
 #define PS_SERVER_OPTIMIZER_H_
 
@@ -20,38 +22,67 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   // Builds the optimizer `spec` selects, applying the documented defaults
-  // (Adam: beta1 0 -> 0.9, beta2 0 -> 0.999, epsilon 0 -> 1e-8). Errors:
-  // INVALID_ARGUMENT naming the field (optimizer.sgd.learning_rate must be
-  // > 0; momentum in [0, 1); betas in [0, 1); epsilon > 0; weight_decay
-  // >= 0; all finite), or "optimizer: set sgd or adam" when neither is set.
+  // (ApplyOptimizerDefaults: Adam's beta1 0 -> 0.9 and so on). Errors:
+  // INVALID_ARGUMENT naming the field (ValidateOptimizerSpec: e.g.
+  // "optimizer.sgd.learning_rate: must be > 0, got 0"), or "optimizer: set
+  // one of sgd, adam, adamw, rmsprop, adagrad, lamb" when none is set.
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
       const v1::OptimizerSpec& spec);
 
-  // Floats of state kept per parameter: SGD 0 (1 with momentum: the velocity),
-  // Adam 2 (m then v, each block-length, concatenated:
-  // state = [m_0..m_{n-1}, v_0..v_{n-1}]).
+  // Floats of state kept per parameter, each slot block-length and the slots
+  // concatenated: SGD 0 (1 with momentum: the velocity); Adam, AdamW and LAMB
+  // 2 (m then v: state = [m_0..m_{n-1}, v_0..v_{n-1}]); RMSprop 1 (v; 2 with
+  // momentum: v then the velocity); Adagrad 1 (the sum of squared gradients
+  // less initial_accumulator_value, so that zero-initialised state is right).
   virtual int state_slots() const = 0;
 
-  // Applies one update to `params` from `grad` (same length); `state` holds
-  // state_slots() * params.size() floats (zero-initialised before the first
-  // update of a block); *step counts the updates applied before this one and
-  // is incremented. The three spans must not overlap. Sizes that do not match
-  // are a programmer error (PS_CHECK). Thread-safe.
-  void Apply(std::span<float> params, std::span<const float> grad,
-             std::span<float> state, int64_t* step) const;
+  // The spec's learning_rate: the rate before any schedule.
+  float learning_rate() const { return learning_rate_; }
 
-  // Applies update number `step` (the count of updates applied before it) to
-  // params[begin, begin + grad.size()) only: `params` and `state` are the
-  // whole block's, `grad` the gradient of that range. Applying a block range
-  // by range, with the same `step`, gives exactly what one Apply gives (each
-  // value's update depends on nothing but its own gradient and state); the
-  // caller then counts the update (++step). This lets a server apply a
-  // gradient straight from the buffers it arrived in. Ranges outside the block
-  // or sizes that do not match are a programmer error (PS_CHECK).
-  // Thread-safe; distinct ranges of one block may be updated concurrently.
+  // True when a block may be updated range by range (ApplyRange on parts of
+  // it). False for LAMB, whose trust ratio takes norms over the whole block:
+  // its ApplyRange must be given the whole block's gradient at once.
+  virtual bool range_wise() const { return true; }
+
+  // Applies one update to `params` from `grad` (same length) at
+  // `learning_rate` (> 0); `state` holds state_slots() * params.size()
+  // floats (zero-initialised before the first update of a block); *step
+  // counts the updates applied before this one and is incremented. The three
+  // spans must not overlap. Sizes that do not match are a programmer error
+  // (PS_CHECK). Thread-safe.
+  void Apply(std::span<float> params, std::span<const float> grad,
+             std::span<float> state, int64_t* step, float learning_rate) const;
+  // The same at learning_rate().
+  void Apply(std::span<float> params, std::span<const float> grad,
+             std::span<float> state, int64_t* step) const {
+    Apply(params, grad, state, step, learning_rate_);
+  }
+
+  // Applies update number `step` (the count of updates applied before it) at
+  // `learning_rate` to params[begin, begin + grad.size()) only: `params` and
+  // `state` are the whole block's, `grad` the gradient of that range. When
+  // range_wise(), applying a block range by range, with the same `step`,
+  // gives exactly what one Apply gives (each value's update depends on
+  // nothing but its own gradient and state); the caller then counts the
+  // update (++step). This lets a server apply a gradient straight from the
+  // buffers it arrived in. Ranges outside the block, sizes that do not match,
+  // and a part of a block when !range_wise() are programmer errors
+  // (PS_CHECK). Thread-safe; distinct ranges of one block may be updated
+  // concurrently.
   virtual void ApplyRange(std::span<float> params, std::span<const float> grad,
-                          size_t begin, std::span<float> state,
-                          int64_t step) const = 0;
+                          size_t begin, std::span<float> state, int64_t step,
+                          float learning_rate) const = 0;
+  // The same at learning_rate().
+  void ApplyRange(std::span<float> params, std::span<const float> grad,
+                  size_t begin, std::span<float> state, int64_t step) const {
+    ApplyRange(params, grad, begin, state, step, learning_rate_);
+  }
+
+ protected:
+  explicit Optimizer(float learning_rate) : learning_rate_(learning_rate) {}
+
+ private:
+  const float learning_rate_;
 };
 
 }  // namespace ps

@@ -9,7 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
+#include "common/learning_rate_schedule.h"
 #include "common/logging.h"
+#include "server/gradient_apply.h"
 
 namespace ps {
 namespace {
@@ -238,29 +240,23 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
       return data_loss(absl::StrCat("has clock ", clock, " out of range"));
     }
   }
+  // The rate the push path took: the schedule's at the record's clock.
+  const float rate =
+      LearningRateAt(assignment_.spec().optimizer(), record.clock());
   for (int i = 0; i < record.blocks_size(); ++i) {
     Block& b = blocks_[positions[i]];
     const std::string& data = record.blocks(i).data();
     if (bsp) {
       std::vector<float> gradient(b.values.size());
       std::memcpy(gradient.data(), data.data(), data.size());
-      optimizer_->Apply(b.values, gradient, b.state, &b.step);
+      optimizer_->Apply(b.values, gradient, b.state, &b.step, rate);
     } else if (record.applied()) {
-      ApplyPushed(b, WireBytes(data), encoding);
+      ApplyPushedGradient(*optimizer_, WireBytes(data), encoding, b.values,
+                          b.state, &b.step, rate);
     }
   }
   clocks_.Restore(clocks);
   return absl::OkStatus();
-}
-
-void ServerJob::ApplyPushed(Block& block, const WireBytes& gradient,
-                            v1::Precision encoding) const {
-  ForEachGradientRun(gradient, encoding,
-                     [&](size_t first, std::span<const float> g) {
-                       optimizer_->ApplyRange(block.values, g, first,
-                                              block.state, block.step);
-                     });
-  ++block.step;
 }
 
 std::string ServerJob::ClocksString() const {
@@ -510,6 +506,7 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     record.set_kind(storage::v1::UpdateRecord::BSP_CLOCK);
     record.set_gradient_encoding(v1::FP32);
     const float scale = 1.0f / clocks_.num_workers();
+    const float rate = ScheduledRate(clock);  // Learning-rate schedule hook.
     for (Block& b : blocks_) {
       for (float& v : b.accum) v *= scale;
       if (store_ != nullptr) {
@@ -518,7 +515,7 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
         logged->set_data(reinterpret_cast<const char*>(b.accum.data()),
                          b.accum.size() * sizeof(float));
       }
-      optimizer_->Apply(b.values, b.accum, b.state, &b.step);
+      optimizer_->Apply(b.values, b.accum, b.state, &b.step, rate);
       std::fill(b.accum.begin(), b.accum.end(), 0.0f);
     }
     metrics_->updates_applied.Increment(blocks_.size());
@@ -527,6 +524,7 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     record.set_worker(worker);
     record.set_gradient_encoding(encoding);
     record.set_applied(apply);
+    const float rate = ScheduledRate(clock);  // Learning-rate schedule hook.
     for (size_t i = 0; apply && i < check.positions.size(); ++i) {
       const WireBytes& gradient = request.gradients[i].data;
       if (store_ != nullptr) {
@@ -536,7 +534,9 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
         data->reserve(gradient.size());
         for (std::string_view piece : gradient.pieces()) data->append(piece);
       }
-      ApplyPushed(blocks_[check.positions[i]], gradient, encoding);
+      Block& b = blocks_[check.positions[i]];
+      ApplyPushedGradient(*optimizer_, gradient, encoding, b.values, b.state,
+                          &b.step, rate);
     }
     metrics_->updates_applied.Increment(apply ? check.positions.size() : 0);
     clocks_.RecordPush(worker, clock);
@@ -549,6 +549,12 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
   parked_pushes_.push_back({worker, clock, false, std::move(done), absl::Now()});
   CollectReady(ready);
   return std::nullopt;
+}
+
+float ServerJob::ScheduledRate(int64_t clock) const {
+  const float rate = LearningRateAt(assignment_.spec().optimizer(), clock);
+  metrics_->learning_rate.Set(rate);
+  return rate;
 }
 
 void ServerJob::EvictOldestWaiting(int worker, bool pulls, Ready* ready) {

@@ -182,10 +182,6 @@ class ServerJob {
   // Applies one logged update, as the push path applied it.
   absl::Status Replay(const std::string& bytes, int64_t sequence)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies a pushed gradient (in `encoding`) to a block straight from its
-  // bytes: the one code path of live pushes and of their replay.
-  void ApplyPushed(Block& block, const WireBytes& gradient,
-                   v1::Precision encoding) const;
   absl::Status CheckRequest(int64_t map_version) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ValidateKeys(
@@ -216,6 +212,9 @@ class ServerJob {
   // its pulls (pushes) already wait, moves the oldest into `ready`, failed.
   void EvictOldestWaiting(int worker, bool pulls, Ready* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The learning rate of the update of `clock` (the job's schedule), also
+  // set as ps_learning_rate.
+  float ScheduledRate(int64_t clock) const;
   // Push under the lock: returns the reply now, or nullopt if `done` was
   // parked.
   std::optional<absl::StatusOr<v1::PushResponse>> PushLocked(

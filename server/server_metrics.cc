@@ -57,6 +57,13 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                .Name("ps_server_jobs")
                .Help("Jobs whose shards this server holds.")
                .Register(registry)
-               .Add({})) {}
+               .Add({})),
+      learning_rate(prometheus::BuildGauge()
+                        .Name("ps_learning_rate")
+                        .Help("Learning rate of the latest update this server "
+                              "applied: the job's schedule at the update's "
+                              "clock.")
+                        .Register(registry)
+                        .Add({})) {}
 
 }  // namespace ps

@@ -24,6 +24,9 @@ struct ServerMetrics {
       store_write_seconds;                   // ShardStore (RocksDB) write time.
   prometheus::Counter& store_written_bytes;  // Bytes handed to the store.
   prometheus::Gauge& jobs;                   // Jobs loaded on this server.
+  // The learning rate of the latest update applied (the job's schedule at
+  // the update's clock; a server serves one job at a time).
+  prometheus::Gauge& learning_rate;
 };
 
 }  // namespace ps

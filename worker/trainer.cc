@@ -5,10 +5,13 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/dataset_reader.h"
 #include "common/float_codec.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "worker/batcher.h"
+#include "worker/gradient_accumulation.h"
+#include "worker/gradient_clipping.h"
 
 namespace ps {
 
@@ -193,31 +196,30 @@ absl::Status Trainer::Train() {
   const bool evaluator = worker == 0;
   if (stop_) return absl::CancelledError("training stopped");
 
-  auto train = ReadIdxDataset(spec.dataset().train_images(),
-                              spec.dataset().train_labels(),
-                              spec.dataset().max_train_samples());
+  // IDX, CSV or libsvm (common/dataset_reader.h).
+  auto train = ReadDataset(spec.dataset(), /*train=*/true,
+                           spec.model().input_dim());
   if (!train.ok()) return train.status();
   if (train->dim != spec.model().input_dim()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.input_dim: is ", spec.model().input_dim(), " but ",
-                     spec.dataset().train_images(), " has ", train->dim,
-                     " values per sample"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.input_dim: is ", spec.model().input_dim(), " but ",
+        FeaturesPath(spec.dataset(), true), " has ", train->dim,
+        " values per sample"));
   }
-  if (auto s = CheckLabels(*train, spec.dataset().train_labels(),
+  if (auto s = CheckLabels(*train, LabelsPath(spec.dataset(), true),
                            spec.model().num_classes());
       !s.ok()) {
     return s;
   }
   if (evaluator) {
-    auto test = ReadIdxDataset(spec.dataset().test_images(),
-                               spec.dataset().test_labels(),
-                               spec.dataset().max_test_samples());
+    auto test = ReadDataset(spec.dataset(), /*train=*/false,
+                            spec.model().input_dim());
     if (!test.ok()) return test.status();
     if (test->dim != train->dim) {
       return absl::InvalidArgumentError(
           "dataset: test and train samples differ in size");
     }
-    if (auto s = CheckLabels(*test, spec.dataset().test_labels(),
+    if (auto s = CheckLabels(*test, LabelsPath(spec.dataset(), false),
                              spec.model().num_classes());
         !s.ok()) {
       return s;
@@ -249,11 +251,15 @@ absl::Status Trainer::Train() {
       DataPartition::Create(train->num_samples, assignment_.num_workers());
   if (!partition.ok()) return partition.status();
 
-  const int batch = spec.batch_size();
+  // Samples per push: batch_size times accumulation_steps micro-batches.
+  const int accumulation = AccumulationSteps(spec);
+  const int batch = spec.batch_size() * accumulation;
   const int64_t steps = partition->StepsPerEpoch(batch);
   if (steps < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "batch_size: ", batch, " is larger than a worker's part of the data (",
+        "batch_size: ", batch,
+        accumulation > 1 ? " (with accumulation_steps)" : "",
+        " is larger than a worker's part of the data (",
         partition->per_worker(), " samples)"));
   }
   const int64_t total_clocks = steps * spec.epochs();
@@ -285,6 +291,7 @@ absl::Status Trainer::Train() {
   // Likewise two parameter buffers: the next step's pull fills one while this
   // step computes from the other.
   std::vector<std::vector<float>> pulled[2];
+  std::vector<std::vector<float>> micro_grads;  // Accumulation's scratch.
   std::optional<AsyncPusher> pusher;
   std::optional<AsyncPuller> puller;
   if (options_.overlap_push) {
@@ -353,9 +360,12 @@ absl::Status Trainer::Train() {
                   features.data(), labels.data());
       if (auto s = model_->SetParameters(step_params); !s.ok()) return s;
       std::vector<std::vector<float>>& step_grads = grads[clock % 2];
-      auto loss = model_->ComputeGradients(features.data(), labels.data(),
-                                           batch, &step_grads);
+      // Accumulation and clipping hooks (docs/training.md).
+      auto loss = ComputeAccumulatedGradients(
+          *model_, features.data(), labels.data(), train->dim,
+          spec.batch_size(), accumulation, &step_grads, &micro_grads);
       if (!loss.ok()) return loss.status();
+      ClipGradients(spec.gradient_clipping(), &step_grads);
       absl::Time t2 = absl::Now();
       if (pusher.has_value()) {
         // The previous step's push has had this step's pull and compute to

@@ -160,6 +160,15 @@ def main():
     write("fuzz_idx_reader", "wrong-type",
           idx_seed(2, idx(0x0D, [1, 1, 1], b"\0\0\0\0"), labels))
 
+    # Text data: byte 0 is dim - 1 in bits 0-2 (CSV: bit 7 skips a header).
+    write("fuzz_csv_reader", "header", b"\x81label,a,b\n1,0.5,2\n0,3,-1e-3\n")
+    write("fuzz_csv_reader", "plain", b"\x011,0.5,2\r\n\n0,3,4")
+    write("fuzz_csv_reader", "bad-field", b"\x011,x,2\n")
+    write("fuzz_libsvm_reader", "sparse",
+          b"\x021 1:0.5 3:2 # c\n0\t2:4\n")
+    write("fuzz_libsvm_reader", "last-index", b"\x073 8:1e3\n")
+    write("fuzz_libsvm_reader", "decreasing", b"\x021 3:1 1:2\n")
+
     header = ('{"job_id": "job-000001", "model": {"kind": '
               '"SOFTMAX_REGRESSION", "input_dim": 2, "num_classes": 2}, '
               '"clock": "5", "test_accuracy": 0.5, "test_samples": "10", '

@@ -8,7 +8,7 @@
 #   tests/fuzz/run_fuzzers.sh SOURCE_DIR FUZZ_BUILD_DIR [TARGET...]
 #
 # Environment: FUZZ_RUNS multiplies every target's executions (default 1;
-# the short run is 440,000 executions, under a minute on one core);
+# the short run is 540,000 executions, under a minute on one core);
 # FUZZ_SECONDS, if set, runs each target for that long instead (a longer run,
 # docs/security.md); FUZZ_JOBS: build parallelism (default 2). New inputs go
 # to FUZZ_BUILD_DIR/corpus/<target>, crashes to FUZZ_BUILD_DIR/crashes/.
@@ -24,6 +24,8 @@ declare -A RUNS=(
   [fuzz_coordinator_requests]=150000
   [fuzz_parameter_requests]=20000
   [fuzz_idx_reader]=20000
+  [fuzz_csv_reader]=50000
+  [fuzz_libsvm_reader]=50000
   [fuzz_model_file]=50000
   [fuzz_shard_store_decoder]=100000
 )

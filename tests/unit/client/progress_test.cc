@@ -86,6 +86,21 @@ TEST(FormatProgressLineTest, AccuracyShownOnceMeasured) {
   EXPECT_THAT(FormatProgressLine(job, 10), Not(HasSubstr("test acc")));
 }
 
+TEST(FormatProgressLineTest, ShowsTheScheduledLearningRateOfTheLatestClock) {
+  // Adam 0.001 under cosine over 100 clocks: 50 clocks done, the latest
+  // update was clock 49's, at 0.001 * (1 + cos(pi * 49 / 100)) / 2.
+  v1::JobStatus job = Running(50, 100);
+  auto* optimizer = job.mutable_spec()->mutable_optimizer();
+  optimizer->mutable_adam()->set_learning_rate(0.001f);
+  optimizer->mutable_schedule()->mutable_cosine()->set_decay_clocks(100);
+  EXPECT_EQ(FormatProgressLine(job, 10),
+            "job-000001 RUNNING epoch 3/15 [#####-----]  50%  loss 0.4120  "
+            "5321 samples/s  lr 0.0005157");
+  // Without a schedule: the optimizer's rate.
+  optimizer->clear_schedule();
+  EXPECT_THAT(FormatProgressLine(job, 10), HasSubstr("  lr 0.001"));
+}
+
 // The bar part of a line: what lies between '[' and ']'.
 std::string Bar(const std::string& line) {
   const size_t open = line.find('[');

@@ -305,7 +305,7 @@ struct InvalidCase {
 TEST(OptimizerTest, InvalidSpecsNameTheField) {
   const float nan = std::nanf("");
   const std::vector<InvalidCase> cases = {
-      {"unset", v1::OptimizerSpec(), "optimizer: set sgd or adam"},
+      {"unset", v1::OptimizerSpec(), "optimizer: set one of"},
       {"sgd lr 0", Sgd(0), "optimizer.sgd.learning_rate"},
       {"sgd lr < 0", Sgd(-0.1f), "optimizer.sgd.learning_rate"},
       {"sgd lr nan", Sgd(nan), "optimizer.sgd.learning_rate"},
