@@ -3,6 +3,7 @@
 #ifndef PS_SERVER_SERVER_JOB_H_
 #define PS_SERVER_SERVER_JOB_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -94,6 +95,22 @@ class ServerJob {
   // The same for a parsed message.
   void Push(const v1::PushRequest& request, PushCallback done);
 
+  // EXTERNAL models (ParameterService.Seed): sets the initial values of the
+  // FROM_WORKER blocks this server holds, from worker 0's module, exactly
+  // once. The first Seed must carry every such block (each once, float32,
+  // finite); it is applied as a whole, persisted like an update (one store
+  // write), and lets the waiting pulls through. Later ones (retries, a
+  // replacement worker 0) return duplicate=true and change nothing. Errors:
+  // INVALID_ARGUMENT (worker_index not 0, a missing, unknown, repeated or
+  // non-FROM_WORKER block, a wrong size, NaN or Inf), FAILED_PRECONDITION
+  // (stale map; no FROM_WORKER tensors), the Close reason, UNAVAILABLE if
+  // the store failed. A refused Seed changes nothing.
+  absl::StatusOr<v1::SeedResponse> Seed(const v1::SeedRequest& request);
+  // False while blocks of FROM_WORKER tensors wait for Seed: until then
+  // pulls wait (CanRead) and ParameterManager refuses pushes. The state is
+  // in the blocks (kUnseededBits), so it survives a restart with them.
+  bool seeded() const;
+
   // Fails every waiting pull and parked push with `reason` and refuses later
   // requests.
   void Close(const absl::Status& reason);
@@ -162,8 +179,12 @@ class ServerJob {
   // store).
   absl::Status Persist(const std::vector<size_t>& touched)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // True when a read at `clock` may be answered now: the consistency bound,
-  // or for a final read every worker's pushes below `clock`.
+  // True unless a block still holds kUnseededBits; caches a true answer in
+  // seeded_ (blocks never become unseeded again).
+  bool SeededLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when a read at `clock` may be answered now: seeded, and the
+  // consistency bound, or for a final read every worker's pushes below
+  // `clock`.
   bool CanRead(int64_t clock, bool final) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the pulls the current min_clock lets through, and the parked pushes
@@ -193,6 +214,8 @@ class ServerJob {
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::vector<ParkedPush> parked_pushes_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed or broken.
+  // Once true, stays true (SeededLocked); read without the lock by seeded().
+  mutable std::atomic<bool> seeded_{false};
   // Buffers of pull replies, reused (two idle at most).
   const std::shared_ptr<WireBufferPool> reply_buffers_ =
       std::make_shared<WireBufferPool>(2);
