@@ -68,9 +68,9 @@ absl::StatusOr<std::vector<TensorSpec>> ExternalModelTensors(
     const std::string field = absl::StrCat("model.tensors[", i, "]");
     if (decl.name().empty()) return Invalid(field + ".name", "required");
     if (decl.name().size() > kMaxTensorNameBytes) {
-      return Invalid(field + ".name", absl::StrCat("longer than ",
-                                                   kMaxTensorNameBytes,
-                                                   " bytes"));
+      return Invalid(
+          field + ".name",
+          absl::StrCat("longer than ", kMaxTensorNameBytes, " bytes"));
     }
     for (char c : decl.name()) {
       if (c <= ' ' || c > '~') {
@@ -83,9 +83,8 @@ absl::StatusOr<std::vector<TensorSpec>> ExternalModelTensors(
                      absl::StrCat("\"", decl.name(), "\" appears twice"));
     }
     if (decl.shape_size() > kMaxTensorRank) {
-      return Invalid(field + ".shape", absl::StrCat("more than ",
-                                                    kMaxTensorRank,
-                                                    " dimensions"));
+      return Invalid(field + ".shape",
+                     absl::StrCat("more than ", kMaxTensorRank, " dimensions"));
     }
     TensorSpec t;
     t.name = decl.name();
@@ -98,21 +97,21 @@ absl::StatusOr<std::vector<TensorSpec>> ExternalModelTensors(
       }
       // Both factors are at most 2^40: compare before multiplying.
       if (elems > kMaxExternalElems / dim) {
-        return Invalid(field + ".shape",
-                       absl::StrCat("more than ", kMaxExternalElems,
-                                    " values"));
+        return Invalid(
+            field + ".shape",
+            absl::StrCat("more than ", kMaxExternalElems, " values"));
       }
       elems *= dim;
       t.shape.push_back(dim);
     }
     if (decl.fan_in() < 0) return Invalid(field + ".fan_in", "must be >= 0");
     if (decl.fan_out() < 0) return Invalid(field + ".fan_out", "must be >= 0");
-    const bool uses_fans = decl.init() == v1::HE_UNIFORM ||
-                           decl.init() == v1::XAVIER_UNIFORM;
+    const bool uses_fans =
+        decl.init() == v1::HE_UNIFORM || decl.init() == v1::XAVIER_UNIFORM;
     if (!uses_fans && (decl.fan_in() != 0 || decl.fan_out() != 0)) {
-      return Invalid(decl.fan_in() != 0 ? field + ".fan_in"
-                                        : field + ".fan_out",
-                     "only HE_UNIFORM and XAVIER_UNIFORM use it");
+      return Invalid(
+          decl.fan_in() != 0 ? field + ".fan_in" : field + ".fan_out",
+          "only HE_UNIFORM and XAVIER_UNIFORM use it");
     }
     if (decl.init() != v1::CONSTANT && decl.value() != 0) {
       return Invalid(field + ".value", "only CONSTANT uses it");
@@ -158,9 +157,9 @@ absl::StatusOr<std::vector<TensorSpec>> ExternalModelTensors(
       t.fan_out = decl.fan_out() > 0 ? decl.fan_out() : fan_out;
       // fan_in + fan_out must not overflow (Xavier adds them).
       if (t.fan_in > kMaxExternalElems || t.fan_out > kMaxExternalElems) {
-        return Invalid(field + (t.fan_in > kMaxExternalElems ? ".fan_in"
-                                                             : ".fan_out"),
-                       absl::StrCat("must be <= ", kMaxExternalElems));
+        return Invalid(
+            field + (t.fan_in > kMaxExternalElems ? ".fan_in" : ".fan_out"),
+            absl::StrCat("must be <= ", kMaxExternalElems));
       }
     }
     tensors.push_back(std::move(t));

@@ -312,10 +312,10 @@ absl::Status JobManager::AdmitWorkerForJob(
                       "]");
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "model_digest: the worker's model (", request.model_digest(),
-      ") does not match job ", request.job_id(), "'s (", job.model_digest,
-      "); the job's tensors:", tensors));
+  return absl::InvalidArgumentError(
+      absl::StrCat("model_digest: the worker's model (", request.model_digest(),
+                   ") does not match job ", request.job_id(), "'s (",
+                   job.model_digest, "); the job's tensors:", tensors));
 }
 
 absl::Status JobManager::AdmitServer(const v1::RegisterRequest& request,

@@ -601,10 +601,11 @@ absl::StatusOr<v1::SeedResponse> ServerJob::Seed(
     }
     // Every check before any value changes.
     if (request.blocks_size() != static_cast<int>(seedable.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "blocks: ", request.blocks_size(), " blocks, but this server holds ",
-          seedable.size(), " blocks of FROM_WORKER tensors; send all of them "
-          "at once"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("blocks: ", request.blocks_size(),
+                       " blocks, but this server holds ", seedable.size(),
+                       " blocks of FROM_WORKER tensors; send all of them "
+                       "at once"));
     }
     absl::flat_hash_set<uint64_t> seen;
     std::vector<size_t> touched;

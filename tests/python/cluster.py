@@ -118,9 +118,11 @@ class Cluster:
             process.ports = read_ports(port_file)
         return process
 
-    def start_coordinator(self) -> str:
+    def start_coordinator(self, port: int = 0) -> str:
+        """Starts the coordinator (again, on `port`, after a crash)."""
         p = self.spawn("coordinator", [
-            binary("coordinator", "ps-coordinator"), "--listen=127.0.0.1:0",
+            binary("coordinator", "ps-coordinator"),
+            f"--listen=127.0.0.1:{port}",
             f"--data_dir={self.run_dir}/coordinator.data",
             f"--heartbeat_interval_ms={self.heartbeat_ms}",
             f"--lease_ms={self.lease_ms}",
@@ -128,6 +130,9 @@ class Cluster:
             "--metrics_port=-1"] + self.coordinator_args)
         self.coordinator = f"127.0.0.1:{p.ports['grpc_port']}"
         return self.coordinator
+
+    def process(self, name: str) -> Process:
+        return [p for p in self.processes if p.name == name][-1]
 
     def start_server(self, durable: bool = True,
                      extra: Optional[List[str]] = None) -> Process:

@@ -335,8 +335,7 @@ class Worker:
 
     def _on_membership_error(self, error: ParamServerError) -> None:
         if (error.code == grpc.StatusCode.INVALID_ARGUMENT and
-                error.message.startswith("model_digest") or
-                "model_digest:" in error.message):
+                error.message.startswith("model_digest:")):
             error = ModelMismatchError(self._explain_mismatch(error.message))
         with self._lock:
             self._error = error

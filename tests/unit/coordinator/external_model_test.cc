@@ -128,10 +128,13 @@ TEST(ExternalModelTest, InvalidSpecsNameTheField) {
     const char* error;
   };
   const Case cases[] = {
-      {"no tensors", [](v1::JobSpec* s) { s->mutable_model()->clear_tensors(); },
+      {"no tensors",
+       [](v1::JobSpec* s) { s->mutable_model()->clear_tensors(); },
        "model.tensors: an EXTERNAL model needs at least one"},
       {"empty name",
-       [](v1::JobSpec* s) { s->mutable_model()->mutable_tensors(1)->clear_name(); },
+       [](v1::JobSpec* s) {
+         s->mutable_model()->mutable_tensors(1)->clear_name();
+       },
        "model.tensors[1].name: required"},
       {"space in a name",
        [](v1::JobSpec* s) {
@@ -140,7 +143,8 @@ TEST(ExternalModelTest, InvalidSpecsNameTheField) {
        "model.tensors[1].name: may hold only printable ASCII"},
       {"long name",
        [](v1::JobSpec* s) {
-         s->mutable_model()->mutable_tensors(0)->set_name(std::string(257, 'x'));
+         s->mutable_model()->mutable_tensors(0)->set_name(
+             std::string(257, 'x'));
        },
        "model.tensors[0].name: longer than 256 bytes"},
       {"repeated name",
@@ -175,7 +179,9 @@ TEST(ExternalModelTest, InvalidSpecsNameTheField) {
        },
        "model.tensors[3]: the model would hold more than"},
       {"value without CONSTANT",
-       [](v1::JobSpec* s) { s->mutable_model()->mutable_tensors(2)->set_value(2); },
+       [](v1::JobSpec* s) {
+         s->mutable_model()->mutable_tensors(2)->set_value(2);
+       },
        "model.tensors[2].value: only CONSTANT uses it"},
       {"fan without a random scheme",
        [](v1::JobSpec* s) {
@@ -215,9 +221,7 @@ TEST(ExternalModelTest, InvalidSpecsNameTheField) {
        },
        "mixed_precision.compute: an EXTERNAL model computes"},
       {"tensors of a built-in model",
-       [](v1::JobSpec* s) {
-         s->mutable_model()->set_kind(v1::ModelSpec::MLP);
-       },
+       [](v1::JobSpec* s) { s->mutable_model()->set_kind(v1::ModelSpec::MLP); },
        "model.tensors: only an EXTERNAL model lists its tensors"},
   };
   for (const Case& c : cases) {

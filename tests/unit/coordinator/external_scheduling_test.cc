@@ -56,10 +56,10 @@ class ExternalSchedulingTest : public testing::JobManagerFixture {
   std::vector<v1::Assignment> AssignmentsOf(const std::string& node) {
     auto reply = manager_->Heartbeat(node);
     EXPECT_TRUE(reply.ok()) << reply.status();
-    return reply.ok() ? std::vector<v1::Assignment>(
-                            reply->assignments().begin(),
-                            reply->assignments().end())
-                      : std::vector<v1::Assignment>{};
+    return reply.ok()
+               ? std::vector<v1::Assignment>(reply->assignments().begin(),
+                                             reply->assignments().end())
+               : std::vector<v1::Assignment>{};
   }
 };
 

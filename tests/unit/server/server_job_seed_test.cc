@@ -300,8 +300,8 @@ TEST_P(ServerJobSeedTest, BadSeedsAreRefusedAndChangeNothing) {
   };
   for (const auto& c : cases) {
     auto reply = job->Seed(c.request);
-    EXPECT_EQ(reply.status().code(), c.code) << c.name << ": "
-                                             << reply.status();
+    EXPECT_EQ(reply.status().code(), c.code)
+        << c.name << ": " << reply.status();
     EXPECT_THAT(std::string(reply.status().message()), HasSubstr(c.message))
         << c.name;
     EXPECT_FALSE(job->seeded()) << c.name;
