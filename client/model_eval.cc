@@ -13,6 +13,11 @@ namespace ps {
 absl::StatusOr<ModelEvaluation> EvaluateModel(const v1::TrainedModel& model,
                                               const Dataset& data) {
   if (auto s = CheckTrainedModel(model); !s.ok()) return s;
+  if (model.model().kind() == v1::ModelSpec::EXTERNAL) {
+    return absl::InvalidArgumentError(
+        "an EXTERNAL model is evaluated in PyTorch, not by psctl: load it "
+        "with paramserver (JobClient.export, docs/python.md)");
+  }
   if (data.dim != model.model().input_dim()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the data set has ", data.dim, " values per sample, but the model's ",

@@ -233,6 +233,11 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
       spec->model().activation() == v1::ACTIVATION_UNSPECIFIED) {
     spec->mutable_model()->set_activation(v1::RELU);
   }
+  if (spec->has_model() && spec->model().kind() == v1::ModelSpec::EXTERNAL) {
+    for (v1::TensorDecl& t : *spec->mutable_model()->mutable_tensors()) {
+      if (t.init() == v1::TENSOR_INIT_UNSPECIFIED) t.set_init(v1::FROM_WORKER);
+    }
+  }
   if (spec->non_finite_gradients() == v1::NON_FINITE_POLICY_UNSPECIFIED) {
     spec->set_non_finite_gradients(v1::NON_FINITE_REFUSE);
   }
@@ -267,12 +272,22 @@ absl::Status CheckModelFitsBlocks(const v1::ModelSpec& model,
   if (elems <= kMaxElems) return absl::OkStatus();
   std::string field = "model";
   int widest = -1;
-  for (int i = 0; i < model.hidden_layers_size(); ++i) {
-    if (widest < 0 || model.hidden_layers(i) > model.hidden_layers(widest)) {
-      widest = i;
+  if (model.kind() == v1::ModelSpec::EXTERNAL) {
+    // The largest declared tensor.
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (widest < 0 || tensors[i].num_elems() > tensors[widest].num_elems()) {
+        widest = static_cast<int>(i);
+      }
     }
+    if (widest >= 0) field = absl::StrCat("model.tensors[", widest, "]");
+  } else {
+    for (int i = 0; i < model.hidden_layers_size(); ++i) {
+      if (widest < 0 || model.hidden_layers(i) > model.hidden_layers(widest)) {
+        widest = i;
+      }
+    }
+    if (widest >= 0) field = absl::StrCat("model.hidden_layers[", widest, "]");
   }
-  if (widest >= 0) field = absl::StrCat("model.hidden_layers[", widest, "]");
   return Invalid(
       field, absl::StrCat("the model would hold more than ", kMaxElems,
                           " parameters (", kMaxElems * int64_t{sizeof(float)},
@@ -330,7 +345,17 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (!spec.has_model()) return Invalid("model", "required");
   auto tensors = ModelTensors(spec.model());
   if (!tensors.ok()) return tensors.status();
-  if (auto s = ValidateDataset(spec.dataset()); !s.ok()) return s;
+  const bool external = spec.model().kind() == v1::ModelSpec::EXTERNAL;
+  // An EXTERNAL model's workers bring their own data; a data set named
+  // anyway must be complete.
+  if (!external || spec.has_dataset()) {
+    if (auto s = ValidateDataset(spec.dataset()); !s.ok()) return s;
+  }
+  if (external && spec.mixed_precision().compute() != v1::FP32) {
+    return Invalid("mixed_precision.compute",
+                   "an EXTERNAL model computes in the precision its workers "
+                   "choose (torch.autocast); only wire_gradients applies");
+  }
   if (spec.epochs() < 1) return Invalid("epochs", "must be >= 1");
   if (spec.batch_size() < 1) return Invalid("batch_size", "must be >= 1");
   if (spec.batch_size() > kMaxBatchSize) {

@@ -2,12 +2,172 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace ps {
+
+bool IsUnseeded(const std::vector<float>& values) {
+  if (values.empty()) return false;
+  uint32_t bits;
+  std::memcpy(&bits, values.data(), sizeof(bits));
+  return bits == kUnseededBits;
+}
+
+namespace {
+
+// Largest dimension of an EXTERNAL model's tensor: 2^40 values. The product
+// of dimensions is checked to stay below this too, so it never overflows;
+// CheckModelFitsBlocks (common/job_spec.cc) bounds the model far below.
+constexpr int64_t kMaxExternalElems = int64_t{1} << 40;
+
+absl::Status Invalid(const std::string& field, absl::string_view reason) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", reason));
+}
+
+// The tensors an EXTERNAL model declares (ModelTensors).
+absl::StatusOr<std::vector<TensorSpec>> ExternalModelTensors(
+    const v1::ModelSpec& model) {
+  // The built-in models' fields mean nothing here: refuse them rather than
+  // let a spec look as if it configured something.
+  if (model.hidden_layers_size() > 0) {
+    return Invalid("model.hidden_layers", "an EXTERNAL model does not use it");
+  }
+  if (model.activation() != v1::ACTIVATION_UNSPECIFIED) {
+    return Invalid("model.activation", "an EXTERNAL model does not use it");
+  }
+  if (model.input_dim() != 0) {
+    return Invalid("model.input_dim", "an EXTERNAL model does not use it");
+  }
+  if (model.num_classes() != 0) {
+    return Invalid("model.num_classes", "an EXTERNAL model does not use it");
+  }
+  if (model.conv_layers_size() > 0) {
+    return Invalid("model.conv_layers", "an EXTERNAL model does not use it");
+  }
+  if (model.has_image()) {
+    return Invalid("model.image", "an EXTERNAL model does not use it");
+  }
+  if (model.tensors_size() == 0) {
+    return Invalid("model.tensors", "an EXTERNAL model needs at least one");
+  }
+  if (model.tensors_size() > kMaxModelTensors) {
+    return Invalid("model.tensors",
+                   absl::StrCat("more than ", kMaxModelTensors, " tensors"));
+  }
+  std::vector<TensorSpec> tensors;
+  tensors.reserve(model.tensors_size());
+  absl::flat_hash_set<std::string> names;
+  for (int i = 0; i < model.tensors_size(); ++i) {
+    const v1::TensorDecl& decl = model.tensors(i);
+    const std::string field = absl::StrCat("model.tensors[", i, "]");
+    if (decl.name().empty()) return Invalid(field + ".name", "required");
+    if (decl.name().size() > kMaxTensorNameBytes) {
+      return Invalid(
+          field + ".name",
+          absl::StrCat("longer than ", kMaxTensorNameBytes, " bytes"));
+    }
+    for (char c : decl.name()) {
+      if (c <= ' ' || c > '~') {
+        return Invalid(field + ".name",
+                       "may hold only printable ASCII without spaces");
+      }
+    }
+    if (!names.insert(decl.name()).second) {
+      return Invalid(field + ".name",
+                     absl::StrCat("\"", decl.name(), "\" appears twice"));
+    }
+    if (decl.shape_size() > kMaxTensorRank) {
+      return Invalid(field + ".shape",
+                     absl::StrCat("more than ", kMaxTensorRank, " dimensions"));
+    }
+    TensorSpec t;
+    t.name = decl.name();
+    int64_t elems = 1;
+    for (int d = 0; d < decl.shape_size(); ++d) {
+      const int64_t dim = decl.shape(d);
+      if (dim < 1 || dim > kMaxExternalElems) {
+        return Invalid(absl::StrCat(field, ".shape[", d, "]"),
+                       absl::StrCat("must be in [1, ", kMaxExternalElems, "]"));
+      }
+      // Both factors are at most 2^40: compare before multiplying.
+      if (elems > kMaxExternalElems / dim) {
+        return Invalid(
+            field + ".shape",
+            absl::StrCat("more than ", kMaxExternalElems, " values"));
+      }
+      elems *= dim;
+      t.shape.push_back(dim);
+    }
+    if (decl.fan_in() < 0) return Invalid(field + ".fan_in", "must be >= 0");
+    if (decl.fan_out() < 0) return Invalid(field + ".fan_out", "must be >= 0");
+    const bool uses_fans =
+        decl.init() == v1::HE_UNIFORM || decl.init() == v1::XAVIER_UNIFORM;
+    if (!uses_fans && (decl.fan_in() != 0 || decl.fan_out() != 0)) {
+      return Invalid(
+          decl.fan_in() != 0 ? field + ".fan_in" : field + ".fan_out",
+          "only HE_UNIFORM and XAVIER_UNIFORM use it");
+    }
+    if (decl.init() != v1::CONSTANT && decl.value() != 0) {
+      return Invalid(field + ".value", "only CONSTANT uses it");
+    }
+    switch (decl.init()) {
+      case v1::TENSOR_INIT_UNSPECIFIED:
+      case v1::FROM_WORKER:
+        t.init = InitKind::kFromWorker;
+        break;
+      case v1::ZEROS:
+        t.init = InitKind::kZeros;
+        break;
+      case v1::CONSTANT:
+        if (!std::isfinite(decl.value())) {
+          return Invalid(field + ".value", "must be finite");
+        }
+        t.init = InitKind::kConstant;
+        t.value = decl.value();
+        break;
+      case v1::HE_UNIFORM:
+        t.init = InitKind::kHeUniform;
+        break;
+      case v1::XAVIER_UNIFORM:
+        t.init = InitKind::kXavierUniform;
+        break;
+      default:
+        return Invalid(field + ".init",
+                       "must be FROM_WORKER, ZEROS, CONSTANT, HE_UNIFORM or "
+                       "XAVIER_UNIFORM");
+    }
+    if (uses_fans) {
+      // PyTorch's _calculate_fan_in_and_fan_out, extended to fewer than two
+      // dimensions.
+      int64_t fan_in = 1, fan_out = 1;
+      if (t.shape.size() >= 2) {
+        const int64_t receptive = elems / (t.shape[0] * t.shape[1]);
+        fan_in = t.shape[1] * receptive;
+        fan_out = t.shape[0] * receptive;
+      } else if (t.shape.size() == 1) {
+        fan_in = fan_out = t.shape[0];
+      }
+      t.fan_in = decl.fan_in() > 0 ? decl.fan_in() : fan_in;
+      t.fan_out = decl.fan_out() > 0 ? decl.fan_out() : fan_out;
+      // fan_in + fan_out must not overflow (Xavier adds them).
+      if (t.fan_in > kMaxExternalElems || t.fan_out > kMaxExternalElems) {
+        return Invalid(
+            field + (t.fan_in > kMaxExternalElems ? ".fan_in" : ".fan_out"),
+            absl::StrCat("must be <= ", kMaxExternalElems));
+      }
+    }
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
+}  // namespace
 
 int64_t TensorSpec::num_elems() const {
   int64_t n = 1;
@@ -72,6 +232,13 @@ absl::StatusOr<std::vector<ConvGeometry>> CnnConvLayers(
 
 absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
     const v1::ModelSpec& model) {
+  if (model.kind() == v1::ModelSpec::EXTERNAL) {
+    return ExternalModelTensors(model);
+  }
+  if (model.tensors_size() > 0) {
+    return absl::InvalidArgumentError(
+        "model.tensors: only an EXTERNAL model lists its tensors");
+  }
   if (model.input_dim() < 1) {
     return absl::InvalidArgumentError("model.input_dim: must be >= 1");
   }
@@ -101,7 +268,7 @@ absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
       break;
     default:
       return absl::InvalidArgumentError(
-          "model.kind: must be MLP, SOFTMAX_REGRESSION or CNN");
+          "model.kind: must be MLP, SOFTMAX_REGRESSION, CNN or EXTERNAL");
   }
   widths.push_back(model.num_classes());
   // Every other enum of a spec is refused when unknown; an unknown activation
@@ -168,6 +335,35 @@ std::vector<BlockSpec> SplitIntoBlocks(const std::vector<TensorSpec>& tensors,
   return blocks;
 }
 
+std::string ModelDigest(const std::vector<TensorSpec>& tensors) {
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a offset basis.
+  auto add = [&hash](absl::string_view bytes) {
+    for (unsigned char c : bytes) {
+      hash ^= c;
+      hash *= 0x100000001b3ull;  // FNV prime.
+    }
+  };
+  // In name order: a spec may list an EXTERNAL model's tensors in any order
+  // (workers match tensors by name).
+  std::vector<const TensorSpec*> sorted;
+  for (const TensorSpec& t : tensors) sorted.push_back(&t);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const TensorSpec* a, const TensorSpec* b) {
+              return a->name < b->name;
+            });
+  for (const TensorSpec* tensor : sorted) {
+    const TensorSpec& t = *tensor;
+    add(t.name);
+    add("\t");
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (d > 0) add(",");
+      add(absl::StrCat(t.shape[d]));
+    }
+    add("\n");
+  }
+  return absl::StrFormat("fnv1a64:%016x", hash);
+}
+
 std::vector<float> InitialBlockValues(const TensorSpec& tensor,
                                       const BlockSpec& block, uint64_t seed) {
   std::vector<float> values(block.num_elems, 0.0f);
@@ -175,6 +371,15 @@ std::vector<float> InitialBlockValues(const TensorSpec& tensor,
   switch (tensor.init) {
     case InitKind::kZeros:
       return values;
+    case InitKind::kConstant:
+      std::fill(values.begin(), values.end(), tensor.value);
+      return values;
+    case InitKind::kFromWorker: {
+      float unseeded;
+      std::memcpy(&unseeded, &kUnseededBits, sizeof(unseeded));
+      std::fill(values.begin(), values.end(), unseeded);
+      return values;
+    }
     case InitKind::kHeUniform:
       limit = std::sqrt(6.0 / static_cast<double>(tensor.fan_in));
       break;

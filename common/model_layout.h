@@ -11,12 +11,32 @@
 
 namespace ps {
 
+// Most tensors in a model (an EXTERNAL model's, an uploaded model's), longest
+// tensor name, most dimensions of a tensor.
+inline constexpr int kMaxModelTensors = 4096;
+inline constexpr size_t kMaxTensorNameBytes = 256;
+inline constexpr int kMaxTensorRank = 8;
+
 // How a tensor's initial values are drawn.
 enum class InitKind {
   kZeros,          // Biases.
   kHeUniform,      // U(-sqrt(6/fan_in), +sqrt(6/fan_in)): ReLU layers.
   kXavierUniform,  // U(-sqrt(6/(fan_in+fan_out)), ...): tanh, sigmoid, softmax.
+  kConstant,       // Every value is TensorSpec::value (EXTERNAL models).
+  // Worker 0 seeds the values (EXTERNAL models, ParameterService.Seed); until
+  // then every value is kUnseededBits (IsUnseeded).
+  kFromWorker,
 };
+
+// The float32 bits of a value not yet seeded: a quiet NaN with a payload no
+// arithmetic produces (operations on NaN give the default NaN, 0x7fc00000,
+// or propagate an operand's). Kept in the blocks themselves, so that the
+// state "not yet seeded" is persisted and restored with them.
+inline constexpr uint32_t kUnseededBits = 0x7fc5eed0u;
+
+// True if `values` is a block of a FROM_WORKER tensor not yet seeded (its
+// first value holds kUnseededBits; a block is seeded as a whole).
+bool IsUnseeded(const std::vector<float>& values);
 
 // One named dense float32 tensor of a model.
 struct TensorSpec {
@@ -25,6 +45,7 @@ struct TensorSpec {
   InitKind init = InitKind::kZeros;
   int64_t fan_in = 0;
   int64_t fan_out = 0;
+  float value = 0;  // kConstant's value.
 
   // Product of the dimensions.
   int64_t num_elems() const;
@@ -57,7 +78,13 @@ struct ConvGeometry {
 absl::StatusOr<std::vector<ConvGeometry>> CnnConvLayers(
     const v1::ModelSpec& model);
 
-// The tensors of `model`, in order. A CNN's conv layer i contributes
+// The tensors of `model`, in order. An EXTERNAL model's are its `tensors`
+// as declared (fans derived where 0, see TensorDecl; an unspecified init is
+// kFromWorker); errors name the field ("model.tensors[2].shape[0]: must be
+// >= 1"): no tensors or more than kMaxModelTensors, an empty, too long,
+// repeated or non-printable name, too many dimensions, a dimension < 1, a
+// negative fan, an unknown init, a value set for an init other than
+// CONSTANT, or a built-in model's field set. A CNN's conv layer i contributes
 // "conv<i>.weight" of shape [kernel * kernel * in_channels, filters] (rows in
 // (kernel row, kernel column, channel) order) and "conv<i>.bias" [filters].
 // Then, for fully connected layer widths in, h1, ..., num_classes (in is
@@ -67,6 +94,14 @@ absl::StatusOr<std::vector<ConvGeometry>> CnnConvLayers(
 // sizes.
 absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
     const v1::ModelSpec& model);
+
+// The digest of a model's tensor names and shapes, as Python workers send it
+// (RegisterRequest.model_digest): "fnv1a64:" and 16 lower-case hex digits of
+// the 64-bit FNV-1a hash of, for each tensor in name order (bytewise), its
+// name, a tab, its dimensions in decimal joined by ",", and a newline.
+// Workers match tensors by name, so the order of a spec's tensors does not
+// matter.
+std::string ModelDigest(const std::vector<TensorSpec>& tensors);
 
 // A block's key: (tensor_index << 32) | block_index.
 inline uint64_t BlockKey(uint32_t tensor_index, uint32_t block_index) {
@@ -88,7 +123,8 @@ std::vector<BlockSpec> SplitIntoBlocks(const std::vector<TensorSpec>& tensors,
                                        int64_t block_elems);
 
 // Initial values of one block, a pure function of (seed, key, tensor): every
-// server computes the same values for a block wherever it is placed.
+// server computes the same values for a block wherever it is placed. A
+// kFromWorker tensor's blocks hold kUnseededBits until worker 0 seeds them.
 std::vector<float> InitialBlockValues(const TensorSpec& tensor,
                                       const BlockSpec& block, uint64_t seed);
 

@@ -46,6 +46,13 @@ std::string Count(int64_t n, const char* noun) {
   return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
 }
 
+// ModelDigest of a spec's model ("" if it has no valid tensors: a stored
+// spec was validated, so only a corrupt record has none).
+std::string SpecModelDigest(const v1::JobSpec& spec) {
+  auto tensors = ModelTensors(spec.model());
+  return tensors.ok() ? ModelDigest(*tensors) : "";
+}
+
 }  // namespace
 
 bool IsTerminal(v1::JobState state) {
@@ -78,6 +85,7 @@ absl::Status JobManager::Load() {
   for (v1::JobStatus& status : *jobs) {
     Job& job = jobs_[status.job_id()];
     job.status = std::move(status);
+    job.model_digest = SpecModelDigest(job.status.spec());
     if (job.status.state() == v1::RUNNING) {
       // Its nodes will register again; until then every place is vacant.
       const absl::Time now = absl::Now();
@@ -127,6 +135,7 @@ absl::StatusOr<std::string> JobManager::Submit(v1::JobSpec spec) {
   }
   Job& job = it->second;
   job.status = std::move(status);
+  job.model_digest = SpecModelDigest(job.status.spec());
   PS_LOG_INFO("job ", id, " submitted: ", job.status.spec().name());
   Publish(job);  // The table has the record already (Create).
   Schedule(absl::Now());
@@ -205,6 +214,13 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
   if (auto s = ValidateRegisterRequest(request); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
+  if (request.role() == v1::WORKER && !request.job_id().empty()) {
+    if (auto s = AdmitWorkerForJob(request); !s.ok()) {
+      PS_LOG_WARNING("refused a worker's registration for job ",
+                     request.job_id(), ": ", s.message());
+      return s;
+    }
+  }
   if (request.role() == v1::SERVER) {
     if (auto s = AdmitServer(request, peer_host, now); !s.ok()) {
       PS_LOG_WARNING("refused a server's registration from ",
@@ -221,6 +237,8 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
   node.peer_host = peer_host;
   node.durable = request.durable();
   node.storage_id = request.storage_id();
+  node.model_digest = request.model_digest();
+  node.only_job = request.job_id();
   node.last_seen = now;
   PS_LOG_INFO("node ", id, " registered (",
               request.address().empty() ? peer_host : request.address(),
@@ -236,7 +254,7 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
       const int i = held.index();
       if (it == jobs_.end() || it->second.status.state() != v1::RUNNING ||
           i < 0 || i >= static_cast<int>(it->second.workers.size()) ||
-          !node.job_id.empty()) {
+          !node.job_id.empty() || !WorkerFits(node, it->second)) {
         continue;
       }
       Job& job = it->second;
@@ -256,6 +274,48 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
   response.set_heartbeat_interval_ms(
       absl::ToInt64Milliseconds(timing_.heartbeat_interval));
   return response;
+}
+
+absl::Status JobManager::AdmitWorkerForJob(
+    const v1::RegisterRequest& request) const {
+  auto it = jobs_.find(request.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job_id: no job \"", request.job_id(), "\""));
+  }
+  const Job& job = it->second;
+  if (IsTerminal(job.status.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job_id: job ", request.job_id(), " already ended (",
+                     v1::JobState_Name(job.status.state()), ")"));
+  }
+  Node node;
+  node.model_digest = request.model_digest();
+  node.only_job = request.job_id();
+  if (WorkerFits(node, job)) return absl::OkStatus();
+  if (request.model_digest().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model_digest: job ", request.job_id(),
+        " trains an EXTERNAL model; only a worker with a matching model "
+        "(paramserver.torch.Worker) can take it"));
+  }
+  // Name the job's tensors, so that the worker can say which differ.
+  std::string tensors;
+  auto specs = ModelTensors(job.status.spec().model());
+  if (specs.ok()) {
+    for (const TensorSpec& t : *specs) {
+      if (tensors.size() > 1500) {
+        absl::StrAppend(&tensors, " ...");
+        break;
+      }
+      absl::StrAppend(&tensors, " ", t.name, "[", absl::StrJoin(t.shape, ","),
+                      "]");
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("model_digest: the worker's model (", request.model_digest(),
+                   ") does not match job ", request.job_id(), "'s (",
+                   job.model_digest, "); the job's tensors:", tensors));
 }
 
 absl::Status JobManager::AdmitServer(const v1::RegisterRequest& request,
@@ -494,13 +554,25 @@ void JobManager::Tick(absl::Time now) {
   Schedule(now);
 }
 
+bool JobManager::WorkerFits(const Node& node, const Job& job) {
+  if (!node.only_job.empty() && node.only_job != job.status.job_id()) {
+    return false;
+  }
+  if (node.model_digest.empty()) {
+    return job.status.spec().model().kind() != v1::ModelSpec::EXTERNAL;
+  }
+  return node.model_digest == job.model_digest;
+}
+
 std::vector<std::string> JobManager::FreeNodes(v1::NodeRole role,
                                                absl::Time now,
-                                               bool durable_only) const {
+                                               bool durable_only,
+                                               const Job* fits) const {
   std::vector<std::string> free;
   for (const auto& [node_id, node] : nodes_) {
     if (node.role == role && node.job_id.empty() &&
         (!durable_only || node.durable) &&
+        (fits == nullptr || WorkerFits(node, *fits)) &&
         now - node.last_seen <= timing_.lease) {
       free.push_back(node_id);
     }
@@ -508,11 +580,12 @@ std::vector<std::string> JobManager::FreeNodes(v1::NodeRole role,
   return free;
 }
 
-int JobManager::LiveNodes(v1::NodeRole role, absl::Time now,
-                          bool durable_only) const {
+int JobManager::LiveNodes(v1::NodeRole role, absl::Time now, bool durable_only,
+                          const Job* fits) const {
   int live = 0;
   for (const auto& [node_id, node] : nodes_) {
     if (node.role == role && (!durable_only || node.durable) &&
+        (fits == nullptr || WorkerFits(node, *fits)) &&
         now - node.last_seen <= timing_.lease) {
       ++live;
     }
@@ -545,7 +618,8 @@ void JobManager::Attach(Job& job, v1::NodeRole role, int index,
 void JobManager::Recover(absl::Time now) {
   for (auto& [id, job] : jobs_) {
     if (job.status.state() != v1::RUNNING) continue;
-    std::vector<std::string> free = FreeNodes(v1::WORKER, now);
+    std::vector<std::string> free =
+        FreeNodes(v1::WORKER, now, /*durable_only=*/false, &job);
     for (size_t i = 0; i < job.workers.size() && !free.empty(); ++i) {
       if (!job.workers[i].node_id.empty()) continue;
       Attach(job, v1::WORKER, i, free.front());
@@ -587,7 +661,8 @@ void JobManager::Schedule(absl::Time now) {
     const v1::JobSpec& spec = job.status.spec();
     const bool durable = spec.durability() != v1::MEMORY;
     const int servers_registered = LiveNodes(v1::SERVER, now, durable);
-    const int workers_registered = LiveNodes(v1::WORKER, now);
+    const int workers_registered =
+        LiveNodes(v1::WORKER, now, /*durable_only=*/false, &job);
     std::vector<std::string> missing;
     if (servers_registered < spec.num_servers()) {
       std::string servers = Count(spec.num_servers(), "server");
@@ -606,8 +681,16 @@ void JobManager::Schedule(absl::Time now) {
       missing.push_back(std::move(servers));
     }
     if (workers_registered < spec.num_workers()) {
-      missing.push_back(absl::StrCat(Count(spec.num_workers(), "worker"), ", ",
-                                     workers_registered, " registered"));
+      if (spec.model().kind() == v1::ModelSpec::EXTERNAL) {
+        // Only Python workers whose module matches count (WorkerFits).
+        missing.push_back(absl::StrCat(
+            Count(spec.num_workers(), "Python worker"), " with model ",
+            job.model_digest, ", ", workers_registered, " registered"));
+      } else {
+        missing.push_back(absl::StrCat(Count(spec.num_workers(), "worker"),
+                                       ", ", workers_registered,
+                                       " registered"));
+      }
     }
     if (!missing.empty()) {
       SetPendingMessage(
@@ -620,7 +703,8 @@ void JobManager::Schedule(absl::Time now) {
       continue;
     }
     std::vector<std::string> servers = FreeNodes(v1::SERVER, now, durable);
-    std::vector<std::string> workers = FreeNodes(v1::WORKER, now);
+    std::vector<std::string> workers =
+        FreeNodes(v1::WORKER, now, /*durable_only=*/false, &job);
     if (static_cast<int>(servers.size()) < spec.num_servers() ||
         static_cast<int>(workers.size()) < spec.num_workers()) {
       SetPendingMessage(

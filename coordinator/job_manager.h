@@ -137,6 +137,9 @@ class JobManager {
     std::string peer_host;   // Where it registered from ("" if unknown).
     bool durable = false;    // Servers: has a data directory.
     std::string storage_id;  // RegisterRequest.storage_id.
+    // Workers: RegisterRequest.model_digest and job_id (WorkerFits).
+    std::string model_digest;
+    std::string only_job;
     absl::Time last_seen;
     std::string job_id;  // Empty when free.
     int index = -1;      // Server or worker index in its job.
@@ -154,6 +157,8 @@ class JobManager {
   };
   struct Job {
     v1::JobStatus status;  // status.shard_map() places the blocks.
+    // ModelDigest of the spec's model (WorkerFits); set by Submit and Load.
+    std::string model_digest;
     std::vector<Slot> servers;
     std::vector<Slot> workers;
     std::vector<v1::ProgressReport> reports;  // Latest per worker.
@@ -168,6 +173,12 @@ class JobManager {
   // the node it replaces (an earlier registration of the same storage).
   absl::Status AdmitServer(const v1::RegisterRequest& request,
                            const std::string& peer_host, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks a worker registering for one job (RegisterRequest.job_id): the
+  // job exists (NOT_FOUND), has not ended (FAILED_PRECONDITION) and its
+  // model fits the worker's (INVALID_ARGUMENT naming model_digest and
+  // listing the job's tensors as "name[d0,d1]").
+  absl::Status AdmitWorkerForJob(const v1::RegisterRequest& request) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives a registered server back the places at its address in running jobs,
   // or fails a job whose shards it came back without.
@@ -197,14 +208,22 @@ class JobManager {
   void Attach(Job& job, v1::NodeRole role, int index,
               const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Live nodes of `role` without a job, in id order; with `durable_only`,
-  // only servers with a data directory.
+  // only servers with a data directory; with `fits`, only workers that may
+  // train that job (WorkerFits).
   std::vector<std::string> FreeNodes(v1::NodeRole role, absl::Time now,
-                                     bool durable_only = false) const
+                                     bool durable_only = false,
+                                     const Job* fits = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Live nodes of `role` (busy or free), with `durable_only` as FreeNodes.
-  int LiveNodes(v1::NodeRole role, absl::Time now,
-                bool durable_only = false) const
+  // Live nodes of `role` (busy or free), with `durable_only` and `fits` as
+  // FreeNodes.
+  int LiveNodes(v1::NodeRole role, absl::Time now, bool durable_only = false,
+                const Job* fits = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True if worker `node` may take a place of `job`: a worker with a model
+  // digest (a Python worker) only jobs whose model has that digest, one
+  // without (ps-worker) only built-in models, and a worker started for one
+  // job only that job.
+  static bool WorkerFits(const Node& node, const Job& job);
   void Aggregate(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Assignment AssignmentOf(const Job& job, int index) const;

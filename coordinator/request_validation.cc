@@ -184,6 +184,30 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
       return s;
     }
   }
+  if (!request.model_digest().empty()) {
+    if (request.role() != v1::WORKER) {
+      return Invalid("model_digest", "only workers train a model");
+    }
+    // "fnv1a64:" and 16 lower-case hex digits (ModelDigest).
+    const absl::string_view digest = request.model_digest();
+    constexpr absl::string_view kPrefix = "fnv1a64:";
+    bool valid = digest.size() == kPrefix.size() + 16 &&
+                 digest.substr(0, kPrefix.size()) == kPrefix;
+    for (size_t i = kPrefix.size(); valid && i < digest.size(); ++i) {
+      const char c = digest[i];
+      valid = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    }
+    if (!valid) {
+      return Invalid("model_digest",
+                     "must be \"fnv1a64:\" and 16 lower-case hex digits");
+    }
+  }
+  if (!request.job_id().empty()) {
+    if (request.role() != v1::WORKER) {
+      return Invalid("job_id", "only a worker is started for one job");
+    }
+    if (auto s = ValidateId("job_id", request.job_id()); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 

@@ -24,10 +24,9 @@ inline constexpr int kMaxHeldAssignments = 1024;
 // Longest error a worker may report; the coordinator keeps it in the job's
 // status.
 inline constexpr size_t kMaxReportedErrorBytes = 16 * 1024;
-// Most tensors in an uploaded model, longest tensor name, most dimensions.
-inline constexpr int kMaxModelTensors = 4096;
-inline constexpr size_t kMaxTensorNameBytes = 256;
-inline constexpr int kMaxTensorRank = 8;
+// Most tensors in an uploaded model, longest tensor name, most dimensions:
+// kMaxModelTensors, kMaxTensorNameBytes and kMaxTensorRank
+// (common/model_layout.h), the limits of an EXTERNAL model's tensors too.
 
 // What the coordinator admits (docs/security.md).
 struct JobLimits {

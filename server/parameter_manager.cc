@@ -117,7 +117,22 @@ void ParameterManager::Push(const PushView& request,
     done(job.status());
     return;
   }
+  if (!(*job)->seeded()) {
+    // No worker has read the model yet, so no gradient can belong to it.
+    done(absl::FailedPreconditionError(absl::StrCat(
+        "job ", request.job_id,
+        ": the model's FROM_WORKER tensors are not seeded yet (worker 0 "
+        "sends them first; pull before pushing)")));
+    return;
+  }
   (*job)->Push(request, std::move(done));
+}
+
+absl::StatusOr<v1::SeedResponse> ParameterManager::Seed(
+    const v1::SeedRequest& request) {
+  auto job = Find(request.job_id());
+  if (!job.ok()) return job.status();
+  return (*job)->Seed(request);
 }
 
 absl::StatusOr<std::vector<std::string>> ParameterManager::StoredJobs() const {

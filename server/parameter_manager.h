@@ -45,8 +45,11 @@ class ParameterManager {
                 ServerJob::PullWireCallback done);
   void Push(const v1::PushRequest& request, ServerJob::PushCallback done);
   // A push whose gradient bytes are views (ServerJob::Push: read during the
-  // call only).
+  // call only). Refused with FAILED_PRECONDITION while the job waits for
+  // worker 0's Seed (ServerJob::seeded).
   void Push(const PushView& request, ServerJob::PushCallback done);
+  // An EXTERNAL model's initial values from worker 0 (ServerJob::Seed).
+  absl::StatusOr<v1::SeedResponse> Seed(const v1::SeedRequest& request);
 
   // Ids of jobs with state in the store, served or not (sent with each
   // registration and heartbeat: the coordinator learns which shards this

@@ -200,4 +200,26 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Push(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ParameterServiceImpl::Seed(
+    grpc::CallbackServerContext* ctx, const v1::SeedRequest* request,
+    v1::SeedResponse* response) {
+  const absl::Time start = absl::Now();
+  absl::Status status = authorizer_.AuthorizeMember(*ctx);
+  if (status.ok()) {
+    absl::StatusOr<v1::SeedResponse> reply = manager_->Seed(*request);
+    if (reply.ok()) {
+      *response = *std::move(reply);
+    } else {
+      status = reply.status();
+    }
+  }
+  const grpc::Status result = ToGrpcStatus(status);
+  metrics_->Record("Seed", result.error_code(), request->ByteSizeLong(),
+                   status.ok() ? response->ByteSizeLong() : 0,
+                   absl::ToDoubleSeconds(absl::Now() - start));
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(result);
+  return reactor;
+}
+
 }  // namespace ps

@@ -32,10 +32,14 @@ using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 // into one buffer that gRPC sends as is. Bytes that are not a PushRequest
 // (PullRequest) get INVALID_ARGUMENT. Every call must come from a member of
 // the cluster (`authorizer`); others get UNAUTHENTICATED.
+//
+// Seed (EXTERNAL models' initial values, rare and answered at once) is an
+// ordinary callback method over parsed messages.
 class ParameterServiceImpl final
-    : public v1::ParameterService::WithRawCallbackMethod_Push<
-          v1::ParameterService::WithRawCallbackMethod_Pull<
-              v1::ParameterService::Service>> {
+    : public v1::ParameterService::WithCallbackMethod_Seed<
+          v1::ParameterService::WithRawCallbackMethod_Push<
+              v1::ParameterService::WithRawCallbackMethod_Pull<
+                  v1::ParameterService::Service>>> {
  public:
   // `manager` and `metrics` must outlive the service.
   ParameterServiceImpl(ParameterManager* manager, RpcMetrics* metrics,
@@ -48,6 +52,9 @@ class ParameterServiceImpl final
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Seed(grpc::CallbackServerContext* ctx,
+                                 const v1::SeedRequest* request,
+                                 v1::SeedResponse* response) override;
 
  private:
   ParameterManager* const manager_;

@@ -386,6 +386,7 @@ void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
 }
 
 bool ServerJob::CanRead(int64_t clock, bool final) const {
+  if (!SeededLocked()) return false;  // EXTERNAL models: ServerJob::Seed.
   return final ? clocks_.min_clock() >= clock : clocks_.CanRead(clock);
 }
 
@@ -705,6 +706,117 @@ void ServerJob::Close(const absl::Status& reason) {
     PS_LOG_ERROR("job ", job_id_, ": the closing snapshot failed (the log ",
                  "will be replayed at the next start): ", status.message());
   }
+}
+
+// EXTERNAL models: worker 0's initial values (ParameterService.Seed).
+
+bool ServerJob::seeded() const {
+  if (seeded_.load(std::memory_order_acquire)) return true;
+  absl::MutexLock lock(&mu_);
+  return SeededLocked();
+}
+
+bool ServerJob::SeededLocked() const {
+  if (seeded_.load(std::memory_order_acquire)) return true;
+  for (const Block& b : blocks_) {
+    if (IsUnseeded(b.values)) return false;
+  }
+  seeded_.store(true, std::memory_order_release);
+  return true;
+}
+
+absl::StatusOr<v1::SeedResponse> ServerJob::Seed(
+    const v1::SeedRequest& request) {
+  if (request.worker_index() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker_index: only worker 0 seeds the initial values, not worker ",
+        request.worker_index()));
+  }
+  auto tensors = ModelTensors(assignment_.spec().model());
+  if (!tensors.ok()) return tensors.status();
+  // The blocks_ positions of FROM_WORKER blocks (block specs never change
+  // after Open).
+  absl::flat_hash_set<size_t> seedable;
+  for (const auto& [key, pos] : index_) {
+    const BlockSpec& spec = ABSL_TS_UNCHECKED_READ(blocks_)[pos].spec;
+    if ((*tensors)[spec.tensor_index].init == InitKind::kFromWorker) {
+      seedable.insert(pos);
+    }
+  }
+  Ready ready;
+  v1::SeedResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckRequest(request.map_version()); !s.ok()) return s;
+    if (seedable.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id_,
+                       ": this server holds no block of a FROM_WORKER tensor; "
+                       "nothing to seed"));
+    }
+    if (SeededLocked()) {
+      response.set_duplicate(true);
+      return response;
+    }
+    // Every check before any value changes.
+    if (request.blocks_size() != static_cast<int>(seedable.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("blocks: ", request.blocks_size(),
+                       " blocks, but this server holds ", seedable.size(),
+                       " blocks of FROM_WORKER tensors; send all of them "
+                       "at once"));
+    }
+    absl::flat_hash_set<uint64_t> seen;
+    std::vector<size_t> touched;
+    for (const v1::Block& block : request.blocks()) {
+      auto it = index_.find(block.key());
+      if (it == index_.end() || !seedable.contains(it->second)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "blocks: block ", block.key(),
+            " is not a block of a FROM_WORKER tensor held by this server"));
+      }
+      if (!seen.insert(block.key()).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("blocks: block ", block.key(), " appears twice"));
+      }
+      const Block& b = blocks_[it->second];
+      if (block.data().size() != b.values.size() * sizeof(float)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "blocks: block ", block.key(), " has ", block.data().size(),
+            " bytes, expected ", b.values.size() * sizeof(float), " (",
+            b.values.size(), " float32 values)"));
+      }
+      if (!AllFinite(WireBytes(block.data()))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "blocks: block ", block.key(), " contains NaN or Inf"));
+      }
+      touched.push_back(it->second);
+    }
+    for (int i = 0; i < request.blocks_size(); ++i) {
+      std::vector<float>& values = blocks_[touched[i]].values;
+      std::memcpy(values.data(), request.blocks(i).data().data(),
+                  values.size() * sizeof(float));
+    }
+    if (absl::Status persisted = Persist(touched); !persisted.ok()) {
+      // As for a push: memory is now ahead of the store.
+      closed_ = absl::UnavailableError(absl::StrCat(
+          "job ", job_id_, ": shard store write failed, refusing requests: ",
+          persisted.message()));
+      PS_LOG_ERROR(closed_.message());
+      CollectReady(&ready);
+    } else {
+      PS_LOG_INFO("job ", job_id_, ": seeded ", touched.size(),
+                  " blocks from worker 0");
+      SeededLocked();
+      CollectReady(&ready);  // The reads that waited for the seed.
+    }
+  }
+  ready.Run();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!closed_.ok()) return closed_;
+  }
+  return response;
 }
 
 }  // namespace ps

@@ -3,6 +3,7 @@
 #ifndef PS_SERVER_SERVER_JOB_H_
 #define PS_SERVER_SERVER_JOB_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -118,6 +119,26 @@ class ServerJob {
   // call it on a gRPC callback thread.
   absl::Status Flush();
 
+  // Receives the reply of a Seed, or why it failed; called exactly once.
+  using SeedCallback = std::function<void(absl::StatusOr<v1::SeedResponse>)>;
+  // EXTERNAL models (ParameterService.Seed): sets the initial values of the
+  // FROM_WORKER blocks this server holds, from worker 0's module, exactly
+  // once. The first Seed must carry every such block (each once, float32,
+  // finite); it is applied as a whole, logged like an update (answered once
+  // its record is durable, possibly on the log's writer thread), and lets
+  // the waiting pulls through. Later ones (retries, a replacement worker 0)
+  // return duplicate=true, once the first is durable, and change nothing.
+  // Errors (through `done`):
+  // INVALID_ARGUMENT (worker_index not 0, a missing, unknown, repeated or
+  // non-FROM_WORKER block, a wrong size, NaN or Inf), FAILED_PRECONDITION
+  // (stale map; no FROM_WORKER tensors), the Close reason, UNAVAILABLE if
+  // the store failed. A refused Seed changes nothing.
+  void Seed(const v1::SeedRequest& request, SeedCallback done);
+  // False while blocks of FROM_WORKER tensors wait for Seed: until then
+  // pulls wait (CanRead) and ParameterManager refuses pushes. The state is
+  // in the blocks (kUnseededBits), so it survives a restart with them.
+  bool seeded() const;
+
   // Fails every waiting pull and parked push with `reason` and refuses later
   // requests; then waits until the update log is written and, if the store
   // is healthy and anything was logged since the last snapshot, writes a
@@ -170,6 +191,8 @@ class ServerJob {
     std::vector<std::pair<PullWireCallback, absl::StatusOr<WireMessage>>> pulls;
     std::vector<std::pair<PushCallback, absl::StatusOr<v1::PushResponse>>>
         pushes;
+    std::vector<std::pair<SeedCallback, absl::StatusOr<v1::SeedResponse>>>
+        seeds;
     void Run();
   };
 
@@ -200,8 +223,17 @@ class ServerJob {
   // The writer's report: records up to `sequence` are durable, or the store
   // failed (the job then refuses all requests).
   void OnDurable(int64_t sequence, const absl::Status& status);
-  // True when a read at `clock` may be answered now: the consistency bound,
-  // or for a final read every worker's pushes below `clock`.
+  // True unless a block still holds kUnseededBits; caches a true answer in
+  // seeded_ (blocks never become unseeded again).
+  bool SeededLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Seed under the lock: the reply now, or nullopt if `done` was parked until
+  // the seed's record is durable.
+  std::optional<absl::StatusOr<v1::SeedResponse>> SeedLocked(
+      const v1::SeedRequest& request, SeedCallback& done, Ready* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when a read at `clock` may be answered now: seeded, and the
+  // consistency bound, or for a final read every worker's pushes below
+  // `clock`.
   bool CanRead(int64_t clock, bool final) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the pulls the current min_clock lets through, and the parked pushes
@@ -240,6 +272,13 @@ class ServerJob {
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t snapshot_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t log_bytes_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
+  // The last record known durable (next_sequence_ - 1 without a store).
+  int64_t durable_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  // The seed's record (0: not seeded through this job's log), and the Seeds
+  // answered once it is durable.
+  int64_t seed_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::pair<SeedCallback, bool>> parked_seeds_
+      ABSL_GUARDED_BY(mu_);  // (done, duplicate)
   // Every worker's clock as of the last durable record: a push is
   // acknowledged once its clock is below its worker's here. Equal to
   // clocks_.clocks() without a store.
@@ -251,6 +290,8 @@ class ServerJob {
   // Writes the log and snapshots (null without a store). Set in Open, before
   // any request; destroyed in the destructor, after Close.
   std::unique_ptr<UpdateLogWriter> writer_;
+  // Once true, stays true (SeededLocked); read without the lock by seeded().
+  mutable std::atomic<bool> seeded_{false};
   // Buffers of pull replies, reused (two idle at most).
   const std::shared_ptr<WireBufferPool> reply_buffers_ =
       std::make_shared<WireBufferPool>(2);

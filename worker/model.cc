@@ -52,6 +52,11 @@ ModelOptions ModelOptionsFromSpec(const v1::MixedPrecisionSpec& mixed) {
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(
     const v1::ModelSpec& spec, Backend* backend, const ModelOptions& options) {
   PS_CHECK(backend != nullptr);
+  if (spec.kind() == v1::ModelSpec::EXTERNAL) {
+    return absl::InvalidArgumentError(
+        "model.kind: an EXTERNAL model is trained by Python workers "
+        "(paramserver.torch.Worker, docs/python.md), not by ps-worker");
+  }
   absl::StatusOr<std::vector<TensorSpec>> tensors = ModelTensors(spec);
   if (!tensors.ok()) return tensors.status();
   absl::StatusOr<std::vector<ConvGeometry>> convs = CnnConvLayers(spec);

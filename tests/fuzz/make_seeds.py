@@ -46,7 +46,32 @@ SPEC_SGD = SPEC.replace("adam { learning_rate: 0.001 }",
                             "model: SSP staleness: 2 worker_cache: true",
                             "model: BSP")
 
+SPEC_EXTERNAL = """
+name: "pytorch"
+model { kind: EXTERNAL
+        tensors { name: "features.0.weight" shape: 16 shape: 1 shape: 3 shape: 3 }
+        tensors { name: "features.1.weight" shape: 16 init: CONSTANT value: 1 }
+        tensors { name: "features.1.bias" shape: 16 init: ZEROS }
+        tensors { name: "fc.weight" shape: 10 shape: 16 init: HE_UNIFORM }
+        tensors { name: "fc.bias" shape: 10 init: XAVIER_UNIFORM fan_in: 16
+                  fan_out: 10 }
+        tensors { name: "scale" init: FROM_WORKER } }
+epochs: 1 batch_size: 8 seed: 3
+optimizer { sgd { learning_rate: 0.1 } }
+num_workers: 2 num_servers: 2 durability: MEMORY
+mixed_precision { wire_gradients: BF16 }
+"""
+
 JSON_SPECS = {
+    "external.json": b"""{"name": "pytorch", "model": {"kind": "EXTERNAL",
+ "tensors": [{"name": "conv.weight", "shape": ["16", "1", "3", "3"]},
+ {"name": "bn.weight", "shape": ["16"], "init": "CONSTANT", "value": 1},
+ {"name": "bn.bias", "shape": ["16"], "init": "ZEROS"},
+ {"name": "fc.weight", "shape": ["10", "16"], "init": "HE_UNIFORM"},
+ {"name": "fc.bias", "shape": ["10"], "init": "XAVIER_UNIFORM",
+  "fanIn": "16"}]}, "epochs": 1, "batch_size": 8,
+ "optimizer": {"adam": {"learning_rate": 0.001}}, "num_workers": 2,
+ "num_servers": 2, "durability": "MEMORY"}""",
     "mlp.json": open("deploy/jobs/fashion-mnist-mlp.json", "rb").read(),
     "ssp-drop.json": b"""{"name": "s", "model": {"kind": "SOFTMAX_REGRESSION",
  "input_dim": 4, "num_classes": 3}, "dataset": {"format": "IDX",
@@ -94,6 +119,8 @@ def main():
     write("fuzz_job_spec_binary", "sgd-bsp", encode("SubmitJobRequest",
                                                      f"spec {{ {SPEC_SGD} }}"))
     write("fuzz_job_spec_binary", "empty", b"")
+    write("fuzz_job_spec_binary", "external", encode(
+        "SubmitJobRequest", f"spec {{ {SPEC_EXTERNAL} }}"))
 
     requests = [
         (0, "RegisterRequest", 'role: SERVER address: "10.0.0.1:7000"'),
@@ -117,6 +144,11 @@ def main():
         (6, "WatchJobRequest", 'job_id: "job-000003"'),
         (7, "ExportModelRequest", 'job_id: "job-000004"'),
         (8, "SubmitJobRequest", f"spec {{ {SPEC} }}"),
+        # A Python worker (docs/python.md) and an EXTERNAL model.
+        (0, "RegisterRequest",
+         'role: WORKER model_digest: "fnv1a64:0123456789abcdef" '
+         'job_id: "job-000001"'),
+        (8, "SubmitJobRequest", f"spec {{ {SPEC_EXTERNAL} }}"),
     ]
     for i, (kind, message, text) in enumerate(requests):
         write("fuzz_coordinator_requests", f"{i:02d}-{message}",

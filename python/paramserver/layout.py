@@ -1,0 +1,148 @@
+"""How a job's model is laid out: its tensors, their blocks, and the digest
+that matches a worker's module to a job.
+
+These mirror the cluster's C++ (common/model_layout.h, common/job_spec.h):
+the same tensors in the same order, cut into the same blocks with the same
+keys, so a Python worker and ``ps-worker`` read and write the same blocks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, List, Sequence, Tuple
+
+from paramserver import v1
+
+__all__ = ["TensorLayout", "BlockRef", "model_tensors", "model_digest",
+           "split_into_blocks", "effective_block_elems", "block_key"]
+
+# common/job_spec.h
+_DEFAULT_BLOCK_ELEMS = 262144
+_BLOCKS_PER_SERVER = 16
+_BLOCK_ALIGN_ELEMS = 256
+_MAX_NODES_PER_JOB = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorLayout:
+    """One named dense float32 tensor of a job's model."""
+    name: str
+    shape: Tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockRef:
+    """One block of a tensor: values [offset, offset + numel) of tensor
+    `tensor` (its index in the model), under `key`."""
+    key: int
+    tensor: int
+    offset: int
+    numel: int
+
+
+def block_key(tensor_index: int, block_index: int) -> int:
+    """(tensor_index << 32) | block_index."""
+    return (tensor_index << 32) | block_index
+
+
+def _cnn_pooled(model: "v1.ModelSpec") -> int:
+    height, width = model.image.height, model.image.width
+    channels = model.image.channels
+    for conv in model.conv_layers:
+        height //= 2
+        width //= 2
+        channels = conv.filters
+    return height * width * channels
+
+
+def model_tensors(model: "v1.ModelSpec") -> List[TensorLayout]:
+    """The tensors of a (validated) model spec, in the cluster's order.
+
+    EXTERNAL: the declared tensors. MLP, SOFTMAX_REGRESSION and CNN: as
+    ``ModelTensors`` (common/model_layout.h): a CNN's ``conv<i>.weight``
+    ``[kernel*kernel*in_channels, filters]`` and ``conv<i>.bias``, then each
+    fully connected layer's ``dense<i>.weight`` ``[in, out]`` and
+    ``dense<i>.bias`` ``[out]``.
+    """
+    kind = model.kind
+    if kind == v1.ModelSpec.EXTERNAL:
+        return [TensorLayout(t.name, tuple(int(d) for d in t.shape))
+                for t in model.tensors]
+    if kind not in (v1.ModelSpec.MLP, v1.ModelSpec.SOFTMAX_REGRESSION,
+                    v1.ModelSpec.CNN):
+        raise ValueError(f"model.kind: unknown kind {kind}")
+    tensors: List[TensorLayout] = []
+    in_channels = model.image.channels
+    for i, conv in enumerate(model.conv_layers if kind == v1.ModelSpec.CNN
+                             else ()):
+        k = conv.kernel_size
+        tensors.append(TensorLayout(f"conv{i}.weight",
+                                    (k * k * in_channels, conv.filters)))
+        tensors.append(TensorLayout(f"conv{i}.bias", (conv.filters,)))
+        in_channels = conv.filters
+    widths = [_cnn_pooled(model) if kind == v1.ModelSpec.CNN
+              else model.input_dim]
+    if kind != v1.ModelSpec.SOFTMAX_REGRESSION:
+        widths.extend(model.hidden_layers)
+    widths.append(model.num_classes)
+    for i in range(len(widths) - 1):
+        tensors.append(TensorLayout(f"dense{i}.weight",
+                                    (widths[i], widths[i + 1])))
+        tensors.append(TensorLayout(f"dense{i}.bias", (widths[i + 1],)))
+    return tensors
+
+
+def model_digest(tensors: Iterable[Tuple[str, Sequence[int]]]) -> str:
+    """The digest of tensor names and shapes (RegisterRequest.model_digest):
+    "fnv1a64:" and 16 hex digits of the 64-bit FNV-1a hash of, for each
+    tensor in name order, ``name``, a tab, the dimensions joined by ",", and
+    a newline (``ModelDigest`` in common/model_layout.h)."""
+    h = 0xcbf29ce484222325
+    items = sorted(((name, tuple(shape)) for name, shape in tensors),
+                   key=lambda item: item[0].encode())
+    for name, shape in items:
+        text = name + "\t" + ",".join(str(int(d)) for d in shape) + "\n"
+        for byte in text.encode():
+            h ^= byte
+            h = (h * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"fnv1a64:{h:016x}"
+
+
+def _derive_block_elems(tensors: Sequence[TensorLayout],
+                        num_servers: int) -> int:
+    servers = min(max(num_servers, 1), _MAX_NODES_PER_JOB)
+    if servers == 1:
+        return _DEFAULT_BLOCK_ELEMS
+    saturated = servers * _BLOCKS_PER_SERVER * _DEFAULT_BLOCK_ELEMS
+    elems = min(saturated, sum(t.numel for t in tensors))
+    per_block = -(-elems // (servers * _BLOCKS_PER_SERVER))
+    aligned = -(-per_block // _BLOCK_ALIGN_ELEMS) * _BLOCK_ALIGN_ELEMS
+    return min(max(aligned, _BLOCK_ALIGN_ELEMS), _DEFAULT_BLOCK_ELEMS)
+
+
+def effective_block_elems(spec: "v1.JobSpec", tensors: Sequence[TensorLayout],
+                          num_servers: int) -> int:
+    """spec.block_elems, or the size the coordinator derives when it is 0."""
+    if spec.block_elems > 0:
+        return spec.block_elems
+    return _derive_block_elems(tensors, num_servers)
+
+
+def split_into_blocks(tensors: Sequence[TensorLayout],
+                      block_elems: int) -> List[BlockRef]:
+    """Cuts every tensor into blocks of at most `block_elems` values, in key
+    order (``SplitIntoBlocks``)."""
+    blocks = []
+    for t, tensor in enumerate(tensors):
+        n = tensor.numel
+        for b, offset in enumerate(range(0, n, block_elems)):
+            blocks.append(BlockRef(block_key(t, b), t, offset,
+                                   min(block_elems, n - offset)))
+    return blocks

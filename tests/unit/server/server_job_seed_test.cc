@@ -1,0 +1,387 @@
+// EXTERNAL models on a server: FROM_WORKER tensors wait for worker 0's Seed
+// (pulls wait, pushes are refused), the first Seed is applied exactly once
+// and persisted, later ones change nothing, bad ones are refused and change
+// nothing. Every test runs against MemoryShardStore and RocksDbShardStore.
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/float_codec.h"
+#include "common/job_spec.h"
+#include "common/model_layout.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "server/memory_shard_store.h"
+#include "server/parameter_manager.h"
+#include "server/rocksdb_shard_store.h"
+#include "server/server_job.h"
+#include "server/server_metrics.h"
+
+namespace ps {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+using Values = std::map<uint64_t, std::vector<float>>;
+
+constexpr char kJobId[] = "job-000001";
+constexpr float kLearningRate = 0.5f;
+
+// "w" [2, 3] FROM_WORKER in blocks of at most 4 values (two blocks), "s" [2]
+// CONSTANT 1.5 (one block).
+const uint64_t kW0 = BlockKey(0, 0);  // 4 values.
+const uint64_t kW1 = BlockKey(0, 1);  // 2 values.
+const uint64_t kS0 = BlockKey(1, 0);  // 2 values.
+
+v1::Assignment MakeAssignment(v1::Durability durability, bool external = true) {
+  v1::Assignment a;
+  a.set_job_id(kJobId);
+  v1::JobSpec* spec = a.mutable_spec();
+  spec->set_name("seed");
+  if (external) {
+    v1::ModelSpec* model = spec->mutable_model();
+    model->set_kind(v1::ModelSpec::EXTERNAL);
+    v1::TensorDecl* w = model->add_tensors();
+    w->set_name("w");
+    w->add_shape(2);
+    w->add_shape(3);
+    v1::TensorDecl* s = model->add_tensors();
+    s->set_name("s");
+    s->add_shape(2);
+    s->set_init(v1::CONSTANT);
+    s->set_value(1.5f);
+  } else {
+    spec->mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
+    spec->mutable_model()->set_input_dim(3);
+    spec->mutable_model()->set_num_classes(2);
+    auto* d = spec->mutable_dataset();
+    d->set_format(v1::DatasetSpec::IDX);
+    d->set_train_images("a");
+    d->set_train_labels("b");
+    d->set_test_images("c");
+    d->set_test_labels("d");
+  }
+  spec->set_epochs(1);
+  spec->set_batch_size(1);
+  spec->set_seed(3);
+  spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(kLearningRate);
+  spec->mutable_consistency()->set_model(v1::ConsistencySpec::SSP);
+  spec->set_num_workers(1);
+  spec->set_num_servers(1);
+  spec->set_block_elems(4);
+  spec->set_durability(durability);
+  ApplyJobSpecDefaults(spec);
+  a.set_index(0);
+  a.set_num_workers(1);
+  v1::ShardMap* map = a.mutable_shard_map();
+  map->set_version(1);
+  map->add_servers("localhost:0");
+  auto tensors = ModelTensors(spec->model());
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  for (const BlockSpec& b : SplitIntoBlocks(*tensors, 4)) {
+    v1::BlockPlacement* p = map->add_blocks();
+    p->set_key(b.key);
+    p->set_server(0);
+    p->set_num_elems(b.num_elems);
+  }
+  return a;
+}
+
+v1::SeedRequest MakeSeed(const Values& blocks, int worker = 0,
+                         int64_t version = 1) {
+  v1::SeedRequest request;
+  request.set_job_id(kJobId);
+  request.set_worker_index(worker);
+  request.set_map_version(version);
+  for (const auto& [key, v] : blocks) {
+    v1::Block* b = request.add_blocks();
+    b->set_key(key);
+    EncodeFloats(v, b->mutable_data());
+  }
+  return request;
+}
+
+// The module's values of "w": 1..6, cut as the blocks are.
+Values ModuleValues(float offset = 0) {
+  return {{kW0, {1 + offset, 2 + offset, 3 + offset, 4 + offset}},
+          {kW1, {5 + offset, 6 + offset}}};
+}
+
+struct PullResult {
+  int calls = 0;
+  absl::StatusOr<v1::PullResponse> reply = absl::UnknownError("not called");
+};
+
+std::shared_ptr<PullResult> StartPull(ServerJob& job, int64_t clock) {
+  v1::PullRequest request;
+  request.set_job_id(kJobId);
+  request.set_worker_index(0);
+  request.set_clock(clock);
+  request.set_map_version(1);
+  auto result = std::make_shared<PullResult>();
+  job.Pull(request, [result](absl::StatusOr<v1::PullResponse> reply) {
+    ++result->calls;
+    result->reply = std::move(reply);
+  });
+  return result;
+}
+
+Values ValuesOf(const v1::PullResponse& reply) {
+  Values values;
+  for (const v1::Block& b : reply.blocks()) {
+    std::vector<float>& v = values[b.key()];
+    v.resize(FloatCount(b.data()));
+    DecodeFloats(b.data(), v);
+  }
+  return values;
+}
+
+v1::PushRequest MakePush(int64_t clock, float g) {
+  v1::PushRequest request;
+  request.set_job_id(kJobId);
+  request.set_worker_index(0);
+  request.set_clock(clock);
+  request.set_map_version(1);
+  for (auto [key, n] : {std::pair{kW0, 4}, {kW1, 2}, {kS0, 2}}) {
+    v1::Block* b = request.add_gradients();
+    b->set_key(key);
+    EncodeFloats(std::vector<float>(n, g), b->mutable_data());
+  }
+  return request;
+}
+
+enum class StoreKind { kMemory, kRocksDb };
+
+class ServerJobSeedTest : public ::testing::TestWithParam<StoreKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == StoreKind::kRocksDb) {
+      std::string pattern = ::testing::TempDir() + "server_job_seed_XXXXXX";
+      ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+      dir_ = pattern;
+    }
+    OpenStore();
+  }
+
+  void TearDown() override {
+    store_.reset();
+    if (!dir_.empty()) {
+      std::error_code error;
+      fs::remove_all(dir_, error);
+    }
+  }
+
+  void OpenStore() {
+    if (GetParam() == StoreKind::kMemory) {
+      if (store_ == nullptr) store_ = MemoryShardStore::Create();
+      return;
+    }
+    auto store = RocksDbShardStore::Open({.path = dir_ + "/db"});
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  void ReopenStore() {
+    if (GetParam() == StoreKind::kRocksDb) {
+      store_.reset();
+      OpenStore();
+    }
+  }
+
+  std::unique_ptr<ServerJob> Open(bool external = true) {
+    auto job = ServerJob::Open(MakeAssignment(v1::WAL, external), store_.get(),
+                               &metrics_);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *std::move(job) : nullptr;
+  }
+
+  prometheus::Registry registry_;
+  ServerMetrics metrics_{registry_};
+  std::string dir_;
+  std::unique_ptr<ShardStore> store_;
+};
+
+TEST_P(ServerJobSeedTest, PullsWaitForTheSeedThenReadItsValues) {
+  auto job = Open();
+  ASSERT_NE(job, nullptr);
+  EXPECT_FALSE(job->seeded());
+  auto waiting = StartPull(*job, 0);
+  EXPECT_EQ(waiting->calls, 0) << "a read before the seed must wait";
+
+  auto seeded = job->Seed(MakeSeed(ModuleValues()));
+  ASSERT_TRUE(seeded.ok()) << seeded.status();
+  EXPECT_FALSE(seeded->duplicate());
+  EXPECT_TRUE(job->seeded());
+  ASSERT_EQ(waiting->calls, 1);
+  ASSERT_TRUE(waiting->reply.ok()) << waiting->reply.status();
+  Values expected = ModuleValues();
+  expected[kS0] = {1.5f, 1.5f};  // CONSTANT, set by the server.
+  EXPECT_EQ(ValuesOf(*waiting->reply), expected);
+}
+
+TEST_P(ServerJobSeedTest, ASecondSeedChangesNothing) {
+  auto job = Open();
+  ASSERT_NE(job, nullptr);
+  ASSERT_TRUE(job->Seed(MakeSeed(ModuleValues())).ok());
+  // A retry, and a replacement worker 0 with other values.
+  for (float offset : {0.0f, 10.0f}) {
+    auto again = job->Seed(MakeSeed(ModuleValues(offset)));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(again->duplicate());
+  }
+  // After training too: the trained values stay.
+  std::optional<absl::StatusOr<v1::PushResponse>> pushed;
+  job->Push(MakePush(0, 1.0f), [&](auto reply) { pushed = reply; });
+  ASSERT_TRUE(pushed.has_value() && pushed->ok());
+  auto late = job->Seed(MakeSeed(ModuleValues(20)));
+  ASSERT_TRUE(late.ok());
+  EXPECT_TRUE(late->duplicate());
+  auto read = StartPull(*job, 1);
+  ASSERT_TRUE(read->reply.ok());
+  EXPECT_THAT(ValuesOf(*read->reply)[kW1],
+              ElementsAre(5 - kLearningRate, 6 - kLearningRate));
+}
+
+TEST_P(ServerJobSeedTest, BadSeedsAreRefusedAndChangeNothing) {
+  auto job = Open();
+  ASSERT_NE(job, nullptr);
+  const Values good = ModuleValues();
+  Values missing = good;
+  missing.erase(kW1);
+  Values constant = good;
+  constant.erase(kW1);
+  constant[kS0] = {1, 2};
+  Values unknown = good;
+  unknown[BlockKey(7, 0)] = {1};
+  Values short_block = good;
+  short_block[kW1] = {5};
+  Values nan = good;
+  nan[kW0][2] = std::numeric_limits<float>::quiet_NaN();
+  Values inf = good;
+  inf[kW1][0] = std::numeric_limits<float>::infinity();
+  v1::SeedRequest repeated = MakeSeed(good);
+  *repeated.add_blocks() = repeated.blocks(0);
+  repeated.mutable_blocks()->DeleteSubrange(1, 1);  // w1 gone, w0 twice.
+  const struct {
+    const char* name;
+    v1::SeedRequest request;
+    absl::StatusCode code;
+    const char* message;
+  } cases[] = {
+      {"worker 1", MakeSeed(good, 1), absl::StatusCode::kInvalidArgument,
+       "worker_index: only worker 0"},
+      {"stale map", MakeSeed(good, 0, 2), absl::StatusCode::kFailedPrecondition,
+       "map_version"},
+      {"a block missing", MakeSeed(missing), absl::StatusCode::kInvalidArgument,
+       "blocks: 1 blocks, but this server holds 2"},
+      {"a CONSTANT block", MakeSeed(constant),
+       absl::StatusCode::kInvalidArgument,
+       "is not a block of a FROM_WORKER tensor"},
+      {"an unknown block", MakeSeed(unknown),
+       absl::StatusCode::kInvalidArgument, "blocks: 3 blocks"},
+      {"a short block", MakeSeed(short_block),
+       absl::StatusCode::kInvalidArgument, "has 4 bytes, expected 8"},
+      {"NaN", MakeSeed(nan), absl::StatusCode::kInvalidArgument,
+       "contains NaN or Inf"},
+      {"Inf", MakeSeed(inf), absl::StatusCode::kInvalidArgument,
+       "contains NaN or Inf"},
+      {"a repeated block", repeated, absl::StatusCode::kInvalidArgument,
+       "appears twice"},
+  };
+  for (const auto& c : cases) {
+    auto reply = job->Seed(c.request);
+    EXPECT_EQ(reply.status().code(), c.code)
+        << c.name << ": " << reply.status();
+    EXPECT_THAT(std::string(reply.status().message()), HasSubstr(c.message))
+        << c.name;
+    EXPECT_FALSE(job->seeded()) << c.name;
+  }
+  auto waiting = StartPull(*job, 0);
+  EXPECT_EQ(waiting->calls, 0);
+  ASSERT_TRUE(job->Seed(MakeSeed(good)).ok());
+  ASSERT_EQ(waiting->calls, 1);
+  EXPECT_EQ(ValuesOf(*waiting->reply)[kW0], good.at(kW0));
+}
+
+TEST_P(ServerJobSeedTest, TheSeedAndItsAbsenceSurviveARestart) {
+  {
+    auto job = Open();
+    ASSERT_NE(job, nullptr);
+  }
+  ReopenStore();
+  {
+    // Not seeded before the restart: still waiting after it.
+    auto job = Open();
+    ASSERT_NE(job, nullptr);
+    EXPECT_FALSE(job->seeded());
+    ASSERT_TRUE(job->Seed(MakeSeed(ModuleValues())).ok());
+  }
+  ReopenStore();
+  auto job = Open();
+  ASSERT_NE(job, nullptr);
+  EXPECT_TRUE(job->seeded());
+  auto read = StartPull(*job, 0);
+  ASSERT_EQ(read->calls, 1);
+  ASSERT_TRUE(read->reply.ok()) << read->reply.status();
+  EXPECT_EQ(ValuesOf(*read->reply)[kW0], ModuleValues().at(kW0));
+  auto again = job->Seed(MakeSeed(ModuleValues(10)));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->duplicate());
+}
+
+TEST_P(ServerJobSeedTest, ABuiltInModelHasNothingToSeed) {
+  auto job = Open(/*external=*/false);
+  ASSERT_NE(job, nullptr);
+  EXPECT_TRUE(job->seeded());
+  EXPECT_EQ(StartPull(*job, 0)->calls, 1);
+  auto reply = job->Seed(MakeSeed(ModuleValues()));
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kFailedPrecondition)
+      << reply.status();
+  EXPECT_THAT(std::string(reply.status().message()),
+              HasSubstr("no block of a FROM_WORKER tensor"));
+}
+
+TEST_P(ServerJobSeedTest, TheManagerRefusesPushesBeforeTheSeed) {
+  ParameterManager manager(store_.get(), &metrics_);
+  ASSERT_THAT(manager.SyncAssignments({MakeAssignment(v1::WAL)}),
+              ::testing::IsEmpty());
+  std::optional<absl::StatusOr<v1::PushResponse>> pushed;
+  manager.Push(MakePush(0, 1.0f), [&](auto reply) { pushed = reply; });
+  ASSERT_TRUE(pushed.has_value());
+  EXPECT_EQ(pushed->status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(pushed->status().message()),
+              HasSubstr("not seeded yet"));
+  auto seeded = manager.Seed(MakeSeed(ModuleValues()));
+  ASSERT_TRUE(seeded.ok()) << seeded.status();
+  pushed.reset();
+  manager.Push(MakePush(0, 1.0f), [&](auto reply) { pushed = reply; });
+  ASSERT_TRUE(pushed.has_value());
+  EXPECT_TRUE(pushed->ok()) << pushed->status();
+  // An unknown job.
+  v1::SeedRequest other = MakeSeed(ModuleValues());
+  other.set_job_id("job-000002");
+  EXPECT_EQ(manager.Seed(other).status().code(), absl::StatusCode::kNotFound);
+  manager.Shutdown();
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, ServerJobSeedTest,
+                         ::testing::Values(StoreKind::kMemory,
+                                           StoreKind::kRocksDb),
+                         [](const auto& info) {
+                           return info.param == StoreKind::kMemory
+                                      ? std::string("Memory")
+                                      : std::string("RocksDb");
+                         });
+
+}  // namespace
+}  // namespace ps
