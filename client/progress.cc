@@ -70,9 +70,9 @@ std::string FormatProgressLine(const v1::JobStatus& job, int bar_width,
     // rate they apply as ps_learning_rate).
     if (BaseLearningRate(job.spec().optimizer()) > 0) {
       absl::StrAppend(
-          &line, absl::StrFormat("  lr %.4g", LearningRateAt(
-                                                  job.spec().optimizer(),
-                                                  p.clock() - 1)));
+          &line,
+          absl::StrFormat("  lr %.4g", LearningRateAt(job.spec().optimizer(),
+                                                      p.clock() - 1)));
     }
   }
   if (p.test_accuracy() >= 0) {

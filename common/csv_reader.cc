@@ -11,9 +11,8 @@ absl::StatusOr<Dataset> ParseCsvDataset(absl::string_view text,
                                         const CsvOptions& options) {
   using namespace text_parse;  // NOLINT: the readers' own helpers.
   if (options.dim < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": values per sample must be >= 1, got ",
-                     options.dim));
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": values per sample must be >= 1, got ", options.dim));
   }
   Dataset data;
   data.dim = options.dim;
@@ -52,10 +51,10 @@ absl::StatusOr<Dataset> ParseCsvDataset(absl::string_view text,
       start = comma + 1;
     }
     if (fields != options.dim + 1) {
-      return LineError(name, n,
-                       absl::StrCat("expected ", options.dim + 1,
-                                    " fields (the label and ", options.dim,
-                                    " values), got ", fields));
+      return LineError(
+          name, n,
+          absl::StrCat("expected ", options.dim + 1, " fields (the label and ",
+                       options.dim, " values), got ", fields));
     }
     ++data.num_samples;
   }

@@ -20,9 +20,8 @@ absl::StatusOr<Dataset> ReadDataset(const v1::DatasetSpec& dataset, bool train,
                              .header = dataset.csv_header(),
                              .max_samples = max_samples});
     case v1::DatasetSpec::LIBSVM:
-      return ReadLibsvmDataset(
-          FeaturesPath(dataset, train),
-          {.dim = input_dim, .max_samples = max_samples});
+      return ReadLibsvmDataset(FeaturesPath(dataset, train),
+                               {.dim = input_dim, .max_samples = max_samples});
     default:
       break;
   }

@@ -27,9 +27,9 @@ double KindFactor(const v1::LearningRateSchedule& schedule, int64_t t) {
                       static_cast<double>(steps));
     }
     case v1::LearningRateSchedule::kExponentialDecay:
-      return std::exp(-static_cast<double>(
-                          schedule.exponential_decay().decay_rate()) *
-                      static_cast<double>(t));
+      return std::exp(
+          -static_cast<double>(schedule.exponential_decay().decay_rate()) *
+          static_cast<double>(t));
     case v1::LearningRateSchedule::kCosine: {
       const auto& s = schedule.cosine();
       if (t >= s.decay_clocks()) return s.min_factor();
@@ -70,8 +70,8 @@ absl::Status Invalid(absl::string_view field, absl::string_view rule) {
 
 absl::Status CheckClocks(absl::string_view field, int64_t value, int64_t min) {
   if (value < min || value > kMaxScheduleClocks) {
-    return Invalid(field, absl::StrCat("must be in [", min, ", 2^40], got ",
-                                       value));
+    return Invalid(field,
+                   absl::StrCat("must be in [", min, ", 2^40], got ", value));
   }
   return absl::OkStatus();
 }

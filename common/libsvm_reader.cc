@@ -30,9 +30,8 @@ absl::StatusOr<Dataset> ParseLibsvmDataset(absl::string_view text,
                                            const LibsvmOptions& options) {
   using namespace text_parse;  // NOLINT: the readers' own helpers.
   if (options.dim < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": values per sample must be >= 1, got ",
-                     options.dim));
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": values per sample must be >= 1, got ", options.dim));
   }
   Dataset data;
   data.dim = options.dim;
@@ -62,10 +61,10 @@ absl::StatusOr<Dataset> ParseLibsvmDataset(absl::string_view text,
         return LineError(name, n, "the index is not an integer", token);
       }
       if (index < 1 || index > options.dim) {
-        return LineError(name, n,
-                         absl::StrCat("index ", index, " is outside [1, ",
-                                      options.dim, "]"),
-                         token);
+        return LineError(
+            name, n,
+            absl::StrCat("index ", index, " is outside [1, ", options.dim, "]"),
+            token);
       }
       if (index <= last) {
         return LineError(name, n,
@@ -75,9 +74,9 @@ absl::StatusOr<Dataset> ParseLibsvmDataset(absl::string_view text,
       }
       last = index;
       float value = 0;
-      if (auto s = ParseValue(token.substr(colon + 1), name, n,
-                              absl::StrCat("the value of index ", index),
-                              &value);
+      if (auto s =
+              ParseValue(token.substr(colon + 1), name, n,
+                         absl::StrCat("the value of index ", index), &value);
           !s.ok()) {
         return s;
       }

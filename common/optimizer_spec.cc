@@ -128,7 +128,8 @@ void ApplyOptimizerDefaults(v1::OptimizerSpec* optimizer) {
   }
   if (optimizer->schedule().has_cosine_restarts() &&
       optimizer->schedule().cosine_restarts().period_multiplier() == 0) {
-    optimizer->mutable_schedule()->mutable_cosine_restarts()
+    optimizer->mutable_schedule()
+        ->mutable_cosine_restarts()
         ->set_period_multiplier(1);
   }
 }

@@ -46,8 +46,8 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
     text.resize(old + got);
     if (got == 0) break;
     if (static_cast<int64_t>(text.size()) > kMaxTextFileBytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          path, ": larger than ", kMaxTextFileBytes, " bytes"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path, ": larger than ", kMaxTextFileBytes, " bytes"));
     }
   }
   return text;

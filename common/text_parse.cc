@@ -63,14 +63,16 @@ absl::Status ParseLabel(absl::string_view field, absl::string_view name,
 absl::Status ParseValue(absl::string_view field, absl::string_view name,
                         int64_t line, absl::string_view what, float* out) {
   field = Trim(field);
-  if (field.empty()) return LineError(name, line, absl::StrCat(what, " is empty"));
+  if (field.empty())
+    return LineError(name, line, absl::StrCat(what, " is empty"));
   if (!absl::SimpleAtof(field, out)) {
     return LineError(name, line, absl::StrCat(what, " is not a number"), field);
   }
   if (!std::isfinite(*out)) {
     return LineError(name, line,
-                     absl::StrCat(what, " is not finite (NaN, Inf or out of "
-                                        "float's range)"),
+                     absl::StrCat(what,
+                                  " is not finite (NaN, Inf or out of "
+                                  "float's range)"),
                      field);
   }
   return absl::OkStatus();

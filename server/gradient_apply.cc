@@ -10,11 +10,10 @@ void ApplyPushedGradient(const Optimizer& optimizer, const WireBytes& data,
                          std::span<float> state, int64_t* step,
                          float learning_rate) {
   if (optimizer.range_wise()) {
-    ForEachGradientRun(data, encoding,
-                       [&](size_t first, std::span<const float> g) {
-                         optimizer.ApplyRange(values, g, first, state, *step,
-                                              learning_rate);
-                       });
+    ForEachGradientRun(
+        data, encoding, [&](size_t first, std::span<const float> g) {
+          optimizer.ApplyRange(values, g, first, state, *step, learning_rate);
+        });
     ++*step;
     return;
   }

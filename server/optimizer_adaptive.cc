@@ -15,8 +15,7 @@ namespace {
 // the update.
 void AdamWKernel(float* __restrict p, const float* __restrict g,
                  float* __restrict m, float* __restrict v, size_t n, float b1,
-                 float b2, float eps, float step_size, float inv,
-                 float decay) {
+                 float b2, float eps, float step_size, float inv, float decay) {
   const float c1 = 1.0f - b1, c2 = 1.0f - b2;
   size_t i = 0;
   for (; i + kChunk <= n; i += kChunk) {
@@ -27,8 +26,8 @@ void AdamWKernel(float* __restrict p, const float* __restrict g,
     float root[kChunk];
     SqrtChunk(v + i, root);
     for (size_t j = 0; j < kChunk; ++j) {
-      p[i + j] -= step_size * m[i + j] / (root[j] * inv + eps) +
-                  decay * p[i + j];
+      p[i + j] -=
+          step_size * m[i + j] / (root[j] * inv + eps) + decay * p[i + j];
     }
   }
   for (; i < n; ++i) {
@@ -56,8 +55,8 @@ class AdamW final : public Optimizer {
     const size_t n = params.size();
     const auto [bias1, bias2] = BiasCorrectionAt(beta1_, beta2_, step);
     AdamWKernel(params.data() + begin, grad.data(), state.data() + begin,
-                state.data() + n + begin, grad.size(), beta1_, beta2_,
-                epsilon_, static_cast<float>(learning_rate / bias1),
+                state.data() + n + begin, grad.size(), beta1_, beta2_, epsilon_,
+                static_cast<float>(learning_rate / bias1),
                 static_cast<float>(1.0 / std::sqrt(bias2)),
                 learning_rate * weight_decay_);
   }

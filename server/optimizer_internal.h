@@ -54,8 +54,7 @@ struct BiasCorrection {
   double bias1;  // 1 - beta1^t
   double bias2;  // 1 - beta2^t
 };
-inline BiasCorrection BiasCorrectionAt(float beta1, float beta2,
-                                       int64_t step) {
+inline BiasCorrection BiasCorrectionAt(float beta1, float beta2, int64_t step) {
   const double t = static_cast<double>(step + 1);
   return {1.0 - std::pow(static_cast<double>(beta1), t),
           1.0 - std::pow(static_cast<double>(beta2), t)};

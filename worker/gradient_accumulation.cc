@@ -16,8 +16,8 @@ absl::StatusOr<float> ComputeAccumulatedGradients(
     int micro_batch, int micro_batches, std::vector<std::vector<float>>* grads,
     std::vector<std::vector<float>>* scratch) {
   if (micro_batches < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "accumulation_steps: must be >= 1, got ", micro_batches));
+    return absl::InvalidArgumentError(
+        absl::StrCat("accumulation_steps: must be >= 1, got ", micro_batches));
   }
   if (micro_batches == 1) {
     return model.ComputeGradients(features, labels, micro_batch, grads);

@@ -15,9 +15,9 @@ namespace ps {
 // What ClipGradients did.
 struct ClipResult {
   int64_t values_clipped = 0;  // Values clamped to +-max_value.
-  double norm = 0;     // Global L2 norm after value clipping, before scaling
-                       // (0 when norm clipping is off).
-  bool scaled = false; // The norm exceeded max_global_norm: all values scaled.
+  double norm = 0;      // Global L2 norm after value clipping, before scaling
+                        // (0 when norm clipping is off).
+  bool scaled = false;  // The norm exceeded max_global_norm: all values scaled.
 };
 
 // Clips `grads` (every tensor of the model) in place as `spec` asks: first

@@ -197,14 +197,14 @@ absl::Status Trainer::Train() {
   if (stop_) return absl::CancelledError("training stopped");
 
   // IDX, CSV or libsvm (common/dataset_reader.h).
-  auto train = ReadDataset(spec.dataset(), /*train=*/true,
-                           spec.model().input_dim());
+  auto train =
+      ReadDataset(spec.dataset(), /*train=*/true, spec.model().input_dim());
   if (!train.ok()) return train.status();
   if (train->dim != spec.model().input_dim()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.input_dim: is ", spec.model().input_dim(), " but ",
-        FeaturesPath(spec.dataset(), true), " has ", train->dim,
-        " values per sample"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.input_dim: is ", spec.model().input_dim(), " but ",
+                     FeaturesPath(spec.dataset(), true), " has ", train->dim,
+                     " values per sample"));
   }
   if (auto s = CheckLabels(*train, LabelsPath(spec.dataset(), true),
                            spec.model().num_classes());
@@ -212,8 +212,8 @@ absl::Status Trainer::Train() {
     return s;
   }
   if (evaluator) {
-    auto test = ReadDataset(spec.dataset(), /*train=*/false,
-                            spec.model().input_dim());
+    auto test =
+        ReadDataset(spec.dataset(), /*train=*/false, spec.model().input_dim());
     if (!test.ok()) return test.status();
     if (test->dim != train->dim) {
       return absl::InvalidArgumentError(
@@ -256,11 +256,11 @@ absl::Status Trainer::Train() {
   const int batch = spec.batch_size() * accumulation;
   const int64_t steps = partition->StepsPerEpoch(batch);
   if (steps < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch_size: ", batch,
-        accumulation > 1 ? " (with accumulation_steps)" : "",
-        " is larger than a worker's part of the data (",
-        partition->per_worker(), " samples)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size: ", batch,
+                     accumulation > 1 ? " (with accumulation_steps)" : "",
+                     " is larger than a worker's part of the data (",
+                     partition->per_worker(), " samples)"));
   }
   const int64_t total_clocks = steps * spec.epochs();
   if (!options_.ack_log.empty()) {

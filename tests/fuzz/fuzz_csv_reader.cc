@@ -1,7 +1,8 @@
-// The CSV reader (ParseCsvDataset) on hostile text. Byte 0 picks the values per sample (1 to 8, bits 0-2), max_samples (bits 3-4; 0: all) and whether a header line is skipped (bit 7).
-// The rest is the file's text. A refusal must be INVALID_ARGUMENT naming the
-// file; a success must be a consistent data set of finite values and
-// non-negative labels.
+// The CSV reader (ParseCsvDataset) on hostile text. Byte 0 picks the values per
+// sample (1 to 8, bits 0-2), max_samples (bits 3-4; 0: all) and whether a
+// header line is skipped (bit 7). The rest is the file's text. A refusal must
+// be INVALID_ARGUMENT naming the file; a success must be a consistent data set
+// of finite values and non-negative labels.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -17,14 +18,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t max_samples = (data[0] >> 3) & 0x3;
   const absl::string_view text(reinterpret_cast<const char*>(data + 1),
                                size - 1);
-  auto dataset = ps::ParseCsvDataset(text, "fuzz.txt", {.dim = dim, .header = (data[0] & 0x80) != 0, .max_samples = max_samples});
+  auto dataset = ps::ParseCsvDataset(text, "fuzz.txt",
+                                     {.dim = dim,
+                                      .header = (data[0] & 0x80) != 0,
+                                      .max_samples = max_samples});
   if (!dataset.ok()) {
     PS_FUZZ_REQUIRE(
         dataset.status().code() == absl::StatusCode::kInvalidArgument,
         dataset.status().ToString());
-    PS_FUZZ_REQUIRE(
-        absl::StartsWith(dataset.status().message(), "fuzz.txt"),
-        dataset.status().ToString());
+    PS_FUZZ_REQUIRE(absl::StartsWith(dataset.status().message(), "fuzz.txt"),
+                    dataset.status().ToString());
     PS_FUZZ_REQUIRE(dataset.status().message().size() < 512,
                     dataset.status().ToString());
     return 0;

@@ -1,7 +1,8 @@
-// The libsvm reader (ParseLibsvmDataset) on hostile text. Byte 0 picks the values per sample (1 to 8, bits 0-2) and max_samples (bits 3-4; 0: all).
-// The rest is the file's text. A refusal must be INVALID_ARGUMENT naming the
-// file; a success must be a consistent data set of finite values and
-// non-negative labels.
+// The libsvm reader (ParseLibsvmDataset) on hostile text. Byte 0 picks the
+// values per sample (1 to 8, bits 0-2) and max_samples (bits 3-4; 0: all). The
+// rest is the file's text. A refusal must be INVALID_ARGUMENT naming the file;
+// a success must be a consistent data set of finite values and non-negative
+// labels.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -17,14 +18,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t max_samples = (data[0] >> 3) & 0x3;
   const absl::string_view text(reinterpret_cast<const char*>(data + 1),
                                size - 1);
-  auto dataset = ps::ParseLibsvmDataset(text, "fuzz.txt", {.dim = dim, .max_samples = max_samples});
+  auto dataset = ps::ParseLibsvmDataset(
+      text, "fuzz.txt", {.dim = dim, .max_samples = max_samples});
   if (!dataset.ok()) {
     PS_FUZZ_REQUIRE(
         dataset.status().code() == absl::StatusCode::kInvalidArgument,
         dataset.status().ToString());
-    PS_FUZZ_REQUIRE(
-        absl::StartsWith(dataset.status().message(), "fuzz.txt"),
-        dataset.status().ToString());
+    PS_FUZZ_REQUIRE(absl::StartsWith(dataset.status().message(), "fuzz.txt"),
+                    dataset.status().ToString());
     PS_FUZZ_REQUIRE(dataset.status().message().size() < 512,
                     dataset.status().ToString());
     return 0;

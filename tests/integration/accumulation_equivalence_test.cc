@@ -139,12 +139,11 @@ std::vector<std::vector<float>> TrainSingleProcess(const v1::JobSpec& spec) {
   std::vector<std::vector<float>> grads;
   for (int step = 0; step < kSteps; ++step) {
     for (int w = 0; w < kWorkers; ++w) {
-      GatherBatch(
-          *data,
-          std::span<const int64_t>(orders[w]).subspan(step * kPerStep,
-                                                      kPerStep),
-          features.data() + w * kPerStep * data->dim,
-          labels.data() + w * kPerStep);
+      GatherBatch(*data,
+                  std::span<const int64_t>(orders[w]).subspan(step * kPerStep,
+                                                              kPerStep),
+                  features.data() + w * kPerStep * data->dim,
+                  labels.data() + w * kPerStep);
     }
     PS_CHECK((*model)->SetParameters(params).ok());
     PS_CHECK((*model)

@@ -23,8 +23,7 @@ v1::LearningRateSchedule FromJson(const std::string& json) {
       "{\"optimizer\": {\"sgd\": {\"learning_rate\": 1}, \"schedule\": " +
       json + "}}");
   EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? spec->optimizer().schedule()
-                   : v1::LearningRateSchedule();
+  return spec.ok() ? spec->optimizer().schedule() : v1::LearningRateSchedule();
 }
 
 TEST(LearningRateScheduleTest, UnsetIsConstant) {
@@ -48,7 +47,8 @@ TEST(LearningRateScheduleTest, LinearWarmupThenConstant) {
 }
 
 TEST(LearningRateScheduleTest, StepDecay) {
-  const auto s = FromJson(R"({"step_decay": {"step_clocks": 10, "gamma": 0.5}})");
+  const auto s =
+      FromJson(R"({"step_decay": {"step_clocks": 10, "gamma": 0.5}})");
   EXPECT_DOUBLE_EQ(ScheduleFactor(s, 0), 1.0);
   EXPECT_DOUBLE_EQ(ScheduleFactor(s, 9), 1.0);
   EXPECT_DOUBLE_EQ(ScheduleFactor(s, 10), 0.5);
@@ -81,8 +81,8 @@ TEST(LearningRateScheduleTest, CosineAnnealsToTheFloorAndStaysThere) {
 }
 
 TEST(LearningRateScheduleTest, CosineWithLinearWarmup) {
-  const auto s = FromJson(
-      R"({"warmup_clocks": 10, "cosine": {"decay_clocks": 100}})");
+  const auto s =
+      FromJson(R"({"warmup_clocks": 10, "cosine": {"decay_clocks": 100}})");
   EXPECT_DOUBLE_EQ(ScheduleFactor(s, 0), 0.1);
   EXPECT_DOUBLE_EQ(ScheduleFactor(s, 4), 0.5);
   EXPECT_DOUBLE_EQ(ScheduleFactor(s, 9), 1.0);
@@ -126,8 +126,8 @@ TEST(LearningRateScheduleTest, RateIsTheBaseRateOfAnyKindTimesTheFactor) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_FLOAT_EQ(BaseLearningRate(spec->optimizer()), 0.002f);
   EXPECT_FLOAT_EQ(LearningRateAt(spec->optimizer(), 50), 0.001f);
-  for (const char* kind : {"sgd", "adam", "adamw", "rmsprop", "adagrad",
-                           "lamb"}) {
+  for (const char* kind :
+       {"sgd", "adam", "adamw", "rmsprop", "adagrad", "lamb"}) {
     auto other = JobSpecFromJson(std::string(R"({"optimizer": {")") + kind +
                                  R"(": {"learning_rate": 0.25}}})");
     ASSERT_TRUE(other.ok()) << other.status();
@@ -180,14 +180,18 @@ TEST(LearningRateScheduleTest, ValidateJobSpecNamesScheduleAndOptimizerFields) {
   spec.set_num_servers(1);
   spec.mutable_optimizer()->mutable_lamb()->set_learning_rate(0.01f);
   spec.mutable_optimizer()->mutable_schedule()->set_warmup_clocks(5);
-  spec.mutable_optimizer()->mutable_schedule()->mutable_cosine()
+  spec.mutable_optimizer()
+      ->mutable_schedule()
+      ->mutable_cosine()
       ->set_decay_clocks(100);
   ApplyJobSpecDefaults(&spec);
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   EXPECT_FLOAT_EQ(spec.optimizer().lamb().epsilon(), 1e-6f);
 
   v1::JobSpec bad = spec;
-  bad.mutable_optimizer()->mutable_schedule()->mutable_cosine()
+  bad.mutable_optimizer()
+      ->mutable_schedule()
+      ->mutable_cosine()
       ->set_decay_clocks(0);
   absl::Status status = ValidateJobSpec(bad);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

@@ -24,8 +24,8 @@ std::string Message(const absl::Status& status) {
 }
 
 TEST(CsvReaderTest, ReadsLabelsAndValues) {
-  auto data = ParseCsvDataset("1,0.5,-2\r\n\n0, 3 ,1e-3\n", "d.csv",
-                              {.dim = 2});
+  auto data =
+      ParseCsvDataset("1,0.5,-2\r\n\n0, 3 ,1e-3\n", "d.csv", {.dim = 2});
   ASSERT_TRUE(data.ok()) << data.status();
   EXPECT_EQ(data->num_samples, 2);
   EXPECT_EQ(data->dim, 2);
@@ -51,8 +51,10 @@ TEST(CsvReaderTest, MalformedInputNamesTheLineAndTheProblem) {
     const char* text;
     const char* message;
   } cases[] = {
-      {"1,2,3\n1,2\n", "d.csv:2: expected 3 fields (the label and 2 values), got 2"},
-      {"1,2,3,4\n", "d.csv:1: expected 3 fields (the label and 2 values), got 4"},
+      {"1,2,3\n1,2\n",
+       "d.csv:2: expected 3 fields (the label and 2 values), got 2"},
+      {"1,2,3,4\n",
+       "d.csv:1: expected 3 fields (the label and 2 values), got 4"},
       {"1,2,x\n", "d.csv:1: value 2 is not a number (\"x\")"},
       {"1,2,\n", "d.csv:1: value 2 is empty"},
       {"-1,2,3\n", "d.csv:1: the label is negative"},

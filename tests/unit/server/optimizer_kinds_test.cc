@@ -55,8 +55,8 @@ v1::OptimizerSpec Adagrad(float lr, float epsilon, float initial = 0,
   return spec;
 }
 
-v1::OptimizerSpec Lamb(float lr, float wd = 0, float beta1 = 0,
-                       float beta2 = 0, float epsilon = 0) {
+v1::OptimizerSpec Lamb(float lr, float wd = 0, float beta1 = 0, float beta2 = 0,
+                       float epsilon = 0) {
   v1::OptimizerSpec spec;
   auto* o = spec.mutable_lamb();
   o->set_learning_rate(lr);
@@ -227,7 +227,8 @@ TEST(OptimizerKindsTest, RmspropMatchesHandComputedSteps) {
   // With momentum 0.5, a second step of g = 2: v = 0.76, d = 2 / sqrt(0.76)
   // = 2.294157339, buf = 0.5 * 3.16227766 + d = 3.875296169,
   // p = 0.968377223 - 0.03875296169 = 0.929624262.
-  std::unique_ptr<Optimizer> mom = MustCreate(Rmsprop(0.01f, 0.9f, 1e-8f, 0.5f));
+  std::unique_ptr<Optimizer> mom =
+      MustCreate(Rmsprop(0.01f, 0.9f, 1e-8f, 0.5f));
   ASSERT_NE(mom, nullptr);
   EXPECT_EQ(mom->state_slots(), 2);
   std::vector<float> q = {1.0f}, q_state = {0.0f, 0.0f};
@@ -292,14 +293,14 @@ TEST(OptimizerKindsTest, LambNeedsWholeBlocks) {
 TEST(OptimizerKindsTest, EachMatchesItsDoubleReferenceOverSeveralSteps) {
   ExpectMatchesReference(AdamW(0.01f, 0.05f, 0.8f, 0.99f, 1e-6f),
                          RefAdamW{0.8, 0.99, 1e-6, 0.05}, 1000, 2e-6);
-  ExpectMatchesReference(AdamW(0.01f, 0.01f),
-                         RefAdamW{0.9, 0.999, 1e-8, 0.01}, 333, 2e-6);
+  ExpectMatchesReference(AdamW(0.01f, 0.01f), RefAdamW{0.9, 0.999, 1e-8, 0.01},
+                         333, 2e-6);
   ExpectMatchesReference(Rmsprop(0.001f, 0.9f, 1e-6f),
                          RefRmsprop{0.9, 1e-6, 0, 0}, 1000, 2e-6);
   ExpectMatchesReference(Rmsprop(0.001f, 0.99f, 1e-8f, 0.9f, 0.01f),
                          RefRmsprop{0.99, 1e-8, 0.9, 0.01}, 1000, 2e-5);
-  ExpectMatchesReference(Adagrad(0.05f, 1e-10f), RefAdagrad{1e-10, 0, 0},
-                         1000, 2e-6);
+  ExpectMatchesReference(Adagrad(0.05f, 1e-10f), RefAdagrad{1e-10, 0, 0}, 1000,
+                         2e-6);
   ExpectMatchesReference(Adagrad(0.05f, 1e-6f, 0.1f, 0.01f),
                          RefAdagrad{1e-6, 0.1, 0.01}, 1000, 2e-6);
   ExpectMatchesReference(Lamb(0.01f, 0.01f), RefLamb{0.9, 0.999, 1e-6, 0.01},

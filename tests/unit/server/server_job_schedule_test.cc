@@ -25,12 +25,12 @@ class ServerJobScheduleTest : public ::testing::Test {
   // values on one server, MEMORY durability.
   void Open(int input_dim, int block_elems, int workers,
             const std::function<void(v1::JobSpec*)>& customize) {
-    assignment_ = testing::TinyAssignment(
-        "job-000001", input_dim, 2, block_elems, workers, "localhost:0",
-        [&](v1::JobSpec* spec) {
-          spec->set_durability(v1::MEMORY);
-          customize(spec);
-        });
+    assignment_ =
+        testing::TinyAssignment("job-000001", input_dim, 2, block_elems,
+                                workers, "localhost:0", [&](v1::JobSpec* spec) {
+                                  spec->set_durability(v1::MEMORY);
+                                  customize(spec);
+                                });
     auto job = ServerJob::Open(assignment_, nullptr, &metrics_);
     ASSERT_TRUE(job.ok()) << job.status();
     job_ = *std::move(job);
@@ -99,8 +99,8 @@ TEST_F(ServerJobScheduleTest, SspUpdatesUseTheRateOfTheirClock) {
   // SGD lr 1 halving every clock: updates at 1, 0.5, 0.25.
   Open(3, 4, 1, [](v1::JobSpec* spec) {
     spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(1.0f);
-    auto* step = spec->mutable_optimizer()->mutable_schedule()
-                     ->mutable_step_decay();
+    auto* step =
+        spec->mutable_optimizer()->mutable_schedule()->mutable_step_decay();
     step->set_step_clocks(1);
     step->set_gamma(0.5f);
     spec->mutable_consistency()->set_model(v1::ConsistencySpec::SSP);
@@ -134,7 +134,8 @@ TEST_F(ServerJobScheduleTest, BspAppliesOneUpdateAtTheClocksRate) {
   Values expected = initial;
   const float rates[] = {0.25f, 0.5f};
   for (int clock = 0; clock < 2; ++clock) {
-    const Values a = Gradient(initial, 2 * clock), b = Gradient(initial, 2 * clock + 1);
+    const Values a = Gradient(initial, 2 * clock),
+                 b = Gradient(initial, 2 * clock + 1);
     EXPECT_FALSE(Push(0, clock, a));  // Parked until worker 1's push.
     EXPECT_TRUE(Push(1, clock, b));
     EXPECT_FLOAT_EQ(metrics_.learning_rate.Value(), rates[clock]);

@@ -43,12 +43,12 @@ TEST(GradientAccumulationTest, MicroBatchesEqualOneBigBatch) {
   for (int i = 0; i < kBatch; ++i) labels[i] = (i * 7) % 5;
 
   std::vector<std::vector<float>> whole, accumulated, scratch;
-  auto whole_loss =
-      (*model)->ComputeGradients(features.data(), labels.data(), kBatch, &whole);
+  auto whole_loss = (*model)->ComputeGradients(features.data(), labels.data(),
+                                               kBatch, &whole);
   ASSERT_TRUE(whole_loss.ok()) << whole_loss.status();
-  auto loss = ComputeAccumulatedGradients(**model, features.data(),
-                                          labels.data(), 12, kMicro, kSteps,
-                                          &accumulated, &scratch);
+  auto loss =
+      ComputeAccumulatedGradients(**model, features.data(), labels.data(), 12,
+                                  kMicro, kSteps, &accumulated, &scratch);
   ASSERT_TRUE(loss.ok()) << loss.status();
   EXPECT_NEAR(*loss, *whole_loss, 1e-6);
   ASSERT_EQ(accumulated.size(), whole.size());
@@ -69,10 +69,10 @@ TEST(GradientAccumulationTest, MicroBatchesEqualOneBigBatch) {
                                           labels.data(), 12, kMicro, 1, &one,
                                           &scratch)
                   .ok());
-  ASSERT_TRUE((*model)
-                  ->ComputeGradients(features.data(), labels.data(), kMicro,
-                                     &direct)
-                  .ok());
+  ASSERT_TRUE(
+      (*model)
+          ->ComputeGradients(features.data(), labels.data(), kMicro, &direct)
+          .ok());
   EXPECT_EQ(one, direct);
   EXPECT_FALSE(ComputeAccumulatedGradients(**model, features.data(),
                                            labels.data(), 12, kMicro, 0, &one,
