@@ -128,11 +128,14 @@ void ParameterManager::Push(const PushView& request,
   (*job)->Push(request, std::move(done));
 }
 
-absl::StatusOr<v1::SeedResponse> ParameterManager::Seed(
-    const v1::SeedRequest& request) {
+void ParameterManager::Seed(const v1::SeedRequest& request,
+                            ServerJob::SeedCallback done) {
   auto job = Find(request.job_id());
-  if (!job.ok()) return job.status();
-  return (*job)->Seed(request);
+  if (!job.ok()) {
+    done(job.status());
+    return;
+  }
+  (*job)->Seed(request, std::move(done));
 }
 
 absl::StatusOr<std::vector<std::string>> ParameterManager::StoredJobs() const {

@@ -49,7 +49,7 @@ class ParameterManager {
   // worker 0's Seed (ServerJob::seeded).
   void Push(const PushView& request, ServerJob::PushCallback done);
   // An EXTERNAL model's initial values from worker 0 (ServerJob::Seed).
-  absl::StatusOr<v1::SeedResponse> Seed(const v1::SeedRequest& request);
+  void Seed(const v1::SeedRequest& request, ServerJob::SeedCallback done);
 
   // Ids of jobs with state in the store, served or not (sent with each
   // registration and heartbeat: the coordinator learns which shards this

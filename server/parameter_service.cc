@@ -204,21 +204,24 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Seed(
     grpc::CallbackServerContext* ctx, const v1::SeedRequest* request,
     v1::SeedResponse* response) {
   const absl::Time start = absl::Now();
-  absl::Status status = authorizer_.AuthorizeMember(*ctx);
-  if (status.ok()) {
-    absl::StatusOr<v1::SeedResponse> reply = manager_->Seed(*request);
-    if (reply.ok()) {
-      *response = *std::move(reply);
-    } else {
-      status = reply.status();
-    }
-  }
-  const grpc::Status result = ToGrpcStatus(status);
-  metrics_->Record("Seed", result.error_code(), request->ByteSizeLong(),
-                   status.ok() ? response->ByteSizeLong() : 0,
-                   absl::ToDoubleSeconds(absl::Now() - start));
+  const size_t request_bytes = request->ByteSizeLong();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(result);
+  // Answered once the seed's update-log record is durable, possibly from the
+  // log's writer thread (the reactor may be finished from any thread).
+  auto finish = [this, reactor, response, start,
+                 request_bytes](absl::StatusOr<v1::SeedResponse> reply) {
+    if (reply.ok()) *response = *std::move(reply);
+    const grpc::Status result = ToGrpcStatus(reply.status());
+    metrics_->Record("Seed", result.error_code(), request_bytes,
+                     reply.ok() ? response->ByteSizeLong() : 0,
+                     absl::ToDoubleSeconds(absl::Now() - start));
+    reactor->Finish(result);
+  };
+  if (absl::Status status = authorizer_.AuthorizeMember(*ctx); !status.ok()) {
+    finish(status);
+    return reactor;
+  }
+  manager_->Seed(*request, std::move(finish));
   return reactor;
 }
 

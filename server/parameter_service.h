@@ -33,8 +33,8 @@ using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 // (PullRequest) get INVALID_ARGUMENT. Every call must come from a member of
 // the cluster (`authorizer`); others get UNAUTHENTICATED.
 //
-// Seed (EXTERNAL models' initial values, rare and answered at once) is an
-// ordinary callback method over parsed messages.
+// Seed (EXTERNAL models' initial values, rare) is an ordinary callback method
+// over parsed messages, answered once the seed is durable.
 class ParameterServiceImpl final
     : public v1::ParameterService::WithCallbackMethod_Seed<
           v1::ParameterService::WithRawCallbackMethod_Push<

@@ -206,14 +206,16 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
                                   " workers"));
   }
   const bool bsp = record.kind() == UpdateRecord::BSP_CLOCK;
-  if (bsp != clocks_.bulk_synchronous() ||
-      (!bsp && record.kind() != UpdateRecord::PUSH)) {
+  const bool seed = record.kind() == UpdateRecord::SEED;
+  if (!seed && (bsp != clocks_.bulk_synchronous() ||
+                (!bsp && record.kind() != UpdateRecord::PUSH))) {
     return data_loss(absl::StrCat("is of kind ", record.kind(),
                                   ", which this job's consistency never logs"));
   }
   const auto encoding = static_cast<v1::Precision>(record.gradient_encoding());
-  const size_t value_bytes = bsp ? sizeof(float) : WireValueBytes(encoding);
-  if (value_bytes == 0 || (bsp && encoding != v1::FP32)) {
+  const size_t value_bytes =
+      bsp || seed ? sizeof(float) : WireValueBytes(encoding);
+  if (value_bytes == 0 || ((bsp || seed) && encoding != v1::FP32)) {
     return data_loss("has no valid gradient encoding");
   }
   if (bsp && record.blocks_size() != static_cast<int>(blocks_.size())) {
@@ -246,7 +248,9 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
   for (int i = 0; i < record.blocks_size(); ++i) {
     Block& b = blocks_[positions[i]];
     const std::string& data = record.blocks(i).data();
-    if (bsp) {
+    if (seed) {
+      std::memcpy(b.values.data(), data.data(), data.size());
+    } else if (bsp) {
       std::vector<float> gradient(b.values.size());
       std::memcpy(gradient.data(), data.data(), data.size());
       optimizer_->Apply(b.values, gradient, b.state, &b.step, rate);
@@ -589,11 +593,13 @@ void ServerJob::EvictOldestWaiting(int worker, bool pulls, Ready* ready) {
 void ServerJob::Ready::Run() {
   for (auto& [callback, reply] : pulls) callback(std::move(reply));
   for (auto& [callback, reply] : pushes) callback(std::move(reply));
+  for (auto& [callback, reply] : seeds) callback(std::move(reply));
 }
 
 void ServerJob::LogLocked(storage::v1::UpdateRecord& record) {
   if (writer_ == nullptr) {
     durable_clocks_ = clocks_.clocks();
+    durable_sequence_ = next_sequence_ - 1;
     return;
   }
   for (int64_t clock : clocks_.clocks()) record.add_clocks_after(clock);
@@ -637,6 +643,7 @@ void ServerJob::OnDurable(int64_t sequence, const absl::Status& status) {
         PS_LOG_ERROR(closed_.message());
       }
     }
+    if (status.ok()) durable_sequence_ = std::max(durable_sequence_, sequence);
     while (status.ok() && !in_flight_.empty() &&
            in_flight_.front().first <= sequence) {
       durable_clocks_ = std::move(in_flight_.front().second);
@@ -681,6 +688,18 @@ void ServerJob::CollectReady(Ready* ready) {
     }
   }
   parked_pushes_.erase(keep_push, parked_pushes_.end());
+
+  if (!closed_.ok() || seed_sequence_ <= durable_sequence_) {
+    for (auto& [done, duplicate] : parked_seeds_) {
+      v1::SeedResponse response;
+      response.set_duplicate(duplicate);
+      ready->seeds.emplace_back(
+          std::move(done), closed_.ok()
+                               ? absl::StatusOr<v1::SeedResponse>(response)
+                               : absl::StatusOr<v1::SeedResponse>(closed_));
+    }
+    parked_seeds_.clear();
+  }
 }
 
 absl::Status ServerJob::Flush() {
@@ -725,8 +744,19 @@ bool ServerJob::SeededLocked() const {
   return true;
 }
 
-absl::StatusOr<v1::SeedResponse> ServerJob::Seed(
-    const v1::SeedRequest& request) {
+void ServerJob::Seed(const v1::SeedRequest& request, SeedCallback done) {
+  Ready ready;
+  std::optional<absl::StatusOr<v1::SeedResponse>> reply;
+  {
+    absl::MutexLock lock(&mu_);
+    reply = SeedLocked(request, done, &ready);
+  }
+  ready.Run();
+  if (reply.has_value()) done(*std::move(reply));
+}
+
+std::optional<absl::StatusOr<v1::SeedResponse>> ServerJob::SeedLocked(
+    const v1::SeedRequest& request, SeedCallback& done, Ready* ready) {
   if (request.worker_index() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "worker_index: only worker 0 seeds the initial values, not worker ",
@@ -734,89 +764,86 @@ absl::StatusOr<v1::SeedResponse> ServerJob::Seed(
   }
   auto tensors = ModelTensors(assignment_.spec().model());
   if (!tensors.ok()) return tensors.status();
-  // The blocks_ positions of FROM_WORKER blocks (block specs never change
-  // after Open).
+  // The blocks_ positions of FROM_WORKER blocks.
   absl::flat_hash_set<size_t> seedable;
   for (const auto& [key, pos] : index_) {
-    const BlockSpec& spec = ABSL_TS_UNCHECKED_READ(blocks_)[pos].spec;
-    if ((*tensors)[spec.tensor_index].init == InitKind::kFromWorker) {
+    if ((*tensors)[blocks_[pos].spec.tensor_index].init ==
+        InitKind::kFromWorker) {
       seedable.insert(pos);
     }
   }
-  Ready ready;
-  v1::SeedResponse response;
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto s = CheckRequest(request.map_version()); !s.ok()) return s;
-    if (seedable.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job_id_,
-                       ": this server holds no block of a FROM_WORKER tensor; "
-                       "nothing to seed"));
+  if (auto s = CheckRequest(request.map_version()); !s.ok()) return s;
+  if (seedable.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id_,
+                     ": this server holds no block of a FROM_WORKER tensor; "
+                     "nothing to seed"));
+  }
+  if (SeededLocked()) {
+    v1::SeedResponse response;
+    response.set_duplicate(true);
+    if (seed_sequence_ <= durable_sequence_) return response;
+    // The first Seed's record is not durable yet: answer with it.
+    parked_seeds_.emplace_back(std::move(done), true);
+    return std::nullopt;
+  }
+  // Every check before any value changes.
+  if (request.blocks_size() != static_cast<int>(seedable.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("blocks: ", request.blocks_size(),
+                     " blocks, but this server holds ", seedable.size(),
+                     " blocks of FROM_WORKER tensors; send all of them "
+                     "at once"));
+  }
+  absl::flat_hash_set<uint64_t> seen;
+  std::vector<size_t> touched;
+  for (const v1::Block& block : request.blocks()) {
+    auto it = index_.find(block.key());
+    if (it == index_.end() || !seedable.contains(it->second)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "blocks: block ", block.key(),
+          " is not a block of a FROM_WORKER tensor held by this server"));
     }
-    if (SeededLocked()) {
-      response.set_duplicate(true);
-      return response;
-    }
-    // Every check before any value changes.
-    if (request.blocks_size() != static_cast<int>(seedable.size())) {
+    if (!seen.insert(block.key()).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("blocks: ", request.blocks_size(),
-                       " blocks, but this server holds ", seedable.size(),
-                       " blocks of FROM_WORKER tensors; send all of them "
-                       "at once"));
+          absl::StrCat("blocks: block ", block.key(), " appears twice"));
     }
-    absl::flat_hash_set<uint64_t> seen;
-    std::vector<size_t> touched;
-    for (const v1::Block& block : request.blocks()) {
-      auto it = index_.find(block.key());
-      if (it == index_.end() || !seedable.contains(it->second)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "blocks: block ", block.key(),
-            " is not a block of a FROM_WORKER tensor held by this server"));
-      }
-      if (!seen.insert(block.key()).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("blocks: block ", block.key(), " appears twice"));
-      }
-      const Block& b = blocks_[it->second];
-      if (block.data().size() != b.values.size() * sizeof(float)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "blocks: block ", block.key(), " has ", block.data().size(),
-            " bytes, expected ", b.values.size() * sizeof(float), " (",
-            b.values.size(), " float32 values)"));
-      }
-      if (!AllFinite(WireBytes(block.data()))) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "blocks: block ", block.key(), " contains NaN or Inf"));
-      }
-      touched.push_back(it->second);
+    const Block& b = blocks_[it->second];
+    if (block.data().size() != b.values.size() * sizeof(float)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "blocks: block ", block.key(), " has ", block.data().size(),
+          " bytes, expected ", b.values.size() * sizeof(float), " (",
+          b.values.size(), " float32 values)"));
     }
-    for (int i = 0; i < request.blocks_size(); ++i) {
-      std::vector<float>& values = blocks_[touched[i]].values;
-      std::memcpy(values.data(), request.blocks(i).data().data(),
-                  values.size() * sizeof(float));
+    if (!AllFinite(WireBytes(block.data()))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "blocks: block ", block.key(), " contains NaN or Inf"));
     }
-    if (absl::Status persisted = Persist(touched); !persisted.ok()) {
-      // As for a push: memory is now ahead of the store.
-      closed_ = absl::UnavailableError(absl::StrCat(
-          "job ", job_id_, ": shard store write failed, refusing requests: ",
-          persisted.message()));
-      PS_LOG_ERROR(closed_.message());
-      CollectReady(&ready);
-    } else {
-      PS_LOG_INFO("job ", job_id_, ": seeded ", touched.size(),
-                  " blocks from worker 0");
-      SeededLocked();
-      CollectReady(&ready);  // The reads that waited for the seed.
+    touched.push_back(it->second);
+  }
+  storage::v1::UpdateRecord record;
+  record.set_kind(storage::v1::UpdateRecord::SEED);
+  record.set_gradient_encoding(v1::FP32);
+  for (int i = 0; i < request.blocks_size(); ++i) {
+    Block& b = blocks_[touched[i]];
+    std::memcpy(b.values.data(), request.blocks(i).data().data(),
+                b.values.size() * sizeof(float));
+    if (store_ != nullptr) {
+      auto* logged = record.add_blocks();
+      logged->set_key(b.spec.key);
+      logged->set_data(request.blocks(i).data());
     }
   }
-  ready.Run();
-  {
-    absl::MutexLock lock(&mu_);
-    if (!closed_.ok()) return closed_;
-  }
-  return response;
+  PS_LOG_INFO("job ", job_id_, ": seeded ", touched.size(),
+              " blocks from worker 0");
+  SeededLocked();
+  LogLocked(record);
+  seed_sequence_ = next_sequence_ - 1;
+  // Answered once the record is durable (at once without a store); the
+  // reads that waited for the seed go now.
+  parked_seeds_.emplace_back(std::move(done), false);
+  CollectReady(ready);
+  return std::nullopt;
 }
 
 }  // namespace ps

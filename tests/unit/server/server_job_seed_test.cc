@@ -4,12 +4,16 @@
 // nothing. Every test runs against MemoryShardStore and RocksDbShardStore.
 #include <stdlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <future>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -109,6 +113,29 @@ v1::SeedRequest MakeSeed(const Values& blocks, int worker = 0,
     EncodeFloats(v, b->mutable_data());
   }
   return request;
+}
+
+// Calls `start` with a callback and waits for its reply, which may come from
+// the job's update-log writer thread.
+template <typename T>
+absl::StatusOr<T> Await(
+    const std::function<void(std::function<void(absl::StatusOr<T>)>)>& start) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<T>>>();
+  std::future<absl::StatusOr<T>> future = promise->get_future();
+  start([promise](absl::StatusOr<T> reply) {
+    promise->set_value(std::move(reply));
+  });
+  if (future.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    return absl::DeadlineExceededError("no reply within 30 s");
+  }
+  return future.get();
+}
+
+template <typename Target>
+absl::StatusOr<v1::SeedResponse> SeedNow(Target& target,
+                                         const v1::SeedRequest& request) {
+  return Await<v1::SeedResponse>(
+      [&](auto done) { target.Seed(request, std::move(done)); });
 }
 
 // The module's values of "w": 1..6, cut as the blocks are.
@@ -218,7 +245,7 @@ TEST_P(ServerJobSeedTest, PullsWaitForTheSeedThenReadItsValues) {
   auto waiting = StartPull(*job, 0);
   EXPECT_EQ(waiting->calls, 0) << "a read before the seed must wait";
 
-  auto seeded = job->Seed(MakeSeed(ModuleValues()));
+  auto seeded = SeedNow(*job, MakeSeed(ModuleValues()));
   ASSERT_TRUE(seeded.ok()) << seeded.status();
   EXPECT_FALSE(seeded->duplicate());
   EXPECT_TRUE(job->seeded());
@@ -232,10 +259,10 @@ TEST_P(ServerJobSeedTest, PullsWaitForTheSeedThenReadItsValues) {
 TEST_P(ServerJobSeedTest, ASecondSeedChangesNothing) {
   auto job = Open();
   ASSERT_NE(job, nullptr);
-  ASSERT_TRUE(job->Seed(MakeSeed(ModuleValues())).ok());
+  ASSERT_TRUE(SeedNow(*job, MakeSeed(ModuleValues())).ok());
   // A retry, and a replacement worker 0 with other values.
   for (float offset : {0.0f, 10.0f}) {
-    auto again = job->Seed(MakeSeed(ModuleValues(offset)));
+    auto again = SeedNow(*job, MakeSeed(ModuleValues(offset)));
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_TRUE(again->duplicate());
   }
@@ -243,7 +270,7 @@ TEST_P(ServerJobSeedTest, ASecondSeedChangesNothing) {
   std::optional<absl::StatusOr<v1::PushResponse>> pushed;
   job->Push(MakePush(0, 1.0f), [&](auto reply) { pushed = reply; });
   ASSERT_TRUE(pushed.has_value() && pushed->ok());
-  auto late = job->Seed(MakeSeed(ModuleValues(20)));
+  auto late = SeedNow(*job, MakeSeed(ModuleValues(20)));
   ASSERT_TRUE(late.ok());
   EXPECT_TRUE(late->duplicate());
   auto read = StartPull(*job, 1);
@@ -299,7 +326,7 @@ TEST_P(ServerJobSeedTest, BadSeedsAreRefusedAndChangeNothing) {
        "appears twice"},
   };
   for (const auto& c : cases) {
-    auto reply = job->Seed(c.request);
+    auto reply = SeedNow(*job, c.request);
     EXPECT_EQ(reply.status().code(), c.code)
         << c.name << ": " << reply.status();
     EXPECT_THAT(std::string(reply.status().message()), HasSubstr(c.message))
@@ -308,7 +335,7 @@ TEST_P(ServerJobSeedTest, BadSeedsAreRefusedAndChangeNothing) {
   }
   auto waiting = StartPull(*job, 0);
   EXPECT_EQ(waiting->calls, 0);
-  ASSERT_TRUE(job->Seed(MakeSeed(good)).ok());
+  ASSERT_TRUE(SeedNow(*job, MakeSeed(good)).ok());
   ASSERT_EQ(waiting->calls, 1);
   EXPECT_EQ(ValuesOf(*waiting->reply)[kW0], good.at(kW0));
 }
@@ -324,7 +351,7 @@ TEST_P(ServerJobSeedTest, TheSeedAndItsAbsenceSurviveARestart) {
     auto job = Open();
     ASSERT_NE(job, nullptr);
     EXPECT_FALSE(job->seeded());
-    ASSERT_TRUE(job->Seed(MakeSeed(ModuleValues())).ok());
+    ASSERT_TRUE(SeedNow(*job, MakeSeed(ModuleValues())).ok());
   }
   ReopenStore();
   auto job = Open();
@@ -334,7 +361,7 @@ TEST_P(ServerJobSeedTest, TheSeedAndItsAbsenceSurviveARestart) {
   ASSERT_EQ(read->calls, 1);
   ASSERT_TRUE(read->reply.ok()) << read->reply.status();
   EXPECT_EQ(ValuesOf(*read->reply)[kW0], ModuleValues().at(kW0));
-  auto again = job->Seed(MakeSeed(ModuleValues(10)));
+  auto again = SeedNow(*job, MakeSeed(ModuleValues(10)));
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->duplicate());
 }
@@ -344,7 +371,7 @@ TEST_P(ServerJobSeedTest, ABuiltInModelHasNothingToSeed) {
   ASSERT_NE(job, nullptr);
   EXPECT_TRUE(job->seeded());
   EXPECT_EQ(StartPull(*job, 0)->calls, 1);
-  auto reply = job->Seed(MakeSeed(ModuleValues()));
+  auto reply = SeedNow(*job, MakeSeed(ModuleValues()));
   EXPECT_EQ(reply.status().code(), absl::StatusCode::kFailedPrecondition)
       << reply.status();
   EXPECT_THAT(std::string(reply.status().message()),
@@ -355,22 +382,22 @@ TEST_P(ServerJobSeedTest, TheManagerRefusesPushesBeforeTheSeed) {
   ParameterManager manager(store_.get(), &metrics_);
   ASSERT_THAT(manager.SyncAssignments({MakeAssignment(v1::WAL)}),
               ::testing::IsEmpty());
-  std::optional<absl::StatusOr<v1::PushResponse>> pushed;
-  manager.Push(MakePush(0, 1.0f), [&](auto reply) { pushed = reply; });
-  ASSERT_TRUE(pushed.has_value());
+  auto push = [&] {
+    return Await<v1::PushResponse>(
+        [&](auto done) { manager.Push(MakePush(0, 1.0f), std::move(done)); });
+  };
+  std::optional<absl::StatusOr<v1::PushResponse>> pushed = push();
   EXPECT_EQ(pushed->status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(pushed->status().message()),
               HasSubstr("not seeded yet"));
-  auto seeded = manager.Seed(MakeSeed(ModuleValues()));
+  auto seeded = SeedNow(manager, MakeSeed(ModuleValues()));
   ASSERT_TRUE(seeded.ok()) << seeded.status();
-  pushed.reset();
-  manager.Push(MakePush(0, 1.0f), [&](auto reply) { pushed = reply; });
-  ASSERT_TRUE(pushed.has_value());
+  pushed = push();
   EXPECT_TRUE(pushed->ok()) << pushed->status();
   // An unknown job.
   v1::SeedRequest other = MakeSeed(ModuleValues());
   other.set_job_id("job-000002");
-  EXPECT_EQ(manager.Seed(other).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(SeedNow(manager, other).status().code(), absl::StatusCode::kNotFound);
   manager.Shutdown();
 }
 
