@@ -14,6 +14,9 @@ packages=(
   libssl-dev openssl
   # The fuzz targets (tests/fuzz): clang with libFuzzer and the sanitizers.
   clang libclang-rt-14-dev
+  # tests/lint/thread_safety.sh: reads compile_commands.json (clang
+  # -Wthread-safety runs over every source it lists).
+  jq
 )
 
 missing=()

@@ -69,7 +69,7 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
           ": the store holds this job with another spec or shard map"));
     }
     if (auto s = job->Restore(*std::move(stored)); !s.ok()) return s;
-    PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ", job->blocks_.size(),
+    PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ", job->index_.size(),
                 " blocks, worker clocks ", job->ClocksString());
     return job;
   }
