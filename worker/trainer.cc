@@ -22,7 +22,7 @@ Trainer::Trainer(v1::Assignment assignment,
       coordinator_(coordinator),
       backend_(backend),
       metrics_(metrics),
-      options_(options) {}
+      options_(std::move(options)) {}
 
 void Trainer::Stop() {
   absl::MutexLock lock(&stop_mu_);
@@ -353,7 +353,7 @@ absl::StatusOr<Trainer::Plan> Trainer::MakePlan(const Dataset& train) {
               assignment_.num_workers(), ", ", partition.per_worker(),
               " samples, ", steps, " steps per epoch, backend ",
               backend_->name());
-  return Plan{.partition = std::move(partition),
+  return Plan{.partition = partition,
               .steps = steps,
               .total_clocks = total_clocks,
               .resume_clock = resume};
