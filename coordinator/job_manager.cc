@@ -317,9 +317,11 @@ void JobManager::ReturnServerPlaces(const std::string& node_id,
     const auto& servers = job.status.shard_map().servers();
     for (int i = 0; i < servers.size(); ++i) {
       if (servers[i] != node.address) continue;
+      // (A structured binding is not captured: clang 14 cannot.)
+      const std::string& id = job_id;
       const bool holds = std::any_of(
           request.held().begin(), request.held().end(),
-          [&](const v1::HeldAssignment& h) { return h.job_id() == job_id; });
+          [&](const v1::HeldAssignment& h) { return h.job_id() == id; });
       // Shards were stored on that place once the server said so, or once a
       // worker completed a step (which every server acknowledged).
       const bool had_shards =
