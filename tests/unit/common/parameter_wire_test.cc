@@ -450,7 +450,11 @@ v1::PullResponse PullReply(
 
 std::vector<float> Floats(const std::string& bytes) {
   std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  // memcpy of nothing still needs valid pointers (an empty vector's data()
+  // is null): UBSan.
+  if (!out.empty()) {
+    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  }
   return out;
 }
 
