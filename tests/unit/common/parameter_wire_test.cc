@@ -500,7 +500,7 @@ TEST(PullWireTest, ParsesPackedAndUnpackedClocksWhateverTheSplit) {
     unpacked = blocks_only.SerializeAsString();
     for (int64_t c : r.worker_clocks()) {
       unpacked += '\x18';
-      unpacked += static_cast<char>(c & 0x7f | (c >= 128 ? 0x80 : 0));
+      unpacked += static_cast<char>((c & 0x7f) | (c >= 128 ? 0x80 : 0));
       if (c >= 128) unpacked += static_cast<char>(c >> 7);
     }
   }
