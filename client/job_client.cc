@@ -1,9 +1,9 @@
 #include "client/job_client.h"
 
-#include <thread>
-
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
+#include "common/retry.h"
+#include "common/status_macros.h"
 
 namespace ps {
 
@@ -73,16 +73,15 @@ absl::StatusOr<std::vector<v1::JobStatus>> JobClient::List(int page_size) {
   std::vector<v1::JobStatus> jobs;
   std::string token;
   do {
-    auto page = ListPage(page_size, token);
-    if (!page.ok()) return page.status();
-    if (!page->next_page_token().empty() && page->next_page_token() == token) {
+    PS_ASSIGN_OR_RETURN(auto page, ListPage(page_size, token));
+    if (!page.next_page_token().empty() && page.next_page_token() == token) {
       return Annotate(
           absl::InternalError("ListJobs returned the same page token twice"));
     }
-    for (v1::JobStatus& job : *page->mutable_jobs()) {
+    for (v1::JobStatus& job : *page.mutable_jobs()) {
       jobs.push_back(std::move(job));
     }
-    token = page->next_page_token();
+    token = page.next_page_token();
   } while (!token.empty());
   return jobs;
 }
@@ -125,38 +124,39 @@ absl::StatusOr<v1::JobStatus> JobClient::Watch(
     const std::string& job_id,
     const std::function<void(const v1::JobStatus&)>& on_update,
     absl::Duration reconnect_window) {
-  Backoff backoff(absl::Milliseconds(200), absl::Seconds(3));
-  absl::Time give_up = absl::Now() + reconnect_window;
-  while (true) {
-    grpc::ClientContext ctx;
-    // A watch is long-lived; its deadline bounds one stream, not the job.
-    SetDeadline(&ctx, absl::Hours(24));
-    v1::WatchJobRequest request;
-    request.set_job_id(job_id);
-    auto reader = stub_->WatchJob(&ctx, request);
-    v1::JobStatus status;
-    bool terminal = false;
-    v1::JobStatus last;
-    while (reader->Read(&status)) {
-      on_update(status);
-      last = status;
-      terminal = status.state() == v1::SUCCEEDED ||
-                 status.state() == v1::FAILED ||
-                 status.state() == v1::CANCELLED;
-      // Data arrived: the connection is healthy again.
-      backoff.Reset();
-      give_up = absl::Now() + reconnect_window;
-    }
-    absl::Status finish = FromGrpcStatus(reader->Finish());
-    if (terminal) return last;
-    if (!finish.ok() && !IsRetryable(finish)) return Annotate(finish);
-    if (absl::Now() > give_up) {
-      return Annotate(finish.ok()
-                          ? absl::UnavailableError("watch stream ended early")
-                          : finish);
-    }
-    std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
-  }
+  // The stream is opened again after a retryable failure, or when it ends
+  // before the job does; data arriving starts the backoff and the window
+  // again (the connection is healthy).
+  Retrier retry({.initial_backoff = absl::Milliseconds(200),
+                 .max_backoff = absl::Seconds(3),
+                 .window = reconnect_window});
+  v1::JobStatus last;
+  absl::Status status = retry.Run(
+      [&] {
+        grpc::ClientContext ctx;
+        // A watch is long-lived; its deadline bounds one stream, not the job.
+        SetDeadline(&ctx, absl::Hours(24));
+        v1::WatchJobRequest request;
+        request.set_job_id(job_id);
+        auto reader = stub_->WatchJob(&ctx, request);
+        v1::JobStatus update;
+        bool terminal = false;
+        while (reader->Read(&update)) {
+          on_update(update);
+          last = update;
+          terminal = update.state() == v1::SUCCEEDED ||
+                     update.state() == v1::FAILED ||
+                     update.state() == v1::CANCELLED;
+          retry.Progress();
+        }
+        absl::Status finish = FromGrpcStatus(reader->Finish());
+        if (terminal) return absl::OkStatus();
+        return finish.ok() ? absl::UnavailableError("watch stream ended early")
+                           : finish;
+      },
+      [](const absl::Status& s) { return IsRetryable(s); });
+  if (!status.ok()) return Annotate(status);
+  return last;
 }
 
 }  // namespace ps

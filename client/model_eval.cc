@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/float_codec.h"
 #include "common/model_file.h"
+#include "common/status_macros.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/model.h"
 
@@ -12,7 +13,7 @@ namespace ps {
 
 absl::StatusOr<ModelEvaluation> EvaluateModel(const v1::TrainedModel& model,
                                               const Dataset& data) {
-  if (auto s = CheckTrainedModel(model); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(CheckTrainedModel(model));
   if (model.model().kind() == v1::ModelSpec::EXTERNAL) {
     return absl::InvalidArgumentError(
         "an EXTERNAL model is evaluated in PyTorch, not by psctl: load it "
@@ -27,23 +28,22 @@ absl::StatusOr<ModelEvaluation> EvaluateModel(const v1::TrainedModel& model,
     return absl::InvalidArgumentError("the data set has no samples");
   }
   std::unique_ptr<CpuBackend> backend = CpuBackend::Create({.num_threads = 1});
-  auto net = Model::Create(model.model(), backend.get());
-  if (!net.ok()) return net.status();
+  PS_ASSIGN_OR_RETURN(auto net, Model::Create(model.model(), backend.get()));
   std::vector<std::vector<float>> params(model.tensors_size());
   for (int i = 0; i < model.tensors_size(); ++i) {
     const std::string& bytes = model.tensors(i).data();
     params[i].resize(FloatCount(bytes));
     DecodeFloats(bytes, params[i]);
   }
-  if (auto s = (*net)->SetParameters(params); !s.ok()) return s;
-  auto correct = (*net)->CountCorrect(data.features.data(), data.labels.data(),
-                                      data.num_samples);
-  if (!correct.ok()) return correct.status();
+  PS_RETURN_IF_ERROR(net->SetParameters(params));
+  PS_ASSIGN_OR_RETURN(auto correct,
+                      net->CountCorrect(data.features.data(), data.labels.data(),
+                                       data.num_samples));
   ModelEvaluation result;
-  result.correct = *correct;
+  result.correct = correct;
   result.samples = data.num_samples;
   // The same expression as Trainer::Evaluate.
-  result.accuracy = static_cast<float>(*correct) / data.num_samples;
+  result.accuracy = static_cast<float>(correct) / data.num_samples;
   return result;
 }
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -84,14 +85,10 @@ uint32_t BigEndian32(const uint8_t* b) {
 // Opens `path` and parses its header: a magic of two zero bytes, the element
 // type, the rank, then `rank` big-endian uint32 dimensions.
 absl::StatusOr<IdxFile> OpenIdx(const std::string& path, int expected_rank) {
-  absl::StatusOr<GzHandle> handle = Open(path);
-  if (!handle.ok()) return handle.status();
-  gzFile f = handle->get();
+  PS_ASSIGN_OR_RETURN(auto handle, Open(path));
+  gzFile f = handle.get();
   std::array<uint8_t, 4> magic;
-  if (absl::Status s = ReadFully(f, path, magic.data(), magic.size());
-      !s.ok()) {
-    return s;
-  }
+  PS_RETURN_IF_ERROR(ReadFully(f, path, magic.data(), magic.size()));
   if (magic[0] != 0 || magic[1] != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": bad magic number 0x",
@@ -110,10 +107,8 @@ absl::StatusOr<IdxFile> OpenIdx(const std::string& path, int expected_rank) {
                      " dimensions, expected ", expected_rank));
   }
   std::vector<uint8_t> raw(4 * expected_rank);
-  if (absl::Status s = ReadFully(f, path, raw.data(), raw.size()); !s.ok()) {
-    return s;
-  }
-  IdxFile file{std::move(*handle), {}};
+  PS_RETURN_IF_ERROR(ReadFully(f, path, raw.data(), raw.size()));
+  IdxFile file{std::move(handle), {}};
   for (int i = 0; i < expected_rank; ++i) {
     file.dims.push_back(BigEndian32(raw.data() + 4 * i));
   }
@@ -125,25 +120,23 @@ absl::StatusOr<IdxFile> OpenIdx(const std::string& path, int expected_rank) {
 absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
                                        const std::string& labels_path,
                                        int64_t max_samples) {
-  absl::StatusOr<IdxFile> images = OpenIdx(images_path, 3);
-  if (!images.ok()) return images.status();
-  absl::StatusOr<IdxFile> labels = OpenIdx(labels_path, 1);
-  if (!labels.ok()) return labels.status();
+  PS_ASSIGN_OR_RETURN(auto images, OpenIdx(images_path, 3));
+  PS_ASSIGN_OR_RETURN(auto labels, OpenIdx(labels_path, 1));
 
-  const int64_t count = images->dims[0];
+  const int64_t count = images.dims[0];
   // Each dimension is below 2^32, so their product could overflow: bound
   // them first.
-  const int64_t dim = images->dims[1] <= kMaxDim && images->dims[2] <= kMaxDim
-                          ? images->dims[1] * images->dims[2]
+  const int64_t dim = images.dims[1] <= kMaxDim && images.dims[2] <= kMaxDim
+                          ? images.dims[1] * images.dims[2]
                           : kMaxDim + 1;
   if (dim < 1 || dim > kMaxDim) {
     return absl::InvalidArgumentError(
-        absl::StrCat(images_path, ": unsupported image shape ", images->dims[1],
-                     "x", images->dims[2]));
+        absl::StrCat(images_path, ": unsupported image shape ", images.dims[1],
+                     "x", images.dims[2]));
   }
-  if (labels->dims[0] != count) {
+  if (labels.dims[0] != count) {
     return absl::InvalidArgumentError(
-        absl::StrCat(labels_path, ": holds ", labels->dims[0], " labels but ",
+        absl::StrCat(labels_path, ": holds ", labels.dims[0], " labels but ",
                      images_path, " holds ", count, " images"));
   }
   const int64_t n = max_samples > 0 ? std::min(count, max_samples) : count;
@@ -159,11 +152,8 @@ absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
   const int64_t pixels = n * dim;  // n < 2^32, dim <= 2^30: no overflow.
   for (int64_t done = 0; done < pixels;) {
     buffer.resize(std::min(kChunkBytes, pixels - done));
-    if (absl::Status s = ReadFully(images->handle.get(), images_path,
-                                   buffer.data(), buffer.size());
-        !s.ok()) {
-      return s;
-    }
+    PS_RETURN_IF_ERROR(ReadFully(images.handle.get(), images_path,
+                                 buffer.data(), buffer.size()));
     const size_t old_size = data.features.size();
     data.features.resize(old_size + buffer.size());
     float* out = data.features.data() + old_size;
@@ -175,11 +165,8 @@ absl::StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
 
   for (int64_t done = 0; done < n;) {
     buffer.resize(std::min(kChunkBytes, n - done));
-    if (absl::Status s = ReadFully(labels->handle.get(), labels_path,
-                                   buffer.data(), buffer.size());
-        !s.ok()) {
-      return s;
-    }
+    PS_RETURN_IF_ERROR(ReadFully(labels.handle.get(), labels_path,
+                                 buffer.data(), buffer.size()));
     // Unsigned bytes: every label is in [0, 256) by construction.
     data.labels.insert(data.labels.end(), buffer.begin(), buffer.end());
     done += static_cast<int64_t>(buffer.size());

@@ -2,6 +2,7 @@
 
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/retry.h"
 
 namespace ps {
 
@@ -68,12 +69,19 @@ bool Membership::Register() {
 }
 
 void Membership::Loop() {
-  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
   while (true) {
     if (node_id().empty()) {
-      if (Register()) {
-        backoff.Reset();
-      } else if (!Sleep(backoff.Next())) {
+      // Registers until it succeeds (a failure is logged) or Stop() is called.
+      Retrier retry;
+      if (!retry
+               .Run(
+                   [&] {
+                     return Register() ? absl::OkStatus()
+                                       : absl::UnavailableError("register");
+                   },
+                   [](const absl::Status&) { return true; },
+                   [&](absl::Duration delay) { return Sleep(delay); })
+               .ok()) {
         return;
       }
       continue;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/model_layout.h"
+#include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace ps {
@@ -61,16 +62,15 @@ absl::Status WriteAll(FILE* f, const char* data, size_t n,
 }  // namespace
 
 absl::Status CheckTrainedModel(const v1::TrainedModel& model) {
-  auto expected = ModelTensors(model.model());
-  if (!expected.ok()) return expected.status();
-  if (model.tensors_size() != static_cast<int>(expected->size())) {
+  PS_ASSIGN_OR_RETURN(auto expected, ModelTensors(model.model()));
+  if (model.tensors_size() != static_cast<int>(expected.size())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tensors: the model has ", expected->size(),
+        absl::StrCat("tensors: the model has ", expected.size(),
                      " tensors, not ", model.tensors_size()));
   }
   for (int i = 0; i < model.tensors_size(); ++i) {
     const v1::Tensor& t = model.tensors(i);
-    const TensorSpec& want = (*expected)[i];
+    const TensorSpec& want = expected[i];
     const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
     if (t.name() != want.name || shape != want.shape) {
       return absl::InvalidArgumentError(
@@ -180,14 +180,14 @@ absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path) {
   };
 
   char magic[kMagicSize];
-  if (auto s = read(magic, kMagicSize, "the magic"); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(read(magic, kMagicSize, "the magic"));
   if (std::memcmp(magic, kModelFileMagic, kMagicSize) != 0) {
     return Corrupt(path,
                    absl::StrCat("it does not start with \"", kModelFileMagic,
                                 "\" (not a model file?)"));
   }
   unsigned char length_bytes[4];
-  if (auto s = read(length_bytes, 4, "the header length"); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(read(length_bytes, 4, "the header length"));
   const uint32_t header_size = DecodeUint32(length_bytes);
   const int64_t data_start = kMagicSize + 4 + int64_t{header_size};
   if (header_size > kMaxHeaderBytes || data_start > file_size) {
@@ -196,7 +196,7 @@ absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path) {
                                 " exceeds the file's ", file_size, " bytes"));
   }
   std::string json(header_size, '\0');
-  if (auto s = read(json.data(), header_size, "the header"); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(read(json.data(), header_size, "the header"));
   v1::TrainedModel model;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;  // Fields of later versions.
@@ -245,7 +245,7 @@ absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path) {
   for (int i = 0; i < model.tensors_size(); ++i) {
     std::string* data = model.mutable_tensors(i)->mutable_data();
     data->resize(bytes[i]);
-    if (auto s = read(data->data(), bytes[i], "the data"); !s.ok()) return s;
+    PS_RETURN_IF_ERROR(read(data->data(), bytes[i], "the data"));
   }
   return model;
 }

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 
 namespace ps {
 
@@ -245,10 +246,9 @@ absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
   if (model.num_classes() < 2) {
     return absl::InvalidArgumentError("model.num_classes: must be >= 2");
   }
-  absl::StatusOr<std::vector<ConvGeometry>> convs = CnnConvLayers(model);
-  if (!convs.ok()) return convs.status();
+  PS_ASSIGN_OR_RETURN(auto convs, CnnConvLayers(model));
   std::vector<int64_t> widths = {model.input_dim()};
-  if (!convs->empty()) widths = {convs->back().pooled_size()};
+  if (!convs.empty()) widths = {convs.back().pooled_size()};
   switch (model.kind()) {
     case v1::ModelSpec::MLP:
     case v1::ModelSpec::CNN:
@@ -287,8 +287,8 @@ absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
   const bool relu = model.activation() == v1::RELU ||
                     model.activation() == v1::ACTIVATION_UNSPECIFIED;
   std::vector<TensorSpec> tensors;
-  for (size_t i = 0; i < convs->size(); ++i) {
-    const ConvGeometry& conv = (*convs)[i];
+  for (size_t i = 0; i < convs.size(); ++i) {
+    const ConvGeometry& conv = convs[i];
     TensorSpec weight;
     weight.name = absl::StrCat("conv", i, ".weight");
     weight.shape = {conv.patch_size(), conv.filters};

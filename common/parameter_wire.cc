@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
 #include "google/protobuf/stubs/common.h"
@@ -228,10 +229,7 @@ absl::Status ParseNestedBlock(CodedInputStream* in,
   if (depth < 0) {
     return Malformed(absl::StrCat(field, ": nested too deeply"), message);
   }
-  if (auto s = ParseBlock(in, &blocks->emplace_back(), field, message);
-      !s.ok()) {
-    return s;
-  }
+  PS_RETURN_IF_ERROR(ParseBlock(in, &blocks->emplace_back(), field, message));
   // A block that ends before its length (truncated input) is an error.
   if (in->BytesUntilLimit() != 0) {
     return Malformed(absl::StrCat(field, ": truncated"), message);
@@ -348,11 +346,8 @@ absl::StatusOr<PushView> ParsePushRequest(
         break;
       }
       case Tag(kGradientsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
-        if (auto s = ParseNestedBlock(&in, &out.gradients, "gradients",
-                                      "PushRequest");
-            !s.ok()) {
-          return s;
-        }
+        PS_RETURN_IF_ERROR(
+            ParseNestedBlock(&in, &out.gradients, "gradients", "PushRequest"));
         break;
       case Tag(kGradientEncodingField, WireFormatLite::WIRETYPE_VARINT): {
         // An open enum: any int32 is kept, as Protobuf keeps it.
@@ -380,10 +375,8 @@ absl::StatusOr<PullView> ParsePullResponse(
     if (!ReadTag(&in, &tag)) return Malformed("bad tag", kMessage);
     switch (tag) {
       case Tag(kBlocksField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
-        if (auto s = ParseNestedBlock(&in, &out.blocks, "blocks", kMessage);
-            !s.ok()) {
-          return s;
-        }
+        PS_RETURN_IF_ERROR(
+            ParseNestedBlock(&in, &out.blocks, "blocks", kMessage));
         break;
       case Tag(kMinClockField, WireFormatLite::WIRETYPE_VARINT): {
         uint64_t v;
@@ -541,7 +534,7 @@ WireMessage WireBufferPool::Take(size_t size) {
   out.size_ = size;
   out.pool_ = shared_from_this();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->second >= size && it->second / 2 <= size) {
         out.data_ = std::move(it->first);
@@ -557,7 +550,7 @@ WireMessage WireBufferPool::Take(size_t size) {
 }
 
 void WireBufferPool::Return(std::unique_ptr<char[]> data, size_t capacity) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (static_cast<int>(free_.size()) < max_free_) {
     free_.emplace_back(std::move(data), capacity);
   } else if (!free_.empty()) {
@@ -568,7 +561,7 @@ void WireBufferPool::Return(std::unique_ptr<char[]> data, size_t capacity) {
 }
 
 int WireBufferPool::free_buffers() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int>(free_.size());
 }
 

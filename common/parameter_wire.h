@@ -12,14 +12,15 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/half_codec.h"
 #include "ps/v1/parameter.pb.h"
 
@@ -252,8 +253,9 @@ class WireBufferPool : public std::enable_shared_from_this<WireBufferPool> {
   void Return(std::unique_ptr<char[]> data, size_t capacity);
 
   const int max_free_;
-  mutable std::mutex mu_;
-  std::vector<std::pair<std::unique_ptr<char[]>, size_t>> free_;  // By mu_.
+  mutable absl::Mutex mu_;
+  std::vector<std::pair<std::unique_ptr<char[]>, size_t>> free_
+      ABSL_GUARDED_BY(mu_);
 };
 
 // One block of a reply: its key and values.

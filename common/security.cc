@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "grpcpp/security/credentials.h"
 
 namespace ps {
@@ -144,13 +145,9 @@ bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
 }
 
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
-  auto contents = ReadSmallFile(path, "secret file");
-  if (!contents.ok()) return contents.status();
-  const absl::string_view secret = absl::StripAsciiWhitespace(*contents);
-  if (auto s = CheckSecret(secret, absl::StrCat("secret file ", path));
-      !s.ok()) {
-    return s;
-  }
+  PS_ASSIGN_OR_RETURN(auto contents, ReadSmallFile(path, "secret file"));
+  const absl::string_view secret = absl::StripAsciiWhitespace(contents);
+  PS_RETURN_IF_ERROR(CheckSecret(secret, absl::StrCat("secret file ", path)));
   return std::string(secret);
 }
 
@@ -162,11 +159,8 @@ absl::StatusOr<std::vector<std::string>> ParseTokens(absl::string_view contents,
     ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
-    if (auto s = CheckSecret(
-            line, absl::StrCat("token file ", name, " line ", line_number));
-        !s.ok()) {
-      return s;
-    }
+    PS_RETURN_IF_ERROR(CheckSecret(
+        line, absl::StrCat("token file ", name, " line ", line_number)));
     tokens.emplace_back(line);
   }
   if (tokens.empty()) {
@@ -178,9 +172,8 @@ absl::StatusOr<std::vector<std::string>> ParseTokens(absl::string_view contents,
 
 absl::StatusOr<std::vector<std::string>> ReadTokenFile(
     const std::string& path) {
-  auto contents = ReadSmallFile(path, "token file");
-  if (!contents.ok()) return contents.status();
-  return ParseTokens(*contents, path);
+  PS_ASSIGN_OR_RETURN(auto contents, ReadSmallFile(path, "token file"));
+  return ParseTokens(contents, path);
 }
 
 absl::StatusOr<Credentials> Credentials::Load(const SecurityOptions& options) {
@@ -200,29 +193,27 @@ absl::StatusOr<Credentials> Credentials::Load(const SecurityOptions& options) {
         "tls: require_client_cert needs TLS (cert_file, key_file, ca_file)");
   }
   if (c.tls_) {
-    auto ca = ReadSmallFile(tls.ca_file, "tls ca_file");
-    if (!ca.ok()) return ca.status();
-    if (CountCertificates(*ca) == 0) {
+    PS_ASSIGN_OR_RETURN(auto ca, ReadSmallFile(tls.ca_file, "tls ca_file"));
+    if (CountCertificates(ca) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tls: ca_file ", tls.ca_file, " holds no PEM certificate"));
     }
-    c.ca_pem_ = *std::move(ca);
+    c.ca_pem_ = std::move(ca);
   }
   if (!tls.cert_file.empty()) {
-    auto cert = ReadSmallFile(tls.cert_file, "tls cert_file");
-    if (!cert.ok()) return cert.status();
-    auto key = ReadSmallFile(tls.key_file, "tls key_file");
-    if (!key.ok()) return key.status();
-    if (auto s = CheckKeyPair(*cert, *key, tls); !s.ok()) return s;
-    c.cert_pem_ = *std::move(cert);
-    c.key_pem_ = *std::move(key);
+    PS_ASSIGN_OR_RETURN(auto cert,
+                        ReadSmallFile(tls.cert_file, "tls cert_file"));
+    PS_ASSIGN_OR_RETURN(auto key, ReadSmallFile(tls.key_file, "tls key_file"));
+    PS_RETURN_IF_ERROR(CheckKeyPair(cert, key, tls));
+    c.cert_pem_ = std::move(cert);
+    c.key_pem_ = std::move(key);
   }
   c.require_client_cert_ = tls.require_client_cert;
   c.server_name_override_ = tls.server_name_override;
   if (!options.cluster_secret_file.empty()) {
-    auto secret = ReadSecretFile(options.cluster_secret_file);
-    if (!secret.ok()) return secret.status();
-    c.cluster_secret_ = *std::move(secret);
+    PS_ASSIGN_OR_RETURN(auto secret,
+                        ReadSecretFile(options.cluster_secret_file));
+    c.cluster_secret_ = std::move(secret);
   }
   return c;
 }

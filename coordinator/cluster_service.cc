@@ -1,6 +1,7 @@
 #include "coordinator/cluster_service.h"
 
 #include "common/net_address.h"
+#include "common/status_macros.h"
 #include "common/unary_handler.h"
 
 namespace ps {
@@ -12,10 +13,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Register(
       ctx, "Register", metrics_, kMaxSmallRequestBytes, request, response,
       [&](const v1::RegisterRequest& r)
           -> absl::StatusOr<v1::RegisterResponse> {
-        if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-            !allowed.ok()) {
-          return allowed;
-        }
+        PS_RETURN_IF_ERROR(authorizer_.AuthorizeMember(*ctx));
         return manager_->Register(r, PeerHost(ctx->peer()));
       });
 }
@@ -27,10 +25,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(
       ctx, "Heartbeat", metrics_, kMaxSmallRequestBytes, request, response,
       [&](const v1::HeartbeatRequest& r)
           -> absl::StatusOr<v1::HeartbeatResponse> {
-        if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-            !allowed.ok()) {
-          return allowed;
-        }
+        PS_RETURN_IF_ERROR(authorizer_.AuthorizeMember(*ctx));
         absl::StatusOr<v1::HeartbeatResponse> result = manager_->Heartbeat(r);
         if (result.ok() && r.held_size() > 0) {
           // Of the jobs a server stores, those whose shards it may delete.
@@ -52,10 +47,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ReportProgress(
   return FinishRawUnary<v1::ProgressReport, v1::ProgressResponse>(
       ctx, "ReportProgress", metrics_, kMaxSmallRequestBytes, request, response,
       [&](const v1::ProgressReport& r) -> absl::StatusOr<v1::ProgressResponse> {
-        if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-            !allowed.ok()) {
-          return allowed;
-        }
+        PS_RETURN_IF_ERROR(authorizer_.AuthorizeMember(*ctx));
         return manager_->ReportProgress(r);
       });
 }
@@ -68,11 +60,8 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::UploadModel(
       static_cast<size_t>(max_upload_request_bytes_), request, response,
       [&](const v1::UploadModelRequest& r)
           -> absl::StatusOr<v1::UploadModelResponse> {
-        if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
-            !allowed.ok()) {
-          return allowed;
-        }
-        if (absl::Status s = manager_->UploadModel(r); !s.ok()) return s;
+        PS_RETURN_IF_ERROR(authorizer_.AuthorizeMember(*ctx));
+        PS_RETURN_IF_ERROR(manager_->UploadModel(r));
         return v1::UploadModelResponse();
       });
 }

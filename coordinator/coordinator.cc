@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "coordinator/request_validation.h"
 
 namespace ps {
@@ -21,31 +22,27 @@ absl::Status Coordinator::Start() {
   if (options_.data_dir.empty()) {
     return absl::InvalidArgumentError("coordinator: data_dir is required");
   }
-  auto credentials = Credentials::Load(options_.security);
-  if (!credentials.ok()) return credentials.status();
-  auto server_credentials = credentials->ServerCredentials();
-  if (!server_credentials.ok()) return server_credentials.status();
+  PS_ASSIGN_OR_RETURN(auto credentials, Credentials::Load(options_.security));
+  PS_ASSIGN_OR_RETURN(auto server_credentials, credentials.ServerCredentials());
   AuthorizerOptions job_api;
   if (!options_.auth_token_file.empty()) {
-    auto tokens = ReadTokenFile(options_.auth_token_file);
-    if (!tokens.ok()) return tokens.status();
-    job_api.job_tokens = *std::move(tokens);
+    PS_ASSIGN_OR_RETURN(auto tokens, ReadTokenFile(options_.auth_token_file));
+    job_api.job_tokens = std::move(tokens);
     job_api.allow_unauthenticated_reads = options_.allow_unauthenticated_reads;
   }
-  auto table = JobTable::Open(options_.data_dir);
-  if (!table.ok()) return table.status();
-  table_ = *std::move(table);
-  auto manager = JobManager::Create(table_.get(), options_.timing,
-                                    metrics_.get(), options_.job_limits);
-  if (!manager.ok()) return manager.status();
-  manager_ = *std::move(manager);
+  PS_ASSIGN_OR_RETURN(auto table, JobTable::Open(options_.data_dir));
+  table_ = std::move(table);
+  PS_ASSIGN_OR_RETURN(auto manager,
+                      JobManager::Create(table_.get(), options_.timing,
+                                         metrics_.get(), options_.job_limits));
+  manager_ = std::move(manager);
   job_service_ = std::make_unique<JobServiceImpl>(
       manager_.get(), rpc_metrics_.get(), Authorizer(std::move(job_api)));
   const int64_t max_upload_bytes =
       MaxUploadModelRequestBytes(options_.job_limits);
   cluster_service_ = std::make_unique<ClusterServiceImpl>(
       manager_.get(), rpc_metrics_.get(),
-      Authorizer(credentials->MemberChecks()), max_upload_bytes);
+      Authorizer(credentials.MemberChecks()), max_upload_bytes);
 
   // gRPC's receive limit is per server: it is that of the largest request any
   // method takes (UploadModel's), and each method refuses more than its own
@@ -60,8 +57,7 @@ absl::Status Coordinator::Start() {
   }
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder, limits, options_.reflection);
-  builder.AddListeningPort(options_.listen_address, *server_credentials,
-                           &port_);
+  builder.AddListeningPort(options_.listen_address, server_credentials, &port_);
   builder.RegisterService(job_service_.get());
   builder.RegisterService(cluster_service_.get());
   server_ = builder.BuildAndStart();
@@ -72,13 +68,13 @@ absl::Status Coordinator::Start() {
   SetServicesServing(server_.get(), {v1::JobService::service_full_name(),
                                      v1::ClusterService::service_full_name()});
   if (!options_.metrics_address.empty()) {
-    auto exposer = MetricsExposer::Start(options_.metrics_address, registry_);
-    if (!exposer.ok()) return exposer.status();
-    exposer_ = *std::move(exposer);
+    PS_ASSIGN_OR_RETURN(auto exposer, MetricsExposer::Start(
+                                          options_.metrics_address, registry_));
+    exposer_ = std::move(exposer);
   }
   ticker_ = std::thread([this] { TickLoop(); });
   PS_LOG_INFO("coordinator listening on port ", port_,
-              credentials->tls() ? " with TLS" : "", ", job table at ",
+              credentials.tls() ? " with TLS" : "", ", job table at ",
               options_.data_dir,
               options_.auth_token_file.empty() ? ", job API open"
               : options_.allow_unauthenticated_reads

@@ -9,6 +9,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/net_address.h"
+#include "common/status_macros.h"
 #include "coordinator/shard_planner.h"
 
 namespace ps {
@@ -74,23 +75,24 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
     JobLimits limits) {
   std::unique_ptr<JobManager> manager(
       new JobManager(table, timing, metrics, limits));
-  if (auto s = manager->Load(); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(manager->Load());
   return manager;
 }
 
 absl::Status JobManager::Load() {
-  auto jobs = table_->LoadAll();
-  if (!jobs.ok()) return jobs.status();
+  PS_ASSIGN_OR_RETURN(auto jobs, table_->LoadAll());
   absl::MutexLock lock(&mu_);
-  for (v1::JobStatus& status : *jobs) {
+  for (v1::JobStatus& status : jobs) {
     Job& job = jobs_[status.job_id()];
     job.status = std::move(status);
     job.model_digest = SpecModelDigest(job.status.spec());
     if (job.status.state() == v1::RUNNING) {
       // Its nodes will register again; until then every place is vacant.
       const absl::Time now = absl::Now();
-      job.servers.assign(job.status.spec().num_servers(), Slot{"", now});
-      job.workers.assign(job.status.spec().num_workers(), Slot{"", now});
+      Slot vacant;
+      vacant.vacant_since = now;
+      job.servers.assign(job.status.spec().num_servers(), vacant);
+      job.workers.assign(job.status.spec().num_workers(), vacant);
       for (size_t i = 0;
            i < job.servers.size() &&
            static_cast<int>(i) < job.status.shard_map().servers_size();
@@ -110,10 +112,10 @@ absl::Status JobManager::Load() {
 
 absl::StatusOr<std::string> JobManager::Submit(v1::JobSpec spec) {
   ApplyJobSpecDefaults(&spec);
-  if (auto s = ValidateSubmittedSpec(spec, limits_); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateSubmittedSpec(spec, limits_));
   {
     absl::MutexLock lock(&mu_);
-    if (auto s = CheckJobCount(); !s.ok()) return s;
+    PS_RETURN_IF_ERROR(CheckJobCount());
   }
   v1::JobStatus status;
   *status.mutable_spec() = std::move(spec);
@@ -123,10 +125,10 @@ absl::StatusOr<std::string> JobManager::Submit(v1::JobSpec spec) {
   status.mutable_progress()->set_test_accuracy(-1);
   absl::MutexLock lock(&mu_);
   // Checked again: another Submit may have queued a job meanwhile.
-  if (auto s = CheckJobCount(); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(CheckJobCount());
   // The table hands out the id and stores the record in one write, so two
   // submits never share an id and an acknowledged id always has its record.
-  if (auto s = table_->Create(&status); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(table_->Create(&status));
   const std::string id = status.job_id();
   auto [it, inserted] = jobs_.try_emplace(id);
   if (!inserted) {
@@ -157,7 +159,7 @@ absl::Status JobManager::CheckJobCount() const {
 }
 
 absl::StatusOr<v1::JobStatus> JobManager::Get(const std::string& job_id) const {
-  if (auto s = ValidateId("job_id", job_id); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -174,7 +176,7 @@ std::vector<v1::JobStatus> JobManager::List() const {
 }
 
 absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id) {
-  if (auto s = ValidateId("job_id", job_id); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -192,7 +194,7 @@ absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id) {
 
 absl::StatusOr<int64_t> JobManager::Watch(const std::string& job_id,
                                           Watcher watcher) {
-  if (auto s = ValidateId("job_id", job_id); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -211,7 +213,7 @@ void JobManager::Unwatch(int64_t token) {
 
 absl::StatusOr<v1::RegisterResponse> JobManager::Register(
     const v1::RegisterRequest& request, const std::string& peer_host) {
-  if (auto s = ValidateRegisterRequest(request); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateRegisterRequest(request));
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
   if (request.role() == v1::WORKER && !request.job_id().empty()) {
@@ -375,9 +377,11 @@ void JobManager::ReturnServerPlaces(const std::string& node_id,
     const auto& servers = job.status.shard_map().servers();
     for (int i = 0; i < servers.size(); ++i) {
       if (servers[i] != node.address) continue;
+      // (A structured binding is not captured: clang 14 cannot.)
+      const std::string& id = job_id;
       const bool holds = std::any_of(
           request.held().begin(), request.held().end(),
-          [&](const v1::HeldAssignment& h) { return h.job_id() == job_id; });
+          [&](const v1::HeldAssignment& h) { return h.job_id() == id; });
       // Shards were stored on that place once the server said so, or once a
       // worker completed a step (which every server acknowledged).
       const bool had_shards =
@@ -409,7 +413,7 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
 
 absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     const v1::HeartbeatRequest& request) {
-  if (auto s = ValidateHeartbeatRequest(request); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateHeartbeatRequest(request));
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(request.node_id());
   if (it == nodes_.end()) {
@@ -444,7 +448,7 @@ v1::Assignment JobManager::AssignmentOf(const Job& job, int index) const {
 
 absl::StatusOr<v1::ProgressResponse> JobManager::ReportProgress(
     const v1::ProgressReport& report) {
-  if (auto s = ValidateProgressReport(report); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateProgressReport(report));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(report.job_id());
   if (it == jobs_.end()) {
@@ -605,7 +609,8 @@ void JobManager::Attach(Job& job, v1::NodeRole role, int index,
     }
   }
   const bool recovered = slot.vacant_since != absl::InfiniteFuture();
-  slot = Slot{node_id, absl::InfiniteFuture()};
+  slot = Slot();  // Held from now on (vacant_since: never).
+  slot.node_id = node_id;
   Node& node = nodes_.at(node_id);
   node.job_id = job.status.job_id();
   node.index = index;

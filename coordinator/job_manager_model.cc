@@ -5,12 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/model_file.h"
+#include "common/status_macros.h"
 #include "coordinator/job_manager.h"
 
 namespace ps {
 
 absl::Status JobManager::UploadModel(const v1::UploadModelRequest& request) {
-  if (auto s = ValidateUploadModelRequest(request); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateUploadModelRequest(request));
   const std::string& job_id = request.model().job_id();
   v1::TrainedModel model = request.model();
   {
@@ -41,7 +42,7 @@ absl::Status JobManager::UploadModel(const v1::UploadModelRequest& request) {
     return absl::InvalidArgumentError(
         absl::StrCat("model of ", job_id, ": ", s.message()));
   }
-  if (auto s = table_->PutModel(model); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(table_->PutModel(model));
   PS_LOG_INFO("job ", job_id, ": stored the trained model (clock ",
               model.clock(), ", test accuracy ", model.test_accuracy(), ")");
   return absl::OkStatus();
@@ -49,7 +50,7 @@ absl::Status JobManager::UploadModel(const v1::UploadModelRequest& request) {
 
 absl::StatusOr<v1::TrainedModel> JobManager::ExportModel(
     const std::string& job_id) {
-  if (auto s = ValidateId("job_id", job_id); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);

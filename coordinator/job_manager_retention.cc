@@ -6,12 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "coordinator/job_manager.h"
 
 namespace ps {
 
 absl::Status JobManager::Delete(const std::string& job_id) {
-  if (auto s = ValidateId("job_id", job_id); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -24,7 +25,7 @@ absl::Status JobManager::Delete(const std::string& job_id) {
                      v1::JobState_Name(state), "); cancel it first"));
   }
   // Durable first: a job that failed to delete is still listed.
-  if (auto s = table_->Delete(job_id); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(table_->Delete(job_id));
   jobs_.erase(it);
   UpdateGauges();
   PS_LOG_INFO("job ", job_id, " deleted");
@@ -75,7 +76,7 @@ absl::StatusOr<JobPage> JobManager::ListPage(
   if (page_size == 0) page_size = kDefaultListPageSize;
   page_size = std::min(page_size, kMaxListPageSize);
   if (!page_token.empty()) {
-    if (auto s = ValidateId("page_token", page_token); !s.ok()) return s;
+    PS_RETURN_IF_ERROR(ValidateId("page_token", page_token));
   }
   JobPage page;
   absl::MutexLock lock(&mu_);

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "common/unary_handler.h"
 #include "coordinator/request_validation.h"
 
@@ -116,15 +117,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
       ctx, "SubmitJob", metrics_, kMaxSubmitJobRequestBytes, request, response,
       [&](const v1::SubmitJobRequest& r)
           -> absl::StatusOr<v1::SubmitJobResponse> {
-        if (absl::Status allowed =
-                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
-            !allowed.ok()) {
-          return allowed;
-        }
-        auto id = manager_->Submit(r.spec());
-        if (!id.ok()) return id.status();
+        PS_RETURN_IF_ERROR(
+            authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite));
+        PS_ASSIGN_OR_RETURN(auto id, manager_->Submit(r.spec()));
         v1::SubmitJobResponse reply;
-        reply.set_job_id(*id);
+        reply.set_job_id(id);
         return reply;
       });
 }
@@ -135,11 +132,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(
   return FinishRawUnary<v1::GetJobRequest, v1::JobStatus>(
       ctx, "GetJob", metrics_, kMaxSmallRequestBytes, request, response,
       [&](const v1::GetJobRequest& r) -> absl::StatusOr<v1::JobStatus> {
-        if (absl::Status allowed =
-                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
-            !allowed.ok()) {
-          return allowed;
-        }
+        PS_RETURN_IF_ERROR(
+            authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead));
         return manager_->Get(r.job_id());
       });
 }
@@ -151,16 +145,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(
       ctx, "ListJobs", metrics_, kMaxSmallRequestBytes, request, response,
       [&](const v1::ListJobsRequest& r)
           -> absl::StatusOr<v1::ListJobsResponse> {
-        if (absl::Status allowed =
-                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead);
-            !allowed.ok()) {
-          return allowed;
-        }
-        auto page = manager_->ListPage(r.page_size(), r.page_token());
-        if (!page.ok()) return page.status();
+        PS_RETURN_IF_ERROR(
+            authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead));
+        PS_ASSIGN_OR_RETURN(auto page,
+                            manager_->ListPage(r.page_size(), r.page_token()));
         v1::ListJobsResponse list;
-        for (v1::JobStatus& job : page->jobs) *list.add_jobs() = std::move(job);
-        list.set_next_page_token(std::move(page->next_page_token));
+        for (v1::JobStatus& job : page.jobs) *list.add_jobs() = std::move(job);
+        list.set_next_page_token(std::move(page.next_page_token));
         return list;
       });
 }
@@ -172,15 +163,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(
       ctx, "CancelJob", metrics_, kMaxSmallRequestBytes, request, response,
       [&](const v1::CancelJobRequest& r)
           -> absl::StatusOr<v1::CancelJobResponse> {
-        if (absl::Status allowed =
-                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
-            !allowed.ok()) {
-          return allowed;
-        }
-        auto job = manager_->Cancel(r.job_id());
-        if (!job.ok()) return job.status();
+        PS_RETURN_IF_ERROR(
+            authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite));
+        PS_ASSIGN_OR_RETURN(auto job, manager_->Cancel(r.job_id()));
         v1::CancelJobResponse reply;
-        *reply.mutable_job() = *std::move(job);
+        *reply.mutable_job() = std::move(job);
         return reply;
       });
 }
@@ -203,11 +190,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ExportModel(
   return FinishRawUnary<v1::ExportModelRequest, v1::TrainedModel>(
       ctx, "ExportModel", metrics_, kMaxSmallRequestBytes, request, response,
       [&](const v1::ExportModelRequest& r) -> absl::StatusOr<v1::TrainedModel> {
-        if (absl::Status allowed =
-                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
-            !allowed.ok()) {
-          return allowed;
-        }
+        PS_RETURN_IF_ERROR(
+            authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite));
         return manager_->ExportModel(r.job_id());
       });
 }
@@ -219,15 +203,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(
       ctx, "DeleteJob", metrics_, kMaxSmallRequestBytes, request, response,
       [&](const v1::DeleteJobRequest& r)
           -> absl::StatusOr<v1::DeleteJobResponse> {
-        if (absl::Status allowed =
-                authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
-            !allowed.ok()) {
-          return allowed;
-        }
-        if (absl::Status deleted = manager_->Delete(r.job_id());
-            !deleted.ok()) {
-          return deleted;
-        }
+        PS_RETURN_IF_ERROR(
+            authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite));
+        PS_RETURN_IF_ERROR(manager_->Delete(r.job_id()));
         return v1::DeleteJobResponse();
       });
 }

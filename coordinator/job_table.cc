@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "rocksdb/write_batch.h"
 
 namespace ps {
@@ -82,11 +83,8 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
   if (!existing) {
     rocksdb::WriteOptions sync;
     sync.sync = true;
-    if (auto st = FromRocks(db->Put(sync, kKindKey, kKind),
-                            absl::StrCat("job table at ", path));
-        !st.ok()) {
-      return st;
-    }
+    PS_RETURN_IF_ERROR(FromRocks(db->Put(sync, kKindKey, kKind),
+                                 absl::StrCat("job table at ", path)));
   }
   return std::unique_ptr<JobTable>(new JobTable(std::move(db)));
 }
@@ -112,7 +110,7 @@ absl::StatusOr<std::vector<v1::JobStatus>> JobTable::LoadAll() {
     }
     jobs.push_back(std::move(job));
   }
-  if (auto s = FromRocks(it->status(), "job table scan"); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(FromRocks(it->status(), "job table scan"));
   return jobs;
 }
 
@@ -170,18 +168,13 @@ absl::StatusOr<v1::TrainedModel> JobTable::GetModel(const std::string& job_id) {
 absl::Status JobTable::Delete(const std::string& job_id) {
   const std::string what = absl::StrCat("job table delete of ", job_id);
   rocksdb::WriteBatch batch;
-  if (auto s = FromRocks(batch.Delete(absl::StrCat(kJobPrefix, job_id)), what);
-      !s.ok()) {
-    return s;
-  }
-  if (auto s =
-          FromRocks(batch.Delete(absl::StrCat(kModelPrefix, job_id)), what);
-      !s.ok()) {
-    return s;
-  }
+  PS_RETURN_IF_ERROR(
+      FromRocks(batch.Delete(absl::StrCat(kJobPrefix, job_id)), what));
+  PS_RETURN_IF_ERROR(
+      FromRocks(batch.Delete(absl::StrCat(kModelPrefix, job_id)), what));
   rocksdb::WriteOptions options;
   options.sync = true;
-  if (auto s = FromRocks(db_->Write(options, &batch), what); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(FromRocks(db_->Write(options, &batch), what));
   // The deletes only hide the model; compacting its key drops its bytes (a
   // model is up to --max_model_bytes).
   const std::string begin = absl::StrCat(kModelPrefix, job_id);

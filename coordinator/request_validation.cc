@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/model_layout.h"
+#include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -90,18 +91,13 @@ absl::Status CheckNoUnknownFields(const google::protobuf::Message& message,
         path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
     if (field->is_repeated()) {
       for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
-        if (auto s = CheckNoUnknownFields(
-                reflection->GetRepeatedMessage(message, field, i),
-                absl::StrCat(sub, "[", i, "]"));
-            !s.ok()) {
-          return s;
-        }
+        PS_RETURN_IF_ERROR(CheckNoUnknownFields(
+            reflection->GetRepeatedMessage(message, field, i),
+            absl::StrCat(sub, "[", i, "]")));
       }
-    } else if (auto s = CheckNoUnknownFields(
-                   reflection->GetMessage(message, field), sub);
-               !s.ok()) {
-      return s;
-    }
+    } else
+      PS_RETURN_IF_ERROR(
+          CheckNoUnknownFields(reflection->GetMessage(message, field), sub));
   }
   return absl::OkStatus();
 }
@@ -131,7 +127,7 @@ absl::Status ValidateSubmittedSpec(const v1::JobSpec& spec,
                        limits.max_model_bytes, " (--max_model_bytes)"));
     }
   }
-  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateJobSpec(spec));
   return CheckNoUnknownFields(spec, "");
 }
 
@@ -146,16 +142,10 @@ absl::Status ValidateHeld(
                                         " assignments"));
   }
   for (int i = 0; i < held.size(); ++i) {
-    if (auto s =
-            ValidateId(absl::StrCat("held[", i, "].job_id"), held[i].job_id());
-        !s.ok()) {
-      return s;
-    }
-    if (auto s =
-            ValidateIndex(absl::StrCat("held[", i, "].index"), held[i].index());
-        !s.ok()) {
-      return s;
-    }
+    PS_RETURN_IF_ERROR(
+        ValidateId(absl::StrCat("held[", i, "].job_id"), held[i].job_id()));
+    PS_RETURN_IF_ERROR(
+        ValidateIndex(absl::StrCat("held[", i, "].index"), held[i].index()));
   }
   return absl::OkStatus();
 }
@@ -170,19 +160,13 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
     if (request.address().empty()) {
       return Invalid("address", "required for a server");
     }
-    if (auto s = ValidateAddress("address", request.address()); !s.ok()) {
-      return s;
-    }
+    PS_RETURN_IF_ERROR(ValidateAddress("address", request.address()));
   } else if (!request.address().empty()) {
-    if (auto s = ValidateAddress("address", request.address()); !s.ok()) {
-      return s;
-    }
+    PS_RETURN_IF_ERROR(ValidateAddress("address", request.address()));
   }
-  if (auto s = ValidateHeld(request.held()); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateHeld(request.held()));
   if (!request.storage_id().empty()) {
-    if (auto s = ValidateId("storage_id", request.storage_id()); !s.ok()) {
-      return s;
-    }
+    PS_RETURN_IF_ERROR(ValidateId("storage_id", request.storage_id()));
   }
   if (!request.model_digest().empty()) {
     if (request.role() != v1::WORKER) {
@@ -212,30 +196,23 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
 }
 
 absl::Status ValidateHeartbeatRequest(const v1::HeartbeatRequest& request) {
-  if (auto s = ValidateId("node_id", request.node_id()); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateId("node_id", request.node_id()));
   return ValidateHeld(request.held());
 }
 
 absl::Status ValidateProgressReport(const v1::ProgressReport& report) {
-  if (auto s = ValidateId("node_id", report.node_id()); !s.ok()) return s;
-  if (auto s = ValidateId("job_id", report.job_id()); !s.ok()) return s;
-  if (auto s = ValidateIndex("worker_index", report.worker_index()); !s.ok()) {
-    return s;
-  }
-  if (auto s = ValidateNonNegative("epoch", report.epoch()); !s.ok()) return s;
-  if (auto s = ValidateNonNegative("clock", report.clock()); !s.ok()) return s;
-  if (auto s = ValidateNonNegative("total_clocks", report.total_clocks());
-      !s.ok()) {
-    return s;
-  }
+  PS_RETURN_IF_ERROR(ValidateId("node_id", report.node_id()));
+  PS_RETURN_IF_ERROR(ValidateId("job_id", report.job_id()));
+  PS_RETURN_IF_ERROR(ValidateIndex("worker_index", report.worker_index()));
+  PS_RETURN_IF_ERROR(ValidateNonNegative("epoch", report.epoch()));
+  PS_RETURN_IF_ERROR(ValidateNonNegative("clock", report.clock()));
+  PS_RETURN_IF_ERROR(
+      ValidateNonNegative("total_clocks", report.total_clocks()));
   if (!(report.samples_per_second() >= 0) ||
       !std::isfinite(report.samples_per_second())) {
     return Invalid("samples_per_second", "must be finite and >= 0");
   }
-  if (auto s = ValidateAccuracy("test_accuracy", report.test_accuracy());
-      !s.ok()) {
-    return s;
-  }
+  PS_RETURN_IF_ERROR(ValidateAccuracy("test_accuracy", report.test_accuracy()));
   if (report.error().size() > kMaxReportedErrorBytes) {
     return Invalid("error", absl::StrCat("longer than ", kMaxReportedErrorBytes,
                                          " bytes"));
@@ -244,23 +221,15 @@ absl::Status ValidateProgressReport(const v1::ProgressReport& report) {
 }
 
 absl::Status ValidateUploadModelRequest(const v1::UploadModelRequest& request) {
-  if (auto s = ValidateId("node_id", request.node_id()); !s.ok()) return s;
-  if (auto s = ValidateIndex("worker_index", request.worker_index()); !s.ok()) {
-    return s;
-  }
+  PS_RETURN_IF_ERROR(ValidateId("node_id", request.node_id()));
+  PS_RETURN_IF_ERROR(ValidateIndex("worker_index", request.worker_index()));
   const v1::TrainedModel& model = request.model();
-  if (auto s = ValidateId("model.job_id", model.job_id()); !s.ok()) return s;
-  if (auto s = ValidateNonNegative("model.clock", model.clock()); !s.ok()) {
-    return s;
-  }
-  if (auto s = ValidateAccuracy("model.test_accuracy", model.test_accuracy());
-      !s.ok()) {
-    return s;
-  }
-  if (auto s = ValidateNonNegative("model.test_samples", model.test_samples());
-      !s.ok()) {
-    return s;
-  }
+  PS_RETURN_IF_ERROR(ValidateId("model.job_id", model.job_id()));
+  PS_RETURN_IF_ERROR(ValidateNonNegative("model.clock", model.clock()));
+  PS_RETURN_IF_ERROR(
+      ValidateAccuracy("model.test_accuracy", model.test_accuracy()));
+  PS_RETURN_IF_ERROR(
+      ValidateNonNegative("model.test_samples", model.test_samples()));
   if (model.tensors_size() > kMaxModelTensors) {
     return Invalid("model.tensors",
                    absl::StrCat("more than ", kMaxModelTensors, " tensors"));

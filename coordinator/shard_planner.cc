@@ -5,6 +5,7 @@
 
 #include "common/job_spec.h"
 #include "common/model_layout.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -77,11 +78,10 @@ absl::StatusOr<v1::ShardMap> PlanShards(const v1::JobSpec& spec,
                                         int64_t version) {
   if (servers.empty())
     return absl::InvalidArgumentError("no servers to place blocks on");
-  auto tensors = ModelTensors(spec.model());
-  if (!tensors.ok()) return tensors.status();
+  PS_ASSIGN_OR_RETURN(auto tensors, ModelTensors(spec.model()));
   const int64_t block_elems =
-      EffectiveBlockElems(spec, *tensors, static_cast<int>(servers.size()));
-  std::vector<BlockSpec> blocks = SplitIntoBlocks(*tensors, block_elems);
+      EffectiveBlockElems(spec, tensors, static_cast<int>(servers.size()));
+  std::vector<BlockSpec> blocks = SplitIntoBlocks(tensors, block_elems);
   std::vector<size_t> order(blocks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {

@@ -19,6 +19,9 @@ packages=(
   python3-pytest python3-venv
   # The fuzz targets (tests/fuzz): clang with libFuzzer and the sanitizers.
   clang libclang-rt-14-dev
+  # tests/lint/thread_safety.sh: reads compile_commands.json (clang
+  # -Wthread-safety runs over every source it lists).
+  jq
 )
 
 missing=()

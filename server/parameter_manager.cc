@@ -167,11 +167,4 @@ void ParameterManager::Shutdown() {
   }
 }
 
-std::vector<std::string> ParameterManager::job_ids() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<std::string> ids;
-  for (const auto& [id, job] : jobs_) ids.push_back(id);
-  return ids;
-}
-
 }  // namespace ps

@@ -65,9 +65,6 @@ class ParameterManager {
   // deleting (a deletion in progress completes first).
   void Shutdown();
 
-  // Ids of the loaded jobs.
-  std::vector<std::string> job_ids() const;
-
  private:
   absl::StatusOr<std::shared_ptr<ServerJob>> Find(
       const std::string& job_id) const;

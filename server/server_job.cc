@@ -85,7 +85,7 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
     const size_t replayed = stored->log.size();
     if (auto s = job->Restore(*std::move(stored)); !s.ok()) return s;
     PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ",
-                ABSL_TS_UNCHECKED_READ(job->blocks_).size(),
+                job->index_.size(),
                 " blocks from the snapshot at update ", snapshot, " and ",
                 replayed, " logged updates after it, worker clocks ",
                 job->ClocksString());

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -57,10 +58,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
         "model.kind: an EXTERNAL model is trained by Python workers "
         "(paramserver.torch.Worker, docs/python.md), not by ps-worker");
   }
-  absl::StatusOr<std::vector<TensorSpec>> tensors = ModelTensors(spec);
-  if (!tensors.ok()) return tensors.status();
-  absl::StatusOr<std::vector<ConvGeometry>> convs = CnnConvLayers(spec);
-  if (!convs.ok()) return convs.status();
+  PS_ASSIGN_OR_RETURN(auto tensors, ModelTensors(spec));
+  PS_ASSIGN_OR_RETURN(auto convs, CnnConvLayers(spec));
   if (spec.kind() != v1::ModelSpec::SOFTMAX_REGRESSION &&
       spec.activation() != v1::RELU && spec.activation() != v1::TANH &&
       spec.activation() != v1::SIGMOID &&
@@ -68,9 +67,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("model.activation: unknown value ", spec.activation()));
   }
-  std::unique_ptr<Model> model(
-      new Model(backend, *std::move(tensors), options));
-  model->BuildLayers(spec, *convs);
+  std::unique_ptr<Model> model(new Model(backend, std::move(tensors), options));
+  model->BuildLayers(spec, convs);
   return model;
 }
 
@@ -152,7 +150,8 @@ absl::Status Model::SetParameters(
                            params_[i].data());
   }
   backend_->SynchronizeCompute();
-  timing_ = StepTiming{.to_device = absl::Now() - start};
+  timing_ = StepTiming();
+  timing_.to_device = absl::Now() - start;
   return absl::OkStatus();
 }
 
@@ -232,7 +231,7 @@ absl::StatusOr<float> Model::ComputeGradients(
     return absl::InvalidArgumentError(
         absl::StrCat("ComputeGradients: batch ", batch, " must be >= 1"));
   }
-  if (absl::Status s = CheckLabels(labels, batch); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(CheckLabels(labels, batch));
   Reserve(batch, /*backward=*/true);
   grads->resize(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) {
@@ -278,7 +277,7 @@ absl::StatusOr<int64_t> Model::CountCorrect(const float* features,
     return absl::InvalidArgumentError(
         absl::StrCat("CountCorrect: n ", n, " must be >= 0"));
   }
-  if (absl::Status s = CheckLabels(labels, n); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(CheckLabels(labels, n));
   const int chunk = static_cast<int>(
       std::min<int64_t>(n, std::max(eval_chunk_, forward_rows_)));
   if (chunk == 0) return 0;

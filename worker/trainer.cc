@@ -1,7 +1,6 @@
 #include "worker/trainer.h"
 
 #include <optional>
-#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -9,6 +8,8 @@
 #include "common/float_codec.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/retry.h"
+#include "common/status_macros.h"
 #include "worker/batcher.h"
 #include "worker/gradient_accumulation.h"
 #include "worker/gradient_clipping.h"
@@ -24,7 +25,7 @@ Trainer::Trainer(v1::Assignment assignment,
       coordinator_(coordinator),
       backend_(backend),
       metrics_(metrics),
-      options_(options) {}
+      options_(std::move(options)) {}
 
 void Trainer::Stop() {
   absl::MutexLock lock(&stop_mu_);
@@ -77,29 +78,32 @@ void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
     report.mutable_error()->resize(cut);
   }
   // Reports are idempotent (latest state wins), so retrying them is safe.
-  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
-  const absl::Time give_up = absl::Now() + options_.report_retry_window;
-  while (true) {
-    report.set_node_id(node_id_());
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, options_.report_timeout);
-    v1::ProgressResponse response;
-    // A report of this trainer's failure is sent even once stopped (Run()
-    // sends it only when not stopped by Stop()); others end with the trainer.
-    const bool tracked = TrackCall(&ctx);
-    if (!tracked && report.error().empty()) return;
-    grpc::Status status = coordinator_->ReportProgress(&ctx, report, &response);
-    if (tracked) TrackCall(nullptr);
-    if (status.ok()) {
-      if (response.stop()) stop_ = true;
-      return;
-    }
-    if (!must_arrive || stop_ || absl::Now() > give_up ||
-        !CoordinatorMayRetry(FromGrpcStatus(status))) {
-      PS_LOG_WARNING("progress report failed: ", status.error_message());
-      return;
-    }
-    std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
+  // A report of this trainer's failure is sent even once stopped (Run() sends
+  // it only when not stopped by Stop()); others end with the trainer.
+  bool skipped = false;
+  Retrier retry({.window = options_.report_retry_window});
+  absl::Status status = retry.Run(
+      [&] {
+        report.set_node_id(node_id_());
+        grpc::ClientContext ctx;
+        SetDeadline(&ctx, options_.report_timeout);
+        v1::ProgressResponse response;
+        const bool tracked = TrackCall(&ctx);
+        if (!tracked && report.error().empty()) {
+          skipped = true;
+          return absl::CancelledError("training stopped");
+        }
+        grpc::Status sent =
+            coordinator_->ReportProgress(&ctx, report, &response);
+        if (tracked) TrackCall(nullptr);
+        if (sent.ok() && response.stop()) stop_ = true;
+        return FromGrpcStatus(sent);
+      },
+      [&](const absl::Status& s) {
+        return !skipped && must_arrive && !stop_ && CoordinatorMayRetry(s);
+      });
+  if (!status.ok() && !skipped) {
+    PS_LOG_WARNING("progress report failed: ", status.message());
   }
 }
 
@@ -122,53 +126,58 @@ absl::Status Trainer::UploadModel(int64_t clock, float accuracy) {
     EncodeFloats(params_[i], t->mutable_data());
   }
   // Storing the same model twice is harmless, so retrying is safe.
-  Backoff backoff(absl::Milliseconds(100), absl::Seconds(2));
-  const absl::Time give_up = absl::Now() + options_.upload_window;
-  while (true) {
-    request.set_node_id(node_id_());
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, options_.upload_timeout);
-    v1::UploadModelResponse response;
-    if (!TrackCall(&ctx)) return absl::CancelledError("training stopped");
-    absl::Status status =
-        FromGrpcStatus(coordinator_->UploadModel(&ctx, request, &response));
-    TrackCall(nullptr);
-    if (status.ok()) {
-      PS_LOG_INFO("job ", assignment_.job_id(), ": uploaded the trained model",
-                  " (clock ", clock, ", test accuracy ", accuracy, ")");
-      return absl::OkStatus();
-    }
-    if (absl::IsFailedPrecondition(status)) {
-      stop_ = true;  // The job ended elsewhere (cancelled, failed).
-      return absl::CancelledError(
-          absl::StrCat("model upload: ", status.message()));
-    }
-    if (stop_) return absl::CancelledError("training stopped");
-    if (absl::Now() > give_up || !CoordinatorMayRetry(status)) {
-      return absl::Status(
-          status.code(),
-          absl::StrCat("model upload to the coordinator: ", status.message()));
-    }
-    PS_LOG_WARNING("job ", assignment_.job_id(),
-                   ": model upload failed, retrying: ", status.ToString());
-    std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
+  std::optional<absl::Status> ended;  // Set when retrying must end.
+  Retrier retry({.window = options_.upload_window});
+  absl::Status status = retry.Run(
+      [&] {
+        request.set_node_id(node_id_());
+        grpc::ClientContext ctx;
+        SetDeadline(&ctx, options_.upload_timeout);
+        v1::UploadModelResponse response;
+        if (!TrackCall(&ctx)) {
+          ended = absl::CancelledError("training stopped");
+          return *ended;
+        }
+        absl::Status uploaded =
+            FromGrpcStatus(coordinator_->UploadModel(&ctx, request, &response));
+        TrackCall(nullptr);
+        if (absl::IsFailedPrecondition(uploaded)) {
+          stop_ = true;  // The job ended elsewhere (cancelled, failed).
+          ended = absl::CancelledError(
+              absl::StrCat("model upload: ", uploaded.message()));
+        } else if (!uploaded.ok() && stop_) {
+          ended = absl::CancelledError("training stopped");
+        }
+        return uploaded;
+      },
+      [&](const absl::Status& s) {
+        if (ended.has_value() || !CoordinatorMayRetry(s)) return false;
+        PS_LOG_WARNING("job ", assignment_.job_id(),
+                       ": model upload failed, retrying: ", s.ToString());
+        return true;
+      });
+  if (ended.has_value()) return *ended;
+  if (!status.ok()) {
+    return absl::Status(
+        status.code(),
+        absl::StrCat("model upload to the coordinator: ", status.message()));
   }
+  PS_LOG_INFO("job ", assignment_.job_id(), ": uploaded the trained model",
+              " (clock ", clock, ", test accuracy ", accuracy, ")");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<float> Trainer::Evaluate(int64_t clock, bool final) {
-  if (auto s = final ? client_->PullFinal(clock, &params_)
-                     : client_->Pull(clock, &params_);
-      !s.ok()) {
-    return s;
-  }
+  PS_RETURN_IF_ERROR(final ? client_->PullFinal(clock, &params_)
+                           : client_->Pull(clock, &params_));
   // Test accuracy is measured in float32 whatever the training precision,
   // as `psctl eval` measures an exported model.
   Model* model = eval_model_ != nullptr ? eval_model_.get() : model_.get();
-  if (auto s = model->SetParameters(params_); !s.ok()) return s;
-  auto correct = model->CountCorrect(test_.features.data(), test_.labels.data(),
-                                     test_.num_samples);
-  if (!correct.ok()) return correct.status();
-  return static_cast<float>(*correct) / test_.num_samples;
+  PS_RETURN_IF_ERROR(model->SetParameters(params_));
+  PS_ASSIGN_OR_RETURN(auto correct, model->CountCorrect(test_.features.data(),
+                                                        test_.labels.data(),
+                                                        test_.num_samples));
+  return static_cast<float>(correct) / test_.num_samples;
 }
 
 namespace {
@@ -190,77 +199,146 @@ absl::Status CheckLabels(const Dataset& data, const std::string& path,
 
 }  // namespace
 
+// The life of a training job on this worker: load the data, build the model
+// and the parameter client, plan the clocks, then run one step per clock
+// (pull, compute, push), record its metrics and report progress; each epoch
+// ends with a report (and on worker 0 an evaluation).
 absl::Status Trainer::Train() {
-  const v1::JobSpec& spec = assignment_.spec();
-  const int worker = assignment_.index();
-  const bool evaluator = worker == 0;
   if (stop_) return absl::CancelledError("training stopped");
+  PS_ASSIGN_OR_RETURN(Dataset train, LoadData());
+  PS_RETURN_IF_ERROR(BuildModelAndClient());
+  PS_ASSIGN_OR_RETURN(Plan plan, MakePlan(train));
 
+  const v1::JobSpec& spec = assignment_.spec();
+  // Samples per push: batch_size times accumulation_steps micro-batches.
+  const int batch = spec.batch_size() * AccumulationSteps(spec);
+  Pipeline pipeline;
+  pipeline.features.resize(static_cast<size_t>(batch) * train.dim);
+  pipeline.labels.resize(batch);
+  if (options_.overlap_push) {
+    // A failed push ends training, and this worker's clock can no longer
+    // advance: a pull made ahead would wait on the servers for it until its
+    // deadline and retries. Cancelling the client ends it at once (with
+    // CANCELLED: PullFailed reports the push's error instead).
+    pipeline.pusher.emplace(client_.get(),
+                            [this](const absl::Status&) { client_->Cancel(); });
+  }
+  if (options_.prefetch_pull) pipeline.puller.emplace(client_.get());
+  // Training ends with a call still in flight only on an error, and then a
+  // pull made ahead may be parked on a server for a push that will not come:
+  // end it rather than wait out its deadline and retries. (Runs before the
+  // pusher and puller wait for their calls.)
+  absl::Cleanup end_calls_in_flight = [&] {
+    if ((pipeline.puller.has_value() && pipeline.puller->busy()) ||
+        (pipeline.pusher.has_value() && pipeline.pusher->busy())) {
+      client_->Cancel();
+    }
+  };
+
+  Interval interval{.start = absl::Now()};
+  CounterMarks marks;
+  int64_t clock = plan.resume_clock;
+  for (int epoch = clock / plan.steps; epoch < spec.epochs(); ++epoch) {
+    const std::vector<int64_t> order =
+        plan.partition.EpochOrder(spec.seed(), epoch, assignment_.index());
+    for (int64_t step = clock % plan.steps; step < plan.steps;
+         ++step, ++clock) {
+      if (stop_) return absl::CancelledError("training stopped");
+      const auto batch_order =
+          std::span<const int64_t>(order).subspan(step * batch, batch);
+      // Not across an epoch's end, where worker 0 pulls to evaluate.
+      const bool prefetch_next = step + 1 < plan.steps;
+      PS_ASSIGN_OR_RETURN(StepTimes times, RunStep(train, batch_order, clock,
+                                                   prefetch_next, pipeline));
+      RecordStepMetrics(times, batch, &marks);
+      interval.loss += times.loss;
+      ++interval.steps;
+
+      const bool epoch_end = step + 1 == plan.steps;
+      if (times.pushed - interval.start >= options_.report_interval ||
+          epoch_end) {
+        PS_RETURN_IF_ERROR(ReportInterval(epoch, clock, epoch_end, plan,
+                                          times.pushed, &interval, pipeline));
+      }
+    }
+  }
+  if (plan.resume_clock >= plan.total_clocks) {
+    // The previous holder of this place pushed everything before it was lost;
+    // only the end of the last epoch remains.
+    v1::ProgressReport report;
+    report.set_epoch(spec.epochs());
+    report.set_clock(plan.total_clocks);
+    report.set_total_clocks(plan.total_clocks);
+    report.set_test_accuracy(-1);
+    return EndEpoch(std::move(report), /*last=*/true);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Dataset> Trainer::LoadData() {
+  const v1::JobSpec& spec = assignment_.spec();
   // IDX, CSV or libsvm (common/dataset_reader.h).
-  auto train =
-      ReadDataset(spec.dataset(), /*train=*/true, spec.model().input_dim());
-  if (!train.ok()) return train.status();
-  if (train->dim != spec.model().input_dim()) {
+  PS_ASSIGN_OR_RETURN(Dataset train,
+                      ReadDataset(spec.dataset(), /*train=*/true,
+                                  spec.model().input_dim()));
+  if (train.dim != spec.model().input_dim()) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.input_dim: is ", spec.model().input_dim(), " but ",
-                     FeaturesPath(spec.dataset(), true), " has ", train->dim,
+                     FeaturesPath(spec.dataset(), true), " has ", train.dim,
                      " values per sample"));
   }
-  if (auto s = CheckLabels(*train, LabelsPath(spec.dataset(), true),
-                           spec.model().num_classes());
-      !s.ok()) {
-    return s;
-  }
-  if (evaluator) {
-    auto test =
-        ReadDataset(spec.dataset(), /*train=*/false, spec.model().input_dim());
-    if (!test.ok()) return test.status();
-    if (test->dim != train->dim) {
+  PS_RETURN_IF_ERROR(CheckLabels(train, LabelsPath(spec.dataset(), true),
+                                 spec.model().num_classes()));
+  if (assignment_.index() == 0) {  // The evaluator.
+    PS_ASSIGN_OR_RETURN(Dataset test,
+                        ReadDataset(spec.dataset(), /*train=*/false,
+                                    spec.model().input_dim()));
+    if (test.dim != train.dim) {
       return absl::InvalidArgumentError(
           "dataset: test and train samples differ in size");
     }
-    if (auto s = CheckLabels(*test, LabelsPath(spec.dataset(), false),
-                             spec.model().num_classes());
-        !s.ok()) {
-      return s;
-    }
-    test_ = *std::move(test);
+    PS_RETURN_IF_ERROR(CheckLabels(test, LabelsPath(spec.dataset(), false),
+                                   spec.model().num_classes()));
+    test_ = std::move(test);
   }
+  return train;
+}
+
+absl::Status Trainer::BuildModelAndClient() {
+  const v1::JobSpec& spec = assignment_.spec();
   const ModelOptions model_options =
       ModelOptionsFromSpec(spec.mixed_precision());
-  auto model = Model::Create(spec.model(), backend_, model_options);
-  if (!model.ok()) return model.status();
-  model_ = *std::move(model);
+  PS_ASSIGN_OR_RETURN(model_,
+                      Model::Create(spec.model(), backend_, model_options));
   eval_model_.reset();
   if (model_options.precision != Precision::kFp32) {
-    auto eval_model = Model::Create(spec.model(), backend_);
-    if (!eval_model.ok()) return eval_model.status();
-    eval_model_ = *std::move(eval_model);
+    PS_ASSIGN_OR_RETURN(eval_model_, Model::Create(spec.model(), backend_));
   }
-  auto client = ParameterClient::Create(assignment_, model_->tensors(),
-                                        options_.parameter_client, &stop_);
-  if (!client.ok()) return client.status();
-  client_ = *std::move(client);
-  {
-    absl::MutexLock lock(&stop_mu_);
-    live_client_ = client_.get();
-    // Stopped before the client existed: its calls end at once.
-    if (stop_) live_client_->Cancel();
-  }
-  auto partition =
-      DataPartition::Create(train->num_samples, assignment_.num_workers());
-  if (!partition.ok()) return partition.status();
+  PS_ASSIGN_OR_RETURN(
+      client_, ParameterClient::Create(assignment_, model_->tensors(),
+                                       options_.parameter_client, &stop_));
+  absl::MutexLock lock(&stop_mu_);
+  live_client_ = client_.get();
+  // Stopped before the client existed: its calls end at once.
+  if (stop_) live_client_->Cancel();
+  return absl::OkStatus();
+}
 
+absl::StatusOr<Trainer::Plan> Trainer::MakePlan(const Dataset& train) {
+  const v1::JobSpec& spec = assignment_.spec();
+  PS_ASSIGN_OR_RETURN(
+      DataPartition partition,
+      DataPartition::Create(train.num_samples, assignment_.num_workers()));
   // Samples per push: batch_size times accumulation_steps micro-batches.
   const int accumulation = AccumulationSteps(spec);
   const int batch = spec.batch_size() * accumulation;
-  const int64_t steps = partition->StepsPerEpoch(batch);
+  const int64_t steps = partition.StepsPerEpoch(batch);
   if (steps < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch_size: ", batch,
                      accumulation > 1 ? " (with accumulation_steps)" : "",
                      " is larger than a worker's part of the data (",
-                     partition->per_worker(), " samples)"));
+                     partition.per_worker(), " samples)"));
   }
   const int64_t total_clocks = steps * spec.epochs();
   if (!options_.ack_log.empty()) {
@@ -272,179 +350,138 @@ absl::Status Trainer::Train() {
   }
   // A worker taking over a lost worker's place continues at its clock, with the
   // same data order (a pure function of seed, epoch and index).
-  auto resume = client_->ResumeClock();
-  if (!resume.ok()) return resume.status();
-  if (*resume > 0) {
+  PS_ASSIGN_OR_RETURN(const int64_t resume, client_->ResumeClock());
+  const int worker = assignment_.index();
+  if (resume > 0) {
     PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", worker,
-                " resumes at clock ", *resume, " of ", total_clocks);
+                " resumes at clock ", resume, " of ", total_clocks);
   }
   PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", worker, " of ",
-              assignment_.num_workers(), ", ", partition->per_worker(),
+              assignment_.num_workers(), ", ", partition.per_worker(),
               " samples, ", steps, " steps per epoch, backend ",
               backend_->name());
+  return Plan{.partition = partition,
+              .steps = steps,
+              .total_clocks = total_clocks,
+              .resume_clock = resume};
+}
 
-  std::vector<float> features(static_cast<size_t>(batch) * train->dim);
-  std::vector<int32_t> labels(batch);
-  // Two gradient buffers: one being pushed while the next step fills the
-  // other. Declared before the pusher, which must end first.
-  std::vector<std::vector<float>> grads[2];
-  // Likewise two parameter buffers: the next step's pull fills one while this
-  // step computes from the other.
-  std::vector<std::vector<float>> pulled[2];
-  std::vector<std::vector<float>> micro_grads;  // Accumulation's scratch.
-  std::optional<AsyncPusher> pusher;
-  std::optional<AsyncPuller> puller;
-  if (options_.overlap_push) {
-    // A failed push ends training, and this worker's clock can no longer
-    // advance: a pull made ahead would wait on the servers for it until its
-    // deadline and retries. Cancelling the client ends it at once (with
-    // CANCELLED: pull_failed below reports the push's error instead).
-    pusher.emplace(client_.get(),
-                   [this](const absl::Status&) { client_->Cancel(); });
+absl::StatusOr<Trainer::StepTimes> Trainer::RunStep(
+    const Dataset& train, std::span<const int64_t> batch_order, int64_t clock,
+    bool prefetch_next, Pipeline& pipeline) {
+  StepTimes times;
+  times.start = absl::Now();
+  std::vector<std::vector<float>>& step_params = pipeline.pulled[clock % 2];
+  if (pipeline.puller.has_value() && pipeline.puller->busy()) {
+    // Made while the previous step computed.
+    if (auto s = pipeline.puller->Wait().status; !s.ok()) {
+      return PullFailed(s, pipeline);
+    }
+  } else if (auto s = client_->Pull(clock, &step_params); !s.ok()) {
+    return PullFailed(s, pipeline);
   }
-  if (options_.prefetch_pull) puller.emplace(client_.get());
+  times.pulled = absl::Now();
+  if (pipeline.puller.has_value() && prefetch_next) {
+    pipeline.puller->Start(clock + 1, &pipeline.pulled[(clock + 1) % 2]);
+  }
+  GatherBatch(train, batch_order, pipeline.features.data(),
+              pipeline.labels.data());
+  PS_RETURN_IF_ERROR(model_->SetParameters(step_params));
+  std::vector<std::vector<float>>& step_grads = pipeline.grads[clock % 2];
+  // Accumulation and clipping hooks (docs/training.md).
+  const v1::JobSpec& spec = assignment_.spec();
+  PS_ASSIGN_OR_RETURN(
+      times.loss,
+      ComputeAccumulatedGradients(*model_, pipeline.features.data(),
+                                  pipeline.labels.data(), train.dim,
+                                  spec.batch_size(), AccumulationSteps(spec),
+                                  &step_grads, &pipeline.micro_grads));
+  ClipGradients(spec.gradient_clipping(), &step_grads);
+  times.computed = absl::Now();
+  if (pipeline.pusher.has_value()) {
+    // The previous step's push has had this step's pull and compute to
+    // finish; only then may this one start (servers take a worker's pushes in
+    // clock order).
+    PS_RETURN_IF_ERROR(FinishPush(*pipeline.pusher));
+    pipeline.pusher->Start(clock, &step_grads);
+  } else {
+    PS_RETURN_IF_ERROR(client_->Push(clock, step_grads));
+    const absl::Duration took = absl::Now() - times.computed;
+    RecordPush(clock, took, /*blocked=*/took);
+  }
+  times.pushed = absl::Now();
+  if (options_.slowdown > 1.0) {
+    absl::SleepFor((times.computed - times.pulled) * (options_.slowdown - 1.0));
+  }
+  return times;
+}
+
+absl::Status Trainer::PullFailed(absl::Status pulled, Pipeline& pipeline) {
   // A pull that ends with CANCELLED while a push is in flight was cancelled
   // because that push failed (Stop() sets stop_ too): the push's error is the
   // cause to report, not the pull's.
-  auto pull_failed = [&](absl::Status pulled) {
-    if (absl::IsCancelled(pulled) && !stop_ && pusher.has_value() &&
-        pusher->busy()) {
-      if (absl::Status pushed = FinishPush(*pusher); !pushed.ok()) {
-        return pushed;
-      }
-    }
-    return pulled;
-  };
-  // Training ends with a call still in flight only on an error, and then a
-  // pull made ahead may be parked on a server for a push that will not come:
-  // end it rather than wait out its deadline and retries. (Runs before the
-  // pusher and puller wait for their calls.)
-  absl::Cleanup end_calls_in_flight = [&] {
-    if ((puller.has_value() && puller->busy()) ||
-        (pusher.has_value() && pusher->busy())) {
-      client_->Cancel();
-    }
-  };
-  double interval_loss = 0;
-  int64_t interval_steps = 0;
-  absl::Time interval_start = absl::Now();
-  int64_t clock = *resume;
-  int64_t pulls_made = 0, pulls_saved = 0, overflowed_steps = 0;
-  int64_t pushed_bytes = 0, pulled_bytes = 0;
+  if (absl::IsCancelled(pulled) && !stop_ && pipeline.pusher.has_value() &&
+      pipeline.pusher->busy()) {
+    PS_RETURN_IF_ERROR(FinishPush(*pipeline.pusher));
+  }
+  return pulled;
+}
+
+void Trainer::RecordStepMetrics(const StepTimes& times, int batch,
+                                CounterMarks* marks) {
   // Adds to `metric` what a running total gained since `*last`. The total is
   // read once: the pipeline's threads may be adding to it.
   auto count = [](prometheus::Counter& metric, int64_t total, int64_t* last) {
     metric.Increment(total - *last);
     *last = total;
   };
-  for (int epoch = clock / steps; epoch < spec.epochs(); ++epoch) {
-    const std::vector<int64_t> order =
-        partition->EpochOrder(spec.seed(), epoch, worker);
-    for (int64_t step = clock % steps; step < steps; ++step, ++clock) {
-      if (stop_) return absl::CancelledError("training stopped");
-      absl::Time t0 = absl::Now();
-      std::vector<std::vector<float>>& step_params = pulled[clock % 2];
-      if (puller.has_value() && puller->busy()) {
-        // Made while the previous step computed.
-        if (auto s = puller->Wait().status; !s.ok()) return pull_failed(s);
-      } else if (auto s = client_->Pull(clock, &step_params); !s.ok()) {
-        return pull_failed(s);
-      }
-      absl::Time t1 = absl::Now();
-      // Not across an epoch's end, where worker 0 pulls to evaluate.
-      if (puller.has_value() && step + 1 < steps) {
-        puller->Start(clock + 1, &pulled[(clock + 1) % 2]);
-      }
-      GatherBatch(*train,
-                  std::span<const int64_t>(order).subspan(step * batch, batch),
-                  features.data(), labels.data());
-      if (auto s = model_->SetParameters(step_params); !s.ok()) return s;
-      std::vector<std::vector<float>>& step_grads = grads[clock % 2];
-      // Accumulation and clipping hooks (docs/training.md).
-      auto loss = ComputeAccumulatedGradients(
-          *model_, features.data(), labels.data(), train->dim,
-          spec.batch_size(), accumulation, &step_grads, &micro_grads);
-      if (!loss.ok()) return loss.status();
-      ClipGradients(spec.gradient_clipping(), &step_grads);
-      absl::Time t2 = absl::Now();
-      if (pusher.has_value()) {
-        // The previous step's push has had this step's pull and compute to
-        // finish; only then may this one start (servers take a worker's
-        // pushes in clock order).
-        if (auto s = FinishPush(*pusher); !s.ok()) return s;
-        pusher->Start(clock, &step_grads);
-      } else {
-        if (auto s = client_->Push(clock, step_grads); !s.ok()) return s;
-        const absl::Duration took = absl::Now() - t2;
-        RecordPush(clock, took, /*blocked=*/took);
-      }
-      absl::Time t3 = absl::Now();
-      if (options_.slowdown > 1.0) {
-        absl::SleepFor((t2 - t1) * (options_.slowdown - 1.0));
-      }
-      const StepTiming& timing = model_->step_timing();
-      metrics_->pull_seconds.Observe(absl::ToDoubleSeconds(t1 - t0));
-      metrics_->compute_seconds.Observe(absl::ToDoubleSeconds(timing.compute));
-      metrics_->copy_to_device_seconds.Observe(
-          absl::ToDoubleSeconds(timing.to_device));
-      metrics_->copy_to_host_seconds.Observe(
-          absl::ToDoubleSeconds(timing.to_host));
-      metrics_->steps.Increment();
-      metrics_->loss_scale.Set(model_->loss_scale());
-      count(metrics_->overflowed_steps, model_->overflowed_steps(),
-            &overflowed_steps);
-      count(metrics_->pulls_made, client_->pulls_made(), &pulls_made);
-      count(metrics_->pulls_saved, client_->pulls_saved(), &pulls_saved);
-      count(metrics_->push_bytes, client_->pushed_bytes(), &pushed_bytes);
-      count(metrics_->pull_bytes, client_->pulled_bytes(), &pulled_bytes);
-      metrics_->samples.Increment(batch);
-      interval_loss += *loss;
-      ++interval_steps;
+  const StepTiming& timing = model_->step_timing();
+  metrics_->pull_seconds.Observe(
+      absl::ToDoubleSeconds(times.pulled - times.start));
+  metrics_->compute_seconds.Observe(absl::ToDoubleSeconds(timing.compute));
+  metrics_->copy_to_device_seconds.Observe(
+      absl::ToDoubleSeconds(timing.to_device));
+  metrics_->copy_to_host_seconds.Observe(absl::ToDoubleSeconds(timing.to_host));
+  metrics_->steps.Increment();
+  metrics_->loss_scale.Set(model_->loss_scale());
+  count(metrics_->overflowed_steps, model_->overflowed_steps(),
+        &marks->overflowed_steps);
+  count(metrics_->pulls_made, client_->pulls_made(), &marks->pulls_made);
+  count(metrics_->pulls_saved, client_->pulls_saved(), &marks->pulls_saved);
+  count(metrics_->push_bytes, client_->pushed_bytes(), &marks->pushed_bytes);
+  count(metrics_->pull_bytes, client_->pulled_bytes(), &marks->pulled_bytes);
+  metrics_->samples.Increment(batch);
+}
 
-      const absl::Duration elapsed = t3 - interval_start;
-      const bool epoch_end = step + 1 == steps;
-      if (elapsed >= options_.report_interval || epoch_end) {
-        const double rate =
-            interval_steps * batch / absl::ToDoubleSeconds(elapsed);
-        const float mean_loss = interval_loss / interval_steps;
-        metrics_->samples_per_second.Set(rate);
-        metrics_->loss.Set(mean_loss);
-        v1::ProgressReport report;
-        report.set_epoch(epoch + (epoch_end ? 1 : 0));
-        report.set_clock(clock + 1);
-        report.set_total_clocks(total_clocks);
-        report.set_loss(mean_loss);
-        report.set_samples_per_second(rate);
-        report.set_test_accuracy(-1);
-        if (epoch_end) {
-          // The epoch's last push must be in before the epoch is reported
-          // (and worker 0 evaluates the model after it).
-          if (pusher.has_value()) {
-            if (auto s = FinishPush(*pusher); !s.ok()) return s;
-          }
-          if (auto s = EndEpoch(std::move(report), epoch + 1 == spec.epochs());
-              !s.ok()) {
-            return s;
-          }
-        } else {
-          Report(std::move(report), /*must_arrive=*/false);
-        }
-        interval_loss = 0;
-        interval_steps = 0;
-        interval_start = absl::Now();
-      }
+absl::Status Trainer::ReportInterval(int epoch, int64_t clock, bool epoch_end,
+                                     const Plan& plan, absl::Time now,
+                                     Interval* interval, Pipeline& pipeline) {
+  const absl::Duration elapsed = now - interval->start;
+  const double rate = interval->steps * assignment_.spec().batch_size() *
+                      AccumulationSteps(assignment_.spec()) /
+                      absl::ToDoubleSeconds(elapsed);
+  const float mean_loss = interval->loss / interval->steps;
+  metrics_->samples_per_second.Set(rate);
+  metrics_->loss.Set(mean_loss);
+  v1::ProgressReport report;
+  report.set_epoch(epoch + (epoch_end ? 1 : 0));
+  report.set_clock(clock + 1);
+  report.set_total_clocks(plan.total_clocks);
+  report.set_loss(mean_loss);
+  report.set_samples_per_second(rate);
+  report.set_test_accuracy(-1);
+  if (epoch_end) {
+    // The epoch's last push must be in before the epoch is reported (and
+    // worker 0 evaluates the model after it).
+    if (pipeline.pusher.has_value()) {
+      PS_RETURN_IF_ERROR(FinishPush(*pipeline.pusher));
     }
+    PS_RETURN_IF_ERROR(
+        EndEpoch(std::move(report), epoch + 1 == assignment_.spec().epochs()));
+  } else {
+    Report(std::move(report), /*must_arrive=*/false);
   }
-  if (*resume >= total_clocks) {
-    // The previous holder of this place pushed everything before it was lost;
-    // only the end of the last epoch remains.
-    v1::ProgressReport report;
-    report.set_epoch(spec.epochs());
-    report.set_clock(total_clocks);
-    report.set_total_clocks(total_clocks);
-    report.set_test_accuracy(-1);
-    return EndEpoch(std::move(report), /*last=*/true);
-  }
+  *interval = Interval{.start = absl::Now()};
   return absl::OkStatus();
 }
 
@@ -472,18 +509,15 @@ absl::Status Trainer::EndEpoch(v1::ProgressReport report, bool last) {
     // Worker 0 evaluates the model as of its clock on the test set; after
     // the last epoch, the final model: every worker's every update (under
     // SSP and ASP the others may still be training).
-    auto accuracy = Evaluate(report.clock(), /*final=*/last);
-    if (!accuracy.ok()) return accuracy.status();
-    last_accuracy_ = *accuracy;
-    metrics_->test_accuracy.Set(*accuracy);
-    report.set_test_accuracy(*accuracy);
+    PS_ASSIGN_OR_RETURN(const float accuracy,
+                        Evaluate(report.clock(), /*final=*/last));
+    metrics_->test_accuracy.Set(accuracy);
+    report.set_test_accuracy(accuracy);
     PS_LOG_INFO("job ", assignment_.job_id(), ": epoch ", report.epoch(),
-                " test accuracy ", *accuracy);
+                " test accuracy ", accuracy);
     if (last) {
       // Before the final report: the job must not SUCCEED without its model.
-      if (auto s = UploadModel(report.clock(), last_accuracy_); !s.ok()) {
-        return s;
-      }
+      PS_RETURN_IF_ERROR(UploadModel(report.clock(), accuracy));
     }
   }
   report.set_finished(last);

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "absl/status/status.h"
@@ -16,6 +18,7 @@
 #include "common/idx_reader.h"
 #include "ps/v1/cluster.grpc.pb.h"
 #include "worker/backend.h"
+#include "worker/batcher.h"
 #include "worker/model.h"
 #include "worker/parameter_client.h"
 #include "worker/step_pipeline.h"
@@ -75,11 +78,80 @@ class Trainer {
   // wait; any thread.
   void Stop();
 
-  // The last test accuracy worker 0 measured (-1 before any).
-  float last_accuracy() const { return last_accuracy_; }
-
  private:
+  // The parts of one run of the training loop (Train), in their order.
+  // What the loop works through: this worker's part of the data, the clocks.
+  struct Plan {
+    DataPartition partition;
+    int64_t steps = 0;         // Steps (clocks) per epoch.
+    int64_t total_clocks = 0;  // steps * epochs.
+    int64_t resume_clock = 0;  // The first clock to train (0, or a lost
+                               // worker's place taken over).
+  };
+  // The step loop's buffers and its calls in flight. The pusher and puller
+  // are declared last: they end (waiting for their calls) before the
+  // buffers they write go away.
+  struct Pipeline {
+    std::vector<float> features;
+    std::vector<int32_t> labels;
+    // Two gradient buffers: one being pushed while the next step fills the
+    // other; likewise two parameter buffers: the next step's pull fills one
+    // while this step computes from the other. Indexed by clock % 2.
+    std::vector<std::vector<float>> grads[2];
+    std::vector<std::vector<float>> pulled[2];
+    std::vector<std::vector<float>> micro_grads;  // Accumulation's scratch.
+    std::optional<AsyncPusher> pusher;  // With options_.overlap_push.
+    std::optional<AsyncPuller> puller;  // With options_.prefetch_pull.
+  };
+  // When one step's phases ended, and its loss.
+  struct StepTimes {
+    absl::Time start, pulled, computed, pushed;
+    float loss = 0;
+  };
+  // Loss and steps since the last progress report.
+  struct Interval {
+    double loss = 0;
+    int64_t steps = 0;
+    absl::Time start;
+  };
+  // The parameter client's running totals as last added to the metrics.
+  struct CounterMarks {
+    int64_t overflowed_steps = 0, pulls_made = 0, pulls_saved = 0;
+    int64_t pushed_bytes = 0, pulled_bytes = 0;
+  };
+
+  // Loads data, builds the model and client, plans, then runs the steps.
   absl::Status Train();
+  // Reads the training set (and on worker 0 the test set, into test_) and
+  // checks it against the model. Errors: unreadable files, a wrong
+  // input_dim or num_classes.
+  absl::StatusOr<Dataset> LoadData();
+  // Creates model_ (and eval_model_ for reduced precision) and client_, and
+  // makes the client the one Stop() cancels.
+  absl::Status BuildModelAndClient();
+  // This worker's partition and clocks; opens the ack log. Errors: a batch
+  // larger than the worker's part, an ack log that cannot be opened, the
+  // servers' resume clock.
+  absl::StatusOr<Plan> MakePlan(const Dataset& train);
+  // One step at `clock`: pull (or wait for the prefetched pull, and start the
+  // next one if `prefetch_next`), compute gradients on `batch_order`, push
+  // (or start the push). Errors: the pull's, compute's or push's.
+  absl::StatusOr<StepTimes> RunStep(const Dataset& train,
+                                    std::span<const int64_t> batch_order,
+                                    int64_t clock, bool prefetch_next,
+                                    Pipeline& pipeline);
+  // The error to report for a failed pull: the push's error when the pull
+  // was cancelled because a push in flight failed, else `pulled`.
+  absl::Status PullFailed(absl::Status pulled, Pipeline& pipeline);
+  // Observes one step's timings and counters in metrics_.
+  void RecordStepMetrics(const StepTimes& times, int batch,
+                         CounterMarks* marks);
+  // Reports the interval that ends with the step at `clock` (at `now`), and
+  // starts a new one; at an epoch's end, waits for the push in flight and
+  // ends the epoch (EndEpoch).
+  absl::Status ReportInterval(int epoch, int64_t clock, bool epoch_end,
+                              const Plan& plan, absl::Time now,
+                              Interval* interval, Pipeline& pipeline);
   // Records an acknowledged push of `clock`: the ack log line and the push
   // metrics (`blocked`: how long training waited for it).
   void RecordPush(int64_t clock, absl::Duration took, absl::Duration blocked);
@@ -125,7 +197,6 @@ class Trainer {
   std::ofstream ack_log_;
   Dataset test_;
   std::vector<std::vector<float>> params_;
-  float last_accuracy_ = -1;
 };
 
 }  // namespace ps

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace ps {
 
@@ -16,17 +17,14 @@ WorkerNode::WorkerNode(WorkerNodeOptions options,
 WorkerNode::~WorkerNode() { Stop(); }
 
 absl::Status WorkerNode::Start() {
-  auto credentials = Credentials::Load(options_.security);
-  if (!credentials.ok()) return credentials.status();
-  auto server_credentials = credentials->ServerCredentials();
-  if (!server_credentials.ok()) return server_credentials.status();
-  authorizer_ = Authorizer(credentials->MemberChecks());
+  PS_ASSIGN_OR_RETURN(auto credentials, Credentials::Load(options_.security));
+  PS_ASSIGN_OR_RETURN(auto server_credentials, credentials.ServerCredentials());
+  authorizer_ = Authorizer(credentials.MemberChecks());
   trainer_options_ = options_.trainer;
-  trainer_options_.parameter_client.channel = credentials->MemberChannel();
+  trainer_options_.parameter_client.channel = credentials.MemberChannel();
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder, options_.limits, options_.reflection);
-  builder.AddListeningPort(options_.listen_address, *server_credentials,
-                           &port_);
+  builder.AddListeningPort(options_.listen_address, server_credentials, &port_);
   builder.RegisterService(this);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
@@ -35,14 +33,14 @@ absl::Status WorkerNode::Start() {
   }
   SetServicesServing(server_.get(), {v1::WorkerService::service_full_name()});
   if (!options_.metrics_address.empty()) {
-    auto exposer = MetricsExposer::Start(options_.metrics_address, registry_);
-    if (!exposer.ok()) return exposer.status();
-    exposer_ = *std::move(exposer);
+    PS_ASSIGN_OR_RETURN(auto exposer, MetricsExposer::Start(
+                                          options_.metrics_address, registry_));
+    exposer_ = std::move(exposer);
   }
   MembershipOptions membership;
   membership.coordinator = options_.coordinator;
   membership.role = v1::WORKER;
-  membership.channel = credentials->MemberChannel();
+  membership.channel = credentials.MemberChannel();
   membership_ = std::make_unique<Membership>(
       membership,
       [this](const std::vector<v1::Assignment>& a) { OnAssignments(a); },

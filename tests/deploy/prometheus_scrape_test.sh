@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real Prometheus scrapes a running local cluster (design §7, deploy/prometheus):
+# A real Prometheus scrapes a running local cluster (docs/operations.md, "Metric reference", deploy/prometheus):
 #
 #   - a local cluster (scripts/lib/cluster.sh: 1 coordinator, 2 servers, 1
 #     worker) and a second worker run by deploy/k8s/base/worker-job.sh, the

@@ -1,6 +1,6 @@
-// BSP equals one big batch (design §4): two real workers (Trainer, with batch
-// b) under BSP against one in-process trainer with batch 2b on the same samples
-// in the same order. After K steps the parameters must agree up to
+// BSP equals one big batch (docs/consistency.md): two real workers (Trainer,
+// with batch b) under BSP against one in-process trainer with batch 2b on the
+// same samples in the same order. After K steps the parameters must agree up to
 // floating-point summation order.
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,8 @@
-// The consistency models as tested facts (design §4): BSP equals one big batch,
-// the SSP bound holds under random delays, ASP never waits, pushes are applied
-// exactly once when replies are lost, and the worker cache respects the bound.
-// Real parameter servers on loopback; no coordinator (the tests assign jobs).
+// The consistency models as tested facts (docs/consistency.md): BSP equals one
+// big batch, the SSP bound holds under random delays, ASP never waits, pushes
+// are applied exactly once when replies are lost, and the worker cache respects
+// the bound. Real parameter servers on loopback; no coordinator (the tests
+// assign jobs).
 #include <cmath>
 #include <filesystem>
 #include <memory>

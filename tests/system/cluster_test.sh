@@ -31,8 +31,9 @@
 # fails at the end. A failing test keeps its run directory (logs, RocksDB data,
 # job specs, psctl output); PS_KEEP_RUN_DIR=1 keeps it after a pass too. Exits
 # 77 (skipped) when the data set or a needed tool is missing. No timing is
-# asserted (design §9): the only time limits are generous bounds that keep a
-# hung process from hanging the test.
+# asserted (timing belongs in bench/: the machine is shared and noisy); the
+# only time limits are generous bounds that keep a hung process from hanging
+# the test.
 set -euo pipefail
 
 # The script is one compound command, parsed whole before it runs, so that a

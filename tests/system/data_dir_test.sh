@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A damaged or foreign data directory gives a clear error at start and a
-# non-zero exit, and nothing in it is modified (design §5, docs/durability.md).
+# non-zero exit, and nothing in it is modified (docs/durability.md).
 #   data_dir_test.sh BUILD_DIR
 set -uo pipefail
 BUILD_DIR=$1

@@ -41,10 +41,28 @@ TEST(BackoffTest, CeilingGrowsToTheMax) {
 }
 
 TEST(BackoffTest, DefaultsAreFiftyMillisecondsToTwoSeconds) {
+  // The first ceiling is 50 ms: no first delay is above it, and of 200 first
+  // delays one is above 25 ms (all below has probability 2^-200; a smaller
+  // default ceiling would fail).
+  absl::Duration largest_first = absl::ZeroDuration();
+  for (int trial = 0; trial < 200; ++trial) {
+    Backoff fresh;
+    const absl::Duration first = fresh.Next();
+    EXPECT_LE(first, absl::Milliseconds(50));
+    largest_first = std::max(largest_first, first);
+  }
+  EXPECT_GT(largest_first, absl::Milliseconds(25));
+  // The ceiling grows to 2 s (50 ms * 2^6 is past it): no delay is above it,
+  // and of 1000 one is above 1.5 s (all below: 0.75^1000).
   Backoff backoff;
-  EXPECT_LE(backoff.Next(), absl::Milliseconds(50));
-  EXPECT_LE(backoff.Next(), absl::Milliseconds(100));
-  for (int i = 0; i < 20; ++i) EXPECT_LE(backoff.Next(), absl::Seconds(2));
+  for (int i = 0; i < 6; ++i) backoff.Next();
+  absl::Duration largest = absl::ZeroDuration();
+  for (int i = 0; i < 1000; ++i) {
+    const absl::Duration delay = backoff.Next();
+    EXPECT_LE(delay, absl::Seconds(2));
+    largest = std::max(largest, delay);
+  }
+  EXPECT_GT(largest, absl::Milliseconds(1500));
 }
 
 TEST(BackoffTest, ResetReturnsToTheInitialCeiling) {

@@ -450,7 +450,11 @@ v1::PullResponse PullReply(
 
 std::vector<float> Floats(const std::string& bytes) {
   std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  // memcpy of nothing still needs valid pointers (an empty vector's data()
+  // is null): UBSan.
+  if (!out.empty()) {
+    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  }
   return out;
 }
 
@@ -496,7 +500,7 @@ TEST(PullWireTest, ParsesPackedAndUnpackedClocksWhateverTheSplit) {
     unpacked = blocks_only.SerializeAsString();
     for (int64_t c : r.worker_clocks()) {
       unpacked += '\x18';
-      unpacked += static_cast<char>(c & 0x7f | (c >= 128 ? 0x80 : 0));
+      unpacked += static_cast<char>((c & 0x7f) | (c >= 128 ? 0x80 : 0));
       if (c >= 128) unpacked += static_cast<char>(c >> 7);
     }
   }

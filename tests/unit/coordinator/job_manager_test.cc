@@ -493,12 +493,21 @@ TEST_F(JobManagerTest, NodesGetTheirPlacesBackAfterACoordinatorRestart) {
 }
 
 TEST_F(JobManagerTest, HeartbeatsKeepTheLease) {
-  timing_.lease = absl::Seconds(2);
+  // Two nodes register before `start`; only one heartbeats, at least 150 ms
+  // later. At start + 250 ms the silent one's lease (200 ms from its
+  // registration) has expired and the other's (200 ms from its heartbeat)
+  // has not, however slowly the test runs: only a renewal keeps it.
+  timing_.lease = absl::Milliseconds(200);
   CreateManager();
-  const std::string node = Register(v1::WORKER);
-  const absl::Time soon = absl::Now() + absl::Seconds(1);
-  manager_->Tick(soon);
-  EXPECT_TRUE(manager_->Heartbeat(node).ok());
+  const std::string kept = Register(v1::WORKER);
+  const std::string silent = Register(v1::WORKER);
+  const absl::Time start = absl::Now();
+  absl::SleepFor(absl::Milliseconds(150));
+  ASSERT_TRUE(manager_->Heartbeat(kept).ok());
+  manager_->Tick(start + absl::Milliseconds(250));
+  EXPECT_TRUE(manager_->Heartbeat(kept).ok());
+  EXPECT_EQ(manager_->Heartbeat(silent).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(JobManagerTest, CancelEndsARunningJobOnce) {

@@ -1,4 +1,5 @@
-// The consistency rules over per-worker clocks (design §4): SSP, BSP and ASP.
+// The consistency rules over per-worker clocks (docs/consistency.md): SSP, BSP
+// and ASP.
 #include "server/clock_table.h"
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// One suite run against every ShardStore (design §8), plus RocksDB-only tests
-// of durability, opening errors and corrupted data.
+// One suite run against every ShardStore (so that the in-memory and RocksDB
+// stores behave alike), plus RocksDB-only tests of durability, opening errors
+// and corrupted data.
 #include "server/shard_store.h"
 
 #include <rocksdb/db.h>
@@ -682,8 +683,13 @@ TEST_F(RocksDbShardStoreTest, OpenWithoutCreateOnExistingDatabaseWorks) {
 }
 
 TEST_F(RocksDbShardStoreTest, OpenCreatesNestedDirectories) {
-  auto store = RocksDbShardStore::Open({.path = dir_.path() + "/a/b/c"});
+  const std::string path = dir_.path() + "/a/b/c";
+  ASSERT_FALSE(fs::exists(dir_.path() + "/a"));
+  auto store = RocksDbShardStore::Open({.path = path});
   ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE(fs::is_directory(path));
+  // The database lives there (RocksDB's CURRENT file names its manifest).
+  EXPECT_TRUE(fs::is_regular_file(path + "/CURRENT"));
 }
 
 TEST_F(RocksDbShardStoreTest, OpenWithEmptyPathIsInvalid) {
