@@ -36,9 +36,9 @@ absl::StatusOr<ModelEvaluation> EvaluateModel(const v1::TrainedModel& model,
     DecodeFloats(bytes, params[i]);
   }
   PS_RETURN_IF_ERROR(net->SetParameters(params));
-  PS_ASSIGN_OR_RETURN(auto correct,
-                      net->CountCorrect(data.features.data(), data.labels.data(),
-                                       data.num_samples));
+  PS_ASSIGN_OR_RETURN(
+      auto correct, net->CountCorrect(data.features.data(), data.labels.data(),
+                                      data.num_samples));
   ModelEvaluation result;
   result.correct = correct;
   result.samples = data.num_samples;

@@ -1,4 +1,5 @@
-// Tensor payloads on the wire: raw little-endian float32 bytes (design §3).
+// Tensor payloads on the wire: raw little-endian float32 bytes
+// (docs/architecture.md, "Model, blocks and the shard map").
 #ifndef PS_COMMON_FLOAT_CODEC_H_
 #define PS_COMMON_FLOAT_CODEC_H_
 

@@ -18,7 +18,7 @@ namespace ps {
 
 // Largest message either side accepts: a block is at most 4 MiB and a Pull
 // reply holds many blocks, so the 4 MiB default would break at exactly 4 MiB
-// (design §3).
+// (docs/architecture.md, "Model, blocks and the shard map").
 inline constexpr int kMaxMessageBytes = 256 * 1024 * 1024;
 
 // How connections notice a dead peer and come back (docs/operations.md,

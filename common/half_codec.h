@@ -1,13 +1,14 @@
-// float32 <-> the 16-bit formats gradients may travel in (issue 5): IEEE
-// binary16 ("fp16": 5 exponent bits, 11 significant bits) and bfloat16
-// (float32's 8 exponent bits, 8 significant bits), as uint16_t bit patterns.
-// Encoding rounds to nearest, ties to even, and saturates: a finite value
-// beyond the format's largest finite one becomes that value, never Inf (a
-// gradient that is finite in float32 stays finite on the wire, so the
-// server's NaN/Inf policy sees exactly the NaN and Inf the worker computed).
-// NaN stays NaN (quieted, sign and the payload's top bits kept) and +-Inf
-// stays +-Inf. Decoding is exact (a NaN is quieted). Bit for bit what x86's
-// F16C instructions (vcvtps2ph, vcvtph2ps) give, saturation aside.
+// float32 <-> the 16-bit formats gradients may travel in (docs/compute.md,
+// "Gradients on the wire"): IEEE binary16 ("fp16": 5 exponent bits, 11
+// significant bits) and bfloat16 (float32's 8 exponent bits, 8 significant
+// bits), as uint16_t bit patterns. Encoding rounds to nearest, ties to even,
+// and saturates: a finite value beyond the format's largest finite one becomes
+// that value, never Inf (a gradient that is finite in float32 stays finite on
+// the wire, so the server's NaN/Inf policy sees exactly the NaN and Inf the
+// worker computed). NaN stays NaN (quieted, sign and the payload's top bits
+// kept) and +-Inf stays +-Inf. Decoding is exact (a NaN is quieted). Bit for
+// bit what x86's F16C instructions (vcvtps2ph, vcvtph2ps) give, saturation
+// aside.
 //
 // The scalar functions are branch-free (selects, integer arithmetic and one
 // float add or convert), so the span loops in half_codec.cc vectorise at -O2

@@ -1,4 +1,5 @@
-// The tensors of a model and how they are cut into blocks (design §3).
+// The tensors of a model and how they are cut into blocks
+// (docs/architecture.md, "Model, blocks and the shard map").
 #ifndef PS_COMMON_MODEL_LAYOUT_H_
 #define PS_COMMON_MODEL_LAYOUT_H_
 

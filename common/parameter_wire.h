@@ -1,10 +1,11 @@
 // ParameterService's big messages on the wire without extra copies of their
-// float payloads (issue 6). Push: the client frames gradient memory in place,
-// the server reads gradients where gRPC received them. Pull: the server
-// writes its reply's bytes with one copy of the values, the client reads
-// them where gRPC received them. The bytes are exactly those of ps.v1's
-// PushRequest and PullResponse (proto/ps/v1/parameter.proto); only who
-// copies them changes. Nothing here depends on gRPC.
+// float payloads (docs/benchmarks.md, "How the data path moves bytes now").
+// Push: the client frames gradient memory in place, the server reads gradients
+// where gRPC received them. Pull: the server writes its reply's bytes with one
+// copy of the values, the client reads them where gRPC received them. The bytes
+// are exactly those of ps.v1's PushRequest and PullResponse
+// (proto/ps/v1/parameter.proto); only who copies them changes. Nothing here
+// depends on gRPC.
 #ifndef PS_COMMON_PARAMETER_WIRE_H_
 #define PS_COMMON_PARAMETER_WIRE_H_
 

@@ -1,4 +1,5 @@
-// The coordinator's own Prometheus metrics (design §7).
+// The coordinator's own Prometheus metrics (docs/operations.md, "Metric
+// reference").
 #ifndef PS_COORDINATOR_COORDINATOR_METRICS_H_
 #define PS_COORDINATOR_COORDINATOR_METRICS_H_
 

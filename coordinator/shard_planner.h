@@ -1,4 +1,5 @@
-// Placement of a job's blocks on its servers (design §3).
+// Placement of a job's blocks on its servers (docs/architecture.md, "Model,
+// blocks and the shard map").
 #ifndef PS_COORDINATOR_SHARD_PLANNER_H_
 #define PS_COORDINATOR_SHARD_PLANNER_H_
 

@@ -1,6 +1,6 @@
 // Per-worker clocks of one job on one server, and the consistency rules over
-// them (design §4). Pure logic, no locking: the owner (ServerJob) serialises
-// access.
+// them (docs/consistency.md). Pure logic, no locking: the owner (ServerJob)
+// serialises access.
 #ifndef PS_SERVER_CLOCK_TABLE_H_
 #define PS_SERVER_CLOCK_TABLE_H_
 

@@ -1,4 +1,5 @@
-// The parameter server's own Prometheus metrics (design §7).
+// The parameter server's own Prometheus metrics (docs/operations.md, "Metric
+// reference").
 #ifndef PS_SERVER_SERVER_METRICS_H_
 #define PS_SERVER_SERVER_METRICS_H_
 

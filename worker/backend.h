@@ -1,4 +1,4 @@
-// The compute backend interface (design §6): memory and kernels for the
+// The compute backend interface (docs/compute.md): memory and kernels for the
 // models, independent of the device they run on.
 #ifndef PS_WORKER_BACKEND_H_
 #define PS_WORKER_BACKEND_H_

@@ -1,4 +1,4 @@
-// The worker's Prometheus metrics (design §7).
+// The worker's Prometheus metrics (docs/operations.md, "Metric reference").
 #ifndef PS_WORKER_WORKER_METRICS_H_
 #define PS_WORKER_WORKER_METRICS_H_
 

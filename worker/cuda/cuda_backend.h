@@ -1,4 +1,4 @@
-// The CUDA compute backend (design §6): cuBLAS GEMMs, fused kernels,
+// The CUDA compute backend (docs/compute.md): cuBLAS GEMMs, fused kernels,
 // device-resident buffers, pinned staging and two streams.
 #ifndef PS_WORKER_CUDA_CUDA_BACKEND_H_
 #define PS_WORKER_CUDA_CUDA_BACKEND_H_
