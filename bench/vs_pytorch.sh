@@ -16,6 +16,9 @@
 #   ROUNDS=3 EPOCHS=15 BUILD_DIR=build DURABILITY=WAL bench/vs_pytorch.sh [OUT_DIR]
 #   EPOCHS=1 ROUNDS=1 bench/vs_pytorch.sh        # a smoke run (~1 minute)
 #
+# BASELINE_BUILD_DIR, if set, adds our cluster from that build too (for
+# example an older commit's), with each DURABILITY, labelled "baseline", in
+# the same rounds: a before/after comparison in one sitting.
 # SYSTEMS (default "ours ddp rpc single") picks systems; TARGET (0.88) the
 # accuracy; DATA_DIR the Fashion-MNIST .gz files (Debian's
 # dataset-fashion-mnist). Uses the executables already in BUILD_DIR
@@ -58,23 +61,27 @@ trap 'cluster_stop >/dev/null 2>&1 || true' EXIT
 RESULTS=$OUT/results.jsonl
 : >"$RESULTS"
 
-# Our cluster: DURABILITY ROUND; appends a JSON line to RESULTS.
+# Our cluster: DURABILITY ROUND [BUILD LABEL]; appends a JSON line to RESULTS.
 run_ours() {
-  local durability=$1 round=$2 dir id
-  dir=$OUT/r$round-ours-$durability
+  local durability=$1 round=$2 build=${3:-$BUILD_DIR} label=${4:-ours} dir id
+  local psctl
+  psctl=$(CLUSTER_BUILD_DIR=$build cluster_binary client psctl)
+  dir=$OUT/r$round-$label-$durability
   mkdir -p "$dir"
   sed -e "s|/usr/share/datasets/fashion-mnist|$DATA_DIR|" \
       -e "s/\"epochs\": [0-9]*/\"epochs\": $EPOCHS/" \
       -e "s/\"durability\": \"[A-Z]*\"/\"durability\": \"$durability\"/" \
       deploy/jobs/fashion-mnist-mlp.json >"$dir/job.json"
-  cluster_start "$BUILD_DIR" "$dir" 2 2 >/dev/null
-  "$PSCTL" --coordinator="$COORDINATOR" submit "$dir/job.json" --watch \
+  CLUSTER_BUILD_DIR=$build
+  cluster_start "$build" "$dir" 2 2 >/dev/null
+  "$psctl" --coordinator="$COORDINATOR" submit "$dir/job.json" --watch \
     >"$dir/watch.log" 2>&1 || { tail -n 5 "$dir/watch.log" >&2; return 1; }
   id=$(sed -n 's/^submitted //p' "$dir/watch.log")
-  "$PSCTL" --coordinator="$COORDINATOR" get "$id" >"$dir/status.json"
+  "$psctl" --coordinator="$COORDINATOR" get "$id" >"$dir/status.json"
   cluster_stop >/dev/null 2>&1 || true
+  CLUSTER_BUILD_DIR=$BUILD_DIR
   "$PY" bench/vs_pytorch.py record-ours --status "$dir/status.json" \
-    --system "ours ($durability)" --round "$round" >>"$RESULTS"
+    --system "$label ($durability)" --round "$round" >>"$RESULTS"
 }
 
 # A PyTorch system: ddp | rpc | single, ROUND.
@@ -92,6 +99,9 @@ runs=()
 for system in $SYSTEMS; do
   if [ "$system" = ours ]; then
     for d in $DURABILITY; do runs+=("ours $d"); done
+    if [ -n "${BASELINE_BUILD_DIR:-}" ]; then
+      for d in $DURABILITY; do runs+=("baseline $d"); done
+    fi
   else
     runs+=("$system")
   fi
@@ -104,6 +114,8 @@ for round in $(seq 1 "$ROUNDS"); do
     echo "vs_pytorch: round $round/$ROUNDS: ${run[*]}" >&2
     if [ "${run[0]}" = ours ]; then
       run_ours "${run[1]}" "$round"
+    elif [ "${run[0]}" = baseline ]; then
+      run_ours "${run[1]}" "$round" "$BASELINE_BUILD_DIR" baseline
     else
       run_torch "${run[0]}" "$round"
     fi
