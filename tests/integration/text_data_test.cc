@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/model_eval.h"
+#include "common/dataset_reader.h"
 #include "common/idx_reader.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -58,13 +60,31 @@ Result Train(v1::JobSpec spec) {
                   TrainerOptions());
   Result result;
   result.status = trainer.Run();
-  result.accuracy = trainer.last_accuracy();
   if (result.status.ok()) {
-    auto client =
-        ParameterClient::Create(assignment, *ModelTensors(spec.model()),
-                                ParameterClientOptions(), nullptr);
+    const std::vector<TensorSpec> tensors = *ModelTensors(spec.model());
+    auto client = ParameterClient::Create(assignment, tensors,
+                                          ParameterClientOptions(), nullptr);
     const int64_t clocks = kTrain / spec.batch_size() * spec.epochs();
     EXPECT_TRUE((*client)->PullFinal(clocks, &result.params).ok());
+    // The test accuracy of the final parameters, on the job's own test set
+    // (read in its format), as psctl eval measures it.
+    v1::TrainedModel model;
+    *model.mutable_model() = spec.model();
+    for (size_t i = 0; i < tensors.size() && i < result.params.size(); ++i) {
+      v1::Tensor* t = model.add_tensors();
+      t->set_name(tensors[i].name);
+      for (int64_t d : tensors[i].shape) t->add_shape(d);
+      t->set_data(result.params[i].data(),
+                  result.params[i].size() * sizeof(float));
+    }
+    auto test = ReadDataset(spec.dataset(), /*train=*/false,
+                            spec.model().input_dim());
+    EXPECT_TRUE(test.ok()) << test.status();
+    if (test.ok()) {
+      auto evaluation = EvaluateModel(model, *test);
+      EXPECT_TRUE(evaluation.ok()) << evaluation.status();
+      if (evaluation.ok()) result.accuracy = evaluation->accuracy;
+    }
   }
   server.Stop();
   return result;

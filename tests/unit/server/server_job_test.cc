@@ -905,8 +905,12 @@ TEST_P(ServerJobTest, ReplayingTheLogRestoresTheServedStateBitForBit) {
       ASSERT_TRUE(stored.ok()) << stored.status();
       const size_t records = bsp ? kClocks : 2 * kClocks;
       EXPECT_EQ(stored->log_sequence + stored->log.size(), records);
-      if (interval == 1) EXPECT_EQ(stored->log.size(), 0u);
-      if (interval > 1000000) EXPECT_EQ(stored->log.size(), records);
+      if (interval == 1) {
+        EXPECT_EQ(stored->log.size(), 0u);
+      }
+      if (interval > 1000000) {
+        EXPECT_EQ(stored->log.size(), records);
+      }
 
       // Reopened while the served job is still open: nothing but the
       // snapshot and the log, as after a crash.
