@@ -1,6 +1,8 @@
 """Python workers under SSP and ASP, and 16-bit wire gradients: FP16 and
 BF16 pushes are applied exactly as the servers decode them."""
 
+import os
+import subprocess
 import threading
 
 import numpy as np
@@ -12,6 +14,7 @@ import torch.nn.functional as F  # noqa: E402
 import paramserver as ps  # noqa: E402
 from paramserver._cluster import encode_bf16, encode_fp16  # noqa: E402
 from paramserver.data import epoch_order  # noqa: E402
+from cluster import binary  # noqa: E402
 from workers import common  # noqa: E402
 
 
@@ -106,3 +109,15 @@ def test_sixteen_bit_wire_gradients(cluster, encoding):
         np.testing.assert_allclose(exported[name], p.detach().numpy(),
                                    atol=2e-6)
     client.close()
+    # psctl exports an EXTERNAL model too, and says it does not evaluate it.
+    psctl = binary("client", "psctl")
+    if os.access(psctl, os.X_OK):
+        path = os.path.join(cluster.run_dir, "model.bin")
+        out = subprocess.run([psctl, f"--coordinator={coordinator}", "export",
+                              job, f"--output={path}"], capture_output=True,
+                             text=True)
+        assert out.returncode == 0, out.stderr
+        out = subprocess.run([psctl, "eval", path], capture_output=True,
+                             text=True)
+        assert out.returncode == 1
+        assert "EXTERNAL model is evaluated in PyTorch" in out.stderr

@@ -26,7 +26,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
+from typing import (Any, Dict, Iterator, List, Mapping, Optional,
                     Sequence, Tuple, Union)
 
 import grpc
