@@ -267,9 +267,9 @@ TEST_P(ServerJobSeedTest, ASecondSeedChangesNothing) {
     EXPECT_TRUE(again->duplicate());
   }
   // After training too: the trained values stay.
-  std::optional<absl::StatusOr<v1::PushResponse>> pushed;
-  job->Push(MakePush(0, 1.0f), [&](auto reply) { pushed = reply; });
-  ASSERT_TRUE(pushed.has_value() && pushed->ok());
+  auto pushed = Await<v1::PushResponse>(
+      [&](auto done) { job->Push(MakePush(0, 1.0f), std::move(done)); });
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
   auto late = SeedNow(*job, MakeSeed(ModuleValues(20)));
   ASSERT_TRUE(late.ok());
   EXPECT_TRUE(late->duplicate());
