@@ -95,7 +95,8 @@ absl::StatusOr<StoredJob> MemoryShardStore::Load(const std::string& job_id) {
   out.log_sequence = job.log_sequence;
   for (const auto& [sequence, record] : job.log) {
     if (sequence <= job.log_sequence) continue;
-    if (sequence != out.log_sequence + 1 + static_cast<int64_t>(out.log.size())) {
+    if (sequence !=
+        out.log_sequence + 1 + static_cast<int64_t>(out.log.size())) {
       return absl::DataLossError(absl::StrCat(
           "shard store: job ", job_id, ": update log record ", sequence,
           " follows record ",

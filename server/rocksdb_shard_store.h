@@ -1,8 +1,8 @@
 // A durable ShardStore in RocksDB (design §5).
 //
 // Layout: one column family per kind of state ("values", "optimizer",
-// "clocks", "meta", "log"; RocksDB's "default" stays empty). Every key starts with
-// the job id and a '\0', so one job's keys form a contiguous range:
+// "clocks", "meta", "log"; RocksDB's "default" stays empty). Every key starts
+// with the job id and a '\0', so one job's keys form a contiguous range:
 //   values:    job_id '\0' key(8 bytes, big-endian) -> float32 little-endian
 //   optimizer: job_id '\0' key(8 bytes, big-endian) -> step (int64, 8 bytes
 //              little-endian) then float32 little-endian slots

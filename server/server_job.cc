@@ -48,8 +48,8 @@ ServerJob::~ServerJob() {
 }
 
 absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
-    const v1::Assignment& assignment, ShardStore* store,
-    ServerMetrics* metrics, const ServerJobOptions& options) {
+    const v1::Assignment& assignment, ShardStore* store, ServerMetrics* metrics,
+    const ServerJobOptions& options) {
   v1::JobSpec spec = assignment.spec();
   ApplyJobSpecDefaults(&spec);
   if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
@@ -84,8 +84,7 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
     const int64_t snapshot = stored->log_sequence;
     const size_t replayed = stored->log.size();
     if (auto s = job->Restore(*std::move(stored)); !s.ok()) return s;
-    PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ",
-                job->index_.size(),
+    PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ", job->index_.size(),
                 " blocks from the snapshot at update ", snapshot, " and ",
                 replayed, " logged updates after it, worker clocks ",
                 job->ClocksString());
@@ -229,9 +228,9 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
         g.data().size() !=
             static_cast<size_t>(blocks_[it->second].spec.num_elems) *
                 value_bytes) {
-      return data_loss(
-          absl::StrCat("has block ", g.key(), " of ", g.data().size(),
-                       " bytes, which this server does not hold"));
+      return data_loss(absl::StrCat("has block ", g.key(), " of ",
+                                    g.data().size(),
+                                    " bytes, which this server does not hold"));
     }
     positions.push_back(it->second);
   }
@@ -551,7 +550,8 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
   // Acknowledged once the record is durable (at once without a store). This
   // also releases the pulls this clock lets through.
   EvictOldestWaiting(worker, /*pulls=*/false, ready);
-  parked_pushes_.push_back({worker, clock, false, std::move(done), absl::Now()});
+  parked_pushes_.push_back(
+      {worker, clock, false, std::move(done), absl::Now()});
   CollectReady(ready);
   return std::nullopt;
 }
@@ -816,8 +816,8 @@ std::optional<absl::StatusOr<v1::SeedResponse>> ServerJob::SeedLocked(
           b.values.size(), " float32 values)"));
     }
     if (!AllFinite(WireBytes(block.data()))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "blocks: block ", block.key(), " contains NaN or Inf"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("blocks: block ", block.key(), " contains NaN or Inf"));
     }
     touched.push_back(it->second);
   }

@@ -162,8 +162,7 @@ absl::Status StoredJobDecoder::AddLog(absl::string_view key,
       job_.log_sequence + 1 + static_cast<int64_t>(job_.log.size());
   if (sequence != expected) {
     return DataLoss(absl::StrCat("update log record ", sequence,
-                                 " found where record ", expected,
-                                 " belongs"));
+                                 " found where record ", expected, " belongs"));
   }
   job_.log.emplace_back(value);
   return absl::OkStatus();

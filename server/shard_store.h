@@ -124,7 +124,8 @@ inline absl::Status ValidateShardStoreJobId(const std::string& job_id) {
 }
 
 // OK if `write` is acceptable to ShardStore::Write (valid job id,
-// log_sequence >= 0, worker indices >= 0); INVALID_ARGUMENT naming the problem otherwise. Thread-safe.
+// log_sequence >= 0, worker indices >= 0); INVALID_ARGUMENT naming the problem
+// otherwise. Thread-safe.
 inline absl::Status ValidateShardWrite(const ShardWrite& write) {
   if (absl::Status status = ValidateShardStoreJobId(write.job_id);
       !status.ok()) {

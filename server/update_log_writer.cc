@@ -103,7 +103,8 @@ absl::Status UpdateLogWriter::WriteRecords(
   size_t bytes = 0;
   for (const std::string& record : records) bytes += record.size();
   const absl::Time start = absl::Now();
-  absl::Status status = store_->AppendLog(job_id_, first_sequence, records, sync_);
+  absl::Status status =
+      store_->AppendLog(job_id_, first_sequence, records, sync_);
   metrics_->store_write_seconds.Observe(
       absl::ToDoubleSeconds(absl::Now() - start));
   metrics_->store_written_bytes.Increment(static_cast<double>(bytes));

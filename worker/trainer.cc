@@ -278,9 +278,8 @@ absl::Status Trainer::Train() {
 absl::StatusOr<Dataset> Trainer::LoadData() {
   const v1::JobSpec& spec = assignment_.spec();
   // IDX, CSV or libsvm (common/dataset_reader.h).
-  PS_ASSIGN_OR_RETURN(Dataset train,
-                      ReadDataset(spec.dataset(), /*train=*/true,
-                                  spec.model().input_dim()));
+  PS_ASSIGN_OR_RETURN(Dataset train, ReadDataset(spec.dataset(), /*train=*/true,
+                                                 spec.model().input_dim()));
   if (train.dim != spec.model().input_dim()) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.input_dim: is ", spec.model().input_dim(), " but ",
@@ -290,9 +289,9 @@ absl::StatusOr<Dataset> Trainer::LoadData() {
   PS_RETURN_IF_ERROR(CheckLabels(train, LabelsPath(spec.dataset(), true),
                                  spec.model().num_classes()));
   if (assignment_.index() == 0) {  // The evaluator.
-    PS_ASSIGN_OR_RETURN(Dataset test,
-                        ReadDataset(spec.dataset(), /*train=*/false,
-                                    spec.model().input_dim()));
+    PS_ASSIGN_OR_RETURN(
+        Dataset test,
+        ReadDataset(spec.dataset(), /*train=*/false, spec.model().input_dim()));
     if (test.dim != train.dim) {
       return absl::InvalidArgumentError(
           "dataset: test and train samples differ in size");
@@ -391,11 +390,10 @@ absl::StatusOr<Trainer::StepTimes> Trainer::RunStep(
   // Accumulation and clipping hooks (docs/training.md).
   const v1::JobSpec& spec = assignment_.spec();
   PS_ASSIGN_OR_RETURN(
-      times.loss,
-      ComputeAccumulatedGradients(*model_, pipeline.features.data(),
-                                  pipeline.labels.data(), train.dim,
-                                  spec.batch_size(), AccumulationSteps(spec),
-                                  &step_grads, &pipeline.micro_grads));
+      times.loss, ComputeAccumulatedGradients(
+                      *model_, pipeline.features.data(), pipeline.labels.data(),
+                      train.dim, spec.batch_size(), AccumulationSteps(spec),
+                      &step_grads, &pipeline.micro_grads));
   ClipGradients(spec.gradient_clipping(), &step_grads);
   times.computed = absl::Now();
   if (pipeline.pusher.has_value()) {

@@ -100,7 +100,7 @@ class Trainer {
     std::vector<std::vector<float>> grads[2];
     std::vector<std::vector<float>> pulled[2];
     std::vector<std::vector<float>> micro_grads;  // Accumulation's scratch.
-    std::optional<AsyncPusher> pusher;  // With options_.overlap_push.
+    std::optional<AsyncPusher> pusher;            // With options_.overlap_push.
     std::optional<AsyncPuller> puller;  // With options_.prefetch_pull.
   };
   // When one step's phases ended, and its loss.

@@ -128,10 +128,10 @@ std::string PickLogRecord(FuzzedDataProvider& in,
     if (!in.ConsumeBool()) continue;
     auto* block = record.add_blocks();
     block->set_key(in.ConsumeBool() ? p.key() : in.ConsumeIntegral<uint64_t>());
-    const size_t bytes = in.ConsumeBool()
-                             ? p.num_elems() * in.ConsumeIntegralInRange<int>(
-                                                   1, 2) * 2
-                             : in.ConsumeIntegralInRange<size_t>(0, 80);
+    const size_t bytes =
+        in.ConsumeBool()
+            ? p.num_elems() * in.ConsumeIntegralInRange<int>(1, 2) * 2
+            : in.ConsumeIntegralInRange<size_t>(0, 80);
     std::string data = in.ConsumeBytesAsString(bytes);
     data.resize(bytes, '\0');
     block->set_data(std::move(data));
@@ -157,8 +157,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (in.ConsumeIntegralInRange<int>(0, 4) == 0) {
         std::string marker(8, '\0');
         marker[0] = static_cast<char>(in.ConsumeIntegralInRange<int>(0, 3));
-        families[3][prefix] = in.ConsumeBool() ? marker
-                                               : in.ConsumeRandomLengthString(9);
+        families[3][prefix] =
+            in.ConsumeBool() ? marker : in.ConsumeRandomLengthString(9);
       } else {
         families[3][PickKey(in, prefix, ps::kStoredInt64Bytes)] =
             PickLogRecord(in, assignment);

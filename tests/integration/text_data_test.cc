@@ -77,8 +77,8 @@ Result Train(v1::JobSpec spec) {
       t->set_data(result.params[i].data(),
                   result.params[i].size() * sizeof(float));
     }
-    auto test = ReadDataset(spec.dataset(), /*train=*/false,
-                            spec.model().input_dim());
+    auto test =
+        ReadDataset(spec.dataset(), /*train=*/false, spec.model().input_dim());
     EXPECT_TRUE(test.ok()) << test.status();
     if (test.ok()) {
       auto evaluation = EvaluateModel(model, *test);

@@ -397,7 +397,8 @@ TEST_P(ServerJobSeedTest, TheManagerRefusesPushesBeforeTheSeed) {
   // An unknown job.
   v1::SeedRequest other = MakeSeed(ModuleValues());
   other.set_job_id("job-000002");
-  EXPECT_EQ(SeedNow(manager, other).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(SeedNow(manager, other).status().code(),
+            absl::StatusCode::kNotFound);
   manager.Shutdown();
 }
 

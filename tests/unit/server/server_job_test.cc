@@ -343,8 +343,8 @@ class ServerJobTest : public ::testing::TestWithParam<StoreKind> {
 
   std::unique_ptr<ServerJob> Open(const JobOptions& options,
                                   const ServerJobOptions& job_options = {}) {
-    auto job = ServerJob::Open(MakeAssignment(options), store_.get(),
-                               &metrics_, job_options);
+    auto job = ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_,
+                               job_options);
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? *std::move(job) : nullptr;
   }
@@ -872,7 +872,8 @@ TEST_P(ServerJobTest, BspPushIsAcknowledgedOnlyOnceItsClockIsPersisted) {
 TEST_P(ServerJobTest, ReplayingTheLogRestoresTheServedStateBitForBit) {
   constexpr int kClocks = 6;
   for (const bool bsp : {false, true}) {
-    for (const int64_t interval : {int64_t{1}, int64_t{300}, int64_t{1} << 40}) {
+    for (const int64_t interval :
+         {int64_t{1}, int64_t{300}, int64_t{1} << 40}) {
       SCOPED_TRACE(absl::StrCat(bsp ? "BSP" : "SSP", ", snapshot every ",
                                 interval, " log bytes"));
       ASSERT_TRUE(store_->DeleteJob(kJobId).ok());

@@ -266,13 +266,12 @@ TYPED_TEST(ShardStoreTest, LogRecordsLoadInOrderAfterTheSnapshot) {
   EXPECT_EQ(job->log_sequence, 0);
   EXPECT_THAT(job->log, ElementsAre("a", "b", "c"));
   // Records are opaque bytes: '\0' and empty records round-trip too.
-  ASSERT_TRUE(this->store_
-                  ->AppendLog("job", 4, {std::string("x\0y", 3), ""}, false)
-                  .ok());
+  ASSERT_TRUE(
+      this->store_->AppendLog("job", 4, {std::string("x\0y", 3), ""}, false)
+          .ok());
   job = this->store_->Load("job");
   ASSERT_TRUE(job.ok()) << job.status();
-  EXPECT_THAT(job->log,
-              ElementsAre("a", "b", "c", std::string("x\0y", 3), ""));
+  EXPECT_THAT(job->log, ElementsAre("a", "b", "c", std::string("x\0y", 3), ""));
 }
 
 TYPED_TEST(ShardStoreTest, ASnapshotDropsTheLogRecordsItCovers) {
