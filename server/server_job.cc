@@ -546,7 +546,7 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     clocks_.RecordPush(worker, clock);
   }
   record.set_clock(clock);
-  LogLocked(record);
+  LogLocked(std::move(record));
   // Acknowledged once the record is durable (at once without a store). This
   // also releases the pulls this clock lets through.
   EvictOldestWaiting(worker, /*pulls=*/false, ready);
@@ -596,7 +596,7 @@ void ServerJob::Ready::Run() {
   for (auto& [callback, reply] : seeds) callback(std::move(reply));
 }
 
-void ServerJob::LogLocked(storage::v1::UpdateRecord& record) {
+void ServerJob::LogLocked(storage::v1::UpdateRecord record) {
   if (writer_ == nullptr) {
     durable_clocks_ = clocks_.clocks();
     durable_sequence_ = next_sequence_ - 1;
@@ -604,10 +604,10 @@ void ServerJob::LogLocked(storage::v1::UpdateRecord& record) {
   }
   for (int64_t clock : clocks_.clocks()) record.add_clocks_after(clock);
   const int64_t sequence = next_sequence_++;
-  std::string bytes = record.SerializeAsString();
-  log_bytes_since_snapshot_ += static_cast<int64_t>(bytes.size());
+  // Serialized on the writer's thread: only the size is computed here.
+  log_bytes_since_snapshot_ += static_cast<int64_t>(record.ByteSizeLong());
   in_flight_.emplace_back(sequence, clocks_.clocks());
-  writer_->Append(sequence, std::move(bytes));
+  writer_->Append(sequence, std::move(record));
   if (log_bytes_since_snapshot_ >= options_.snapshot_log_bytes) {
     SnapshotLocked();
   }
@@ -837,7 +837,7 @@ std::optional<absl::StatusOr<v1::SeedResponse>> ServerJob::SeedLocked(
   PS_LOG_INFO("job ", job_id_, ": seeded ", touched.size(),
               " blocks from worker 0");
   SeededLocked();
-  LogLocked(record);
+  LogLocked(std::move(record));
   seed_sequence_ = next_sequence_ - 1;
   // Answered once the record is durable (at once without a store); the
   // reads that waited for the seed go now.

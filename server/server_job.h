@@ -216,7 +216,7 @@ class ServerJob {
   // Completes `record` with the clocks and queues it on the update log (or,
   // without a store, counts it durable at once); queues a snapshot after it
   // when options_.snapshot_log_bytes of log have accumulated.
-  void LogLocked(storage::v1::UpdateRecord& record)
+  void LogLocked(storage::v1::UpdateRecord record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues a snapshot of the whole state at the last logged record.
   void SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -25,7 +25,8 @@ UpdateLogWriter::~UpdateLogWriter() {
   thread_.join();
 }
 
-void UpdateLogWriter::Append(int64_t sequence, std::string record) {
+void UpdateLogWriter::Append(int64_t sequence,
+                             storage::v1::UpdateRecord record) {
   absl::MutexLock lock(&mu_);
   queue_.emplace_back(std::pair(sequence, std::move(record)));
   ++queued_;
@@ -82,10 +83,11 @@ absl::Status UpdateLogWriter::WriteItems(std::vector<Item>& items,
     return status;
   };
   for (Item& item : items) {
-    if (auto* record = std::get_if<std::pair<int64_t, std::string>>(&item)) {
+    if (auto* record =
+            std::get_if<std::pair<int64_t, storage::v1::UpdateRecord>>(&item)) {
       if (records.empty()) first_sequence = record->first;
       *last_sequence = record->first;
-      records.push_back(std::move(record->second));
+      records.push_back(record->second.SerializeAsString());
       continue;
     }
     // A snapshot includes every record queued before it: write those first.

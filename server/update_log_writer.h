@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "ps/storage/v1/update_log.pb.h"
 #include "server/server_metrics.h"
 #include "server/shard_store.h"
 
@@ -52,8 +53,8 @@ class UpdateLogWriter {
   UpdateLogWriter& operator=(const UpdateLogWriter&) = delete;
 
   // Queues record `sequence` (one past the previous one). Never blocks on the
-  // disk.
-  void Append(int64_t sequence, std::string record);
+  // disk; the record is serialized on the writer's thread, not the caller's.
+  void Append(int64_t sequence, storage::v1::UpdateRecord record);
   // Queues a snapshot; once it is written, the log records it includes are
   // gone from the store.
   void Snapshot(ShardSnapshot snapshot);
@@ -62,7 +63,8 @@ class UpdateLogWriter {
   absl::Status Drain();
 
  private:
-  using Item = std::variant<std::pair<int64_t, std::string>, ShardSnapshot>;
+  using Item = std::variant<std::pair<int64_t, storage::v1::UpdateRecord>,
+                            ShardSnapshot>;
 
   void Run();
   // Writes `items` in order; returns the last record sequence written.
