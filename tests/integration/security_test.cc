@@ -61,6 +61,9 @@ class SecurityTest : public ::testing::Test {
   void TearDown() override {
     if (coordinator_) coordinator_->Stop();
     if (server_) server_->Stop();
+    // Destroyed before their directory is: the job table flushes at close.
+    coordinator_.reset();
+    server_.reset();
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
