@@ -1,6 +1,19 @@
-// The coordinator's state: jobs (durable in the JobTable), cluster membership
-// with leases, scheduling of pending jobs onto free nodes, and progress
-// aggregation. Knows nothing of gRPC.
+// The coordinator's state, and the one lock over it. JobManager holds the
+// jobs (durable in the JobTable) and their places, and drives what spans jobs
+// and nodes; each other concern has its own part, not thread-safe, used under
+// JobManager's lock:
+//   NodeRegistry      cluster members and their leases (node_registry.h)
+//   JobWatchers       WatchJob's subscribers (job_watchers.h)
+//   job_progress.h    progress aggregation and per-epoch records
+//   JobTable          the job store (job_table.h)
+// Its methods are grouped by concern in files of their own:
+//   job_manager.cc             jobs: submit, get, cancel, watch, progress,
+//                              state changes
+//   job_manager_membership.cc  registration, heartbeats, lease expiry
+//   job_manager_scheduling.cc  starting pending jobs, recovering lost places
+//   job_manager_model.cc       the trained model store
+//   job_manager_retention.cc   ended jobs' deletion and listing pages
+// Knows nothing of gRPC.
 #ifndef PS_COORDINATOR_JOB_MANAGER_H_
 #define PS_COORDINATOR_JOB_MANAGER_H_
 
@@ -16,6 +29,8 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_retention.h"
 #include "coordinator/job_table.h"
+#include "coordinator/job_watchers.h"
+#include "coordinator/node_registry.h"
 #include "coordinator/request_validation.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/job.pb.h"
@@ -38,7 +53,7 @@ class JobManager {
  public:
   // Receives a job's status after every change; called with the manager's lock
   // held, so it must not call back into the manager.
-  using Watcher = std::function<void(const v1::JobStatus&)>;
+  using Watcher = JobWatchers::Watcher;
 
   // Loads the table. Jobs that were RUNNING when the coordinator stopped keep
   // running: their servers and workers register again and are given back their
@@ -131,19 +146,6 @@ class JobManager {
       const std::vector<std::string>& stored_job_ids) const;
 
  private:
-  struct Node {
-    v1::NodeRole role = v1::NODE_ROLE_UNSPECIFIED;
-    std::string address;     // Advertised (servers).
-    std::string peer_host;   // Where it registered from ("" if unknown).
-    bool durable = false;    // Servers: has a data directory.
-    std::string storage_id;  // RegisterRequest.storage_id.
-    // Workers: RegisterRequest.model_digest and job_id (WorkerFits).
-    std::string model_digest;
-    std::string only_job;
-    absl::Time last_seen;
-    std::string job_id;  // Empty when free.
-    int index = -1;      // Server or worker index in its job.
-  };
   // A server or worker place in a running job.
   struct Slot {
     std::string node_id;  // Empty while vacant.
@@ -168,9 +170,8 @@ class JobManager {
              CoordinatorMetrics* metrics, JobLimits limits);
 
   absl::Status Load();
-  // Checks a registering server's address: not loopback when registering from
-  // another host, and not held by a live server with other storage. Removes
-  // the node it replaces (an earlier registration of the same storage).
+  // Checks a registering server's address (NodeRegistry::ServerToReplace)
+  // and removes the node it replaces, vacating that node's places.
   absl::Status AdmitServer(const v1::RegisterRequest& request,
                            const std::string& peer_host, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -207,24 +208,17 @@ class JobManager {
   // Gives `node_id` the place `index` of `role` in `job`.
   void Attach(Job& job, v1::NodeRole role, int index,
               const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Live nodes of `role` without a job, in id order; with `durable_only`,
-  // only servers with a data directory; with `fits`, only workers that may
-  // train that job (WorkerFits).
-  std::vector<std::string> FreeNodes(v1::NodeRole role, absl::Time now,
-                                     bool durable_only = false,
-                                     const Job* fits = nullptr) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Live nodes of `role` (busy or free), with `durable_only` and `fits` as
-  // FreeNodes.
-  int LiveNodes(v1::NodeRole role, absl::Time now, bool durable_only = false,
-                const Job* fits = nullptr) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Which nodes may take a place: of `role`; with `durable_only`, only
+  // servers with a data directory; with `fits`, only workers that may train
+  // that job (WorkerFits).
+  static NodeRegistry::Filter PlaceFilter(v1::NodeRole role,
+                                          bool durable_only = false,
+                                          const Job* fits = nullptr);
   // True if worker `node` may take a place of `job`: a worker with a model
   // digest (a Python worker) only jobs whose model has that digest, one
   // without (ps-worker) only built-in models, and a worker started for one
   // job only that job.
-  static bool WorkerFits(const Node& node, const Job& job);
-  void Aggregate(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool WorkerFits(const NodeRecord& node, const Job& job);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Assignment AssignmentOf(const Job& job, int index) const;
 
@@ -235,11 +229,8 @@ class JobManager {
 
   mutable absl::Mutex mu_;
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, std::pair<std::string, Watcher>> watchers_
-      ABSL_GUARDED_BY(mu_);
-  int64_t next_watch_token_ ABSL_GUARDED_BY(mu_) = 1;
-  int64_t next_node_ ABSL_GUARDED_BY(mu_) = 1;
+  NodeRegistry nodes_ ABSL_GUARDED_BY(mu_);
+  JobWatchers watchers_ ABSL_GUARDED_BY(mu_);
 };
 
 // True for SUCCEEDED, FAILED and CANCELLED.
