@@ -12,7 +12,8 @@ CLUSTER_PIDS=()
 CLUSTER_NAMES=()
 declare -A CLUSTER_CMDS=()  # name -> the command line that started it (%q-quoted)
 # Extra flags for worker i, e.g. CLUSTER_WORKER_ARGS[3]="--slowdown=2", and for
-# the coordinator (CLUSTER_COORDINATOR_ARGS="--lease_ms=1500"); later flags win.
+# the coordinator (CLUSTER_COORDINATOR_ARGS="--lease_ms=1500") and every server
+# (CLUSTER_SERVER_ARGS="--advertise_host=127.0.0.2"); later flags win.
 declare -a CLUSTER_WORKER_ARGS=()
 
 # Waits until FILE exists (a process wrote its ports), or fails after 30 s.
@@ -100,8 +101,10 @@ cluster_start() {
     --heartbeat_interval_ms=200 --lease_ms=5000 ${CLUSTER_COORDINATOR_ARGS:-} || return 1
   COORDINATOR="127.0.0.1:$(cluster_port "$CLUSTER_RUN_DIR/coordinator.ports" grpc_port)"
   for i in $(seq 0 $((servers - 1))); do
+    # shellcheck disable=SC2086  # the extra flags are meant to split
     cluster_spawn "server$i" "$(cluster_binary server ps-server)" \
-      --coordinator="$COORDINATOR" --data_dir="$CLUSTER_RUN_DIR/server$i.data" || return 1
+      --coordinator="$COORDINATOR" --data_dir="$CLUSTER_RUN_DIR/server$i.data" \
+      ${CLUSTER_SERVER_ARGS:-} || return 1
   done
   for i in $(seq 0 $((workers - 1))); do
     # shellcheck disable=SC2086  # the extra flags are meant to split
