@@ -7,6 +7,8 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev prometheus-cpp-dev zlib1g-dev
+  # The update log's frame checksums (server/update_log_files.cc).
+  libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   dataset-fashion-mnist prometheus curl procps
   # tests/system/multihost_test.sh: network namespaces, veth and a bridge.

@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "server/shard_codec.h"
 
 namespace ps {
@@ -219,8 +220,7 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
 
   std::vector<rocksdb::ColumnFamilyDescriptor> families;
   for (int family = 0; family < kCount; ++family) {
-    const bool large =
-        family == kValues || family == kOptimizer || family == kLog;
+    const bool large = family == kValues || family == kOptimizer;
     families.emplace_back(
         kFamilyNames[family],
         FamilyOptions(large ? options.write_buffer_bytes : size_t{4} << 20));
@@ -248,17 +248,27 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
   std::unique_ptr<rocksdb::DB> db(raw_db);
   PS_CHECK(handles.size() == kCount, "rocksdb returned ", handles.size(),
            " column family handles");
+  absl::StatusOr<std::unique_ptr<UpdateLogFiles>> log_files =
+      UpdateLogFiles::Open(absl::StrCat(path, "/update-log"));
+  if (!log_files.ok()) {
+    for (rocksdb::ColumnFamilyHandle* handle : handles) {
+      db->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
+    }
+    return log_files.status();
+  }
   PS_LOG_INFO("rocksdb shard store: opened ", path);
-  return std::unique_ptr<RocksDbShardStore>(
-      new RocksDbShardStore(options, std::move(db), std::move(handles)));
+  return std::unique_ptr<RocksDbShardStore>(new RocksDbShardStore(
+      options, std::move(db), std::move(handles), *std::move(log_files)));
 }
 
 RocksDbShardStore::RocksDbShardStore(
     RocksDbShardStoreOptions options, std::unique_ptr<rocksdb::DB> db,
-    std::vector<rocksdb::ColumnFamilyHandle*> handles)
+    std::vector<rocksdb::ColumnFamilyHandle*> handles,
+    std::unique_ptr<UpdateLogFiles> log_files)
     : options_(std::move(options)),
       db_(std::move(db)),
-      handles_(std::move(handles)) {}
+      handles_(std::move(handles)),
+      log_files_(std::move(log_files)) {}
 
 RocksDbShardStore::~RocksDbShardStore() {
   // A clean close leaves everything in table files and no log to replay:
@@ -346,6 +356,12 @@ absl::Status RocksDbShardStore::Write(const ShardWrite& write) {
         db_->Write(write_options, &batch),
         absl::StrCat("rocksdb shard store: job ", write.job_id, ": write"));
   }
+  if (status.ok() && write.log_sequence > 0) {
+    // Only once the snapshot is durable: a crash before this leaves records
+    // the marker says to skip.
+    status =
+        log_files_->DropThrough(write.job_id, write.log_sequence, write.sync);
+  }
   if (options_.on_write_latency) {
     options_.on_write_latency(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -363,20 +379,8 @@ absl::Status RocksDbShardStore::AppendLog(
     return status;
   }
   if (records.empty()) return absl::OkStatus();
-  const std::string prefix = JobPrefix(job_id);
-  const std::string context =
-      absl::StrCat("rocksdb shard store: job ", job_id, ": update log append");
-  rocksdb::WriteBatch batch;
-  for (size_t i = 0; i < records.size(); ++i) {
-    rocksdb::Status put = batch.Put(
-        handles_[kLog],
-        LogKey(prefix, first_sequence + static_cast<int64_t>(i)), records[i]);
-    if (!put.ok()) return RocksDbStatusToAbsl(put, context);
-  }
-  rocksdb::WriteOptions write_options;
-  write_options.sync = sync;
   absl::Status status =
-      RocksDbStatusToAbsl(db_->Write(write_options, &batch), context);
+      log_files_->Append(job_id, first_sequence, records, sync);
   if (options_.on_write_latency) {
     options_.on_write_latency(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -443,7 +447,25 @@ absl::StatusOr<StoredJob> RocksDbShardStore::Load(const std::string& job_id) {
     }
     if (!it->status().ok()) return RocksDbStatusToAbsl(it->status(), context);
   }
-  return decoder.Finish();
+  absl::StatusOr<StoredJob> job = decoder.Finish();
+  if (!job.ok() && !absl::IsNotFound(job.status())) return job.status();
+  // The records in the job's file continue those of the family (if any).
+  const int64_t after =
+      job.ok() ? job->log_sequence + static_cast<int64_t>(job->log.size()) : 0;
+  PS_ASSIGN_OR_RETURN(auto records, log_files_->Read(job_id, after));
+  if (!job.ok()) {
+    if (records.empty()) return job.status();
+    job = StoredJob();  // Only a log, after no snapshot.
+  }
+  if (!records.empty() && records.front().first != after + 1) {
+    return absl::DataLossError(absl::StrCat(
+        "rocksdb shard store: job ", job_id, ": update log record ", after + 1,
+        " is missing (the log file goes on at record ", records.front().first,
+        ")"));
+  }
+  for (auto& [sequence, record] : records)
+    job->log.push_back(std::move(record));
+  return job;
 }
 
 absl::StatusOr<std::vector<std::string>> RocksDbShardStore::ListJobs() {
@@ -472,6 +494,8 @@ absl::StatusOr<std::vector<std::string>> RocksDbShardStore::ListJobs() {
                                  "rocksdb shard store: listing jobs");
     }
   }
+  PS_ASSIGN_OR_RETURN(std::vector<std::string> logged, log_files_->ListJobs());
+  ids.insert(logged.begin(), logged.end());
   return std::vector<std::string>(ids.begin(), ids.end());
 }
 
@@ -499,6 +523,7 @@ absl::Status RocksDbShardStore::DeleteJob(const std::string& job_id) {
       !status.ok()) {
     return status;
   }
+  PS_RETURN_IF_ERROR(log_files_->Delete(job_id));
   // The range deletions only hide the keys. Flushing frees the job's share of
   // the log; compacting the range rewrites the table files without the job's
   // keys (files holding nothing else are dropped).

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/shard_store.h"
+#include "server/update_log_files.h"
 
 namespace ps {
 
@@ -115,12 +116,17 @@ class RocksDbShardStore : public ShardStore {
 
   RocksDbShardStore(RocksDbShardStoreOptions options,
                     std::unique_ptr<rocksdb::DB> db,
-                    std::vector<rocksdb::ColumnFamilyHandle*> handles);
+                    std::vector<rocksdb::ColumnFamilyHandle*> handles,
+                    std::unique_ptr<UpdateLogFiles> log_files);
 
   const RocksDbShardStoreOptions options_;
   std::unique_ptr<rocksdb::DB> db_;
   // One per Family, owned; destroyed before db_. Immutable after Open.
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  // The update log's records, one file per job under <path>/update-log. The
+  // "log" family keeps each job's snapshot marker (and records of stores
+  // made before the files, which Load still reads).
+  std::unique_ptr<UpdateLogFiles> log_files_;
 };
 
 // Converts a RocksDB status into an absl::Status whose message is
