@@ -108,9 +108,22 @@ absl::StatusOr<std::string> ReadWholeFile(int fd, const std::string& path) {
   }
 }
 
-// Writes every byte of `iov` (which it consumes), retrying short writes.
-absl::Status WriteAll(int fd, std::vector<iovec>& iov,
-                      const std::string& path) {
+// Writes `records` as frames with sequences first_sequence, ... in one
+// writev (the payloads are not copied), retrying short writes.
+absl::Status WriteFrames(int fd, int64_t first_sequence,
+                         const std::vector<std::string>& records,
+                         const std::string& path) {
+  std::vector<std::array<char, kHeaderBytes>> headers(records.size());
+  std::vector<iovec> iov;
+  iov.reserve(2 * records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    EncodeHeader(first_sequence + static_cast<int64_t>(i), records[i],
+                 headers[i].data());
+    iov.push_back({headers[i].data(), kHeaderBytes});
+    if (!records[i].empty()) {
+      iov.push_back({const_cast<char*>(records[i].data()), records[i].size()});
+    }
+  }
   size_t first = 0;
   while (first < iov.size()) {
     const int count =
@@ -197,19 +210,8 @@ absl::Status UpdateLogFiles::Append(const std::string& job_id,
   JobLog& log = LogOf(job_id);
   absl::MutexLock lock(&log.mu);
   PS_RETURN_IF_ERROR(OpenForAppend(job_id, log));
-  std::vector<std::array<char, kHeaderBytes>> headers(records.size());
-  std::vector<iovec> iov;
-  iov.reserve(2 * records.size());
-  for (size_t i = 0; i < records.size(); ++i) {
-    EncodeHeader(first_sequence + static_cast<int64_t>(i), records[i],
-                 headers[i].data());
-    iov.push_back({headers[i].data(), kHeaderBytes});
-    if (!records[i].empty()) {
-      iov.push_back({const_cast<char*>(records[i].data()), records[i].size()});
-    }
-  }
   const std::string path = PathOf(job_id);
-  PS_RETURN_IF_ERROR(WriteAll(log.fd, iov, path));
+  PS_RETURN_IF_ERROR(WriteFrames(log.fd, first_sequence, records, path));
   if (sync && fdatasync(log.fd) != 0) {
     return Errno(absl::StrCat("update log: fdatasync of ", path));
   }
@@ -254,15 +256,7 @@ absl::Status UpdateLogFiles::DropThrough(const std::string& job_id,
   if (new_fd < 0) {
     return Errno(absl::StrCat("update log: creating ", temporary));
   }
-  std::vector<std::array<char, kHeaderBytes>> headers(kept.size());
-  std::vector<iovec> iov;
-  for (size_t i = 0; i < kept.size(); ++i) {
-    EncodeHeader(first_kept + static_cast<int64_t>(i), kept[i],
-                 headers[i].data());
-    iov.push_back({headers[i].data(), kHeaderBytes});
-    if (!kept[i].empty()) iov.push_back({kept[i].data(), kept[i].size()});
-  }
-  absl::Status status = WriteAll(new_fd, iov, temporary);
+  absl::Status status = WriteFrames(new_fd, first_kept, kept, temporary);
   if (status.ok() && sync && fdatasync(new_fd) != 0) {
     status = Errno(absl::StrCat("update log: fdatasync of ", temporary));
   }
