@@ -66,7 +66,7 @@ def table(args):
     runs = [json.loads(line) for line in open(args.results) if line.strip()]
     bsp = {r["partition"]: r for r in runs if r["name"].startswith("BSP")}
     print("| run | data | clocks per worker | final test accuracy | "
-          "push + pull MB (both workers) | bytes vs BSP | "
+          "push + pull MB (both workers) | BSP's bytes / run's | "
           "epochs to BSP's final - 1 point | MB to that accuracy |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in runs:
@@ -76,7 +76,7 @@ def table(args):
         ratio = target_epoch = to_target = "—"
         if base is not None:
             base_total = base["push_bytes"] + base["pull_bytes"]
-            ratio = f"{base_total / total:.2f}x fewer" if total else "—"
+            ratio = f"{base_total / total:.2f}" if total else "—"
             target = base["epochs"][-1]["test_accuracy"] - 0.01
             n = len(r["epochs"])
             for e in r["epochs"]:

@@ -347,7 +347,7 @@ absl::StatusOr<Trainer::Plan> Trainer::MakePlan(const Dataset& train) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch_size: ", batch,
         batch > spec.batch_size()
-            ? " (with accumulation_steps and local_sgd.local_steps)"
+            ? " (batch_size * accumulation_steps * local_sgd.local_steps)"
             : "",
         " is larger than a worker's part of the data (",
         partition.per_worker(), " samples)"));

@@ -127,7 +127,7 @@ TEST(LabelPartitionTest, RefusesWhatCannotBePartitioned) {
   expect_refused(DataPartition::CreateByLabels(labels, 3, 10, 3, 1),
                  "leaves labels to no worker");
   expect_refused(DataPartition::CreateByLabels(labels, 2, 5, 5, 1),
-                 "has label 5");
+                 "outside [0, 5)");
   // Only labels 0 and 1 present: a worker holding neither has nothing.
   const std::vector<int32_t> two = {0, 1, 0, 1, 0, 1};
   expect_refused(DataPartition::CreateByLabels(two, 5, 10, 2, 1),
