@@ -24,7 +24,8 @@ def job(args):
     spec["durability"] = "MEMORY"
     spec["name"] = f"fedavg-bench-{args.mode}"
     if args.mode == "fedavg":
-        spec["optimizer"] = {"sgd": {"learning_rate": 1.0}}
+        spec["optimizer"] = {"sgd": {"learning_rate": 1.0,
+                                     "momentum": args.server_momentum}}
         spec["local_sgd"] = {
             "local_steps": args.local_steps,
             "local_optimizer": {"learning_rate": args.local_lr,
@@ -103,6 +104,7 @@ def main():
     p.add_argument("--local-lr", type=float, default=0.05)
     p.add_argument("--local-momentum", type=float, default=0.9)
     p.add_argument("--labels-per-worker", type=int, default=0)
+    p.add_argument("--server-momentum", type=float, default=0.0)
     p = sub.add_parser("record")
     p.add_argument("--status", required=True)
     p.add_argument("--metrics", nargs="+", required=True)

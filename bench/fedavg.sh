@@ -7,6 +7,7 @@
 #   - with FedAvg for each H in LOCAL_STEPS: local SGD (rate LOCAL_LR,
 #     momentum LOCAL_MOMENTUM, reset every round) for H steps, the servers'
 #     SGD at rate 1 averaging the changes: "FedAvg H=...";
+# (SERVER_MOMENTUM > 0: the servers' SGD with that momentum, FedAvgM);
 # each on IID data and on a non-IID partition (dataset.labels_per_worker =
 # LABELS_PER_WORKER: with 2 workers and 5, each worker sees 5 of the 10
 # classes, disjoint). Every run is a fresh local cluster of processes
@@ -20,6 +21,7 @@
 #   EPOCHS=5 LOCAL_STEPS="1 4 16" bench/fedavg.sh [OUT_DIR]
 #   PARTITIONS="iid" LOCAL_STEPS=4 EPOCHS=1 bench/fedavg.sh   # a smoke run
 #
+# BSP=0 leaves the BSP runs out (for tuning the FedAvg rows).
 # Uses the executables in BUILD_DIR (default build): build them first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +30,7 @@ EPOCHS=${EPOCHS:-5}
 LOCAL_STEPS=${LOCAL_STEPS:-1 4 16}
 LOCAL_LR=${LOCAL_LR:-0.05}
 LOCAL_MOMENTUM=${LOCAL_MOMENTUM:-0.9}
+SERVER_MOMENTUM=${SERVER_MOMENTUM:-0}
 LABELS_PER_WORKER=${LABELS_PER_WORKER:-5}
 PARTITIONS=${PARTITIONS:-iid non-iid}
 BUILD_DIR=${BUILD_DIR:-build}
@@ -73,12 +76,14 @@ run() {
 }
 
 for partition in $PARTITIONS; do
-  run "BSP (Adam 1e-3)" "$partition" --mode bsp
+  [ "${BSP:-1}" = 0 ] || run "BSP (Adam 1e-3)" "$partition" --mode bsp
   for h in $LOCAL_STEPS; do
     run "FedAvg H=$h" "$partition" --mode fedavg --local-steps "$h" \
-      --local-lr "$LOCAL_LR" --local-momentum "$LOCAL_MOMENTUM"
+      --local-lr "$LOCAL_LR" --local-momentum "$LOCAL_MOMENTUM" \
+      --server-momentum "$SERVER_MOMENTUM"
   done
 done
 echo "epochs $EPOCHS, local SGD rate $LOCAL_LR momentum $LOCAL_MOMENTUM," \
+  "server SGD rate 1 momentum $SERVER_MOMENTUM," \
   "non-IID: $LABELS_PER_WORKER labels per worker; results in $OUT"
 python3 bench/fedavg.py table "$RESULTS"

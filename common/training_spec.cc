@@ -29,9 +29,9 @@ absl::Status ValidateLocalSgd(const v1::JobSpec& spec) {
   const v1::LocalSgdSpec& local = spec.local_sgd();
   const int32_t h = local.local_steps();
   if (h < 0 || h > kMaxLocalSteps) {
-    return LocalSgdInvalid("local_steps",
-                           absl::StrCat("must be in [1, ", kMaxLocalSteps,
-                                        "] (0: off), got ", h));
+    return LocalSgdInvalid(
+        "local_steps",
+        absl::StrCat("must be in [1, ", kMaxLocalSteps, "] (0: off), got ", h));
   }
   if (h == 0) {
     if (local.has_local_optimizer()) {
@@ -53,8 +53,8 @@ absl::Status ValidateLocalSgd(const v1::JobSpec& spec) {
         "needs consistency.model BSP (a round is one clock whose changes "
         "the servers average)");
   }
-  const int64_t samples = int64_t{spec.batch_size()} *
-                          std::max(1, spec.accumulation_steps()) * h;
+  const int64_t samples =
+      int64_t{spec.batch_size()} * std::max(1, spec.accumulation_steps()) * h;
   if (samples > (int64_t{1} << 20)) {
     return LocalSgdInvalid(
         "local_steps",
@@ -70,14 +70,14 @@ absl::Status ValidateLocalSgd(const v1::JobSpec& spec) {
                      o.learning_rate()));
   }
   if (!(o.momentum() >= 0 && o.momentum() < 1)) {
-    return LocalSgdInvalid("local_optimizer.momentum",
-                           absl::StrCat("must be in [0, 1), got ",
-                                        o.momentum()));
+    return LocalSgdInvalid(
+        "local_optimizer.momentum",
+        absl::StrCat("must be in [0, 1), got ", o.momentum()));
   }
   if (!(o.weight_decay() >= 0) || !std::isfinite(o.weight_decay())) {
-    return LocalSgdInvalid("local_optimizer.weight_decay",
-                           absl::StrCat("must be >= 0, got ",
-                                        o.weight_decay()));
+    return LocalSgdInvalid(
+        "local_optimizer.weight_decay",
+        absl::StrCat("must be >= 0, got ", o.weight_decay()));
   }
   return absl::OkStatus();
 }
@@ -95,8 +95,8 @@ absl::Status ValidateLabelPartition(const v1::JobSpec& spec) {
   }
   const int32_t classes = spec.model().num_classes();
   if (k < 0 || k > classes) {
-    return invalid(absl::StrCat("must be in [1, model.num_classes = ",
-                                classes, "] (0: IID), got ", k));
+    return invalid(absl::StrCat("must be in [1, model.num_classes = ", classes,
+                                "] (0: IID), got ", k));
   }
   // (num_workers < 1 is refused by ValidateJobSpec, naming num_workers.)
   if (spec.num_workers() >= 1 && int64_t{k} * spec.num_workers() < classes) {

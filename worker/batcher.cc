@@ -25,8 +25,7 @@ absl::StatusOr<DataPartition> DataPartition::Create(int64_t num_samples,
   return DataPartition(num_samples / num_workers, num_workers);
 }
 
-std::vector<std::vector<int32_t>> AssignLabels(int num_workers,
-                                               int num_classes,
+std::vector<std::vector<int32_t>> AssignLabels(int num_workers, int num_classes,
                                                int labels_per_worker,
                                                uint64_t seed) {
   PS_CHECK(num_workers >= 1 && labels_per_worker >= 1 &&
@@ -71,8 +70,8 @@ absl::StatusOr<DataPartition> DataPartition::CreateByLabels(
                    " workers leaves labels to no worker (", num_classes,
                    " classes)");
   }
-  const auto held = AssignLabels(num_workers, num_classes, labels_per_worker,
-                                 seed);
+  const auto held =
+      AssignLabels(num_workers, num_classes, labels_per_worker, seed);
   // Each label's holders, in worker order.
   std::vector<std::vector<int>> holders(num_classes);
   for (int w = 0; w < num_workers; ++w) {
@@ -92,8 +91,7 @@ absl::StatusOr<DataPartition> DataPartition::CreateByLabels(
   int64_t smallest = static_cast<int64_t>(labels.size());
   for (int w = 0; w < num_workers; ++w) {
     if ((*owned)[w].empty()) {
-      return invalid("worker ", w, "'s labels (",
-                     absl::StrJoin(held[w], ", "),
+      return invalid("worker ", w, "'s labels (", absl::StrJoin(held[w], ", "),
                      ") have no samples in the training set");
     }
     smallest = std::min(smallest, static_cast<int64_t>((*owned)[w].size()));

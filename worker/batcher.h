@@ -19,8 +19,7 @@ namespace ps {
 // and worker w holds P[(w * k + j) mod num_classes] for j in [0, k), k =
 // labels_per_worker (requires 1 <= k <= num_classes, checked). With
 // k * num_workers >= num_classes every label is held by some worker.
-std::vector<std::vector<int32_t>> AssignLabels(int num_workers,
-                                               int num_classes,
+std::vector<std::vector<int32_t>> AssignLabels(int num_workers, int num_classes,
                                                int labels_per_worker,
                                                uint64_t seed);
 
@@ -77,9 +76,9 @@ class DataPartition {
   int64_t StepsPerEpoch(int64_t batch_size) const;
 
  private:
-  DataPartition(int64_t per_worker, int num_workers,
-                std::shared_ptr<const std::vector<std::vector<int64_t>>>
-                    owned = nullptr)
+  DataPartition(
+      int64_t per_worker, int num_workers,
+      std::shared_ptr<const std::vector<std::vector<int64_t>>> owned = nullptr)
       : per_worker_(per_worker),
         num_workers_(num_workers),
         owned_(std::move(owned)) {}

@@ -44,10 +44,9 @@ absl::StatusOr<float> LocalSgd::Round(
     PS_RETURN_IF_ERROR(model.SetParameters(params_));
     PS_ASSIGN_OR_RETURN(
         const float step_loss,
-        ComputeAccumulatedGradients(model, features + h * per_step * input_dim,
-                                    labels + h * per_step, input_dim,
-                                    micro_batch_, micro_batches_, &grads_,
-                                    &scratch_));
+        ComputeAccumulatedGradients(
+            model, features + h * per_step * input_dim, labels + h * per_step,
+            input_dim, micro_batch_, micro_batches_, &grads_, &scratch_));
     loss += step_loss;
     const StepTiming& step = model.step_timing();
     timing_.to_device += step.to_device;

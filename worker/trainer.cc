@@ -349,8 +349,8 @@ absl::StatusOr<Trainer::Plan> Trainer::MakePlan(const Dataset& train) {
         batch > spec.batch_size()
             ? " (batch_size * accumulation_steps * local_sgd.local_steps)"
             : "",
-        " is larger than a worker's part of the data (",
-        partition.per_worker(), " samples)"));
+        " is larger than a worker's part of the data (", partition.per_worker(),
+        " samples)"));
   }
   const int64_t total_clocks = steps * spec.epochs();
   if (!options_.ack_log.empty()) {
@@ -412,10 +412,10 @@ absl::StatusOr<Trainer::StepTimes> Trainer::RunStep(
     const v1::JobSpec& spec = assignment_.spec();
     PS_ASSIGN_OR_RETURN(
         times.loss,
-        ComputeAccumulatedGradients(
-            *model_, pipeline.features.data(), pipeline.labels.data(),
-            train.dim, spec.batch_size(), AccumulationSteps(spec), &step_grads,
-            &pipeline.micro_grads));
+        ComputeAccumulatedGradients(*model_, pipeline.features.data(),
+                                    pipeline.labels.data(), train.dim,
+                                    spec.batch_size(), AccumulationSteps(spec),
+                                    &step_grads, &pipeline.micro_grads));
     ClipGradients(spec.gradient_clipping(), &step_grads);
   }
   times.computed = absl::Now();

@@ -131,7 +131,8 @@ Comparison Compare(const std::vector<std::vector<float>>& a, const B& b,
   for (size_t t = 0; t < a.size() && t < b.size(); ++t) {
     EXPECT_EQ(a[t].size(), b[t].size());
     for (size_t i = 0; i < a[t].size() && i < b[t].size(); ++i) {
-      c.difference = std::max<double>(c.difference, std::fabs(a[t][i] - b[t][i]));
+      c.difference =
+          std::max<double>(c.difference, std::fabs(a[t][i] - b[t][i]));
       c.moved = std::max<double>(c.moved, std::fabs(b[t][i] - initial[t][i]));
     }
   }
@@ -186,16 +187,16 @@ INSTANTIATE_TEST_SUITE_P(ServerOptimizers, FedAvgOneStepTest,
 std::vector<std::vector<double>> FedAvgReference(const v1::JobSpec& spec,
                                                  int64_t rounds) {
   std::vector<std::vector<double>> w;
-  for (const auto& t : InitialParameters(spec)) w.emplace_back(t.begin(), t.end());
+  for (const auto& t : InitialParameters(spec))
+    w.emplace_back(t.begin(), t.end());
   auto data = ReadIdxDataset(spec.dataset().train_images(),
                              spec.dataset().train_labels(),
                              spec.dataset().max_train_samples());
   PS_CHECK(data.ok());
   const int k = spec.dataset().labels_per_worker();
-  auto partition =
-      k > 0 ? DataPartition::CreateByLabels(data->labels, kWorkers, 10, k,
-                                            spec.seed())
-            : DataPartition::Create(data->num_samples, kWorkers);
+  auto partition = k > 0 ? DataPartition::CreateByLabels(data->labels, kWorkers,
+                                                         10, k, spec.seed())
+                         : DataPartition::Create(data->num_samples, kWorkers);
   PS_CHECK(partition.ok());
   auto backend = CpuBackend::Create({.num_threads = 1});
   auto model = Model::Create(spec.model(), backend.get());
@@ -227,15 +228,15 @@ std::vector<std::vector<double>> FedAvgReference(const v1::JobSpec& spec,
                      .ok());
         for (size_t t = 0; t < w.size(); ++t) {
           for (size_t i = 0; i < w[t].size(); ++i) {
-            const double g =
-                grads[t][i] + double{o.weight_decay()} * wi[t][i];
+            const double g = grads[t][i] + double{o.weight_decay()} * wi[t][i];
             b[t][i] = double{o.momentum()} * b[t][i] + g;
             wi[t][i] -= double{o.learning_rate()} * b[t][i];
           }
         }
       }
       for (size_t t = 0; t < w.size(); ++t) {
-        for (size_t i = 0; i < w[t].size(); ++i) sum[t][i] += w[t][i] - wi[t][i];
+        for (size_t i = 0; i < w[t].size(); ++i)
+          sum[t][i] += w[t][i] - wi[t][i];
       }
     }
     for (size_t t = 0; t < w.size(); ++t) {
@@ -255,10 +256,10 @@ TEST_P(FedAvgRoundsTest, LocalRoundsEqualDoublePrecisionReference) {
   const int per_round = kBatch * accumulation * h;
   // IID: exactly kRounds rounds per worker; non-IID: the smaller part
   // decides, so give more and count.
-  v1::JobSpec spec = BaseSpec(
-      non_iid ? kWorkers * per_round * kRounds + 3 * per_round
-              : kWorkers * per_round * kRounds,
-      1.0f, 0.0f);
+  v1::JobSpec spec =
+      BaseSpec(non_iid ? kWorkers * per_round * kRounds + 3 * per_round
+                       : kWorkers * per_round * kRounds,
+               1.0f, 0.0f);
   spec.set_accumulation_steps(accumulation);
   spec.mutable_local_sgd()->set_local_steps(h);
   v1::SgdOptions* o = spec.mutable_local_sgd()->mutable_local_optimizer();
@@ -284,12 +285,11 @@ TEST_P(FedAvgRoundsTest, LocalRoundsEqualDoublePrecisionReference) {
   }
   const auto distributed = TrainDistributed(spec, rounds);
   const auto reference = FedAvgReference(spec, rounds);
-  const Comparison c =
-      Compare(distributed, reference, InitialParameters(spec));
-  std::printf("%s: %lld rounds of H=%d: max |fedavg - reference| = %.3g, max "
-              "change %.3g\n",
-              GetParam(), static_cast<long long>(rounds), h, c.difference,
-              c.moved);
+  const Comparison c = Compare(distributed, reference, InitialParameters(spec));
+  std::printf(
+      "%s: %lld rounds of H=%d: max |fedavg - reference| = %.3g, max "
+      "change %.3g\n",
+      GetParam(), static_cast<long long>(rounds), h, c.difference, c.moved);
   EXPECT_GT(c.moved, 1000 * kTolerance);
   EXPECT_LE(c.difference, kTolerance);
 }
