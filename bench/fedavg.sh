@@ -77,8 +77,10 @@ run() {
 
 for partition in $PARTITIONS; do
   [ "${BSP:-1}" = 0 ] || run "BSP (Adam 1e-3)" "$partition" --mode bsp
+  fedavg=FedAvg
+  [ "$SERVER_MOMENTUM" = 0 ] || fedavg=FedAvgM
   for h in $LOCAL_STEPS; do
-    run "FedAvg H=$h" "$partition" --mode fedavg --local-steps "$h" \
+    run "$fedavg H=$h" "$partition" --mode fedavg --local-steps "$h" \
       --local-lr "$LOCAL_LR" --local-momentum "$LOCAL_MOMENTUM" \
       --server-momentum "$SERVER_MOMENTUM"
   done
