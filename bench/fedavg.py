@@ -101,7 +101,7 @@ def main():
     p.add_argument("--epochs", type=int, required=True)
     p.add_argument("--mode", choices=["bsp", "fedavg"], required=True)
     p.add_argument("--local-steps", type=int, default=1)
-    p.add_argument("--local-lr", type=float, default=0.05)
+    p.add_argument("--local-lr", type=float, default=0.1)
     p.add_argument("--local-momentum", type=float, default=0.9)
     p.add_argument("--labels-per-worker", type=int, default=0)
     p.add_argument("--server-momentum", type=float, default=0.0)

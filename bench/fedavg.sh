@@ -7,7 +7,8 @@
 #   - with FedAvg for each H in LOCAL_STEPS: local SGD (rate LOCAL_LR,
 #     momentum LOCAL_MOMENTUM, reset every round) for H steps, the servers'
 #     SGD at rate 1 averaging the changes: "FedAvg H=...";
-# (SERVER_MOMENTUM > 0: the servers' SGD with that momentum, FedAvgM);
+# (SERVER_MOMENTUM > 0: the servers' SGD with that momentum, FedAvgM,
+# rows "FedAvgM H=...");
 # each on IID data and on a non-IID partition (dataset.labels_per_worker =
 # LABELS_PER_WORKER: with 2 workers and 5, each worker sees 5 of the 10
 # classes, disjoint). Every run is a fresh local cluster of processes
@@ -18,7 +19,7 @@
 # images after each epoch (the job's JobProgress.epochs). Prints a Markdown
 # table; every run's JSON line is in OUT_DIR/results.jsonl.
 #
-#   EPOCHS=5 LOCAL_STEPS="1 4 16" bench/fedavg.sh [OUT_DIR]
+#   EPOCHS=10 LOCAL_STEPS="1 4 16" bench/fedavg.sh [OUT_DIR]
 #   PARTITIONS="iid" LOCAL_STEPS=4 EPOCHS=1 bench/fedavg.sh   # a smoke run
 #
 # BSP=0 leaves the BSP runs out (for tuning the FedAvg rows).
@@ -26,9 +27,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-$(mktemp -d -t ps-fedavg.XXXXXX)}
-EPOCHS=${EPOCHS:-5}
+EPOCHS=${EPOCHS:-10}
 LOCAL_STEPS=${LOCAL_STEPS:-1 4 16}
-LOCAL_LR=${LOCAL_LR:-0.05}
+LOCAL_LR=${LOCAL_LR:-0.1}
 LOCAL_MOMENTUM=${LOCAL_MOMENTUM:-0.9}
 SERVER_MOMENTUM=${SERVER_MOMENTUM:-0}
 LABELS_PER_WORKER=${LABELS_PER_WORKER:-5}
