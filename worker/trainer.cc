@@ -13,6 +13,7 @@
 #include "worker/batcher.h"
 #include "worker/gradient_accumulation.h"
 #include "worker/gradient_clipping.h"
+#include "worker/local_sgd.h"
 
 namespace ps {
 
@@ -182,6 +183,12 @@ absl::StatusOr<float> Trainer::Evaluate(int64_t clock, bool final) {
 
 namespace {
 
+// Samples one clock consumes: batch_size per micro-batch, accumulation_steps
+// micro-batches per step, local_sgd.local_steps steps per clock.
+int SamplesPerClock(const v1::JobSpec& spec) {
+  return spec.batch_size() * AccumulationSteps(spec) * LocalSteps(spec);
+}
+
 // Checks that every label of `data` (read from `path`) names one of the
 // model's classes, so that a wrong num_classes fails the job at once rather
 // than at the first batch holding such a label.
@@ -210,8 +217,7 @@ absl::Status Trainer::Train() {
   PS_ASSIGN_OR_RETURN(Plan plan, MakePlan(train));
 
   const v1::JobSpec& spec = assignment_.spec();
-  // Samples per push: batch_size times accumulation_steps micro-batches.
-  const int batch = spec.batch_size() * AccumulationSteps(spec);
+  const int batch = SamplesPerClock(spec);
   Pipeline pipeline;
   pipeline.features.resize(static_cast<size_t>(batch) * train.dim);
   pipeline.labels.resize(batch);
@@ -313,6 +319,7 @@ absl::Status Trainer::BuildModelAndClient() {
   if (model_options.precision != Precision::kFp32) {
     PS_ASSIGN_OR_RETURN(eval_model_, Model::Create(spec.model(), backend_));
   }
+  if (LocalSgdEnabled(spec)) local_sgd_ = std::make_unique<LocalSgd>(spec);
   PS_ASSIGN_OR_RETURN(
       client_, ParameterClient::Create(assignment_, model_->tensors(),
                                        options_.parameter_client, &stop_));
@@ -325,19 +332,25 @@ absl::Status Trainer::BuildModelAndClient() {
 
 absl::StatusOr<Trainer::Plan> Trainer::MakePlan(const Dataset& train) {
   const v1::JobSpec& spec = assignment_.spec();
+  const int labels_per_worker = spec.dataset().labels_per_worker();
   PS_ASSIGN_OR_RETURN(
       DataPartition partition,
-      DataPartition::Create(train.num_samples, assignment_.num_workers()));
-  // Samples per push: batch_size times accumulation_steps micro-batches.
-  const int accumulation = AccumulationSteps(spec);
-  const int batch = spec.batch_size() * accumulation;
+      labels_per_worker > 0
+          ? DataPartition::CreateByLabels(
+                train.labels, assignment_.num_workers(),
+                spec.model().num_classes(), labels_per_worker, spec.seed())
+          : DataPartition::Create(train.num_samples,
+                                  assignment_.num_workers()));
+  const int batch = SamplesPerClock(spec);
   const int64_t steps = partition.StepsPerEpoch(batch);
   if (steps < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size: ", batch,
-                     accumulation > 1 ? " (with accumulation_steps)" : "",
-                     " is larger than a worker's part of the data (",
-                     partition.per_worker(), " samples)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size: ", batch,
+        batch > spec.batch_size()
+            ? " (batch_size * accumulation_steps * local_sgd.local_steps)"
+            : "",
+        " is larger than a worker's part of the data (", partition.per_worker(),
+        " samples)"));
   }
   const int64_t total_clocks = steps * spec.epochs();
   if (!options_.ack_log.empty()) {
@@ -385,16 +398,26 @@ absl::StatusOr<Trainer::StepTimes> Trainer::RunStep(
   }
   GatherBatch(train, batch_order, pipeline.features.data(),
               pipeline.labels.data());
-  PS_RETURN_IF_ERROR(model_->SetParameters(step_params));
   std::vector<std::vector<float>>& step_grads = pipeline.grads[clock % 2];
-  // Accumulation and clipping hooks (docs/training.md).
-  const v1::JobSpec& spec = assignment_.spec();
-  PS_ASSIGN_OR_RETURN(
-      times.loss, ComputeAccumulatedGradients(
-                      *model_, pipeline.features.data(), pipeline.labels.data(),
-                      train.dim, spec.batch_size(), AccumulationSteps(spec),
-                      &step_grads, &pipeline.micro_grads));
-  ClipGradients(spec.gradient_clipping(), &step_grads);
+  if (local_sgd_ != nullptr) {
+    // H local steps from the pulled parameters; the push carries their
+    // change (docs/training.md, "Local SGD and federated averaging").
+    PS_ASSIGN_OR_RETURN(
+        times.loss,
+        local_sgd_->Round(*model_, step_params, pipeline.features.data(),
+                          pipeline.labels.data(), train.dim, &step_grads));
+  } else {
+    PS_RETURN_IF_ERROR(model_->SetParameters(step_params));
+    // Accumulation and clipping hooks (docs/training.md).
+    const v1::JobSpec& spec = assignment_.spec();
+    PS_ASSIGN_OR_RETURN(
+        times.loss,
+        ComputeAccumulatedGradients(*model_, pipeline.features.data(),
+                                    pipeline.labels.data(), train.dim,
+                                    spec.batch_size(), AccumulationSteps(spec),
+                                    &step_grads, &pipeline.micro_grads));
+    ClipGradients(spec.gradient_clipping(), &step_grads);
+  }
   times.computed = absl::Now();
   if (pipeline.pusher.has_value()) {
     // The previous step's push has had this step's pull and compute to
@@ -433,7 +456,8 @@ void Trainer::RecordStepMetrics(const StepTimes& times, int batch,
     metric.Increment(total - *last);
     *last = total;
   };
-  const StepTiming& timing = model_->step_timing();
+  const StepTiming& timing =
+      local_sgd_ != nullptr ? local_sgd_->timing() : model_->step_timing();
   metrics_->pull_seconds.Observe(
       absl::ToDoubleSeconds(times.pulled - times.start));
   metrics_->compute_seconds.Observe(absl::ToDoubleSeconds(timing.compute));
@@ -455,8 +479,8 @@ absl::Status Trainer::ReportInterval(int epoch, int64_t clock, bool epoch_end,
                                      const Plan& plan, absl::Time now,
                                      Interval* interval, Pipeline& pipeline) {
   const absl::Duration elapsed = now - interval->start;
-  const double rate = interval->steps * assignment_.spec().batch_size() *
-                      AccumulationSteps(assignment_.spec()) /
+  const double rate = static_cast<double>(interval->steps) *
+                      SamplesPerClock(assignment_.spec()) /
                       absl::ToDoubleSeconds(elapsed);
   const float mean_loss = interval->loss / interval->steps;
   metrics_->samples_per_second.Set(rate);

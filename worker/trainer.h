@@ -19,6 +19,7 @@
 #include "ps/v1/cluster.grpc.pb.h"
 #include "worker/backend.h"
 #include "worker/batcher.h"
+#include "worker/local_sgd.h"
 #include "worker/model.h"
 #include "worker/parameter_client.h"
 #include "worker/step_pipeline.h"
@@ -193,6 +194,8 @@ class Trainer {
   std::unique_ptr<Model> model_;
   // A float32 copy of the model for evaluation when training in fp16/bf16.
   std::unique_ptr<Model> eval_model_;
+  // With local SGD (spec.local_sgd): the worker's local rounds.
+  std::unique_ptr<LocalSgd> local_sgd_;
   std::unique_ptr<ParameterClient> client_;
   std::ofstream ack_log_;
   Dataset test_;

@@ -17,7 +17,7 @@ from google.protobuf import json_format
 from paramserver import v1
 from paramserver.errors import InvalidArgumentError
 
-__all__ = ["SpecLike", "to_job_spec", "spec_to_dict"]
+__all__ = ["SpecLike", "to_job_spec", "spec_to_dict", "check_trainable"]
 
 #: What JobClient.submit accepts: a dict (the JSON mapping), the path of a
 #: JSON file, or a ``ps.v1.JobSpec``.
@@ -66,3 +66,28 @@ def spec_to_dict(spec: "v1.JobSpec") -> dict:
     """A JobSpec as a dict of the JSON mapping (field names as in the
     proto)."""
     return json_format.MessageToDict(spec, preserving_proto_field_name=True)
+
+
+def check_trainable(spec: "v1.JobSpec") -> None:
+    """Raises InvalidArgumentError, naming the field, if the spec asks for a
+    worker-side technique that paramserver.torch.Worker does not implement
+    (it would otherwise train something else than the spec says): local
+    SGD (``local_sgd``), a non-IID partition (``dataset.labels_per_worker``),
+    gradient accumulation (``accumulation_steps`` > 1) and gradient clipping
+    (``gradient_clipping``). ps-worker implements them
+    (docs/training.md)."""
+    unsupported = []
+    if spec.local_sgd.local_steps != 0:
+        unsupported.append("local_sgd.local_steps")
+    if spec.dataset.labels_per_worker != 0:
+        unsupported.append("dataset.labels_per_worker")
+    if spec.accumulation_steps > 1:
+        unsupported.append("accumulation_steps")
+    if spec.gradient_clipping.max_value != 0:
+        unsupported.append("gradient_clipping.max_value")
+    if spec.gradient_clipping.max_global_norm != 0:
+        unsupported.append("gradient_clipping.max_global_norm")
+    if unsupported:
+        raise InvalidArgumentError(
+            f"{unsupported[0]}: the Python worker does not implement "
+            f"{', '.join(unsupported)}; train this job with ps-worker")

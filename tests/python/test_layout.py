@@ -108,3 +108,21 @@ def test_errors_carry_code_message_and_field():
     assert isinstance(n, ps.NotFoundError) and n.field == "job_id"
     assert ps.error_for(ps.UnavailableError.code,
                         "coordinator at x is not reachable").field is None
+
+
+def test_worker_refuses_specs_it_cannot_train():
+    from paramserver.spec import check_trainable
+    base = {"name": "x", "epochs": 1, "batchSize": 8}
+    check_trainable(ps.to_job_spec(base))
+    check_trainable(ps.to_job_spec({**base, "accumulationSteps": 1}))
+    for extra, field in [
+            ({"localSgd": {"localSteps": 4}}, "local_sgd.local_steps"),
+            ({"dataset": {"labelsPerWorker": 5}},
+             "dataset.labels_per_worker"),
+            ({"accumulationSteps": 2}, "accumulation_steps"),
+            ({"gradientClipping": {"maxGlobalNorm": 1}},
+             "gradient_clipping.max_global_norm")]:
+        with pytest.raises(ps.InvalidArgumentError) as e:
+            check_trainable(ps.to_job_spec({**base, **extra}))
+        assert e.value.field == field
+        assert "ps-worker" in e.value.message

@@ -44,6 +44,7 @@ from paramserver.errors import (CancelledError, InvalidArgumentError,
                                 NonFiniteGradientError, ParamServerError,
                                 error_for)
 from paramserver.layout import TensorLayout, model_digest, model_tensors
+from paramserver.spec import check_trainable
 
 log = logging.getLogger("paramserver")
 
@@ -484,6 +485,7 @@ class Worker:
             self._job = job
         try:
             job.open(self)
+            check_trainable(job.spec)
             data = _Data(self._spec_dataset(job.spec) if dataset is None
                          else dataset, self.loader_options)
             self._start(job, data.size)
