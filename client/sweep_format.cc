@@ -49,6 +49,17 @@ std::string FormatSweepLine(const v1::SweepStatus& sweep) {
     absl::StrAppendFormat(&line, "  best: trial %d %.4f", sweep.best_trial(),
                           sweep.best_accuracy());
   }
+  for (const v1::SweepTrial& t : sweep.trials()) {
+    if (t.state() != v1::TRIAL_RUNNING) continue;
+    absl::StrAppendFormat(&line, "  [trial %d epoch %d", t.index(),
+                          t.accuracy_by_epoch_size());
+    if (t.accuracy_by_epoch_size() > 0) {
+      absl::StrAppendFormat(
+          &line, " acc %.4f",
+          t.accuracy_by_epoch(t.accuracy_by_epoch_size() - 1));
+    }
+    absl::StrAppend(&line, "]");
+  }
   return line;
 }
 

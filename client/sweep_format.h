@@ -8,9 +8,10 @@
 
 namespace ps {
 
-// One line: id, state, trials ended / in all, running, stopped early, and
-// the best so far, e.g. "sweep-000001 SWEEP_RUNNING  3/8 trials ended (1
-// stopped early), 1 running  best: trial 2 0.8990".
+// One line: id, state, trials ended / in all, running, stopped early, the
+// best so far, and each running trial's epochs and latest test accuracy,
+// e.g. "sweep-000001 SWEEP_RUNNING  3/8 trials ended (1 stopped early), 1
+// running  best: trial 2 0.8990  [trial 3 epoch 4 acc 0.8712]".
 std::string FormatSweepLine(const v1::SweepStatus& sweep);
 
 // The trials table: one row per trial with its parameter values, job,

@@ -69,6 +69,10 @@ class SweepTest : public ::testing::Test {
     if (worker_) worker_->Stop();
     if (server_) server_->Stop();
     if (coordinator_) coordinator_->Stop();
+    // Closed (the job table flushed) before their directory goes.
+    worker_.reset();
+    server_.reset();
+    coordinator_.reset();
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 

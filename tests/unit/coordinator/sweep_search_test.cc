@@ -2,6 +2,10 @@
 // path and the sweep's validation (coordinator/sweep_*.h,
 // coordinator/median_stopping.h).
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <functional>
 #include <set>
 #include <string>
@@ -12,6 +16,7 @@
 #include "coordinator/sweep_search.h"
 #include "coordinator/sweep_validation.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/testing/job_manager_fixture.h"
 
@@ -280,6 +285,38 @@ TEST(SweepValidationTest, AcceptsAValidSweepAndFillsDefaults) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->name(), "sweep-000007-trial-1");
   EXPECT_FLOAT_EQ(job->optimizer().sgd().learning_rate(), 0.2f);
+}
+
+// Every sweep deploy/ ships parses (unknown fields are errors) and passes
+// the coordinator's checks, trials included.
+TEST(SweepValidationTest, ShippedSweepsAreValid) {
+  // ctest sets PS_SOURCE_DIR; a binary run from the source root finds it too.
+  std::filesystem::path dir = "deploy/sweeps";
+  if (const char* root = std::getenv("PS_SOURCE_DIR"); root != nullptr) {
+    dir = std::filesystem::path(root) / dir;
+  }
+  if (!std::filesystem::is_directory(dir)) {
+    GTEST_SKIP() << "no " << dir << " (set PS_SOURCE_DIR)";
+  }
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    v1::SweepSpec spec;
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = false;
+    ASSERT_TRUE(
+        google::protobuf::util::JsonStringToMessage(text.str(), &spec, options)
+            .ok())
+        << entry.path();
+    ApplySweepDefaults(&spec);
+    auto trials = ValidateSweepSpec(spec, JobLimits());
+    EXPECT_TRUE(trials.ok()) << entry.path() << ": " << trials.status();
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 }  // namespace
