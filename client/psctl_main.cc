@@ -18,6 +18,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/job_client.h"
@@ -67,9 +68,7 @@ ABSL_FLAG(int64_t, max_samples, 0,
 
 namespace {
 
-// psctl's usage text (a function: no std::string global).
-const std::string& Usage() {
-  static const std::string* const usage = new std::string(std::string(
+constexpr char kUsage[] =
     "psctl [--coordinator=HOST:PORT] COMMAND\n"
     "  submit JOB.json [--watch]  submit a job spec (Protobuf JSON of "
     "ps.v1.JobSpec)\n"
@@ -86,11 +85,16 @@ const std::string& Usage() {
     "                             (-o FILE too; see docs/model-format.md)\n"
     "  eval MODEL_FILE            a model file's accuracy on a data set\n"
     "      [--images=PATH --labels=PATH]  (default: Fashion-MNIST's test set)\n"
-    "      [--max_samples=N]      first N samples only (0: all)\n") +
-    ps::kSweepUsage + std::string(
+    "      [--max_samples=N]      first N samples only (0: all)\n";
+constexpr char kSecurityUsage[] =
     "security (docs/security.md):\n"
     "  --tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]  TLS to the coordinator\n"
-    "  --token_file=FILE          bearer token for the job API"));
+    "  --token_file=FILE          bearer token for the job API";
+
+// psctl's usage text: the job commands, the sweep commands, security.
+const std::string& Usage() {
+  static const std::string* const usage =
+      new std::string(absl::StrCat(kUsage, ps::kSweepUsage, kSecurityUsage));
   return *usage;
 }
 
@@ -315,7 +319,7 @@ int main(int argc, char** argv) {
     std::cout << arg << " deleted" << std::endl;
     return 0;
   }
-  std::cerr << "psctl: unknown command \"" << command << "\"\nusage: " << Usage()
-            << "\n";
+  std::cerr << "psctl: unknown command \"" << command
+            << "\"\nusage: " << Usage() << "\n";
   return 64;
 }

@@ -108,8 +108,7 @@ int RunSweepCommand(SweepClient& client, const std::vector<std::string>& args,
       google::protobuf::util::JsonPrintOptions options;
       options.add_whitespace = true;
       options.preserve_proto_field_names = true;
-      (void)google::protobuf::util::MessageToJsonString(*sweep, &text,
-                                                        options);
+      (void)google::protobuf::util::MessageToJsonString(*sweep, &text, options);
       std::cout << text;
     } else {
       std::cout << FormatSweepTable(*sweep);

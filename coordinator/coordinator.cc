@@ -36,9 +36,9 @@ absl::Status Coordinator::Start() {
                       JobManager::Create(table_.get(), options_.timing,
                                          metrics_.get(), options_.job_limits));
   manager_ = std::move(manager);
-  PS_ASSIGN_OR_RETURN(auto sweeps,
-                      SweepManager::Create(table_.get(), manager_.get(),
-                                           metrics_.get(), options_.job_limits));
+  PS_ASSIGN_OR_RETURN(
+      auto sweeps, SweepManager::Create(table_.get(), manager_.get(),
+                                        metrics_.get(), options_.job_limits));
   sweeps_ = std::move(sweeps);
   // Sweeps are the job API too: the same tokens.
   sweep_service_ = std::make_unique<SweepServiceImpl>(

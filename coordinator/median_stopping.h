@@ -17,8 +17,8 @@ using AccuracyCurve = std::vector<float>;
 // middle ones for an even count). `others` are the sweep's other trials,
 // running, ended or stopped.
 bool ShouldStopTrial(const AccuracyCurve& trial,
-                     const std::vector<AccuracyCurve>& others,
-                     int grace_epochs, int min_trials);
+                     const std::vector<AccuracyCurve>& others, int grace_epochs,
+                     int min_trials);
 
 }  // namespace ps
 

@@ -258,8 +258,8 @@ void SweepManager::Advance(Sweep& sweep, absl::Time now) {
   status.set_end_time_ms(NowMs());
   if (succeeded == 0) {
     status.set_state(v1::SWEEP_FAILED);
-    status.set_message(absl::StrCat("no trial of ", status.trials_size(),
-                                    " succeeded"));
+    status.set_message(
+        absl::StrCat("no trial of ", status.trials_size(), " succeeded"));
   } else {
     const v1::SweepTrial& best = status.trials(status.best_trial());
     status.set_state(v1::SWEEP_SUCCEEDED);
@@ -300,9 +300,8 @@ void SweepManager::Follow(v1::SweepTrial& trial) {
       break;
     case v1::CANCELLED:
       trial.set_state(v1::TRIAL_FAILED);
-      trial.set_message(
-          absl::StrCat("its job was cancelled outside the sweep: ",
-                       job->message()));
+      trial.set_message(absl::StrCat(
+          "its job was cancelled outside the sweep: ", job->message()));
       break;
     default:
       break;
@@ -389,9 +388,9 @@ void SweepManager::SubmitTrials(Sweep& sweep, absl::Time now) {
       // RESOURCE_EXHAUSTED (--max_jobs jobs pending or running), or the
       // table's error: no job was made; try again a little later.
       t.set_state(v1::TRIAL_PENDING);
-      sweep.status.set_message(absl::StrCat("trial ", t.index(),
-                                            " waits to be submitted: ",
-                                            id.status().message()));
+      sweep.status.set_message(
+          absl::StrCat("trial ", t.index(),
+                       " waits to be submitted: ", id.status().message()));
       sweep.retry_submit_at = now + kSubmitRetry;
       return;
     }
@@ -399,8 +398,8 @@ void SweepManager::SubmitTrials(Sweep& sweep, absl::Time now) {
     t.set_state(v1::TRIAL_RUNNING);
     sweep.status.clear_message();
     ++active;
-    PS_LOG_INFO("sweep ", sweep.status.sweep_id(), ": trial ", t.index(),
-                " (", Describe(t), ") is job ", *id);
+    PS_LOG_INFO("sweep ", sweep.status.sweep_id(), ": trial ", t.index(), " (",
+                Describe(t), ") is job ", *id);
   }
 }
 

@@ -31,22 +31,20 @@ absl::StatusOr<std::vector<const FieldDescriptor*>> Walk(
   const Descriptor* message = v1::JobSpec::descriptor();
   for (absl::string_view name : absl::StrSplit(path, '.')) {
     if (message == nullptr) {
-      return Invalid(field,
-                     absl::StrCat("\"", fields.back()->name(),
-                                  "\" is not a message, so \"", path,
-                                  "\" names no field of ps.v1.JobSpec"));
+      return Invalid(field, absl::StrCat("\"", fields.back()->name(),
+                                         "\" is not a message, so \"", path,
+                                         "\" names no field of ps.v1.JobSpec"));
     }
     const FieldDescriptor* f = message->FindFieldByName(std::string(name));
     if (f == nullptr) {
-      return Invalid(field, absl::StrCat("unknown field \"", name, "\" in ",
-                                         message->full_name(), " (path \"",
-                                         path, "\")"));
+      return Invalid(
+          field, absl::StrCat("unknown field \"", name, "\" in ",
+                              message->full_name(), " (path \"", path, "\")"));
     }
     if (f->is_repeated()) {
-      return Invalid(field,
-                     absl::StrCat("\"", path, "\": ", f->full_name(),
-                                  " is a repeated field; only singular "
-                                  "fields can be swept"));
+      return Invalid(field, absl::StrCat("\"", path, "\": ", f->full_name(),
+                                         " is a repeated field; only singular "
+                                         "fields can be swept"));
     }
     fields.push_back(f);
     message = f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE
@@ -82,8 +80,8 @@ SweepFieldKind KindOf(const FieldDescriptor* f) {
 absl::Status CheckInteger(absl::string_view field, absl::string_view path,
                           double v, double lo, double hi) {
   if (!std::isfinite(v) || v != std::floor(v)) {
-    return Invalid(field, absl::StrFormat("\"%s\" is an integer field, got %g",
-                                          path, v));
+    return Invalid(
+        field, absl::StrFormat("\"%s\" is an integer field, got %g", path, v));
   }
   if (v < lo || v > hi) {
     return Invalid(field, absl::StrFormat("\"%s\": %g is out of the field's "
@@ -102,8 +100,8 @@ absl::Status SetNumber(absl::string_view field, absl::string_view path,
   switch (f->cpp_type()) {
     case FieldDescriptor::CPPTYPE_FLOAT:
       if (std::fabs(v) > std::numeric_limits<float>::max()) {
-        return Invalid(field, absl::StrFormat("\"%s\": %g does not fit a float",
-                                              path, v));
+        return Invalid(
+            field, absl::StrFormat("\"%s\": %g does not fit a float", path, v));
       }
       r->SetFloat(m, f, static_cast<float>(v));
       return absl::OkStatus();
@@ -141,16 +139,16 @@ absl::Status SetNumber(absl::string_view field, absl::string_view path,
       return absl::OkStatus();
     case FieldDescriptor::CPPTYPE_BOOL:
       if (v != 0 && v != 1) {
-        return Invalid(field, absl::StrFormat(
-                                  "\"%s\" is a bool field: 0 or 1, got %g",
-                                  path, v));
+        return Invalid(
+            field,
+            absl::StrFormat("\"%s\" is a bool field: 0 or 1, got %g", path, v));
       }
       r->SetBool(m, f, v == 1);
       return absl::OkStatus();
     default:
-      return Invalid(field,
-                     absl::StrCat("\"", path, "\" takes a text (choices), "
-                                  "not a number"));
+      return Invalid(field, absl::StrCat("\"", path,
+                                         "\" takes a text (choices), "
+                                         "not a number"));
   }
 }
 
@@ -165,10 +163,9 @@ absl::Status SetText(absl::string_view field, absl::string_view path,
     case FieldDescriptor::CPPTYPE_ENUM: {
       const auto* value = f->enum_type()->FindValueByName(text);
       if (value == nullptr) {
-        return Invalid(field,
-                       absl::StrCat("\"", path, "\": \"", text,
-                                    "\" is not a value of ",
-                                    f->enum_type()->full_name()));
+        return Invalid(field, absl::StrCat("\"", path, "\": \"", text,
+                                           "\" is not a value of ",
+                                           f->enum_type()->full_name()));
       }
       r->SetEnum(m, f, value);
       return absl::OkStatus();

@@ -77,8 +77,8 @@ int64_t GridSize(const v1::SweepSpec& spec) {
     const int64_t n = p.has_range()
                           ? p.range().grid_points()
                           : std::max(p.values_size(), p.choices_size());
-    size = std::min<int64_t>(size * std::max<int64_t>(n, 0),
-                             kMaxSweepTrials + 1);
+    size =
+        std::min<int64_t>(size * std::max<int64_t>(n, 0), kMaxSweepTrials + 1);
   }
   return size;
 }
@@ -108,10 +108,9 @@ std::vector<TrialAssignments> GenerateTrials(
     axes.push_back(GridPoints(spec.parameters(i), integer(i)));
     if (axes.back().empty()) return trials;
   }
-  const int64_t limit =
-      std::min<int64_t>(spec.max_trials() > 0 ? spec.max_trials()
-                                              : kMaxSweepTrials,
-                        GridSize(spec));
+  const int64_t limit = std::min<int64_t>(
+      spec.max_trials() > 0 ? spec.max_trials() : kMaxSweepTrials,
+      GridSize(spec));
   // An odometer over the axes, the last one turning fastest.
   std::vector<size_t> at(n, 0);
   while (static_cast<int64_t>(trials.size()) < limit) {

@@ -39,12 +39,13 @@ absl::Status CheckNoUnknownFields(const google::protobuf::Message& message,
         f->message_type() == v1::JobSpec::descriptor()) {
       continue;
     }
-    const std::string sub = path.empty() ? f->name() : absl::StrCat(path, ".", f->name());
+    const std::string sub =
+        path.empty() ? f->name() : absl::StrCat(path, ".", f->name());
     if (f->is_repeated()) {
       for (int i = 0; i < reflection->FieldSize(message, f); ++i) {
-        PS_RETURN_IF_ERROR(CheckNoUnknownFields(
-            reflection->GetRepeatedMessage(message, f, i),
-            absl::StrCat(sub, "[", i, "]")));
+        PS_RETURN_IF_ERROR(
+            CheckNoUnknownFields(reflection->GetRepeatedMessage(message, f, i),
+                                 absl::StrCat(sub, "[", i, "]")));
       }
     } else {
       PS_RETURN_IF_ERROR(
@@ -59,14 +60,13 @@ absl::Status ValidateRange(const std::string& field, const v1::SweepRange& r,
   if (!std::isfinite(r.min())) return Invalid(field + ".min", "must be finite");
   if (!std::isfinite(r.max())) return Invalid(field + ".max", "must be finite");
   if (!(r.min() < r.max())) {
-    return Invalid(field + ".max",
-                   absl::StrFormat("must be > min (%g), got %g", r.min(),
-                                   r.max()));
+    return Invalid(field + ".max", absl::StrFormat("must be > min (%g), got %g",
+                                                   r.min(), r.max()));
   }
   if (r.log_scale() && r.min() <= 0) {
-    return Invalid(field + ".min",
-                   absl::StrFormat("must be > 0 with log_scale, got %g",
-                                   r.min()));
+    return Invalid(
+        field + ".min",
+        absl::StrFormat("must be > 0 with log_scale, got %g", r.min()));
   }
   if (grid && (r.grid_points() < 2 || r.grid_points() > kMaxSweepValues)) {
     return Invalid(field + ".grid_points",
@@ -89,19 +89,18 @@ absl::StatusOr<SweepFieldKind> ValidateParameter(const v1::SweepSpec& spec,
                       ResolveSweepPath(field + ".path", p.path()));
   for (int j = 0; j < i; ++j) {
     if (spec.parameters(j).path() == p.path()) {
-      return Invalid(field + ".path",
-                     absl::StrCat("\"", p.path(), "\" is swept twice (also "
-                                  "parameters[", j, "])"));
+      return Invalid(field + ".path", absl::StrCat("\"", p.path(),
+                                                   "\" is swept twice (also "
+                                                   "parameters[",
+                                                   j, "])"));
     }
   }
-  const int sources = (p.values_size() > 0) + (p.choices_size() > 0) +
-                      (p.has_range() ? 1 : 0);
+  const int sources =
+      (p.values_size() > 0) + (p.choices_size() > 0) + (p.has_range() ? 1 : 0);
   if (sources != 1) {
-    return Invalid(field,
-                   "needs exactly one of values, choices and range");
+    return Invalid(field, "needs exactly one of values, choices and range");
   }
-  if (p.values_size() > kMaxSweepValues ||
-      p.choices_size() > kMaxSweepValues) {
+  if (p.values_size() > kMaxSweepValues || p.choices_size() > kMaxSweepValues) {
     return Invalid(field, absl::StrCat("more than ", kMaxSweepValues,
                                        " values or choices"));
   }
@@ -120,8 +119,7 @@ absl::StatusOr<SweepFieldKind> ValidateParameter(const v1::SweepSpec& spec,
   }
   for (int j = 0; j < p.values_size(); ++j) {
     if (!std::isfinite(p.values(j))) {
-      return Invalid(absl::StrCat(field, ".values[", j, "]"),
-                     "must be finite");
+      return Invalid(absl::StrCat(field, ".values[", j, "]"), "must be finite");
     }
   }
   for (int j = 0; j < p.choices_size(); ++j) {
@@ -172,17 +170,17 @@ absl::StatusOr<std::vector<TrialAssignments>> ValidateSweepSpec(
     const v1::SweepSpec& spec, const JobLimits& limits) {
   if (spec.name().size() > 128) return Invalid("name", "longer than 128 bytes");
   if (HasControlChar(spec.name())) {
-    return Invalid("name",
-                   "may not hold newlines or other control characters");
+    return Invalid("name", "may not hold newlines or other control characters");
   }
-  if (!spec.has_base()) return Invalid("base", "the trials' job spec is required");
+  if (!spec.has_base())
+    return Invalid("base", "the trials' job spec is required");
   PS_RETURN_IF_ERROR(CheckNoUnknownFields(spec, ""));
   if (spec.parameters_size() < 1 ||
       spec.parameters_size() > kMaxSweepParameters) {
-    return Invalid("parameters",
-                   absl::StrFormat("must list 1 to %d parameters, got %d",
-                                   kMaxSweepParameters,
-                                   spec.parameters_size()));
+    return Invalid(
+        "parameters",
+        absl::StrFormat("must list 1 to %d parameters, got %d",
+                        kMaxSweepParameters, spec.parameters_size()));
   }
   if (!spec.has_grid() && !spec.has_random()) {
     return Invalid("search", "set grid or random");
@@ -210,10 +208,10 @@ absl::StatusOr<std::vector<TrialAssignments>> ValidateSweepSpec(
   }
   if (spec.max_concurrent_trials() < 1 ||
       spec.max_concurrent_trials() > kMaxConcurrentTrials) {
-    return Invalid("max_concurrent_trials",
-                   absl::StrFormat("must be in [0, %d] (0: 1), got %d",
-                                   kMaxConcurrentTrials,
-                                   spec.max_concurrent_trials()));
+    return Invalid(
+        "max_concurrent_trials",
+        absl::StrFormat("must be in [0, %d] (0: 1), got %d",
+                        kMaxConcurrentTrials, spec.max_concurrent_trials()));
   }
   if (spec.early_stopping().has_median()) {
     const v1::MedianStopping& m = spec.early_stopping().median();

@@ -32,8 +32,7 @@ using ::testing::StartsWith;
 v1::SweepSpec LearningRateSweep(std::vector<double> rates) {
   v1::SweepSpec spec;
   spec.set_name("integration sweep");
-  *spec.mutable_base() =
-      testing::FashionMnistMlpJob("base", 32, 1000, 300);
+  *spec.mutable_base() = testing::FashionMnistMlpJob("base", 32, 1000, 300);
   spec.mutable_base()->set_epochs(2);
   spec.mutable_grid();
   v1::SweepParameter* p = spec.add_parameters();

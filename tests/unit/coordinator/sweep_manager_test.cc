@@ -39,8 +39,8 @@ class SweepManagerTest : public testing::JobManagerFixture {
   }
 
   void CreateSweeps() {
-    auto sweeps = SweepManager::Create(table_.get(), manager_.get(),
-                                       &metrics_, JobLimits());
+    auto sweeps = SweepManager::Create(table_.get(), manager_.get(), &metrics_,
+                                       JobLimits());
     ASSERT_TRUE(sweeps.ok()) << sweeps.status();
     sweeps_ = *std::move(sweeps);
   }

@@ -1,19 +1,20 @@
 // Grid and random search, the median stopping rule, setting parameters by
 // path and the sweep's validation (coordinator/sweep_*.h,
 // coordinator/median_stopping.h).
+#include "coordinator/sweep_search.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <functional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "coordinator/median_stopping.h"
 #include "coordinator/sweep_params.h"
-#include "coordinator/sweep_search.h"
 #include "coordinator/sweep_validation.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -183,7 +184,8 @@ TEST(SweepParamsTest, RefusalsNameTheFieldAndWhy) {
   EXPECT_THAT(Message(s), StartsWith("parameters[2]: unknown field "
                                      "\"learnin_rate\" in ps.v1.AdamWOptions"));
   a.set_path("batch_size.x");
-  EXPECT_THAT(Message(SetSweepValue("p", a, &spec)), HasSubstr("not a message"));
+  EXPECT_THAT(Message(SetSweepValue("p", a, &spec)),
+              HasSubstr("not a message"));
   a.set_path("model.hidden_layers");
   EXPECT_THAT(Message(SetSweepValue("p", a, &spec)), HasSubstr("repeated"));
   a.set_path("batch_size");
@@ -258,8 +260,7 @@ TEST(SweepValidationTest, RefusalsNameTheField) {
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     v1::SweepSpec spec = Sweep();
-    *spec.add_parameters() =
-        Values("optimizer.sgd.learning_rate", {0.1, 0.2});
+    *spec.add_parameters() = Values("optimizer.sgd.learning_rate", {0.1, 0.2});
     cases[i].change(spec);
     ApplySweepDefaults(&spec);
     auto trials = ValidateSweepSpec(spec, limits);
