@@ -5,6 +5,7 @@
 // refused naming the field.
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -192,6 +193,31 @@ TEST_F(SweepTest, AnInvalidSweepIsRefusedNamingTheField) {
   EXPECT_THAT(*listed, SizeIs(0));
   EXPECT_EQ(client.Get("sweep-000001").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// The sweep API takes the job API's tokens: nothing without one.
+TEST_F(SweepTest, NeedsTheJobApiTokenWhenTheCoordinatorHasOne) {
+  const std::string tokens = dir_ + "/tokens";
+  std::ofstream(tokens) << "sweep-token-0123456789abcdef\n";
+  CoordinatorOptions options;
+  options.data_dir = dir_ + "/secured";
+  options.auth_token_file = tokens;
+  Coordinator secured(options);
+  ASSERT_TRUE(secured.Start().ok());
+  JobClientOptions client_options{absl::StrCat("127.0.0.1:", secured.port())};
+  SweepClient anonymous(client_options);
+  EXPECT_EQ(anonymous.Submit(LearningRateSweep({1e-3})).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(anonymous.List().status().code(),
+            absl::StatusCode::kUnauthenticated);
+  client_options.token = "sweep-token-0123456789abcdef";
+  SweepClient holder(client_options);
+  auto id = holder.Submit(LearningRateSweep({1e-3}));
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(anonymous.Cancel(*id).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(holder.Cancel(*id).ok());
+  secured.Stop();
 }
 
 }  // namespace
