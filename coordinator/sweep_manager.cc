@@ -22,11 +22,6 @@ int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 // trial for lack of room (RESOURCE_EXHAUSTED: --max_jobs).
 constexpr absl::Duration kSubmitRetry = absl::Seconds(2);
 
-bool IsSweepEnded(v1::SweepState state) {
-  return state == v1::SWEEP_SUCCEEDED || state == v1::SWEEP_FAILED ||
-         state == v1::SWEEP_CANCELLED;
-}
-
 bool IsActive(v1::TrialState state) {
   return state == v1::TRIAL_SUBMITTING || state == v1::TRIAL_RUNNING;
 }
@@ -58,6 +53,11 @@ void UpdateBest(v1::SweepStatus& status) {
 }
 
 }  // namespace
+
+bool IsSweepEnded(v1::SweepState state) {
+  return state == v1::SWEEP_SUCCEEDED || state == v1::SWEEP_FAILED ||
+         state == v1::SWEEP_CANCELLED;
+}
 
 bool IsTrialEnded(v1::TrialState state) {
   return state == v1::TRIAL_SUCCEEDED || state == v1::TRIAL_FAILED ||

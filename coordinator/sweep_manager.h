@@ -102,6 +102,8 @@ class SweepManager {
 
 // True for TRIAL_SUCCEEDED, TRIAL_FAILED, TRIAL_STOPPED and TRIAL_CANCELLED.
 bool IsTrialEnded(v1::TrialState state);
+// True for SWEEP_SUCCEEDED, SWEEP_FAILED and SWEEP_CANCELLED.
+bool IsSweepEnded(v1::SweepState state);
 
 }  // namespace ps
 

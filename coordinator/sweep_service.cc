@@ -10,11 +10,6 @@
 namespace ps {
 namespace {
 
-bool IsSweepEnded(v1::SweepState state) {
-  return state == v1::SWEEP_SUCCEEDED || state == v1::SWEEP_FAILED ||
-         state == v1::SWEEP_CANCELLED;
-}
-
 // Streams a sweep's status to one watcher, coalescing updates that arrive
 // while a write is in flight (as JobService's WatchJob); the last message is
 // the one that ends the sweep.
