@@ -6,6 +6,8 @@
 //   psctl health HOST:PORT
 //   psctl export JOB --output=FILE   (or -o FILE)
 //   psctl eval MODEL_FILE [--images=PATH --labels=PATH] [--max_samples=N]
+//   psctl sweep submit SWEEP.json [--watch] | watch ID | get ID [--json] |
+//         list | cancel ID
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,11 +18,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/job_client.h"
 #include "client/model_eval.h"
 #include "client/progress.h"
+#include "client/sweep_cli.h"
 #include "common/flags_usage.h"
 #include "common/grpc_util.h"
 #include "common/idx_reader.h"
@@ -38,6 +42,7 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");
 ABSL_FLAG(int, timeout_ms, 10000, "deadline of each call");
 ABSL_FLAG(bool, watch, false,
           "submit: follow the job's progress until it ends");
+ABSL_FLAG(bool, json, false, "sweep get: print the status as JSON");
 ABSL_FLAG(std::string, output, "", "export: the model file to write");
 ABSL_FLAG(std::string, o, "", "export: short for --output");
 ABSL_FLAG(std::string, images, kDefaultTestImages,
@@ -80,10 +85,18 @@ constexpr char kUsage[] =
     "                             (-o FILE too; see docs/model-format.md)\n"
     "  eval MODEL_FILE            a model file's accuracy on a data set\n"
     "      [--images=PATH --labels=PATH]  (default: Fashion-MNIST's test set)\n"
-    "      [--max_samples=N]      first N samples only (0: all)\n"
+    "      [--max_samples=N]      first N samples only (0: all)\n";
+constexpr char kSecurityUsage[] =
     "security (docs/security.md):\n"
     "  --tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]  TLS to the coordinator\n"
     "  --token_file=FILE          bearer token for the job API";
+
+// psctl's usage text: the job commands, the sweep commands, security.
+const std::string& Usage() {
+  static const std::string* const usage =
+      new std::string(absl::StrCat(kUsage, ps::kSweepUsage, kSecurityUsage));
+  return *usage;
+}
 
 int Fail(const absl::Status& status) {
   std::cerr << "psctl: " << status.message() << " ("
@@ -189,7 +202,7 @@ int Export(ps::JobClient& client, const std::string& job_id) {
   if (path.empty()) path = absl::GetFlag(FLAGS_o);
   if (path.empty()) {
     std::cerr << "psctl: export needs --output=FILE (or -o FILE)\nusage: "
-              << kUsage << "\n";
+              << Usage() << "\n";
     return 64;
   }
   auto model = client.ExportModel(job_id);
@@ -235,10 +248,10 @@ int Eval(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::SetUpFlagsUsage(kUsage);
+  ps::SetUpFlagsUsage(Usage());
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) {
-    std::cerr << "usage: " << kUsage << "\n";
+    std::cerr << "usage: " << Usage() << "\n";
     return 64;
   }
   const std::string command = args[1];
@@ -266,6 +279,13 @@ int main(int argc, char** argv) {
   }
   ps::JobClient client(options);
 
+  if (command == "sweep") {
+    ps::SweepClient sweeps(options);
+    return ps::RunSweepCommand(
+        sweeps, std::vector<std::string>(args.begin() + 2, args.end()),
+        absl::GetFlag(FLAGS_watch), absl::GetFlag(FLAGS_json));
+  }
+
   if (command == "list" && args.size() == 2) {
     auto jobs = client.List();
     if (!jobs.ok()) return Fail(jobs.status());
@@ -273,7 +293,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (args.size() != 3) {
-    std::cerr << "usage: " << kUsage << "\n";
+    std::cerr << "usage: " << Usage() << "\n";
     return 64;
   }
   const std::string arg = args[2];
@@ -299,7 +319,7 @@ int main(int argc, char** argv) {
     std::cout << arg << " deleted" << std::endl;
     return 0;
   }
-  std::cerr << "psctl: unknown command \"" << command << "\"\nusage: " << kUsage
-            << "\n";
+  std::cerr << "psctl: unknown command \"" << command
+            << "\"\nusage: " << Usage() << "\n";
   return 64;
 }

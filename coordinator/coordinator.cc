@@ -36,6 +36,13 @@ absl::Status Coordinator::Start() {
                       JobManager::Create(table_.get(), options_.timing,
                                          metrics_.get(), options_.job_limits));
   manager_ = std::move(manager);
+  PS_ASSIGN_OR_RETURN(
+      auto sweeps, SweepManager::Create(table_.get(), manager_.get(),
+                                        metrics_.get(), options_.job_limits));
+  sweeps_ = std::move(sweeps);
+  // Sweeps are the job API too: the same tokens.
+  sweep_service_ = std::make_unique<SweepServiceImpl>(
+      sweeps_.get(), rpc_metrics_.get(), Authorizer(job_api));
   job_service_ = std::make_unique<JobServiceImpl>(
       manager_.get(), rpc_metrics_.get(), Authorizer(std::move(job_api)));
   const int64_t max_upload_bytes =
@@ -59,6 +66,7 @@ absl::Status Coordinator::Start() {
   ConfigureServerBuilder(&builder, limits, options_.reflection);
   builder.AddListeningPort(options_.listen_address, server_credentials, &port_);
   builder.RegisterService(job_service_.get());
+  builder.RegisterService(sweep_service_.get());
   builder.RegisterService(cluster_service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
@@ -66,6 +74,7 @@ absl::Status Coordinator::Start() {
                                                options_.listen_address));
   }
   SetServicesServing(server_.get(), {v1::JobService::service_full_name(),
+                                     v1::SweepService::service_full_name(),
                                      v1::ClusterService::service_full_name()});
   if (!options_.metrics_address.empty()) {
     PS_ASSIGN_OR_RETURN(auto exposer, MetricsExposer::Start(
@@ -91,6 +100,7 @@ void Coordinator::TickLoop() {
     mu_.Unlock();
     const absl::Time now = absl::Now();
     manager_->Tick(now);
+    sweeps_->Tick(now);
     if (now - last_retention >= absl::Seconds(1)) {
       manager_->ApplyRetention(now, options_.retention);
       last_retention = now;

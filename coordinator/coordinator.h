@@ -1,6 +1,7 @@
-// The coordinator process's parts wired together: job table, JobManager, the
-// gRPC server (JobService, ClusterService, health), metrics, and the ticker
-// that expires leases and schedules jobs.
+// The coordinator process's parts wired together: job table, JobManager,
+// SweepManager, the gRPC server (JobService, SweepService, ClusterService,
+// health), metrics, and the ticker that expires leases, schedules jobs and
+// advances sweeps.
 #ifndef PS_COORDINATOR_COORDINATOR_H_
 #define PS_COORDINATOR_COORDINATOR_H_
 
@@ -17,6 +18,8 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_service.h"
+#include "coordinator/sweep_manager.h"
+#include "coordinator/sweep_service.h"
 #include "grpcpp/grpcpp.h"
 
 namespace ps {
@@ -74,6 +77,7 @@ class Coordinator {
   int port() const { return port_; }
   int metrics_port() const { return exposer_ ? exposer_->port() : 0; }
   JobManager* manager() { return manager_.get(); }
+  SweepManager* sweeps() { return sweeps_.get(); }
 
  private:
   void TickLoop();
@@ -85,7 +89,9 @@ class Coordinator {
   std::unique_ptr<MetricsExposer> exposer_;
   std::unique_ptr<JobTable> table_;
   std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<SweepManager> sweeps_;
   std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<SweepServiceImpl> sweep_service_;
   std::unique_ptr<ClusterServiceImpl> cluster_service_;
   std::unique_ptr<grpc::Server> server_;
   std::thread ticker_;

@@ -31,6 +31,14 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
       vacant_(prometheus::BuildGauge()
                   .Name("ps_vacant_places")
                   .Help("Places of running jobs waiting for a node, by role.")
+                  .Register(registry)),
+      sweeps_(prometheus::BuildGauge()
+                  .Name("ps_sweeps")
+                  .Help("Hyperparameter sweeps by state.")
+                  .Register(registry)),
+      trials_(prometheus::BuildGauge()
+                  .Name("ps_sweep_trials")
+                  .Help("Trials of the stored sweeps by state.")
                   .Register(registry)) {
   for (v1::JobState s :
        {v1::PENDING, v1::RUNNING, v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
@@ -40,6 +48,20 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
   nodes("worker").Set(0);
   vacant_places("server").Set(0);
   vacant_places("worker").Set(0);
+  for (int s = v1::SWEEP_RUNNING; s <= v1::SWEEP_CANCELLED; ++s) {
+    sweeps(static_cast<v1::SweepState>(s)).Set(0);
+  }
+  for (int s = v1::TRIAL_PENDING; s <= v1::TRIAL_CANCELLED; ++s) {
+    sweep_trials(static_cast<v1::TrialState>(s)).Set(0);
+  }
+}
+
+prometheus::Gauge& CoordinatorMetrics::sweeps(v1::SweepState state) {
+  return sweeps_.Add({{"state", v1::SweepState_Name(state)}});
+}
+
+prometheus::Gauge& CoordinatorMetrics::sweep_trials(v1::TrialState state) {
+  return trials_.Add({{"state", v1::TrialState_Name(state)}});
 }
 
 prometheus::Gauge& CoordinatorMetrics::vacant_places(const std::string& role) {

@@ -8,6 +8,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "ps/v1/job.pb.h"
+#include "ps/v1/sweep.pb.h"
 
 namespace ps {
 
@@ -29,12 +30,18 @@ class CoordinatorMetrics {
   // ps_recovery_deadline_timestamp_seconds: when the first running job with a
   // vacant place fails unless it is filled (Unix time); 0 when none waits.
   prometheus::Gauge& recovery_deadline;
+  // ps_sweeps{state}: sweeps currently in each state.
+  prometheus::Gauge& sweeps(v1::SweepState state);
+  // ps_sweep_trials{state}: trials of every stored sweep in each state.
+  prometheus::Gauge& sweep_trials(v1::TrialState state);
 
  private:
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& nodes_;
   prometheus::Family<prometheus::Counter>& finished_;
   prometheus::Family<prometheus::Gauge>& vacant_;
+  prometheus::Family<prometheus::Gauge>& sweeps_;
+  prometheus::Family<prometheus::Gauge>& trials_;
 };
 
 }  // namespace ps

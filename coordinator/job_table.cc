@@ -14,6 +14,8 @@ namespace {
 
 constexpr char kJobPrefix[] = "job/";
 constexpr char kCounterKey[] = "meta/next_job";
+constexpr char kSweepPrefix[] = "sweep/";
+constexpr char kSweepCounterKey[] = "meta/next_sweep";
 constexpr char kKindKey[] = "meta/kind";
 constexpr char kKind[] = "ps-coordinator-job-table";
 constexpr char kModelPrefix[] = "model/";
@@ -183,6 +185,57 @@ absl::Status JobTable::Delete(const std::string& job_id) {
   return FromRocks(db_->CompactRange(rocksdb::CompactRangeOptions(),
                                      &begin_slice, &end_slice),
                    what);
+}
+
+absl::Status JobTable::CreateSweep(v1::SweepStatus* sweep) {
+  absl::MutexLock lock(&counter_mu_);
+  std::string value;
+  int64_t number = 1;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), kSweepCounterKey, &value);
+  if (s.ok()) {
+    if (!absl::SimpleAtoi(value, &number)) {
+      return absl::DataLossError("job table: unreadable sweep counter");
+    }
+  } else if (!s.IsNotFound()) {
+    return FromRocks(s, "job table sweep counter");
+  }
+  sweep->set_sweep_id(absl::StrFormat("sweep-%06d", number));
+  rocksdb::WriteBatch batch;
+  batch.Put(kSweepCounterKey, absl::StrCat(number + 1));
+  batch.Put(absl::StrCat(kSweepPrefix, sweep->sweep_id()),
+            sweep->SerializeAsString());
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  return FromRocks(
+      db_->Write(options, &batch),
+      absl::StrCat("job table write of new sweep ", sweep->sweep_id()));
+}
+
+absl::Status JobTable::PutSweep(const v1::SweepStatus& sweep) {
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  return FromRocks(
+      db_->Put(options, absl::StrCat(kSweepPrefix, sweep.sweep_id()),
+               sweep.SerializeAsString()),
+      absl::StrCat("job table write of ", sweep.sweep_id()));
+}
+
+absl::StatusOr<std::vector<v1::SweepStatus>> JobTable::LoadSweeps() {
+  std::vector<v1::SweepStatus> sweeps;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(kSweepPrefix);
+       it->Valid() && it->key().starts_with(kSweepPrefix); it->Next()) {
+    v1::SweepStatus sweep;
+    if (!sweep.ParseFromArray(it->value().data(), it->value().size())) {
+      return absl::DataLossError(
+          absl::StrCat("job table: unreadable record ", it->key().ToString()));
+    }
+    sweeps.push_back(std::move(sweep));
+  }
+  PS_RETURN_IF_ERROR(FromRocks(it->status(), "job table sweep scan"));
+  return sweeps;
 }
 
 }  // namespace ps

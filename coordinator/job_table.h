@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "ps/v1/job.pb.h"
+#include "ps/v1/sweep.pb.h"
 #include "rocksdb/db.h"
 
 namespace ps {
@@ -45,6 +46,16 @@ class JobTable {
   // synced batch), then compacts the model's key so that its bytes leave the
   // disk. Deleting what is not stored is no error.
   absl::Status Delete(const std::string& job_id);
+
+  // Sweeps (SweepManager), under their own keys.
+  //
+  // Gives `sweep` a fresh id ("sweep-" and a number never handed out before)
+  // and writes it durably with the advanced counter in one batch, as Create.
+  absl::Status CreateSweep(v1::SweepStatus* sweep);
+  // Writes (replaces) one sweep's status durably (WAL, fsync).
+  absl::Status PutSweep(const v1::SweepStatus& sweep);
+  // Every stored sweep, in id order. DATA_LOSS for an unreadable record.
+  absl::StatusOr<std::vector<v1::SweepStatus>> LoadSweeps();
 
  private:
   explicit JobTable(std::unique_ptr<rocksdb::DB> db);

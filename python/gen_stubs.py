@@ -22,7 +22,8 @@ import subprocess
 import sys
 import tempfile
 
-PROTOS = ("ps/v1/job.proto", "ps/v1/job_service.proto", "ps/v1/cluster.proto",
+PROTOS = ("ps/v1/job.proto", "ps/v1/job_service.proto", "ps/v1/sweep.proto",
+          "ps/v1/sweep_service.proto", "ps/v1/cluster.proto",
           "ps/v1/parameter.proto")
 PACKAGE = "paramserver._proto"
 

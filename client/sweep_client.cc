@@ -1,0 +1,135 @@
+#include "client/sweep_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_util.h"
+#include "common/retry.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace ps {
+namespace {
+
+ChannelSecurity WithToken(ChannelSecurity channel, const std::string& token) {
+  if (!token.empty()) {
+    channel.call_metadata.emplace_back(kAuthorizationKey,
+                                       absl::StrCat("Bearer ", token));
+  }
+  return channel;
+}
+
+bool Ended(v1::SweepState state) {
+  return state == v1::SWEEP_SUCCEEDED || state == v1::SWEEP_FAILED ||
+         state == v1::SWEEP_CANCELLED;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::SweepSpec> SweepSpecFromJson(const std::string& json) {
+  v1::SweepSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status =
+      google::protobuf::util::JsonStringToMessage(json, &spec, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sweep spec is not valid JSON for ps.v1.SweepSpec: ",
+                     std::string(status.message())));
+  }
+  return spec;
+}
+
+SweepClient::SweepClient(JobClientOptions options)
+    : options_(std::move(options)),
+      stub_(v1::SweepService::NewStub(CreateChannel(
+          options_.coordinator, WithToken(options_.channel, options_.token)))) {
+}
+
+absl::Status SweepClient::Annotate(const absl::Status& status) const {
+  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+    return absl::Status(status.code(),
+                        absl::StrCat("coordinator at ", options_.coordinator,
+                                     " is not reachable: ", status.message()));
+  }
+  return status;
+}
+
+absl::StatusOr<std::string> SweepClient::Submit(const v1::SweepSpec& spec) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.timeout);
+  v1::SubmitSweepRequest request;
+  *request.mutable_spec() = spec;
+  v1::SubmitSweepResponse response;
+  grpc::Status status = stub_->SubmitSweep(&ctx, request, &response);
+  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  return response.sweep_id();
+}
+
+absl::StatusOr<v1::SweepStatus> SweepClient::Get(const std::string& sweep_id) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.timeout);
+  v1::GetSweepRequest request;
+  request.set_sweep_id(sweep_id);
+  v1::SweepStatus response;
+  grpc::Status status = stub_->GetSweep(&ctx, request, &response);
+  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::SweepStatus>> SweepClient::List() {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.timeout);
+  v1::ListSweepsResponse response;
+  grpc::Status status =
+      stub_->ListSweeps(&ctx, v1::ListSweepsRequest(), &response);
+  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  return std::vector<v1::SweepStatus>(response.sweeps().begin(),
+                                      response.sweeps().end());
+}
+
+absl::StatusOr<v1::SweepStatus> SweepClient::Cancel(
+    const std::string& sweep_id) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.timeout);
+  v1::CancelSweepRequest request;
+  request.set_sweep_id(sweep_id);
+  v1::CancelSweepResponse response;
+  grpc::Status status = stub_->CancelSweep(&ctx, request, &response);
+  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  return response.sweep();
+}
+
+absl::StatusOr<v1::SweepStatus> SweepClient::Watch(
+    const std::string& sweep_id,
+    const std::function<void(const v1::SweepStatus&)>& on_update,
+    absl::Duration reconnect_window) {
+  Retrier retry({.initial_backoff = absl::Milliseconds(200),
+                 .max_backoff = absl::Seconds(3),
+                 .window = reconnect_window});
+  v1::SweepStatus last;
+  absl::Status status = retry.Run(
+      [&] {
+        grpc::ClientContext ctx;
+        // A sweep takes hours; the deadline bounds one stream.
+        SetDeadline(&ctx, absl::Hours(24));
+        v1::WatchSweepRequest request;
+        request.set_sweep_id(sweep_id);
+        auto reader = stub_->WatchSweep(&ctx, request);
+        v1::SweepStatus update;
+        bool ended = false;
+        while (reader->Read(&update)) {
+          on_update(update);
+          last = update;
+          ended = Ended(update.state());
+          retry.Progress();
+        }
+        absl::Status finish = FromGrpcStatus(reader->Finish());
+        if (ended) return absl::OkStatus();
+        return finish.ok() ? absl::UnavailableError("watch stream ended early")
+                           : finish;
+      },
+      [](const absl::Status& s) { return IsRetryable(s); });
+  if (!status.ok()) return Annotate(status);
+  return last;
+}
+
+}  // namespace ps
