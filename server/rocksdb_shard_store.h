@@ -59,7 +59,7 @@ class RocksDbShardStore : public ShardStore {
   // path: INVALID_ARGUMENT for an empty path; FAILED_PRECONDITION when the
   // path is not a directory; PERMISSION_DENIED when it is not readable and
   // writable; NOT_FOUND when there is no database and create_if_missing is
-  // false; otherwise RocksDB's error (see RocksDbStatusToAbsl), e.g.
+  // false; otherwise RocksDB's error (common/rocksdb_status.h), e.g.
   // UNAVAILABLE when another process holds the database.
   static absl::StatusOr<std::unique_ptr<RocksDbShardStore>> Open(
       const RocksDbShardStoreOptions& options);
@@ -122,16 +122,6 @@ class RocksDbShardStore : public ShardStore {
   // One per Family, owned; destroyed before db_. Immutable after Open.
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
 };
-
-// Converts a RocksDB status into an absl::Status whose message is
-// "<context>: <RocksDB's message>". NotFound -> NOT_FOUND, Corruption ->
-// DATA_LOSS, InvalidArgument -> INVALID_ARGUMENT, NotSupported ->
-// UNIMPLEMENTED, IOError -> INTERNAL (NOT_FOUND for a missing path,
-// RESOURCE_EXHAUSTED for a full disk), Busy/TimedOut/TryAgain/
-// ShutdownInProgress -> UNAVAILABLE, Aborted -> ABORTED, anything else ->
-// INTERNAL. OK stays OK. Thread-safe.
-absl::Status RocksDbStatusToAbsl(const rocksdb::Status& status,
-                                 absl::string_view context);
 
 }  // namespace ps
 
