@@ -57,13 +57,6 @@ std::string JobSpecToJson(const v1::JobSpec& spec);
 int32_t DeriveBlockElems(const std::vector<TensorSpec>& tensors,
                          int num_servers);
 
-// The block size a job's blocks are cut to: spec.block_elems when set, else
-// DeriveBlockElems(tensors, num_servers). `tensors` are ModelTensors of the
-// spec's model.
-int64_t EffectiveBlockElems(const v1::JobSpec& spec,
-                            const std::vector<TensorSpec>& tensors,
-                            int num_servers);
-
 // Fills the documented defaults of unset fields (block_elems, derived from
 // the model and num_servers by DeriveBlockElems, or kDefaultBlockElems when
 // the model is missing or invalid; consistency model, durability,

@@ -135,8 +135,12 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     }
     placement[p.key()] = p.server();
   }
-  const int64_t block_elems = EffectiveBlockElems(
-      assignment.spec(), tensors, assignment.shard_map().servers_size());
+  // As the coordinator completed the spec (ApplyJobSpecDefaults).
+  const int64_t block_elems = assignment.spec().block_elems();
+  if (block_elems < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.block_elems: must be >= 1, got ", block_elems));
+  }
   for (const BlockSpec& b : SplitIntoBlocks(tensors, block_elems)) {
     auto it = placement.find(b.key);
     if (it == placement.end()) {

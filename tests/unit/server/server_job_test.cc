@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/float_codec.h"
 #include "common/half_codec.h"
+#include "common/job_spec.h"
 #include "common/model_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -85,6 +86,7 @@ v1::JobSpec Spec(const JobOptions& options) {
   spec.set_block_elems(4);
   spec.set_durability(options.durability);
   spec.set_non_finite_gradients(options.non_finite);
+  ApplyJobSpecDefaults(&spec);  // What the coordinator does at submit.
   return spec;
 }
 
@@ -956,6 +958,23 @@ TEST_P(ServerJobTest, OpenRefusesABadAssignment) {
   unplaced.mutable_shard_map()->mutable_blocks()->RemoveLast();
   EXPECT_EQ(ServerJob::Open(unplaced, store_.get(), &metrics_).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The server reads the spec as the coordinator completed it and applies no
+// default of its own: a spec without one is refused naming the field.
+TEST_P(ServerJobTest, OpenRefusesASpecWithoutItsDefaults) {
+  v1::Assignment incomplete = MakeAssignment({});
+  incomplete.mutable_spec()->clear_durability();
+  auto job = ServerJob::Open(incomplete, store_.get(), &metrics_);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()),
+              ::testing::StartsWith("durability"));
+  incomplete = MakeAssignment({});
+  incomplete.mutable_spec()->clear_block_elems();
+  job = ServerJob::Open(incomplete, store_.get(), &metrics_);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()),
+              ::testing::StartsWith("block_elems"));
 }
 
 TEST_P(ServerJobTest, ServerHoldsOnlyItsOwnBlocks) {
