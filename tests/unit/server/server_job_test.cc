@@ -28,11 +28,11 @@
 #include "server/memory_shard_store.h"
 #include "server/rocksdb_shard_store.h"
 #include "server/server_metrics.h"
+#include "tests/testing/server_job_store_fixture.h"
 
 namespace ps {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pointwise;
@@ -303,46 +303,10 @@ void ExpectValuesEq(const Values& actual, const Values& expected) {
   }
 }
 
-enum class StoreKind { kMemory, kRocksDb };
+using testing::StoreKind;
 
-class ServerJobTest : public ::testing::TestWithParam<StoreKind> {
+class ServerJobTest : public testing::ServerJobStoreFixture {
  protected:
-  void SetUp() override {
-    if (GetParam() == StoreKind::kRocksDb) {
-      std::string pattern = ::testing::TempDir() + "server_job_test_XXXXXX";
-      ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-      dir_ = pattern;
-    }
-    OpenStore();
-  }
-
-  void TearDown() override {
-    store_.reset();
-    if (!dir_.empty()) {
-      std::error_code error;
-      fs::remove_all(dir_, error);
-    }
-  }
-
-  void OpenStore() {
-    if (GetParam() == StoreKind::kMemory) {
-      if (store_ == nullptr) store_ = MemoryShardStore::Create();
-      return;
-    }
-    auto store = RocksDbShardStore::Open({.path = dir_ + "/db"});
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
-  }
-
-  // Closes and reopens a RocksDB store (a server restart); keeps a memory
-  // store.
-  void ReopenStore() {
-    if (GetParam() == StoreKind::kRocksDb) {
-      store_.reset();
-      OpenStore();
-    }
-  }
-
   std::unique_ptr<ServerJob> Open(const JobOptions& options,
                                   const ServerJobOptions& job_options = {}) {
     auto job = ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_,
@@ -366,10 +330,6 @@ class ServerJobTest : public ::testing::TestWithParam<StoreKind> {
     EXPECT_EQ(response->duplicate(), duplicate);
   }
 
-  prometheus::Registry registry_;
-  ServerMetrics metrics_{registry_};
-  std::string dir_;
-  std::unique_ptr<ShardStore> store_;
 };
 
 TEST_P(ServerJobTest, PullReturnsInitialValues) {
@@ -1112,10 +1072,7 @@ TEST_P(ServerJobTest, ReopenRefusesUnequalBspClocks) {
 INSTANTIATE_TEST_SUITE_P(Stores, ServerJobTest,
                          ::testing::Values(StoreKind::kMemory,
                                            StoreKind::kRocksDb),
-                         [](const auto& info) {
-                           return info.param == StoreKind::kMemory ? "Memory"
-                                                                   : "RocksDb";
-                         });
+                         testing::StoreKindName);
 
 }  // namespace
 }  // namespace ps
