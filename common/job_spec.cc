@@ -201,7 +201,8 @@ int32_t DeriveBlockElems(const std::vector<TensorSpec>& tensors,
 
 void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (spec->block_elems() == 0) {
-    // The block size follows the model and the server count (design §3); a
+    // The block size follows the model and the server count
+    // (docs/architecture.md, "Model, blocks and the shard map"); a
     // missing or bad model keeps the fixed default, and validation says why.
     int32_t block_elems = kDefaultBlockElems;
     if (spec->has_model()) {

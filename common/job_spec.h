@@ -14,7 +14,8 @@
 namespace ps {
 
 // Largest block size a job gets when its spec leaves block_elems unset, in
-// float32 values: 1 MiB (design §3). A model with one server gets exactly this.
+// float32 values: 1 MiB, the fastest message size for gRPC on loopback
+// (docs/architecture.md). A model with one server gets exactly this.
 inline constexpr int32_t kDefaultBlockElems = 262144;
 // Blocks per server that a derived block size aims at (DeriveBlockElems).
 inline constexpr int64_t kBlocksPerServer = 16;

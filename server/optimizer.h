@@ -1,4 +1,4 @@
-// Server-side optimizers (design §1, docs/training.md): SGD (optionally with
+// Server-side optimizers (docs/training.md): SGD (optionally with
 // momentum), Adam, AdamW, RMSprop, Adagrad and LAMB, applied block by block
 // to the parameters a server holds, at a learning rate the caller gives (the
 // job's schedule at the update's clock, common/learning_rate_schedule.h).

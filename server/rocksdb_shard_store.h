@@ -1,4 +1,4 @@
-// A durable ShardStore in RocksDB (design §5).
+// A durable ShardStore in RocksDB (docs/durability.md).
 //
 // Layout: one column family per kind of state ("values", "optimizer",
 // "clocks", "meta", "log"; RocksDB's "default" stays empty). Every key starts
