@@ -8,7 +8,8 @@
 namespace ps {
 namespace {
 
-absl::Status FromIoError(const rocksdb::Status& status, std::string message) {
+absl::Status FromIoError(const rocksdb::Status& status,
+                         const std::string& message) {
   if (status.IsPathNotFound()) return absl::NotFoundError(message);
   if (status.IsNoSpace()) return absl::ResourceExhaustedError(message);
   // RocksDB reports a held LOCK file as a plain IOError ("While lock file:
@@ -26,7 +27,7 @@ absl::Status FromIoError(const rocksdb::Status& status, std::string message) {
 absl::Status RocksDbStatusToAbsl(const rocksdb::Status& status,
                                  absl::string_view context) {
   if (status.ok()) return absl::OkStatus();
-  std::string message = absl::StrCat(context, ": ", status.ToString());
+  const std::string message = absl::StrCat(context, ": ", status.ToString());
   switch (status.code()) {
     case rocksdb::Status::kNotFound:
       return absl::NotFoundError(message);
@@ -37,7 +38,7 @@ absl::Status RocksDbStatusToAbsl(const rocksdb::Status& status,
     case rocksdb::Status::kNotSupported:
       return absl::UnimplementedError(message);
     case rocksdb::Status::kIOError:
-      return FromIoError(status, std::move(message));
+      return FromIoError(status, message);
     case rocksdb::Status::kBusy:
     case rocksdb::Status::kTimedOut:
     case rocksdb::Status::kTryAgain:
