@@ -1040,6 +1040,11 @@ struct RefusalName {
   std::string name;
 };
 
+// gtest prints a parameter with it (instead of its bytes).
+void PrintTo(const RefusalName& refusal, std::ostream* out) {
+  *out << refusal.name;
+}
+
 std::vector<RefusalName> RefusalNames() {
   RefusalCluster unstarted;
   std::vector<RefusalName> names;
