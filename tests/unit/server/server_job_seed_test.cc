@@ -197,7 +197,6 @@ class ServerJobSeedTest : public testing::ServerJobStoreFixture {
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? *std::move(job) : nullptr;
   }
-
 };
 
 TEST_P(ServerJobSeedTest, PullsWaitForTheSeedThenReadItsValues) {

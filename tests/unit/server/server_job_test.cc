@@ -329,7 +329,6 @@ class ServerJobTest : public testing::ServerJobStoreFixture {
     ASSERT_TRUE(response.ok()) << response.status();
     EXPECT_EQ(response->duplicate(), duplicate);
   }
-
 };
 
 TEST_P(ServerJobTest, PullReturnsInitialValues) {
