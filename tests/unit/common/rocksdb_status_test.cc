@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "absl/status/status.h"
@@ -24,6 +25,11 @@ struct Mapping {
   rocksdb::Status status;
   absl::StatusCode code;
 };
+
+// gtest prints a parameter with it (instead of its bytes).
+void PrintTo(const Mapping& mapping, std::ostream* out) {
+  *out << mapping.name;
+}
 
 class RocksDbStatusMappingTest : public ::testing::TestWithParam<Mapping> {};
 
