@@ -19,19 +19,28 @@ ChannelSecurity WithToken(ChannelSecurity channel, const std::string& token) {
 
 }  // namespace
 
-JobClient::JobClient(JobClientOptions options)
-    : options_(std::move(options)),
-      stub_(v1::JobService::NewStub(CreateChannel(
-          options_.coordinator, WithToken(options_.channel, options_.token)))) {
+std::shared_ptr<grpc::Channel> CreateJobServiceChannel(
+    const JobClientOptions& options) {
+  return CreateChannel(options.coordinator,
+                       WithToken(options.channel, options.token));
 }
 
-absl::Status JobClient::Annotate(const absl::Status& status) const {
+JobClient::JobClient(JobClientOptions options)
+    : options_(std::move(options)),
+      stub_(v1::JobService::NewStub(CreateJobServiceChannel(options_))) {}
+
+absl::Status CoordinatorCallError(const JobClientOptions& options,
+                                  const absl::Status& status) {
   if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
     return absl::Status(status.code(),
-                        absl::StrCat("coordinator at ", options_.coordinator,
+                        absl::StrCat("coordinator at ", options.coordinator,
                                      " is not reachable: ", status.message()));
   }
   return status;
+}
+
+absl::Status JobClient::Annotate(const absl::Status& status) const {
+  return CoordinatorCallError(options_, status);
 }
 
 absl::StatusOr<std::string> JobClient::Submit(const v1::JobSpec& spec) {

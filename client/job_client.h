@@ -26,6 +26,16 @@ struct JobClientOptions {
   std::string token{};
 };
 
+// A channel to the coordinator with `options`' TLS, sending its token (if
+// any) with every call; for JobService stubs (JobClient, ListNodes).
+std::shared_ptr<grpc::Channel> CreateJobServiceChannel(
+    const JobClientOptions& options);
+
+// `status` of a call to the coordinator, saying that the coordinator is not
+// reachable (naming its address) when it is UNAVAILABLE or DEADLINE_EXCEEDED.
+absl::Status CoordinatorCallError(const JobClientOptions& options,
+                                  const absl::Status& status);
+
 // Thread-compatible. Errors are the coordinator's statuses (UNAUTHENTICATED
 // without a valid token where the coordinator needs one); an unreachable
 // coordinator gives UNAVAILABLE or DEADLINE_EXCEEDED naming its address.

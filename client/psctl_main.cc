@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "client/job_client.h"
 #include "client/model_eval.h"
+#include "client/nodes.h"
 #include "client/progress.h"
 #include "client/sweep_cli.h"
 #include "common/flags_usage.h"
@@ -73,6 +74,7 @@ constexpr char kUsage[] =
     "  submit JOB.json [--watch]  submit a job spec (Protobuf JSON of "
     "ps.v1.JobSpec)\n"
     "  list                       list jobs\n"
+    "  nodes                      list the registered servers and workers\n"
     "  get JOB                    print a job's status as JSON\n"
     "  watch JOB                  follow a job until it ends (exit 0 if "
     "SUCCEEDED)\n"
@@ -290,6 +292,12 @@ int main(int argc, char** argv) {
     auto jobs = client.List();
     if (!jobs.ok()) return Fail(jobs.status());
     for (const auto& job : *jobs) std::cout << ps::FormatListRow(job) << "\n";
+    return 0;
+  }
+  if (command == "nodes" && args.size() == 2) {
+    auto nodes = ps::ListNodes(options);
+    if (!nodes.ok()) return Fail(nodes.status());
+    std::cout << ps::FormatNodesTable(*nodes);
     return 0;
   }
   if (args.size() != 3) {

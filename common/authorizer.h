@@ -15,7 +15,7 @@ namespace ps {
 
 // What a job API call does.
 enum class JobAccess {
-  kRead,   // GetJob, ListJobs, WatchJob.
+  kRead,   // GetJob, ListJobs, WatchJob, ListNodes.
   kWrite,  // SubmitJob, CancelJob, ExportModel (the trained parameters).
 };
 

@@ -199,16 +199,10 @@ int32_t DeriveBlockElems(const std::vector<TensorSpec>& tensors,
       std::clamp<int64_t>(aligned, kBlockAlignElems, kDefaultBlockElems));
 }
 
-int64_t EffectiveBlockElems(const v1::JobSpec& spec,
-                            const std::vector<TensorSpec>& tensors,
-                            int num_servers) {
-  return spec.block_elems() > 0 ? spec.block_elems()
-                                : DeriveBlockElems(tensors, num_servers);
-}
-
 void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (spec->block_elems() == 0) {
-    // The block size follows the model and the server count (design §3); a
+    // The block size follows the model and the server count
+    // (docs/architecture.md, "Model, blocks and the shard map"); a
     // missing or bad model keeps the fixed default, and validation says why.
     int32_t block_elems = kDefaultBlockElems;
     if (spec->has_model()) {

@@ -14,7 +14,8 @@
 namespace ps {
 
 // Largest block size a job gets when its spec leaves block_elems unset, in
-// float32 values: 1 MiB (design §3). A model with one server gets exactly this.
+// float32 values: 1 MiB, the fastest message size for gRPC on loopback
+// (docs/architecture.md). A model with one server gets exactly this.
 inline constexpr int32_t kDefaultBlockElems = 262144;
 // Blocks per server that a derived block size aims at (DeriveBlockElems).
 inline constexpr int64_t kBlocksPerServer = 16;
@@ -56,13 +57,6 @@ std::string JobSpecToJson(const v1::JobSpec& spec);
 // into the spec that servers and workers receive. Thread-safe.
 int32_t DeriveBlockElems(const std::vector<TensorSpec>& tensors,
                          int num_servers);
-
-// The block size a job's blocks are cut to: spec.block_elems when set, else
-// DeriveBlockElems(tensors, num_servers). `tensors` are ModelTensors of the
-// spec's model.
-int64_t EffectiveBlockElems(const v1::JobSpec& spec,
-                            const std::vector<TensorSpec>& tensors,
-                            int num_servers);
 
 // Fills the documented defaults of unset fields (block_elems, derived from
 // the model and num_servers by DeriveBlockElems, or kDefaultBlockElems when

@@ -50,6 +50,10 @@ absl::Status JobManager::Load() {
   for (v1::JobStatus& status : jobs) {
     Job& job = jobs_[status.job_id()];
     job.status = std::move(status);
+    // A spec stored before one of today's defaults existed gets it here, so
+    // that every assignment carries a complete spec (servers and workers read
+    // it as given). Defaults never change a field that is set.
+    ApplyJobSpecDefaults(job.status.mutable_spec());
     job.model_digest = SpecModelDigest(job.status.spec());
     if (job.status.state() == v1::RUNNING) {
       // Its nodes will register again; until then every place is vacant.

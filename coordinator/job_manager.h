@@ -34,6 +34,7 @@
 #include "coordinator/request_validation.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/job.pb.h"
+#include "ps/v1/job_service.pb.h"
 
 namespace ps {
 
@@ -144,6 +145,10 @@ class JobManager {
   // know (deleted or expired). Malformed ids are skipped.
   std::vector<std::string> EndedJobs(
       const std::vector<std::string>& stored_job_ids) const;
+
+  // Every registered node (job_manager_nodes.cc): servers first, each role in
+  // node id order; its role, address, job and place, and its last heartbeat.
+  std::vector<v1::NodeInfo> ListNodes() const;
 
  private:
   // A server or worker place in a running job.

@@ -156,6 +156,23 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(
       });
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::ListNodes(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return FinishRawUnary<v1::ListNodesRequest, v1::ListNodesResponse>(
+      ctx, "ListNodes", metrics_, kMaxSmallRequestBytes, request, response,
+      [&](const v1::ListNodesRequest&)
+          -> absl::StatusOr<v1::ListNodesResponse> {
+        PS_RETURN_IF_ERROR(
+            authorizer_.AuthorizeJobCall(*ctx, JobAccess::kRead));
+        v1::ListNodesResponse reply;
+        for (v1::NodeInfo& node : manager_->ListNodes()) {
+          *reply.add_nodes() = std::move(node);
+        }
+        return reply;
+      });
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {

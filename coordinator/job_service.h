@@ -21,7 +21,8 @@ using JobServiceBase = v1::JobService::WithRawCallbackMethod_SubmitJob<
             v1::JobService::WithRawCallbackMethod_CancelJob<
                 v1::JobService::WithRawCallbackMethod_ExportModel<
                     v1::JobService::WithRawCallbackMethod_DeleteJob<
-                        v1::JobService::CallbackService>>>>>>;
+                        v1::JobService::WithRawCallbackMethod_ListNodes<
+                            v1::JobService::CallbackService>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -61,6 +62,11 @@ class JobServiceImpl final : public JobServiceBase {
   // A DeleteJobRequest; deletes an ended job's record and model
   // (JobManager::Delete) and answers a DeleteJobResponse.
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  // A ListNodesRequest; answers a ListNodesResponse with every registered
+  // node (JobManager::ListNodes). Authorized as a read.
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/rocksdb_status.h"
 #include "common/status_macros.h"
 #include "rocksdb/write_batch.h"
 
@@ -19,15 +20,6 @@ constexpr char kSweepCounterKey[] = "meta/next_sweep";
 constexpr char kKindKey[] = "meta/kind";
 constexpr char kKind[] = "ps-coordinator-job-table";
 constexpr char kModelPrefix[] = "model/";
-
-absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
-  if (s.ok()) return absl::OkStatus();
-  const std::string message = absl::StrCat(what, ": ", s.ToString());
-  if (s.IsCorruption()) return absl::DataLossError(message);
-  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(message);
-  if (s.IsNotFound()) return absl::NotFoundError(message);
-  return absl::UnavailableError(message);
-}
 
 }  // namespace
 
@@ -79,14 +71,14 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &raw);
   if (!s.ok()) {
-    return FromRocks(s, absl::StrCat("job table at ", path));
+    return RocksDbStatusToAbsl(s, absl::StrCat("job table at ", path));
   }
   std::unique_ptr<rocksdb::DB> db(raw);
   if (!existing) {
     rocksdb::WriteOptions sync;
     sync.sync = true;
-    PS_RETURN_IF_ERROR(FromRocks(db->Put(sync, kKindKey, kKind),
-                                 absl::StrCat("job table at ", path)));
+    PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+        db->Put(sync, kKindKey, kKind), absl::StrCat("job table at ", path)));
   }
   return std::unique_ptr<JobTable>(new JobTable(std::move(db)));
 }
@@ -94,9 +86,10 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
 absl::Status JobTable::Put(const v1::JobStatus& job) {
   rocksdb::WriteOptions options;
   options.sync = true;
-  return FromRocks(db_->Put(options, absl::StrCat(kJobPrefix, job.job_id()),
-                            job.SerializeAsString()),
-                   absl::StrCat("job table write of ", job.job_id()));
+  return RocksDbStatusToAbsl(
+      db_->Put(options, absl::StrCat(kJobPrefix, job.job_id()),
+               job.SerializeAsString()),
+      absl::StrCat("job table write of ", job.job_id()));
 }
 
 absl::StatusOr<std::vector<v1::JobStatus>> JobTable::LoadAll() {
@@ -112,7 +105,7 @@ absl::StatusOr<std::vector<v1::JobStatus>> JobTable::LoadAll() {
     }
     jobs.push_back(std::move(job));
   }
-  PS_RETURN_IF_ERROR(FromRocks(it->status(), "job table scan"));
+  PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(it->status(), "job table scan"));
   return jobs;
 }
 
@@ -126,7 +119,7 @@ absl::Status JobTable::Create(v1::JobStatus* job) {
       return absl::DataLossError("job table: unreadable job counter");
     }
   } else if (!s.IsNotFound()) {
-    return FromRocks(s, "job table counter");
+    return RocksDbStatusToAbsl(s, "job table counter");
   }
   job->set_job_id(absl::StrFormat("job-%06d", number));
   rocksdb::WriteBatch batch;
@@ -134,14 +127,15 @@ absl::Status JobTable::Create(v1::JobStatus* job) {
   batch.Put(absl::StrCat(kJobPrefix, job->job_id()), job->SerializeAsString());
   rocksdb::WriteOptions options;
   options.sync = true;
-  return FromRocks(db_->Write(options, &batch),
-                   absl::StrCat("job table write of new job ", job->job_id()));
+  return RocksDbStatusToAbsl(
+      db_->Write(options, &batch),
+      absl::StrCat("job table write of new job ", job->job_id()));
 }
 
 absl::Status JobTable::PutModel(const v1::TrainedModel& model) {
   rocksdb::WriteOptions options;
   options.sync = true;
-  return FromRocks(
+  return RocksDbStatusToAbsl(
       db_->Put(options, absl::StrCat(kModelPrefix, model.job_id()),
                model.SerializeAsString()),
       absl::StrCat("job table write of the model of ", model.job_id()));
@@ -156,8 +150,8 @@ absl::StatusOr<v1::TrainedModel> JobTable::GetModel(const std::string& job_id) {
         absl::StrCat("job ", job_id, " has no stored model"));
   }
   if (!s.ok()) {
-    return FromRocks(s,
-                     absl::StrCat("job table read of the model of ", job_id));
+    return RocksDbStatusToAbsl(
+        s, absl::StrCat("job table read of the model of ", job_id));
   }
   v1::TrainedModel model;
   if (!model.ParseFromString(value)) {
@@ -170,21 +164,21 @@ absl::StatusOr<v1::TrainedModel> JobTable::GetModel(const std::string& job_id) {
 absl::Status JobTable::Delete(const std::string& job_id) {
   const std::string what = absl::StrCat("job table delete of ", job_id);
   rocksdb::WriteBatch batch;
-  PS_RETURN_IF_ERROR(
-      FromRocks(batch.Delete(absl::StrCat(kJobPrefix, job_id)), what));
-  PS_RETURN_IF_ERROR(
-      FromRocks(batch.Delete(absl::StrCat(kModelPrefix, job_id)), what));
+  PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+      batch.Delete(absl::StrCat(kJobPrefix, job_id)), what));
+  PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+      batch.Delete(absl::StrCat(kModelPrefix, job_id)), what));
   rocksdb::WriteOptions options;
   options.sync = true;
-  PS_RETURN_IF_ERROR(FromRocks(db_->Write(options, &batch), what));
+  PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(db_->Write(options, &batch), what));
   // The deletes only hide the model; compacting its key drops its bytes (a
   // model is up to --max_model_bytes).
   const std::string begin = absl::StrCat(kModelPrefix, job_id);
   const std::string end = absl::StrCat(begin, std::string(1, '\0'));
   const rocksdb::Slice begin_slice(begin), end_slice(end);
-  return FromRocks(db_->CompactRange(rocksdb::CompactRangeOptions(),
-                                     &begin_slice, &end_slice),
-                   what);
+  return RocksDbStatusToAbsl(db_->CompactRange(rocksdb::CompactRangeOptions(),
+                                               &begin_slice, &end_slice),
+                             what);
 }
 
 absl::Status JobTable::CreateSweep(v1::SweepStatus* sweep) {
@@ -198,7 +192,7 @@ absl::Status JobTable::CreateSweep(v1::SweepStatus* sweep) {
       return absl::DataLossError("job table: unreadable sweep counter");
     }
   } else if (!s.IsNotFound()) {
-    return FromRocks(s, "job table sweep counter");
+    return RocksDbStatusToAbsl(s, "job table sweep counter");
   }
   sweep->set_sweep_id(absl::StrFormat("sweep-%06d", number));
   rocksdb::WriteBatch batch;
@@ -207,7 +201,7 @@ absl::Status JobTable::CreateSweep(v1::SweepStatus* sweep) {
             sweep->SerializeAsString());
   rocksdb::WriteOptions options;
   options.sync = true;
-  return FromRocks(
+  return RocksDbStatusToAbsl(
       db_->Write(options, &batch),
       absl::StrCat("job table write of new sweep ", sweep->sweep_id()));
 }
@@ -215,7 +209,7 @@ absl::Status JobTable::CreateSweep(v1::SweepStatus* sweep) {
 absl::Status JobTable::PutSweep(const v1::SweepStatus& sweep) {
   rocksdb::WriteOptions options;
   options.sync = true;
-  return FromRocks(
+  return RocksDbStatusToAbsl(
       db_->Put(options, absl::StrCat(kSweepPrefix, sweep.sweep_id()),
                sweep.SerializeAsString()),
       absl::StrCat("job table write of ", sweep.sweep_id()));
@@ -234,7 +228,7 @@ absl::StatusOr<std::vector<v1::SweepStatus>> JobTable::LoadSweeps() {
     }
     sweeps.push_back(std::move(sweep));
   }
-  PS_RETURN_IF_ERROR(FromRocks(it->status(), "job table sweep scan"));
+  PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(it->status(), "job table sweep scan"));
   return sweeps;
 }
 

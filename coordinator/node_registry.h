@@ -80,6 +80,8 @@ class NodeRegistry {
   std::vector<std::pair<std::string, NodeRecord>> ExpireLeases(absl::Time now);
 
   absl::Duration lease() const { return lease_; }
+  // Every registered node, by id.
+  const std::map<std::string, NodeRecord>& all() const { return nodes_; }
 
  private:
   bool Accepts(const Filter& filter, const NodeRecord& node,

@@ -79,8 +79,13 @@ absl::StatusOr<v1::ShardMap> PlanShards(const v1::JobSpec& spec,
   if (servers.empty())
     return absl::InvalidArgumentError("no servers to place blocks on");
   PS_ASSIGN_OR_RETURN(auto tensors, ModelTensors(spec.model()));
-  const int64_t block_elems =
-      EffectiveBlockElems(spec, tensors, static_cast<int>(servers.size()));
+  // Set at submit (ApplyJobSpecDefaults derives it when the job leaves it
+  // unset).
+  const int64_t block_elems = spec.block_elems();
+  if (block_elems < 1) {
+    return absl::InvalidArgumentError(
+        "block_elems: must be >= 1 (ApplyJobSpecDefaults sets it)");
+  }
   std::vector<BlockSpec> blocks = SplitIntoBlocks(tensors, block_elems);
   std::vector<size_t> order(blocks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;

@@ -12,14 +12,16 @@
 
 namespace ps {
 
-// Cuts the spec's model into blocks of EffectiveBlockElems (the spec's
-// block_elems, or one derived from the model and the server count when unset)
-// and assigns each to one of `servers`, balancing element counts: blocks are
+// Cuts the spec's model into blocks of the spec's block_elems (which
+// ApplyJobSpecDefaults derives from the model and the server count when a job
+// leaves it unset) and assigns each to one of `servers`, balancing element
+// counts: blocks are
 // taken largest first and each goes to the least-loaded server (ties to the
 // lowest index); then single moves and pairwise swaps between the most and the
 // least loaded server narrow the gap while they can. No server ends more than
 // one block above the mean. The result is deterministic. Thread-safe.
-// Errors: INVALID_ARGUMENT for a bad model spec or no servers.
+// Errors: INVALID_ARGUMENT for a bad model spec, block_elems < 1 or no
+// servers.
 absl::StatusOr<v1::ShardMap> PlanShards(const v1::JobSpec& spec,
                                         const std::vector<std::string>& servers,
                                         int64_t version);

@@ -156,29 +156,27 @@ void Optimizer::Apply(std::span<float> params, std::span<const float> grad,
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
     const v1::OptimizerSpec& spec) {
-  v1::OptimizerSpec with_defaults = spec;
-  ApplyOptimizerDefaults(&with_defaults);
-  if (auto s = ValidateOptimizerSpec(with_defaults); !s.ok()) return s;
-  switch (with_defaults.kind_case()) {
+  if (auto s = ValidateOptimizerSpec(spec); !s.ok()) return s;
+  switch (spec.kind_case()) {
     case v1::OptimizerSpec::kSgd: {
-      const v1::SgdOptions& sgd = with_defaults.sgd();
+      const v1::SgdOptions& sgd = spec.sgd();
       return std::make_unique<Sgd>(sgd.learning_rate(), sgd.momentum(),
                                    sgd.weight_decay());
     }
     case v1::OptimizerSpec::kAdam: {
-      const v1::AdamOptions& adam = with_defaults.adam();
+      const v1::AdamOptions& adam = spec.adam();
       return std::make_unique<Adam>(adam.learning_rate(), adam.beta1(),
                                     adam.beta2(), adam.epsilon(),
                                     adam.weight_decay());
     }
     case v1::OptimizerSpec::kAdamw:
-      return optimizer_internal::MakeAdamW(with_defaults.adamw());
+      return optimizer_internal::MakeAdamW(spec.adamw());
     case v1::OptimizerSpec::kRmsprop:
-      return optimizer_internal::MakeRmsprop(with_defaults.rmsprop());
+      return optimizer_internal::MakeRmsprop(spec.rmsprop());
     case v1::OptimizerSpec::kAdagrad:
-      return optimizer_internal::MakeAdagrad(with_defaults.adagrad());
+      return optimizer_internal::MakeAdagrad(spec.adagrad());
     case v1::OptimizerSpec::kLamb:
-      return optimizer_internal::MakeLamb(with_defaults.lamb());
+      return optimizer_internal::MakeLamb(spec.lamb());
     case v1::OptimizerSpec::KIND_NOT_SET:
       break;
   }

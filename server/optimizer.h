@@ -1,4 +1,4 @@
-// Server-side optimizers (design §1, docs/training.md): SGD (optionally with
+// Server-side optimizers (docs/training.md): SGD (optionally with
 // momentum), Adam, AdamW, RMSprop, Adagrad and LAMB, applied block by block
 // to the parameters a server holds, at a learning rate the caller gives (the
 // job's schedule at the update's clock, common/learning_rate_schedule.h).
@@ -21,8 +21,10 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // Builds the optimizer `spec` selects, applying the documented defaults
-  // (ApplyOptimizerDefaults: Adam's beta1 0 -> 0.9 and so on). Errors:
+  // Builds the optimizer `spec` selects, as given: the coordinator completes a
+  // job's spec with the documented defaults once, at submit
+  // (ApplyJobSpecDefaults, which calls ApplyOptimizerDefaults: Adam's beta1
+  // 0 -> 0.9 and so on), so a 0 here is a 0. Errors:
   // INVALID_ARGUMENT naming the field (ValidateOptimizerSpec: e.g.
   // "optimizer.sgd.learning_rate: must be > 0, got 0"), or "optimizer: set
   // one of sgd, adam, adamw, rmsprop, adagrad, lamb" when none is set.

@@ -49,7 +49,7 @@ absl::Status ParameterServer::Start() {
   manager_ = std::make_unique<ParameterManager>(store_.get(), metrics_.get(),
                                                 options_.job_options);
   service_ = std::make_unique<ParameterServiceImpl>(
-      manager_.get(), rpc_metrics_.get(), options_.push_faults,
+      manager_.get(), rpc_metrics_.get(), push_faults_,
       Authorizer(credentials->MemberChecks()));
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder, options_.limits, options_.reflection);

@@ -43,8 +43,6 @@ struct ParameterServerOptions {
   ServerLimits limits;
   // Serve gRPC server reflection. Default true.
   bool reflection = true;
-  // Test-only: faults injected into push replies (empty: none).
-  PushFaultInjector push_faults;
 };
 
 // Start() then Stop(); not restartable. Thread-safe after Start().
@@ -72,10 +70,16 @@ class ParameterServer {
   ShardStore* store() { return store_.get(); }
 
  private:
+  // Sets push_faults_ (tests/testing/parameter_server_test_peer.h).
+  friend class ParameterServerTestPeer;
+
   // The jobs whose shards the store holds, for the coordinator.
   std::vector<v1::HeldAssignment> HeldJobs();
 
   const ParameterServerOptions options_;
+  // Faults injected into push replies, handed to the service at Start. Empty
+  // (none) unless a test set it through ParameterServerTestPeer.
+  PushFaultInjector push_faults_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<RpcMetrics> rpc_metrics_;

@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/rocksdb_status.h"
 #include "common/status_macros.h"
 #include "server/shard_codec.h"
 
@@ -99,35 +100,6 @@ rocksdb::ColumnFamilyOptions FamilyOptions(size_t write_buffer_bytes) {
 }
 
 }  // namespace
-
-absl::Status RocksDbStatusToAbsl(const rocksdb::Status& status,
-                                 absl::string_view context) {
-  if (status.ok()) return absl::OkStatus();
-  const std::string message = absl::StrCat(context, ": ", status.ToString());
-  switch (status.code()) {
-    case rocksdb::Status::kNotFound:
-      return absl::NotFoundError(message);
-    case rocksdb::Status::kCorruption:
-      return absl::DataLossError(message);
-    case rocksdb::Status::kInvalidArgument:
-      return absl::InvalidArgumentError(message);
-    case rocksdb::Status::kNotSupported:
-      return absl::UnimplementedError(message);
-    case rocksdb::Status::kIOError:
-      if (status.IsPathNotFound()) return absl::NotFoundError(message);
-      if (status.IsNoSpace()) return absl::ResourceExhaustedError(message);
-      return absl::InternalError(message);
-    case rocksdb::Status::kBusy:
-    case rocksdb::Status::kTimedOut:
-    case rocksdb::Status::kTryAgain:
-    case rocksdb::Status::kShutdownInProgress:
-      return absl::UnavailableError(message);
-    case rocksdb::Status::kAborted:
-      return absl::AbortedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
 
 absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
     const RocksDbShardStoreOptions& options) {
@@ -230,11 +202,6 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
   rocksdb::Status status =
       rocksdb::DB::Open(db_options, path, families, &handles, &raw_db);
   if (!status.ok()) {
-    if (status.IsIOError() && absl::StrContains(status.ToString(), "lock")) {
-      return absl::UnavailableError(absl::StrCat(
-          where,
-          ": the database is in use by another store: ", status.ToString()));
-    }
     if (existing && status.IsInvalidArgument() &&
         absl::StrContains(status.ToString(), "olumn famil")) {
       return absl::FailedPreconditionError(

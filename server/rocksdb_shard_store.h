@@ -1,4 +1,4 @@
-// A durable ShardStore in RocksDB (design §5).
+// A durable ShardStore in RocksDB (docs/durability.md).
 //
 // Layout: one column family per kind of state ("values", "optimizer",
 // "clocks", "meta", "log"; RocksDB's "default" stays empty). Every key starts
@@ -60,7 +60,7 @@ class RocksDbShardStore : public ShardStore {
   // path: INVALID_ARGUMENT for an empty path; FAILED_PRECONDITION when the
   // path is not a directory; PERMISSION_DENIED when it is not readable and
   // writable; NOT_FOUND when there is no database and create_if_missing is
-  // false; otherwise RocksDB's error (see RocksDbStatusToAbsl), e.g.
+  // false; otherwise RocksDB's error (common/rocksdb_status.h), e.g.
   // UNAVAILABLE when another process holds the database.
   static absl::StatusOr<std::unique_ptr<RocksDbShardStore>> Open(
       const RocksDbShardStoreOptions& options);
@@ -128,16 +128,6 @@ class RocksDbShardStore : public ShardStore {
   // made before the files, which Load still reads).
   std::unique_ptr<UpdateLogFiles> log_files_;
 };
-
-// Converts a RocksDB status into an absl::Status whose message is
-// "<context>: <RocksDB's message>". NotFound -> NOT_FOUND, Corruption ->
-// DATA_LOSS, InvalidArgument -> INVALID_ARGUMENT, NotSupported ->
-// UNIMPLEMENTED, IOError -> INTERNAL (NOT_FOUND for a missing path,
-// RESOURCE_EXHAUSTED for a full disk), Busy/TimedOut/TryAgain/
-// ShutdownInProgress -> UNAVAILABLE, Aborted -> ABORTED, anything else ->
-// INTERNAL. OK stays OK. Thread-safe.
-absl::Status RocksDbStatusToAbsl(const rocksdb::Status& status,
-                                 absl::string_view context);
 
 }  // namespace ps
 

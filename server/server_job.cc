@@ -50,8 +50,10 @@ ServerJob::~ServerJob() {
 absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
     const v1::Assignment& assignment, ShardStore* store, ServerMetrics* metrics,
     const ServerJobOptions& options) {
-  v1::JobSpec spec = assignment.spec();
-  ApplyJobSpecDefaults(&spec);
+  // As given: the coordinator completes every spec with its defaults
+  // (ApplyJobSpecDefaults at submit, and at load for one stored before a
+  // default existed); an incomplete one is refused here naming the field.
+  const v1::JobSpec& spec = assignment.spec();
   if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
   if (assignment.num_workers() < 1) {
     return absl::InvalidArgumentError("assignment.num_workers: must be >= 1");
@@ -106,10 +108,7 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
 absl::Status ServerJob::Initialize(const std::vector<TensorSpec>& tensors) {
   const int me = assignment_.index();
   const auto& spec = assignment_.spec();
-  // The coordinator always sets block_elems; derive it as the planner would
-  // for an assignment without one.
-  const int64_t block_elems = EffectiveBlockElems(
-      spec, tensors, assignment_.shard_map().servers_size());
+  const int64_t block_elems = spec.block_elems();  // Validated by Open.
   absl::flat_hash_map<uint64_t, int> placement;
   for (const auto& p : assignment_.shard_map().blocks()) {
     placement[p.key()] = p.server();

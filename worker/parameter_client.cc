@@ -4,7 +4,6 @@
 #include <climits>
 #include <cstring>
 #include <string_view>
-#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
@@ -15,6 +14,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/parameter_wire.h"
+#include "common/retry.h"
 
 namespace ps {
 namespace {
@@ -135,8 +135,12 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     }
     placement[p.key()] = p.server();
   }
-  const int64_t block_elems = EffectiveBlockElems(
-      assignment.spec(), tensors, assignment.shard_map().servers_size());
+  // As the coordinator completed the spec (ApplyJobSpecDefaults).
+  const int64_t block_elems = assignment.spec().block_elems();
+  if (block_elems < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.block_elems: must be >= 1, got ", block_elems));
+  }
   for (const BlockSpec& b : SplitIntoBlocks(tensors, block_elems)) {
     auto it = placement.find(b.key);
     if (it == placement.end()) {
@@ -164,10 +168,8 @@ absl::Status ParameterClient::ForAllServers(const std::string& what,
                                             absl::Duration timeout,
                                             absl::Duration retry_window,
                                             Call call) {
-  const absl::Time give_up = absl::Now() + retry_window;
   std::vector<int> todo(servers_.size());
   for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
-  Backoff backoff(absl::Milliseconds(20), absl::Seconds(1));
   // One context per server and attempt; they outlive the async calls because
   // every callback is waited for before returning or retrying. Registered in
   // live_ so that Cancel() can end the calls.
@@ -180,10 +182,16 @@ absl::Status ParameterClient::ForAllServers(const std::string& what,
     absl::MutexLock lock(&live_mu_);
     live_.erase(std::find(live_.begin(), live_.end(), &contexts));
   };
-  while (true) {
+  // Set by an attempt whose error ends the retries at once (cancelled,
+  // stopped, or refused for a reason a retry cannot fix).
+  bool final_error = false;
+  // One attempt: calls every server still in `todo`, and keeps in it those
+  // that failed.
+  auto attempt = [&]() -> absl::Status {
     {
       absl::MutexLock lock(&live_mu_);
       if (cancelled_) {
+        final_error = true;
         return absl::CancelledError(absl::StrCat(what, " cancelled"));
       }
       for (int s : todo) {
@@ -216,6 +224,7 @@ absl::Status ParameterClient::ForAllServers(const std::string& what,
     }
     pending.Wait();
     if (const int r = refused.load(); r >= 0) {
+      final_error = true;
       const absl::Status& s = results[r];
       return absl::Status(
           s.code(), absl::StrCat(what, " from server ",
@@ -233,19 +242,26 @@ absl::Status ParameterClient::ForAllServers(const std::string& what,
     }
     if (failed.empty()) return absl::OkStatus();
     if (stop_ != nullptr && stop_->load()) {
+      final_error = true;
       return absl::CancelledError(
           absl::StrCat(what, " cancelled: job stopped"));
     }
-    if (absl::Now() > give_up) {
-      return absl::Status(
-          last.code(),
-          absl::StrCat(what, " failed after retrying for ",
-                       absl::FormatDuration(retry_window), ": server ",
-                       servers_[last_server].address, ": ", last.message()));
-    }
     todo = std::move(failed);
-    std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff.Next()));
-  }
+    return absl::Status(last.code(),
+                        absl::StrCat("server ", servers_[last_server].address,
+                                     ": ", last.message()));
+  };
+  Retrier retry({.initial_backoff = absl::Milliseconds(20),
+                 .max_backoff = absl::Seconds(1),
+                 .window = retry_window});
+  absl::Status status =
+      retry.Run(attempt, [&](const absl::Status&) { return !final_error; });
+  if (status.ok() || final_error) return status;
+  // Retryable failures until the window closed.
+  return absl::Status(
+      status.code(),
+      absl::StrCat(what, " failed after retrying for ",
+                   absl::FormatDuration(retry_window), ": ", status.message()));
 }
 
 void ParameterClient::NoteReachability(int server, const std::string& what,

@@ -28,11 +28,11 @@ struct ParameterClientOptions {
   absl::Duration push_timeout = absl::Seconds(30);
   // Retrying stops once this much time has passed since the first attempt.
   absl::Duration retry_window = absl::Seconds(120);
-  // SSP client cache (design §4), used when the job asks for it
-  // (consistency.worker_cache): parameters whose slowest worker was at clock m
-  // serve reads at any clock c <= m + s without a new pull. Never used under
-  // BSP (it could never hit) or ASP (it would never pull again). Setting this
-  // false turns it off whatever the job says.
+  // SSP client cache (docs/consistency.md, "Worker cache"), used when the job
+  // asks for it (consistency.worker_cache): parameters whose slowest worker was
+  // at clock m serve reads at any clock c <= m + s without a new pull. Never
+  // used under BSP (it could never hit) or ASP (it would never pull again).
+  // Setting this false turns it off whatever the job says.
   bool cache = true;
   // How calls to the servers authenticate (TLS, the cluster secret). Default:
   // plaintext.

@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "server/optimizer.h"
 #include "server/parameter_server.h"
+#include "tests/testing/parameter_server_test_peer.h"
 #include "tests/testing/tiny_assignment.h"
 #include "worker/batcher.h"
 #include "worker/cpu/cpu_backend.h"
@@ -53,8 +54,8 @@ class ServerGroup {
     for (int i = 0; i < num_servers; ++i) {
       ParameterServerOptions options;
       if (!data_dir.empty()) options.data_dir = absl::StrCat(data_dir, "/s", i);
-      options.push_faults = faults;
-      servers_.push_back(std::make_unique<ParameterServer>(options));
+      servers_.push_back(
+          ParameterServerTestPeer::WithPushFaults(options, faults));
       PS_CHECK(servers_.back()->Start().ok());
     }
   }

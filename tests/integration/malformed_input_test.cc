@@ -8,9 +8,12 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
@@ -94,9 +97,13 @@ struct Case {
   std::string message;  // The message starts with (or, for "~x", holds) it.
 };
 
-class MalformedInputTest : public ::testing::Test {
- protected:
-  void SetUp() override {
+// A coordinator (token file, cluster secret, 1 MiB limits) and a parameter
+// server holding kServerJob, with stubs that call them as a cluster member, as
+// a client with a token and as an outsider.
+class MalformedInputCluster {
+ public:
+  // Starts both processes (fatal test failures if they do not start).
+  void Start() {
     char pattern[] = "/tmp/ps-malformed-XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     dir_ = pattern;
@@ -137,7 +144,7 @@ class MalformedInputTest : public ::testing::Test {
         v1::ParameterService::NewStub(CreateChannel(server_->address()));
   }
 
-  void TearDown() override {
+  void Stop() {
     if (server_) server_->Stop();
     if (coordinator_) coordinator_->Stop();
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
@@ -232,65 +239,77 @@ class MalformedInputTest : public ::testing::Test {
   std::unique_ptr<v1::ParameterService::Stub> parameters_, outsider_parameters_;
 };
 
-TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
-  // A running job for the ClusterService cases: one server and one worker
-  // registered by hand (they never heartbeat; the test is over before their
-  // leases end).
-  v1::RegisterRequest server_node;
-  server_node.set_role(v1::SERVER);
-  server_node.set_address("127.0.0.1:9");
-  server_node.set_durable(true);  // Spec() is durable (WAL).
-  ASSERT_TRUE(Register(server_node).ok());
-  v1::RegisterRequest worker_node;
-  worker_node.set_role(v1::WORKER);
-  v1::RegisterResponse worker;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(cluster_->Register(&ctx, worker_node, &worker).ok());
+// Every test of the suite below gets a cluster of its own.
+class MalformedInputTest : public ::testing::Test,
+                           public MalformedInputCluster {
+ protected:
+  void SetUp() override { Start(); }
+  void TearDown() override { Stop(); }
+};
+
+// The cluster of the refusal cases, with a running job for the
+// ClusterService cases: one server and one worker registered by hand (they
+// never heartbeat; the cases are over before their leases end).
+class RefusalCluster : public MalformedInputCluster {
+ public:
+  // Start(), then registers the nodes and submits the running job (fatal test
+  // failures if any step fails).
+  void StartWithARunningJob() {
+    Start();
+    if (::testing::Test::HasFatalFailure()) return;
+    server_node.set_role(v1::SERVER);
+    server_node.set_address("127.0.0.1:9");
+    server_node.set_durable(true);  // Spec() is durable (WAL).
+    ASSERT_TRUE(Register(server_node).ok());
+    worker_node.set_role(v1::WORKER);
+    {
+      grpc::ClientContext ctx;
+      ASSERT_TRUE(cluster_->Register(&ctx, worker_node, &worker).ok());
+    }
+    {
+      grpc::ClientContext ctx;
+      ASSERT_TRUE(cluster_->Register(&ctx, worker_node, &stranger).ok());
+    }
+    v1::JobSpec running_spec = Spec();
+    running_spec.set_num_workers(1);
+    v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = running_spec;
+    v1::SubmitJobResponse submitted;
+    {
+      grpc::ClientContext ctx;
+      ASSERT_TRUE(jobs_->SubmitJob(&ctx, submit, &submitted).ok());
+    }
+    running = submitted.job_id();
+    {
+      grpc::ClientContext ctx;
+      v1::GetJobRequest get;
+      get.set_job_id(running);
+      v1::JobStatus status;
+      ASSERT_TRUE(jobs_->GetJob(&ctx, get, &status).ok());
+      ASSERT_EQ(status.state(), v1::RUNNING);
+    }
+    // The worker that runs it is one of the two registered.
+    runner = worker.node_id();
+    {
+      v1::HeartbeatRequest hb;
+      hb.set_node_id(runner);
+      grpc::ClientContext ctx;
+      v1::HeartbeatResponse response;
+      ASSERT_TRUE(cluster_->Heartbeat(&ctx, hb, &response).ok());
+      if (response.assignments().empty()) runner = stranger.node_id();
+    }
+    other = runner == worker.node_id() ? stranger.node_id() : worker.node_id();
   }
-  v1::RegisterResponse stranger;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(cluster_->Register(&ctx, worker_node, &stranger).ok());
-  }
-  v1::JobSpec running_spec = Spec();
-  running_spec.set_num_workers(1);
-  v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = running_spec;
-  v1::SubmitJobResponse submitted;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(jobs_->SubmitJob(&ctx, submit, &submitted).ok());
-  }
-  const std::string running = submitted.job_id();
-  {
-    grpc::ClientContext ctx;
-    v1::GetJobRequest get;
-    get.set_job_id(running);
-    v1::JobStatus status;
-    ASSERT_TRUE(jobs_->GetJob(&ctx, get, &status).ok());
-    ASSERT_EQ(status.state(), v1::RUNNING);
-  }
-  // The worker that runs it is one of the two registered.
-  std::string runner = worker.node_id();
-  {
-    v1::HeartbeatRequest hb;
-    hb.set_node_id(runner);
-    grpc::ClientContext ctx;
-    v1::HeartbeatResponse response;
-    ASSERT_TRUE(cluster_->Heartbeat(&ctx, hb, &response).ok());
-    if (response.assignments().empty()) runner = stranger.node_id();
-  }
-  const std::string other =
-      runner == worker.node_id() ? stranger.node_id() : worker.node_id();
-  auto report = [&] {
+
+  v1::ProgressReport report() const {
     v1::ProgressReport r;
     r.set_node_id(runner);
     r.set_job_id(running);
     r.set_test_accuracy(-1);
     return r;
-  };
-  auto upload = [&] {
+  }
+
+  v1::UploadModelRequest upload() const {
     v1::UploadModelRequest r;
     r.set_node_id(runner);
     r.mutable_model()->set_job_id(running);
@@ -304,729 +323,813 @@ TEST_F(MalformedInputTest, EachRefusalIsSpecificAndNamesTheField) {
     t->add_shape(2);
     t->set_data(std::string(8, '\0'));
     return r;
-  };
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  using Code = grpc::StatusCode;
-  std::vector<Case> cases;
-  auto add = [&](std::string rpc, std::string input,
-                 std::function<grpc::Status()> call, Code code,
-                 std::string message) {
-    cases.push_back({std::move(rpc), std::move(input), std::move(call), code,
-                     std::move(message)});
-  };
+  }
 
-  // ParameterService.Pull.
-  add(
-      "Pull", "no cluster secret",
-      [&] { return Pull(GoodPull(), outsider_parameters_.get()); },
-      Code::UNAUTHENTICATED, "x-ps-cluster-secret:");
-  add(
-      "Pull", "job_id empty",
-      [&] {
-        auto r = GoodPull();
-        r.clear_job_id();
-        return Pull(r);
-      },
-      Code::INVALID_ARGUMENT, "job_id: required");
-  add(
-      "Pull", "job_id of 1 MB",
-      [&] {
-        auto r = GoodPull();
-        r.set_job_id(std::string(1 << 20, 'j'));
-        return Pull(r);
-      },
-      Code::RESOURCE_EXHAUSTED, "~Received message larger than max");
-  add(
-      "Pull", "job_id of 65 bytes",
-      [&] {
-        auto r = GoodPull();
-        r.set_job_id(std::string(65, 'j'));
-        return Pull(r);
-      },
-      Code::INVALID_ARGUMENT, "job_id: longer than 64 bytes");
-  add(
-      "Pull", "job_id with '/'",
-      [&] {
-        auto r = GoodPull();
-        r.set_job_id("job/1");
-        return Pull(r);
-      },
-      Code::INVALID_ARGUMENT, "job_id: may hold only");
-  add(
-      "Pull", "job not held here",
-      [&] {
-        auto r = GoodPull();
-        r.set_job_id("job-000404");
-        return Pull(r);
-      },
-      Code::NOT_FOUND, "job_id:");
-  add(
-      "Pull", "stale map_version",
-      [&] {
-        auto r = GoodPull();
-        r.set_map_version(0);
-        return Pull(r);
-      },
-      Code::FAILED_PRECONDITION, "map_version:");
-  add(
-      "Pull", "worker_index -1",
-      [&] {
-        auto r = GoodPull();
-        r.set_worker_index(-1);
-        return Pull(r);
-      },
-      Code::INVALID_ARGUMENT, "worker_index:");
-  add(
-      "Pull", "worker_index = num_workers",
-      [&] {
-        auto r = GoodPull();
-        r.set_worker_index(2);
-        return Pull(r);
-      },
-      Code::INVALID_ARGUMENT, "worker_index:");
-  add(
-      "Pull", "clock -1",
-      [&] {
-        auto r = GoodPull();
-        r.set_clock(-1);
-        return Pull(r);
-      },
-      Code::INVALID_ARGUMENT, "clock:");
-  add(
-      "Pull", "clock past the worker's pushes",
-      [&] {
-        auto r = GoodPull();
-        r.set_clock(7);
-        return Pull(r);
-      },
-      Code::FAILED_PRECONDITION, "clock:");
-  add(
-      "Pull", "key not held",
-      [&] {
-        auto r = GoodPull();
-        r.add_keys(BlockKey(9, 0));
-        return Pull(r);
-      },
-      Code::INVALID_ARGUMENT, "keys:");
-  add(
-      "Pull", "key repeated",
-      [&] {
-        auto r = GoodPull();
-        r.add_keys(kW0);
-        r.add_keys(kW0);
-        return Pull(r);
-      },
-      Code::INVALID_ARGUMENT, "keys:");
-  add(
-      "Pull", "more keys than blocks held",
-      [&] {
-        auto r = GoodPull();
-        for (int i = 0; i < 100000; ++i) r.add_keys(kW0);
-        return Pull(r);
-      },
-      Code::INVALID_ARGUMENT, "keys:");
+  // Every refusal, in the order of docs/security.md's table. Building the
+  // list calls nothing; the calls need StartWithARunningJob().
+  std::vector<Case> Cases() {
+    using Code = grpc::StatusCode;
+    std::vector<Case> cases;
+    auto add = [&](std::string rpc, std::string input,
+                   std::function<grpc::Status()> call, Code code,
+                   std::string message) {
+      cases.push_back({std::move(rpc), std::move(input), std::move(call), code,
+                       std::move(message)});
+    };
 
-  // Pull and Push are raw methods (the server parses their bytes itself), so
-  // bytes that are no request get INVALID_ARGUMENT rather than gRPC's
-  // UNIMPLEMENTED.
-  add(
-      "Pull", "bytes that are no PullRequest",
-      [&] {
-        return RawCall("/ps.v1.ParameterService/Pull", "\xff\xff\xff\xff",
-                       member_parameters_channel_);
-      },
-      Code::INVALID_ARGUMENT, "PullRequest: not a valid message");
-
-  // ParameterService.Push.
-  add(
-      "Push", "no cluster secret",
-      [&] { return Push(GoodPush(), outsider_parameters_.get()); },
-      Code::UNAUTHENTICATED, "x-ps-cluster-secret:");
-  add(
-      "Push", "job_id empty",
-      [&] {
-        auto r = GoodPush();
-        r.clear_job_id();
-        return Push(r);
-      },
-      Code::INVALID_ARGUMENT, "job_id: required");
-  add(
-      "Push", "stale map_version",
-      [&] {
-        auto r = GoodPush();
-        r.set_map_version(2);
-        return Push(r);
-      },
-      Code::FAILED_PRECONDITION, "map_version:");
-  add(
-      "Push", "worker_index 5 of 2",
-      [&] {
-        auto r = GoodPush();
-        r.set_worker_index(5);
-        return Push(r);
-      },
-      Code::INVALID_ARGUMENT, "worker_index:");
-  add(
-      "Push", "clock -1",
-      [&] {
-        auto r = GoodPush();
-        r.set_clock(-1);
-        return Push(r);
-      },
-      Code::INVALID_ARGUMENT, "clock:");
-  add(
-      "Push", "clock gap (3 before 0)",
-      [&] {
-        auto r = GoodPush();
-        r.set_clock(3);
-        return Push(r);
-      },
-      Code::FAILED_PRECONDITION, "clock:");
-  add(
-      "Push", "unknown key",
-      [&] {
-        auto r = GoodPush();
-        r.mutable_gradients(1)->set_key(BlockKey(7, 7));
-        return Push(r);
-      },
-      Code::INVALID_ARGUMENT, "gradients:");
-  add(
-      "Push", "key repeated",
-      [&] {
-        auto r = GoodPush();
-        *r.add_gradients() = r.gradients(0);
-        return Push(r);
-      },
-      Code::INVALID_ARGUMENT, "gradients:");
-  add(
-      "Push", "data not whole float32s (15 bytes)",
-      [&] {
-        auto r = GoodPush();
-        r.mutable_gradients(0)->mutable_data()->resize(15);
-        return Push(r);
-      },
-      Code::INVALID_ARGUMENT, "gradients:");
-  add(
-      "Push", "data of the wrong size (8 of 16 bytes)",
-      [&] {
-        auto r = GoodPush();
-        r.mutable_gradients(0)->mutable_data()->resize(8);
-        return Push(r);
-      },
-      Code::INVALID_ARGUMENT, "gradients:");
-  add(
-      "Push", "FP16 data of float32 size (16 of 8 bytes)",
-      [&] {
-        auto r = GoodPush();
-        r.set_gradient_encoding(v1::FP16);
-        return Push(r);
-      },
-      Code::INVALID_ARGUMENT, "gradients:");
-  add(
-      "Push", "gradient_encoding 5",
-      [&] {
-        auto r = GoodPush();
-        r.set_gradient_encoding(static_cast<v1::Precision>(5));
-        return Push(r);
-      },
-      Code::INVALID_ARGUMENT, "gradient_encoding:");
-  add(
-      "Push", "NaN (policy NON_FINITE_REFUSE)",
-      [&] {
-        auto r = GoodPush();
-        std::vector<float> values = {0, nan};
-        EncodeFloats(values, r.mutable_gradients(1)->mutable_data());
-        return Push(r);
-      },
-      Code::INVALID_ARGUMENT, "gradients:");
-  add(
-      "Push", "Inf (policy NON_FINITE_REFUSE)",
-      [&] {
-        auto r = GoodPush();
-        std::vector<float> values = {std::numeric_limits<float>::infinity(), 0};
-        EncodeFloats(values, r.mutable_gradients(2)->mutable_data());
-        return Push(r);
-      },
-      Code::INVALID_ARGUMENT, "gradients:");
-  add(
-      "Push", "message over the server's limit (2 MB)",
-      [&] {
-        auto r = GoodPush();
-        r.mutable_gradients(0)->mutable_data()->resize(2 << 20);
-        return Push(r);
-      },
-      Code::RESOURCE_EXHAUSTED, "~Received message larger than max");
-  // Bytes that are no PushRequest (the server parses them in place).
-  add(
-      "Push", "bytes that are no PushRequest",
-      [&] {
-        return RawCall("/ps.v1.ParameterService/Push", "\xff\xff\xff\xff",
-                       member_parameters_channel_);
-      },
-      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
-  add(
-      "Push", "job_id that is not UTF-8",
-      [&] {
-        auto r = GoodPush();
-        r.set_job_id("\xc3");  // Serialized as is; the server refuses it.
-        return RawCall("/ps.v1.ParameterService/Push", r.SerializeAsString(),
-                       member_parameters_channel_);
-      },
-      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
-  add(
-      "Push", "gradient block cut short",
-      [&] {
-        std::string bytes = GoodPush().SerializeAsString();
-        bytes.pop_back();
-        return RawCall("/ps.v1.ParameterService/Push", bytes,
-                       member_parameters_channel_);
-      },
-      Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
-
-  // ClusterService.
-  v1::RegisterRequest bad_role;
-  add(
-      "Register", "no cluster secret",
-      [&] { return Register(worker_node, outsider_cluster_.get()); },
-      Code::UNAUTHENTICATED, "x-ps-cluster-secret:");
-  add(
-      "Register", "role unspecified", [&] { return Register(bad_role); },
-      Code::INVALID_ARGUMENT, "role:");
-  for (const std::string& address :
-       {std::string(), std::string("host-without-port"), std::string("host:0"),
-        std::string("host name:7000"), std::string(300, 'h') + ":1"}) {
+    // ParameterService.Pull.
     add(
-        "Register",
-        address.empty()
-            ? "server without address"
-            : absl::StrCat("server address \"",
-                           address.size() > 40 ? "<300 bytes>:1" : address,
-                           "\""),
-        [&, address] {
-          v1::RegisterRequest r;
-          r.set_role(v1::SERVER);
-          r.set_address(address);
+        "Pull", "no cluster secret",
+        [&] { return Pull(GoodPull(), outsider_parameters_.get()); },
+        Code::UNAUTHENTICATED, "x-ps-cluster-secret:");
+    add(
+        "Pull", "job_id empty",
+        [&] {
+          auto r = GoodPull();
+          r.clear_job_id();
+          return Pull(r);
+        },
+        Code::INVALID_ARGUMENT, "job_id: required");
+    add(
+        "Pull", "job_id of 1 MB",
+        [&] {
+          auto r = GoodPull();
+          r.set_job_id(std::string(1 << 20, 'j'));
+          return Pull(r);
+        },
+        Code::RESOURCE_EXHAUSTED, "~Received message larger than max");
+    add(
+        "Pull", "job_id of 65 bytes",
+        [&] {
+          auto r = GoodPull();
+          r.set_job_id(std::string(65, 'j'));
+          return Pull(r);
+        },
+        Code::INVALID_ARGUMENT, "job_id: longer than 64 bytes");
+    add(
+        "Pull", "job_id with '/'",
+        [&] {
+          auto r = GoodPull();
+          r.set_job_id("job/1");
+          return Pull(r);
+        },
+        Code::INVALID_ARGUMENT, "job_id: may hold only");
+    add(
+        "Pull", "job not held here",
+        [&] {
+          auto r = GoodPull();
+          r.set_job_id("job-000404");
+          return Pull(r);
+        },
+        Code::NOT_FOUND, "job_id:");
+    add(
+        "Pull", "stale map_version",
+        [&] {
+          auto r = GoodPull();
+          r.set_map_version(0);
+          return Pull(r);
+        },
+        Code::FAILED_PRECONDITION, "map_version:");
+    add(
+        "Pull", "worker_index -1",
+        [&] {
+          auto r = GoodPull();
+          r.set_worker_index(-1);
+          return Pull(r);
+        },
+        Code::INVALID_ARGUMENT, "worker_index:");
+    add(
+        "Pull", "worker_index = num_workers",
+        [&] {
+          auto r = GoodPull();
+          r.set_worker_index(2);
+          return Pull(r);
+        },
+        Code::INVALID_ARGUMENT, "worker_index:");
+    add(
+        "Pull", "clock -1",
+        [&] {
+          auto r = GoodPull();
+          r.set_clock(-1);
+          return Pull(r);
+        },
+        Code::INVALID_ARGUMENT, "clock:");
+    add(
+        "Pull", "clock past the worker's pushes",
+        [&] {
+          auto r = GoodPull();
+          r.set_clock(7);
+          return Pull(r);
+        },
+        Code::FAILED_PRECONDITION, "clock:");
+    add(
+        "Pull", "key not held",
+        [&] {
+          auto r = GoodPull();
+          r.add_keys(BlockKey(9, 0));
+          return Pull(r);
+        },
+        Code::INVALID_ARGUMENT, "keys:");
+    add(
+        "Pull", "key repeated",
+        [&] {
+          auto r = GoodPull();
+          r.add_keys(kW0);
+          r.add_keys(kW0);
+          return Pull(r);
+        },
+        Code::INVALID_ARGUMENT, "keys:");
+    add(
+        "Pull", "more keys than blocks held",
+        [&] {
+          auto r = GoodPull();
+          for (int i = 0; i < 100000; ++i) r.add_keys(kW0);
+          return Pull(r);
+        },
+        Code::INVALID_ARGUMENT, "keys:");
+
+    // Pull and Push are raw methods (the server parses their bytes itself), so
+    // bytes that are no request get INVALID_ARGUMENT rather than gRPC's
+    // UNIMPLEMENTED.
+    add(
+        "Pull", "bytes that are no PullRequest",
+        [&] {
+          return RawCall("/ps.v1.ParameterService/Pull", "\xff\xff\xff\xff",
+                         member_parameters_channel_);
+        },
+        Code::INVALID_ARGUMENT, "PullRequest: not a valid message");
+
+    // ParameterService.Push.
+    add(
+        "Push", "no cluster secret",
+        [&] { return Push(GoodPush(), outsider_parameters_.get()); },
+        Code::UNAUTHENTICATED, "x-ps-cluster-secret:");
+    add(
+        "Push", "job_id empty",
+        [&] {
+          auto r = GoodPush();
+          r.clear_job_id();
+          return Push(r);
+        },
+        Code::INVALID_ARGUMENT, "job_id: required");
+    add(
+        "Push", "stale map_version",
+        [&] {
+          auto r = GoodPush();
+          r.set_map_version(2);
+          return Push(r);
+        },
+        Code::FAILED_PRECONDITION, "map_version:");
+    add(
+        "Push", "worker_index 5 of 2",
+        [&] {
+          auto r = GoodPush();
+          r.set_worker_index(5);
+          return Push(r);
+        },
+        Code::INVALID_ARGUMENT, "worker_index:");
+    add(
+        "Push", "clock -1",
+        [&] {
+          auto r = GoodPush();
+          r.set_clock(-1);
+          return Push(r);
+        },
+        Code::INVALID_ARGUMENT, "clock:");
+    add(
+        "Push", "clock gap (3 before 0)",
+        [&] {
+          auto r = GoodPush();
+          r.set_clock(3);
+          return Push(r);
+        },
+        Code::FAILED_PRECONDITION, "clock:");
+    add(
+        "Push", "unknown key",
+        [&] {
+          auto r = GoodPush();
+          r.mutable_gradients(1)->set_key(BlockKey(7, 7));
+          return Push(r);
+        },
+        Code::INVALID_ARGUMENT, "gradients:");
+    add(
+        "Push", "key repeated",
+        [&] {
+          auto r = GoodPush();
+          *r.add_gradients() = r.gradients(0);
+          return Push(r);
+        },
+        Code::INVALID_ARGUMENT, "gradients:");
+    add(
+        "Push", "data not whole float32s (15 bytes)",
+        [&] {
+          auto r = GoodPush();
+          r.mutable_gradients(0)->mutable_data()->resize(15);
+          return Push(r);
+        },
+        Code::INVALID_ARGUMENT, "gradients:");
+    add(
+        "Push", "data of the wrong size (8 of 16 bytes)",
+        [&] {
+          auto r = GoodPush();
+          r.mutable_gradients(0)->mutable_data()->resize(8);
+          return Push(r);
+        },
+        Code::INVALID_ARGUMENT, "gradients:");
+    add(
+        "Push", "FP16 data of float32 size (16 of 8 bytes)",
+        [&] {
+          auto r = GoodPush();
+          r.set_gradient_encoding(v1::FP16);
+          return Push(r);
+        },
+        Code::INVALID_ARGUMENT, "gradients:");
+    add(
+        "Push", "gradient_encoding 5",
+        [&] {
+          auto r = GoodPush();
+          r.set_gradient_encoding(static_cast<v1::Precision>(5));
+          return Push(r);
+        },
+        Code::INVALID_ARGUMENT, "gradient_encoding:");
+    add(
+        "Push", "NaN (policy NON_FINITE_REFUSE)",
+        [&] {
+          auto r = GoodPush();
+          std::vector<float> values = {0, nan};
+          EncodeFloats(values, r.mutable_gradients(1)->mutable_data());
+          return Push(r);
+        },
+        Code::INVALID_ARGUMENT, "gradients:");
+    add(
+        "Push", "Inf (policy NON_FINITE_REFUSE)",
+        [&] {
+          auto r = GoodPush();
+          std::vector<float> values = {std::numeric_limits<float>::infinity(),
+                                       0};
+          EncodeFloats(values, r.mutable_gradients(2)->mutable_data());
+          return Push(r);
+        },
+        Code::INVALID_ARGUMENT, "gradients:");
+    add(
+        "Push", "message over the server's limit (2 MB)",
+        [&] {
+          auto r = GoodPush();
+          r.mutable_gradients(0)->mutable_data()->resize(2 << 20);
+          return Push(r);
+        },
+        Code::RESOURCE_EXHAUSTED, "~Received message larger than max");
+    // Bytes that are no PushRequest (the server parses them in place).
+    add(
+        "Push", "bytes that are no PushRequest",
+        [&] {
+          return RawCall("/ps.v1.ParameterService/Push", "\xff\xff\xff\xff",
+                         member_parameters_channel_);
+        },
+        Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
+    add(
+        "Push", "job_id that is not UTF-8",
+        [&] {
+          auto r = GoodPush();
+          r.set_job_id("\xc3");  // Serialized as is; the server refuses it.
+          return RawCall("/ps.v1.ParameterService/Push", r.SerializeAsString(),
+                         member_parameters_channel_);
+        },
+        Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
+    add(
+        "Push", "gradient block cut short",
+        [&] {
+          std::string bytes = GoodPush().SerializeAsString();
+          bytes.pop_back();
+          return RawCall("/ps.v1.ParameterService/Push", bytes,
+                         member_parameters_channel_);
+        },
+        Code::INVALID_ARGUMENT, "PushRequest: not a valid message");
+
+    // ClusterService.
+    add(
+        "Register", "no cluster secret",
+        [&] { return Register(worker_node, outsider_cluster_.get()); },
+        Code::UNAUTHENTICATED, "x-ps-cluster-secret:");
+    add(
+        "Register", "role unspecified", [&] { return Register(bad_role); },
+        Code::INVALID_ARGUMENT, "role:");
+    for (const std::string& address :
+         {std::string(), std::string("host-without-port"),
+          std::string("host:0"), std::string("host name:7000"),
+          std::string(300, 'h') + ":1"}) {
+      add(
+          "Register",
+          address.empty()
+              ? "server without address"
+              : absl::StrCat("server address \"",
+                             address.size() > 40 ? "<300 bytes>:1" : address,
+                             "\""),
+          [&, address] {
+            v1::RegisterRequest r;
+            r.set_role(v1::SERVER);
+            r.set_address(address);
+            return Register(r);
+          },
+          Code::INVALID_ARGUMENT, "address:");
+    }
+    add(
+        "Register", "too many held assignments",
+        [&] {
+          v1::RegisterRequest r = worker_node;
+          for (int i = 0; i <= kMaxHeldAssignments; ++i) {
+            auto* h = r.add_held();
+            h->set_job_id(running);
+          }
           return Register(r);
         },
-        Code::INVALID_ARGUMENT, "address:");
-  }
-  add(
-      "Register", "too many held assignments",
-      [&] {
-        v1::RegisterRequest r = worker_node;
-        for (int i = 0; i <= kMaxHeldAssignments; ++i) {
+        Code::INVALID_ARGUMENT, "held:");
+    add(
+        "Register", "held index -1",
+        [&] {
+          v1::RegisterRequest r = worker_node;
           auto* h = r.add_held();
           h->set_job_id(running);
-        }
-        return Register(r);
-      },
-      Code::INVALID_ARGUMENT, "held:");
-  add(
-      "Register", "held index -1",
-      [&] {
-        v1::RegisterRequest r = worker_node;
-        auto* h = r.add_held();
-        h->set_job_id(running);
-        h->set_index(-1);
-        return Register(r);
-      },
-      Code::INVALID_ARGUMENT, "held[0].index:");
-  add(
-      "Heartbeat", "node_id empty",
-      [&] {
-        return Call(cluster_.get(), &v1::ClusterService::Stub::Heartbeat,
-                    v1::HeartbeatRequest());
-      },
-      Code::INVALID_ARGUMENT, "node_id: required");
-  add(
-      "Heartbeat", "unknown node",
-      [&] {
-        v1::HeartbeatRequest r;
-        r.set_node_id("worker-0");
-        return Call(cluster_.get(), &v1::ClusterService::Stub::Heartbeat, r);
-      },
-      Code::NOT_FOUND, "node_id:");
-  add(
-      "ReportProgress", "node_id with a newline",
-      [&] {
-        auto r = report();
-        r.set_node_id("worker\n1");
-        return Report(r);
-      },
-      Code::INVALID_ARGUMENT, "node_id:");
-  add(
-      "ReportProgress", "unknown job",
-      [&] {
-        auto r = report();
-        r.set_job_id("job-999999");
-        return Report(r);
-      },
-      Code::NOT_FOUND, "job_id:");
-  add(
-      "ReportProgress", "not the job's worker",
-      [&] {
-        auto r = report();
-        r.set_node_id(other);
-        return Report(r);
-      },
-      Code::PERMISSION_DENIED, "worker_index:");
-  add(
-      "ReportProgress", "worker_index 4096",
-      [&] {
-        auto r = report();
-        r.set_worker_index(4096);
-        return Report(r);
-      },
-      Code::INVALID_ARGUMENT, "worker_index:");
-  add(
-      "ReportProgress", "clock -1",
-      [&] {
-        auto r = report();
-        r.set_clock(-1);
-        return Report(r);
-      },
-      Code::INVALID_ARGUMENT, "clock:");
-  add(
-      "ReportProgress", "test_accuracy NaN",
-      [&] {
-        auto r = report();
-        r.set_test_accuracy(nan);
-        return Report(r);
-      },
-      Code::INVALID_ARGUMENT, "test_accuracy:");
-  add(
-      "ReportProgress", "test_accuracy 1.5",
-      [&] {
-        auto r = report();
-        r.set_test_accuracy(1.5f);
-        return Report(r);
-      },
-      Code::INVALID_ARGUMENT, "test_accuracy:");
-  add(
-      "ReportProgress", "error of 17 KiB",
-      [&] {
-        auto r = report();
-        r.set_error(std::string(17 << 10, 'e'));
-        return Report(r);
-      },
-      Code::INVALID_ARGUMENT, "error:");
-  add(
-      "UploadModel", "not the job's worker 0",
-      [&] {
-        auto r = upload();
-        r.set_node_id(other);
-        return Upload(r);
-      },
-      Code::PERMISSION_DENIED, "node_id:");
-  add(
-      "UploadModel", "tensor of the wrong shape",
-      [&] {
-        auto r = upload();
-        r.mutable_model()->mutable_tensors(0)->set_shape(1, 3);
-        return Upload(r);
-      },
-      Code::INVALID_ARGUMENT, "~tensors[0]: expected dense0.weight [3, 2]");
-  add(
-      "UploadModel", "tensor data short",
-      [&] {
-        auto r = upload();
-        r.mutable_model()->mutable_tensors(1)->mutable_data()->resize(4);
-        return Upload(r);
-      },
-      Code::INVALID_ARGUMENT, "~tensors[1] (dense0.bias)");
-  add(
-      "UploadModel", "tensor name of 300 bytes",
-      [&] {
-        auto r = upload();
-        r.mutable_model()->mutable_tensors(0)->set_name(std::string(300, 'n'));
-        return Upload(r);
-      },
-      Code::INVALID_ARGUMENT, "model.tensors[0].name:");
-  add(
-      "UploadModel", "unknown job",
-      [&] {
-        auto r = upload();
-        r.mutable_model()->set_job_id("job-999999");
-        return Upload(r);
-      },
-      Code::NOT_FOUND, "model.job_id:");
+          h->set_index(-1);
+          return Register(r);
+        },
+        Code::INVALID_ARGUMENT, "held[0].index:");
+    add(
+        "Heartbeat", "node_id empty",
+        [&] {
+          return Call(cluster_.get(), &v1::ClusterService::Stub::Heartbeat,
+                      v1::HeartbeatRequest());
+        },
+        Code::INVALID_ARGUMENT, "node_id: required");
+    add(
+        "Heartbeat", "unknown node",
+        [&] {
+          v1::HeartbeatRequest r;
+          r.set_node_id("worker-0");
+          return Call(cluster_.get(), &v1::ClusterService::Stub::Heartbeat, r);
+        },
+        Code::NOT_FOUND, "node_id:");
+    add(
+        "ReportProgress", "node_id with a newline",
+        [&] {
+          auto r = report();
+          r.set_node_id("worker\n1");
+          return Report(r);
+        },
+        Code::INVALID_ARGUMENT, "node_id:");
+    add(
+        "ReportProgress", "unknown job",
+        [&] {
+          auto r = report();
+          r.set_job_id("job-999999");
+          return Report(r);
+        },
+        Code::NOT_FOUND, "job_id:");
+    add(
+        "ReportProgress", "not the job's worker",
+        [&] {
+          auto r = report();
+          r.set_node_id(other);
+          return Report(r);
+        },
+        Code::PERMISSION_DENIED, "worker_index:");
+    add(
+        "ReportProgress", "worker_index 4096",
+        [&] {
+          auto r = report();
+          r.set_worker_index(4096);
+          return Report(r);
+        },
+        Code::INVALID_ARGUMENT, "worker_index:");
+    add(
+        "ReportProgress", "clock -1",
+        [&] {
+          auto r = report();
+          r.set_clock(-1);
+          return Report(r);
+        },
+        Code::INVALID_ARGUMENT, "clock:");
+    add(
+        "ReportProgress", "test_accuracy NaN",
+        [&] {
+          auto r = report();
+          r.set_test_accuracy(nan);
+          return Report(r);
+        },
+        Code::INVALID_ARGUMENT, "test_accuracy:");
+    add(
+        "ReportProgress", "test_accuracy 1.5",
+        [&] {
+          auto r = report();
+          r.set_test_accuracy(1.5f);
+          return Report(r);
+        },
+        Code::INVALID_ARGUMENT, "test_accuracy:");
+    add(
+        "ReportProgress", "error of 17 KiB",
+        [&] {
+          auto r = report();
+          r.set_error(std::string(17 << 10, 'e'));
+          return Report(r);
+        },
+        Code::INVALID_ARGUMENT, "error:");
+    add(
+        "UploadModel", "not the job's worker 0",
+        [&] {
+          auto r = upload();
+          r.set_node_id(other);
+          return Upload(r);
+        },
+        Code::PERMISSION_DENIED, "node_id:");
+    add(
+        "UploadModel", "tensor of the wrong shape",
+        [&] {
+          auto r = upload();
+          r.mutable_model()->mutable_tensors(0)->set_shape(1, 3);
+          return Upload(r);
+        },
+        Code::INVALID_ARGUMENT, "~tensors[0]: expected dense0.weight [3, 2]");
+    add(
+        "UploadModel", "tensor data short",
+        [&] {
+          auto r = upload();
+          r.mutable_model()->mutable_tensors(1)->mutable_data()->resize(4);
+          return Upload(r);
+        },
+        Code::INVALID_ARGUMENT, "~tensors[1] (dense0.bias)");
+    add(
+        "UploadModel", "tensor name of 300 bytes",
+        [&] {
+          auto r = upload();
+          r.mutable_model()->mutable_tensors(0)->set_name(
+              std::string(300, 'n'));
+          return Upload(r);
+        },
+        Code::INVALID_ARGUMENT, "model.tensors[0].name:");
+    add(
+        "UploadModel", "unknown job",
+        [&] {
+          auto r = upload();
+          r.mutable_model()->set_job_id("job-999999");
+          return Upload(r);
+        },
+        Code::NOT_FOUND, "model.job_id:");
 
-  // JobService.
-  add(
-      "SubmitJob", "no token",
-      [&] { return Submit(Spec(), anonymous_jobs_.get()); },
-      Code::UNAUTHENTICATED, "authorization:");
-  add(
-      "SubmitJob", "epochs 0",
-      [&] {
-        auto spec = Spec();
-        spec.set_epochs(0);
-        return Submit(spec);
-      },
-      Code::INVALID_ARGUMENT, "epochs:");
-  add(
-      "SubmitJob", "num_workers 2000",
-      [&] {
-        auto spec = Spec();
-        spec.set_num_workers(2000);
-        return Submit(spec);
-      },
-      Code::INVALID_ARGUMENT, "num_workers:");
-  add(
-      "SubmitJob", "model of 70000 blocks",
-      [&] {
-        auto spec = Spec();
-        spec.mutable_model()->set_input_dim(35000);
-        spec.set_block_elems(1);
-        return Submit(spec);
-      },
-      Code::INVALID_ARGUMENT, "block_elems:");
-  add(
-      "SubmitJob", "model over --max_model_bytes (4 MB > 1 MiB)",
-      [&] {
-        auto spec = Spec();
-        spec.mutable_model()->set_input_dim(500000);
-        spec.set_block_elems(kDefaultBlockElems);
-        return Submit(spec);
-      },
-      Code::RESOURCE_EXHAUSTED, "model:");
-  add(
-      "SubmitJob", "learning_rate NaN",
-      [&] {
-        auto spec = Spec();
-        spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(nan);
-        return Submit(spec);
-      },
-      Code::INVALID_ARGUMENT, "optimizer.sgd.learning_rate:");
-  add(
-      "SubmitJob", "data set path of 5000 bytes",
-      [&] {
-        auto spec = Spec();
-        spec.mutable_dataset()->set_train_images(std::string(5000, 'p'));
-        return Submit(spec);
-      },
-      Code::INVALID_ARGUMENT, "dataset.train_images:");
-  add(
-      "SubmitJob", "non_finite_gradients 9",
-      [&] {
-        auto spec = Spec();
-        spec.set_non_finite_gradients(static_cast<v1::NonFinitePolicy>(9));
-        return Submit(spec);
-      },
-      Code::INVALID_ARGUMENT, "non_finite_gradients:");
-  // The coordinator's unary methods parse their own bytes (FinishRawUnary):
-  // a request that does not parse gets INVALID_ARGUMENT with a message,
-  // where gRPC's callback API would answer UNIMPLEMENTED with none.
-  add(
-      "SubmitJob", "bytes that are no SubmitJobRequest",
-      [&] {
-        return RawCall("/ps.v1.JobService/SubmitJob", "\xff\xff\xff\xff");
-      },
-      Code::INVALID_ARGUMENT, "SubmitJobRequest: not a valid message");
-  add(
-      "Register", "bytes that are no RegisterRequest",
-      [&] { return RawCall("/ps.v1.ClusterService/Register", "\x0a\xff\xff"); },
-      Code::INVALID_ARGUMENT, "RegisterRequest: not a valid message");
-  // Each method takes at most what it needs, refused before it is parsed.
-  add(
-      "GetJob", "request of 100 KB (over the 64 KiB GetJob takes)",
-      [&] {
-        v1::GetJobRequest r;
-        r.set_job_id(std::string(100000, 'j'));
-        return Call(jobs_.get(), &v1::JobService::Stub::GetJob, r);
-      },
-      Code::RESOURCE_EXHAUSTED, "GetJobRequest: 100004 bytes, more than");
-  add(
-      "Heartbeat", "request of 100 KB (over the 64 KiB Heartbeat takes)",
-      [&] {
-        v1::HeartbeatRequest r;
-        r.set_node_id(std::string(100000, 'n'));
-        return Call(cluster_.get(), &v1::ClusterService::Stub::Heartbeat, r);
-      },
-      Code::RESOURCE_EXHAUSTED, "HeartbeatRequest: 100004 bytes");
-  add(
-      "SubmitJob", "name with a newline (log-line injection)",
-      [&] {
-        auto spec = Spec();
-        spec.set_name("x\n2026-01-01T00:00:00.000 I job-000001 cancelled");
-        return Submit(spec);
-      },
-      Code::INVALID_ARGUMENT, "name:");
-  add(
-      "SubmitJob", "data set path with a NUL byte",
-      [&] {
-        auto spec = Spec();
-        spec.mutable_dataset()->set_train_images(
-            std::string("/data/train\0/../other", 22));
-        return Submit(spec);
-      },
-      Code::INVALID_ARGUMENT, "dataset.train_images:");
-  add(
-      "SubmitJob", "activation 99",
-      [&] {
-        auto spec = Spec();
-        spec.mutable_model()->set_activation(static_cast<v1::Activation>(99));
-        return Submit(spec);
-      },
-      Code::INVALID_ARGUMENT, "model.activation:");
-  add(
-      "SubmitJob", "Adam weight_decay Infinity",
-      [&] {
-        auto spec = Spec();
-        auto* adam = spec.mutable_optimizer()->mutable_adam();
-        adam->set_learning_rate(0.01f);
-        adam->set_weight_decay(std::numeric_limits<float>::infinity());
-        return Submit(spec);
-      },
-      Code::INVALID_ARGUMENT, "optimizer.adam.weight_decay:");
-  add(
-      "SubmitJob", "no model",
-      [&] {
-        auto spec = Spec();
-        spec.clear_model();
-        return Submit(spec);
-      },
-      Code::INVALID_ARGUMENT, "model: required");
-  add(
-      "SubmitJob", "hidden layer 2^30 wide",
-      [&] {
-        auto spec = Spec();
-        spec.mutable_model()->set_kind(v1::ModelSpec::MLP);
-        spec.mutable_model()->add_hidden_layers(1 << 30);
-        return Submit(spec);
-      },
-      Code::RESOURCE_EXHAUSTED, "model:");
-  add(
-      "SubmitJob", "name that is not UTF-8",
-      [&] {
-        v1::JobSpec spec = Spec();
-        spec.set_name(
-            "\xc3");  // Serialized as is; the server's parser refuses it.
-        v1::SubmitJobRequest r;
-        *r.mutable_spec() = spec;
-        return RawCall("/ps.v1.JobService/SubmitJob", r.SerializeAsString());
-      },
-      Code::INVALID_ARGUMENT, "SubmitJobRequest: not a valid message");
-  add(
-      "GetJob", "job_id empty",
-      [&] {
-        return Call(jobs_.get(), &v1::JobService::Stub::GetJob,
-                    v1::GetJobRequest());
-      },
-      Code::INVALID_ARGUMENT, "job_id: required");
-  add(
-      "CancelJob", "job_id empty",
-      [&] {
-        return Call(jobs_.get(), &v1::JobService::Stub::CancelJob,
-                    v1::CancelJobRequest());
-      },
-      Code::INVALID_ARGUMENT, "job_id: required");
-  add(
-      "ExportModel", "job_id empty",
-      [&] {
-        return Call(jobs_.get(), &v1::JobService::Stub::ExportModel,
-                    v1::ExportModelRequest());
-      },
-      Code::INVALID_ARGUMENT, "job_id: required");
-  add(
-      "ExportModel", "no token",
-      [&] {
-        v1::ExportModelRequest r;
-        r.set_job_id(running);
-        return Call(anonymous_jobs_.get(), &v1::JobService::Stub::ExportModel,
-                    r);
-      },
-      Code::UNAUTHENTICATED, "authorization:");
-  add(
-      "GetJob", "job_id of 100 bytes",
-      [&] {
-        v1::GetJobRequest r;
-        r.set_job_id(std::string(100, 'j'));
-        return Call(jobs_.get(), &v1::JobService::Stub::GetJob, r);
-      },
-      Code::INVALID_ARGUMENT, "job_id: longer than 64 bytes");
-  add(
-      "GetJob", "unknown job",
-      [&] {
-        v1::GetJobRequest r;
-        r.set_job_id("job-999999");
-        return Call(jobs_.get(), &v1::JobService::Stub::GetJob, r);
-      },
-      Code::NOT_FOUND, "job_id:");
-  add(
-      "CancelJob", "job_id with a space",
-      [&] {
-        v1::CancelJobRequest r;
-        r.set_job_id("job 1");
-        return Call(jobs_.get(), &v1::JobService::Stub::CancelJob, r);
-      },
-      Code::INVALID_ARGUMENT, "job_id: may hold only");
-  add(
-      "ExportModel", "a running job",
-      [&] {
-        v1::ExportModelRequest r;
-        r.set_job_id(running);
-        return Call(jobs_.get(), &v1::JobService::Stub::ExportModel, r);
-      },
-      Code::NOT_FOUND, "~has no trained model");
-  add(
-      "WatchJob", "no token",
-      [&] {
-        grpc::ClientContext ctx;
-        v1::WatchJobRequest r;
-        r.set_job_id(running);
-        auto reader = anonymous_jobs_->WatchJob(&ctx, r);
-        v1::JobStatus status;
-        while (reader->Read(&status)) {
-        }
-        return reader->Finish();
-      },
-      Code::UNAUTHENTICATED, "authorization:");
-  add(
-      "WatchJob", "job_id empty",
-      [&] {
-        grpc::ClientContext ctx;
-        auto reader = jobs_->WatchJob(&ctx, v1::WatchJobRequest());
-        v1::JobStatus status;
-        while (reader->Read(&status)) {
-        }
-        return reader->Finish();
-      },
-      Code::INVALID_ARGUMENT, "job_id: required");
+    // JobService.
+    add(
+        "SubmitJob", "no token",
+        [&] { return Submit(Spec(), anonymous_jobs_.get()); },
+        Code::UNAUTHENTICATED, "authorization:");
+    add(
+        "SubmitJob", "epochs 0",
+        [&] {
+          auto spec = Spec();
+          spec.set_epochs(0);
+          return Submit(spec);
+        },
+        Code::INVALID_ARGUMENT, "epochs:");
+    add(
+        "SubmitJob", "num_workers 2000",
+        [&] {
+          auto spec = Spec();
+          spec.set_num_workers(2000);
+          return Submit(spec);
+        },
+        Code::INVALID_ARGUMENT, "num_workers:");
+    add(
+        "SubmitJob", "model of 70000 blocks",
+        [&] {
+          auto spec = Spec();
+          spec.mutable_model()->set_input_dim(35000);
+          spec.set_block_elems(1);
+          return Submit(spec);
+        },
+        Code::INVALID_ARGUMENT, "block_elems:");
+    add(
+        "SubmitJob", "model over --max_model_bytes (4 MB > 1 MiB)",
+        [&] {
+          auto spec = Spec();
+          spec.mutable_model()->set_input_dim(500000);
+          spec.set_block_elems(kDefaultBlockElems);
+          return Submit(spec);
+        },
+        Code::RESOURCE_EXHAUSTED, "model:");
+    add(
+        "SubmitJob", "learning_rate NaN",
+        [&] {
+          auto spec = Spec();
+          spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(nan);
+          return Submit(spec);
+        },
+        Code::INVALID_ARGUMENT, "optimizer.sgd.learning_rate:");
+    add(
+        "SubmitJob", "data set path of 5000 bytes",
+        [&] {
+          auto spec = Spec();
+          spec.mutable_dataset()->set_train_images(std::string(5000, 'p'));
+          return Submit(spec);
+        },
+        Code::INVALID_ARGUMENT, "dataset.train_images:");
+    add(
+        "SubmitJob", "non_finite_gradients 9",
+        [&] {
+          auto spec = Spec();
+          spec.set_non_finite_gradients(static_cast<v1::NonFinitePolicy>(9));
+          return Submit(spec);
+        },
+        Code::INVALID_ARGUMENT, "non_finite_gradients:");
+    // The coordinator's unary methods parse their own bytes (FinishRawUnary):
+    // a request that does not parse gets INVALID_ARGUMENT with a message,
+    // where gRPC's callback API would answer UNIMPLEMENTED with none.
+    add(
+        "SubmitJob", "bytes that are no SubmitJobRequest",
+        [&] {
+          return RawCall("/ps.v1.JobService/SubmitJob", "\xff\xff\xff\xff");
+        },
+        Code::INVALID_ARGUMENT, "SubmitJobRequest: not a valid message");
+    add(
+        "Register", "bytes that are no RegisterRequest",
+        [&] {
+          return RawCall("/ps.v1.ClusterService/Register", "\x0a\xff\xff");
+        },
+        Code::INVALID_ARGUMENT, "RegisterRequest: not a valid message");
+    // Each method takes at most what it needs, refused before it is parsed.
+    add(
+        "GetJob", "request of 100 KB (over the 64 KiB GetJob takes)",
+        [&] {
+          v1::GetJobRequest r;
+          r.set_job_id(std::string(100000, 'j'));
+          return Call(jobs_.get(), &v1::JobService::Stub::GetJob, r);
+        },
+        Code::RESOURCE_EXHAUSTED, "GetJobRequest: 100004 bytes, more than");
+    add(
+        "Heartbeat", "request of 100 KB (over the 64 KiB Heartbeat takes)",
+        [&] {
+          v1::HeartbeatRequest r;
+          r.set_node_id(std::string(100000, 'n'));
+          return Call(cluster_.get(), &v1::ClusterService::Stub::Heartbeat, r);
+        },
+        Code::RESOURCE_EXHAUSTED, "HeartbeatRequest: 100004 bytes");
+    add(
+        "SubmitJob", "name with a newline (log-line injection)",
+        [&] {
+          auto spec = Spec();
+          spec.set_name("x\n2026-01-01T00:00:00.000 I job-000001 cancelled");
+          return Submit(spec);
+        },
+        Code::INVALID_ARGUMENT, "name:");
+    add(
+        "SubmitJob", "data set path with a NUL byte",
+        [&] {
+          auto spec = Spec();
+          spec.mutable_dataset()->set_train_images(
+              std::string("/data/train\0/../other", 22));
+          return Submit(spec);
+        },
+        Code::INVALID_ARGUMENT, "dataset.train_images:");
+    add(
+        "SubmitJob", "activation 99",
+        [&] {
+          auto spec = Spec();
+          spec.mutable_model()->set_activation(static_cast<v1::Activation>(99));
+          return Submit(spec);
+        },
+        Code::INVALID_ARGUMENT, "model.activation:");
+    add(
+        "SubmitJob", "Adam weight_decay Infinity",
+        [&] {
+          auto spec = Spec();
+          auto* adam = spec.mutable_optimizer()->mutable_adam();
+          adam->set_learning_rate(0.01f);
+          adam->set_weight_decay(std::numeric_limits<float>::infinity());
+          return Submit(spec);
+        },
+        Code::INVALID_ARGUMENT, "optimizer.adam.weight_decay:");
+    add(
+        "SubmitJob", "no model",
+        [&] {
+          auto spec = Spec();
+          spec.clear_model();
+          return Submit(spec);
+        },
+        Code::INVALID_ARGUMENT, "model: required");
+    add(
+        "SubmitJob", "hidden layer 2^30 wide",
+        [&] {
+          auto spec = Spec();
+          spec.mutable_model()->set_kind(v1::ModelSpec::MLP);
+          spec.mutable_model()->add_hidden_layers(1 << 30);
+          return Submit(spec);
+        },
+        Code::RESOURCE_EXHAUSTED, "model:");
+    add(
+        "SubmitJob", "name that is not UTF-8",
+        [&] {
+          v1::JobSpec spec = Spec();
+          spec.set_name(
+              "\xc3");  // Serialized as is; the server's parser refuses it.
+          v1::SubmitJobRequest r;
+          *r.mutable_spec() = spec;
+          return RawCall("/ps.v1.JobService/SubmitJob", r.SerializeAsString());
+        },
+        Code::INVALID_ARGUMENT, "SubmitJobRequest: not a valid message");
+    add(
+        "GetJob", "job_id empty",
+        [&] {
+          return Call(jobs_.get(), &v1::JobService::Stub::GetJob,
+                      v1::GetJobRequest());
+        },
+        Code::INVALID_ARGUMENT, "job_id: required");
+    add(
+        "CancelJob", "job_id empty",
+        [&] {
+          return Call(jobs_.get(), &v1::JobService::Stub::CancelJob,
+                      v1::CancelJobRequest());
+        },
+        Code::INVALID_ARGUMENT, "job_id: required");
+    add(
+        "ExportModel", "job_id empty",
+        [&] {
+          return Call(jobs_.get(), &v1::JobService::Stub::ExportModel,
+                      v1::ExportModelRequest());
+        },
+        Code::INVALID_ARGUMENT, "job_id: required");
+    add(
+        "ExportModel", "no token",
+        [&] {
+          v1::ExportModelRequest r;
+          r.set_job_id(running);
+          return Call(anonymous_jobs_.get(), &v1::JobService::Stub::ExportModel,
+                      r);
+        },
+        Code::UNAUTHENTICATED, "authorization:");
+    add(
+        "GetJob", "job_id of 100 bytes",
+        [&] {
+          v1::GetJobRequest r;
+          r.set_job_id(std::string(100, 'j'));
+          return Call(jobs_.get(), &v1::JobService::Stub::GetJob, r);
+        },
+        Code::INVALID_ARGUMENT, "job_id: longer than 64 bytes");
+    add(
+        "GetJob", "unknown job",
+        [&] {
+          v1::GetJobRequest r;
+          r.set_job_id("job-999999");
+          return Call(jobs_.get(), &v1::JobService::Stub::GetJob, r);
+        },
+        Code::NOT_FOUND, "job_id:");
+    add(
+        "CancelJob", "job_id with a space",
+        [&] {
+          v1::CancelJobRequest r;
+          r.set_job_id("job 1");
+          return Call(jobs_.get(), &v1::JobService::Stub::CancelJob, r);
+        },
+        Code::INVALID_ARGUMENT, "job_id: may hold only");
+    add(
+        "ExportModel", "a running job",
+        [&] {
+          v1::ExportModelRequest r;
+          r.set_job_id(running);
+          return Call(jobs_.get(), &v1::JobService::Stub::ExportModel, r);
+        },
+        Code::NOT_FOUND, "~has no trained model");
+    add(
+        "WatchJob", "no token",
+        [&] {
+          grpc::ClientContext ctx;
+          v1::WatchJobRequest r;
+          r.set_job_id(running);
+          auto reader = anonymous_jobs_->WatchJob(&ctx, r);
+          v1::JobStatus status;
+          while (reader->Read(&status)) {
+          }
+          return reader->Finish();
+        },
+        Code::UNAUTHENTICATED, "authorization:");
+    add(
+        "WatchJob", "job_id empty",
+        [&] {
+          grpc::ClientContext ctx;
+          auto reader = jobs_->WatchJob(&ctx, v1::WatchJobRequest());
+          v1::JobStatus status;
+          while (reader->Read(&status)) {
+          }
+          return reader->Finish();
+        },
+        Code::INVALID_ARGUMENT, "job_id: required");
 
-  const bool print = std::getenv("PS_PRINT_INPUT_TABLE") != nullptr;
-  if (print) {
-    std::cout << "| RPC | input | status | message |\n| --- | --- | --- | --- "
-                 "|\n";
+    return cases;
   }
-  for (const Case& c : cases) {
-    const grpc::Status status = c.call();
-    EXPECT_EQ(status.error_code(), c.code)
-        << c.rpc << ", " << c.input << ": " << status.error_message();
-    if (!c.message.empty() && c.message[0] == '~') {
-      EXPECT_THAT(status.error_message(),
-                  ::testing::HasSubstr(c.message.substr(1)))
-          << c.rpc << ", " << c.input;
-    } else {
-      EXPECT_THAT(status.error_message(), ::testing::StartsWith(c.message))
-          << c.rpc << ", " << c.input;
+
+  v1::RegisterRequest server_node;
+  v1::RegisterRequest worker_node;
+  v1::RegisterRequest bad_role;  // Role unspecified.
+  v1::RegisterResponse worker;
+  v1::RegisterResponse stranger;
+  std::string running;  // The running job.
+  std::string runner;   // Its worker's node id.
+  std::string other;    // The other worker's node id.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+};
+
+// A refusal case's place in RefusalCluster::Cases() and its test name,
+// "<rpc>_<input>" in letters, digits and underscores.
+struct RefusalName {
+  size_t index;
+  std::string name;
+};
+
+// gtest prints a parameter with it (instead of its bytes).
+void PrintTo(const RefusalName& refusal, std::ostream* out) {
+  *out << refusal.name;
+}
+
+std::vector<RefusalName> RefusalNames() {
+  RefusalCluster unstarted;
+  std::vector<RefusalName> names;
+  absl::flat_hash_set<std::string> used;
+  const std::vector<Case> cases = unstarted.Cases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::string name;
+    for (char ch : absl::StrCat(cases[i].rpc, " ", cases[i].input)) {
+      const bool word = absl::ascii_isalnum(static_cast<unsigned char>(ch));
+      if (word) {
+        name += ch;
+      } else if (!name.empty() && name.back() != '_') {
+        name += '_';
+      }
     }
-    EXPECT_LT(status.error_message().size(), 1024u) << c.rpc << ", " << c.input;
-    if (print) {
-      std::string message = status.error_message().substr(0, 90);
-      message = absl::StrReplaceAll(message, {{"|", "\\|"}, {"\n", " "}});
-      std::cout << "| " << c.rpc << " | " << c.input << " | "
-                << absl::StatusCodeToString(
-                       static_cast<absl::StatusCode>(status.error_code()))
-                << " | " << message << " |\n";
+    while (!name.empty() && name.back() == '_') name.pop_back();
+    if (!used.insert(name).second) absl::StrAppend(&name, "_", i);
+    used.insert(name);
+    names.push_back({i, name});
+  }
+  return names;
+}
+
+// One test per refusal, against one cluster shared by the suite (cases
+// change nothing: each is refused).
+class MalformedInputRefusalTest : public ::testing::TestWithParam<RefusalName> {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = std::make_unique<RefusalCluster>();
+    cluster_->StartWithARunningJob();
+    if (HasFatalFailure()) return;
+    cases_ = cluster_->Cases();
+    if (Print()) {
+      std::cout << "| RPC | input | status | message |\n"
+                   "| --- | --- | --- | --- |\n";
     }
+  }
+  static void TearDownTestSuite() {
+    if (cluster_) cluster_->Stop();
+    cluster_.reset();
+    cases_.clear();
+  }
+  // PS_PRINT_INPUT_TABLE set: print docs/security.md's table.
+  static bool Print() { return std::getenv("PS_PRINT_INPUT_TABLE") != nullptr; }
+
+  static inline std::unique_ptr<RefusalCluster> cluster_;
+  static inline std::vector<Case> cases_;
+};
+
+TEST_P(MalformedInputRefusalTest, IsSpecificAndNamesTheField) {
+  ASSERT_LT(GetParam().index, cases_.size()) << "the cluster did not start";
+  const Case& c = cases_[GetParam().index];
+  const grpc::Status status = c.call();
+  EXPECT_EQ(status.error_code(), c.code)
+      << c.rpc << ", " << c.input << ": " << status.error_message();
+  if (!c.message.empty() && c.message[0] == '~') {
+    EXPECT_THAT(status.error_message(),
+                ::testing::HasSubstr(c.message.substr(1)));
+  } else {
+    EXPECT_THAT(status.error_message(), ::testing::StartsWith(c.message));
+  }
+  EXPECT_LT(status.error_message().size(), 1024u);
+  if (Print()) {
+    std::string message = status.error_message().substr(0, 90);
+    message = absl::StrReplaceAll(message, {{"|", "\\|"}, {"\n", " "}});
+    std::cout << "| " << c.rpc << " | " << c.input << " | "
+              << absl::StatusCodeToString(
+                     static_cast<absl::StatusCode>(status.error_code()))
+              << " | " << message << " |\n";
   }
   // Both processes still serve.
-  EXPECT_EQ(Pull(GoodPull()).error_code(), Code::OK);
+  EXPECT_EQ(cluster_->Pull(MalformedInputCluster::GoodPull()).error_code(),
+            grpc::StatusCode::OK);
   v1::ListJobsResponse list;
   grpc::ClientContext ctx;
-  EXPECT_TRUE(jobs_->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
+  EXPECT_TRUE(
+      cluster_->jobs_->ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(EachRefusal, MalformedInputRefusalTest,
+                         ::testing::ValuesIn(RefusalNames()),
+                         [](const ::testing::TestParamInfo<RefusalName>& info) {
+                           return info.param.name;
+                         });
 
 // 16-bit gradients over real gRPC: a push whose bytes do not fit its
 // declared encoding, or that declares no encoding, or carries an fp16 Inf, is

@@ -20,6 +20,7 @@
 #include "server/parameter_server.h"
 #include "tests/testing/fashion_mnist.h"
 #include "tests/testing/freezable_proxy.h"
+#include "tests/testing/parameter_server_test_peer.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
@@ -68,9 +69,9 @@ class WorkerFailureTest : public ::testing::Test {
     for (int i = 0; i < 2; ++i) {
       ParameterServerOptions server;
       server.coordinator = address_;
-      server.push_faults = push_faults;
       if (behind_proxies) server.advertise_host = "127.0.0.2";
-      servers_.push_back(std::make_unique<ParameterServer>(server));
+      servers_.push_back(
+          ParameterServerTestPeer::WithPushFaults(server, push_faults));
       ASSERT_TRUE(servers_.back()->Start().ok());
       if (behind_proxies) {
         auto proxy =

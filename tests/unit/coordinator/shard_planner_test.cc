@@ -59,11 +59,11 @@ v1::JobSpec CnnSpec(int32_t block_elems) {
   return spec;
 }
 
-// The blocks the spec's model is cut into on `n` servers.
-std::vector<BlockSpec> ExpectedBlocks(const v1::JobSpec& spec, int n) {
+// The blocks the spec's model is cut into.
+std::vector<BlockSpec> ExpectedBlocks(const v1::JobSpec& spec) {
   auto tensors = ModelTensors(spec.model());
   EXPECT_TRUE(tensors.ok());
-  return SplitIntoBlocks(*tensors, EffectiveBlockElems(spec, *tensors, n));
+  return SplitIntoBlocks(*tensors, spec.block_elems());
 }
 
 // Values each server holds under `map`.
@@ -84,7 +84,7 @@ TEST(ShardPlannerTest, PlacesEveryBlockExactlyOnce) {
     EXPECT_THAT(
         std::vector<std::string>(map->servers().begin(), map->servers().end()),
         ::testing::ElementsAreArray(Servers(n)));
-    const std::vector<BlockSpec> blocks = ExpectedBlocks(spec, n);
+    const std::vector<BlockSpec> blocks = ExpectedBlocks(spec);
     std::map<uint64_t, int64_t> expected;
     for (const BlockSpec& b : blocks) expected[b.key] = b.num_elems;
     std::map<uint64_t, int64_t> placed;
@@ -147,11 +147,17 @@ TEST(ShardPlannerTest, RespectsTheBlockSize) {
   EXPECT_EQ(in_tensor0, 67);
 }
 
-TEST(ShardPlannerTest, DerivesTheBlockSizeWhenUnset) {
-  auto map = PlanShards(MlpSpec(0), Servers(2), 1);
-  ASSERT_TRUE(map.ok()) << map.status();
+// The block size a job leaves unset is derived once, at submit
+// (ApplyJobSpecDefaults); the planner cuts blocks of the size it is given.
+TEST(ShardPlannerTest, CutsTheBlockSizeDerivedAtSubmit) {
+  v1::JobSpec spec = MlpSpec(0);
+  spec.set_num_servers(2);
+  ApplyJobSpecDefaults(&spec);
   // 235146 values over 2 servers x 16 blocks: 7349, rounded up to 7424.
-  EXPECT_EQ(map->blocks_size(), ExpectedBlocks(MlpSpec(0), 2).size());
+  EXPECT_EQ(spec.block_elems(), 7424);
+  auto map = PlanShards(spec, Servers(2), 1);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(map->blocks_size(), ExpectedBlocks(spec).size());
   for (const v1::BlockPlacement& p : map->blocks()) {
     EXPECT_LE(p.num_elems(), 7424);
   }
@@ -160,6 +166,13 @@ TEST(ShardPlannerTest, DerivesTheBlockSizeWhenUnset) {
       std::count_if(map->blocks().begin(), map->blocks().end(),
                     [](const auto& p) { return TensorIndexOf(p.key()) == 0; }),
       28);
+}
+
+TEST(ShardPlannerTest, RefusesASpecWithoutABlockSize) {
+  auto map = PlanShards(MlpSpec(0), Servers(2), 1);
+  EXPECT_EQ(map.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(map.status().message()),
+              ::testing::StartsWith("block_elems"));
 }
 
 // The bound: no server holds more than 1/N + 10 % of the model, for

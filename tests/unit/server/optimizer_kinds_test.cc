@@ -10,15 +10,12 @@
 
 #include "gtest/gtest.h"
 #include "server/optimizer.h"
+#include "tests/testing/optimizer_testing.h"
 
 namespace ps {
 namespace {
 
-std::unique_ptr<Optimizer> MustCreate(const v1::OptimizerSpec& spec) {
-  auto optimizer = Optimizer::Create(spec);
-  EXPECT_TRUE(optimizer.ok()) << optimizer.status();
-  return optimizer.ok() ? *std::move(optimizer) : nullptr;
-}
+using testing::MustCreate;
 
 v1::OptimizerSpec AdamW(float lr, float wd, float beta1 = 0, float beta2 = 0,
                         float epsilon = 0) {

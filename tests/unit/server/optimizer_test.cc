@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/optimizer_testing.h"
 
 namespace ps {
 namespace {
@@ -36,12 +37,7 @@ v1::OptimizerSpec Adam(float lr, float beta1 = 0, float beta2 = 0,
   return spec;
 }
 
-std::unique_ptr<Optimizer> MustCreate(const v1::OptimizerSpec& spec) {
-  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer =
-      Optimizer::Create(spec);
-  EXPECT_TRUE(optimizer.ok()) << optimizer.status();
-  return optimizer.ok() ? *std::move(optimizer) : nullptr;
-}
+using testing::MustCreate;
 
 // Deterministic test data in [-1, 1), no two equal.
 std::vector<float> Data(size_t n, int seed) {
@@ -324,7 +320,7 @@ TEST(OptimizerTest, InvalidSpecsNameTheField) {
   };
   for (const InvalidCase& c : cases) {
     absl::StatusOr<std::unique_ptr<Optimizer>> optimizer =
-        Optimizer::Create(c.spec);
+        testing::CreateWithDefaults(c.spec);
     ASSERT_FALSE(optimizer.ok()) << c.name;
     EXPECT_EQ(optimizer.status().code(), absl::StatusCode::kInvalidArgument)
         << c.name;

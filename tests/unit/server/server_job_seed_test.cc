@@ -28,11 +28,11 @@
 #include "server/rocksdb_shard_store.h"
 #include "server/server_job.h"
 #include "server/server_metrics.h"
+#include "tests/testing/server_job_store_fixture.h"
 
 namespace ps {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -187,55 +187,16 @@ v1::PushRequest MakePush(int64_t clock, float g) {
   return request;
 }
 
-enum class StoreKind { kMemory, kRocksDb };
+using testing::StoreKind;
 
-class ServerJobSeedTest : public ::testing::TestWithParam<StoreKind> {
+class ServerJobSeedTest : public testing::ServerJobStoreFixture {
  protected:
-  void SetUp() override {
-    if (GetParam() == StoreKind::kRocksDb) {
-      std::string pattern = ::testing::TempDir() + "server_job_seed_XXXXXX";
-      ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-      dir_ = pattern;
-    }
-    OpenStore();
-  }
-
-  void TearDown() override {
-    store_.reset();
-    if (!dir_.empty()) {
-      std::error_code error;
-      fs::remove_all(dir_, error);
-    }
-  }
-
-  void OpenStore() {
-    if (GetParam() == StoreKind::kMemory) {
-      if (store_ == nullptr) store_ = MemoryShardStore::Create();
-      return;
-    }
-    auto store = RocksDbShardStore::Open({.path = dir_ + "/db"});
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
-  }
-
-  void ReopenStore() {
-    if (GetParam() == StoreKind::kRocksDb) {
-      store_.reset();
-      OpenStore();
-    }
-  }
-
   std::unique_ptr<ServerJob> Open(bool external = true) {
     auto job = ServerJob::Open(MakeAssignment(v1::WAL, external), store_.get(),
                                &metrics_);
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? *std::move(job) : nullptr;
   }
-
-  prometheus::Registry registry_;
-  ServerMetrics metrics_{registry_};
-  std::string dir_;
-  std::unique_ptr<ShardStore> store_;
 };
 
 TEST_P(ServerJobSeedTest, PullsWaitForTheSeedThenReadItsValues) {
@@ -405,11 +366,7 @@ TEST_P(ServerJobSeedTest, TheManagerRefusesPushesBeforeTheSeed) {
 INSTANTIATE_TEST_SUITE_P(Stores, ServerJobSeedTest,
                          ::testing::Values(StoreKind::kMemory,
                                            StoreKind::kRocksDb),
-                         [](const auto& info) {
-                           return info.param == StoreKind::kMemory
-                                      ? std::string("Memory")
-                                      : std::string("RocksDb");
-                         });
+                         testing::StoreKindName);
 
 }  // namespace
 }  // namespace ps

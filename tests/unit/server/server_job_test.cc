@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/float_codec.h"
 #include "common/half_codec.h"
+#include "common/job_spec.h"
 #include "common/model_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -27,11 +28,11 @@
 #include "server/memory_shard_store.h"
 #include "server/rocksdb_shard_store.h"
 #include "server/server_metrics.h"
+#include "tests/testing/server_job_store_fixture.h"
 
 namespace ps {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pointwise;
@@ -85,6 +86,7 @@ v1::JobSpec Spec(const JobOptions& options) {
   spec.set_block_elems(4);
   spec.set_durability(options.durability);
   spec.set_non_finite_gradients(options.non_finite);
+  ApplyJobSpecDefaults(&spec);  // What the coordinator does at submit.
   return spec;
 }
 
@@ -301,46 +303,10 @@ void ExpectValuesEq(const Values& actual, const Values& expected) {
   }
 }
 
-enum class StoreKind { kMemory, kRocksDb };
+using testing::StoreKind;
 
-class ServerJobTest : public ::testing::TestWithParam<StoreKind> {
+class ServerJobTest : public testing::ServerJobStoreFixture {
  protected:
-  void SetUp() override {
-    if (GetParam() == StoreKind::kRocksDb) {
-      std::string pattern = ::testing::TempDir() + "server_job_test_XXXXXX";
-      ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-      dir_ = pattern;
-    }
-    OpenStore();
-  }
-
-  void TearDown() override {
-    store_.reset();
-    if (!dir_.empty()) {
-      std::error_code error;
-      fs::remove_all(dir_, error);
-    }
-  }
-
-  void OpenStore() {
-    if (GetParam() == StoreKind::kMemory) {
-      if (store_ == nullptr) store_ = MemoryShardStore::Create();
-      return;
-    }
-    auto store = RocksDbShardStore::Open({.path = dir_ + "/db"});
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
-  }
-
-  // Closes and reopens a RocksDB store (a server restart); keeps a memory
-  // store.
-  void ReopenStore() {
-    if (GetParam() == StoreKind::kRocksDb) {
-      store_.reset();
-      OpenStore();
-    }
-  }
-
   std::unique_ptr<ServerJob> Open(const JobOptions& options,
                                   const ServerJobOptions& job_options = {}) {
     auto job = ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_,
@@ -363,11 +329,6 @@ class ServerJobTest : public ::testing::TestWithParam<StoreKind> {
     ASSERT_TRUE(response.ok()) << response.status();
     EXPECT_EQ(response->duplicate(), duplicate);
   }
-
-  prometheus::Registry registry_;
-  ServerMetrics metrics_{registry_};
-  std::string dir_;
-  std::unique_ptr<ShardStore> store_;
 };
 
 TEST_P(ServerJobTest, PullReturnsInitialValues) {
@@ -958,6 +919,23 @@ TEST_P(ServerJobTest, OpenRefusesABadAssignment) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The server reads the spec as the coordinator completed it and applies no
+// default of its own: a spec without one is refused naming the field.
+TEST_P(ServerJobTest, OpenRefusesASpecWithoutItsDefaults) {
+  v1::Assignment incomplete = MakeAssignment({});
+  incomplete.mutable_spec()->clear_durability();
+  auto job = ServerJob::Open(incomplete, store_.get(), &metrics_);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()),
+              ::testing::StartsWith("durability"));
+  incomplete = MakeAssignment({});
+  incomplete.mutable_spec()->clear_block_elems();
+  job = ServerJob::Open(incomplete, store_.get(), &metrics_);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()),
+              ::testing::StartsWith("block_elems"));
+}
+
 TEST_P(ServerJobTest, ServerHoldsOnlyItsOwnBlocks) {
   v1::Assignment assignment = MakeAssignment({});
   assignment.mutable_shard_map()->add_servers("localhost:1");
@@ -1093,10 +1071,7 @@ TEST_P(ServerJobTest, ReopenRefusesUnequalBspClocks) {
 INSTANTIATE_TEST_SUITE_P(Stores, ServerJobTest,
                          ::testing::Values(StoreKind::kMemory,
                                            StoreKind::kRocksDb),
-                         [](const auto& info) {
-                           return info.param == StoreKind::kMemory ? "Memory"
-                                                                   : "RocksDb";
-                         });
+                         testing::StoreKindName);
 
 }  // namespace
 }  // namespace ps

@@ -1,0 +1,35 @@
+// Building optimizers in the server's unit tests (optimizer_test,
+// optimizer_kinds_test).
+#ifndef PS_TESTS_TESTING_OPTIMIZER_TESTING_H_
+#define PS_TESTS_TESTING_OPTIMIZER_TESTING_H_
+
+#include <memory>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "common/optimizer_spec.h"
+#include "gtest/gtest.h"
+#include "server/optimizer.h"
+
+namespace ps::testing {
+
+// Optimizer::Create(spec) after the defaults the coordinator applies at
+// submit (ApplyOptimizerDefaults: an unset beta1 is 0.9 and so on), as the
+// servers receive it.
+inline absl::StatusOr<std::unique_ptr<Optimizer>> CreateWithDefaults(
+    v1::OptimizerSpec spec) {
+  ApplyOptimizerDefaults(&spec);
+  return Optimizer::Create(spec);
+}
+
+// CreateWithDefaults, failing the test (and returning null) on an error.
+inline std::unique_ptr<Optimizer> MustCreate(const v1::OptimizerSpec& spec) {
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer =
+      CreateWithDefaults(spec);
+  EXPECT_TRUE(optimizer.ok()) << optimizer.status();
+  return optimizer.ok() ? *std::move(optimizer) : nullptr;
+}
+
+}  // namespace ps::testing
+
+#endif  // PS_TESTS_TESTING_OPTIMIZER_TESTING_H_
