@@ -144,6 +144,7 @@ void JobManager::Schedule(absl::Time now) {
     servers.resize(spec.num_servers());
     workers.resize(spec.num_workers());
     std::vector<std::string> addresses;
+    addresses.reserve(servers.size());
     for (const std::string& s : servers) {
       addresses.push_back(nodes_.Find(s)->address);
     }

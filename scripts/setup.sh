@@ -21,6 +21,8 @@ packages=(
   python3-pytest python3-venv
   # The fuzz targets (tests/fuzz): clang with libFuzzer and the sanitizers.
   clang libclang-rt-14-dev
+  # tests/lint/tidy.sh (ctest lint_tidy): clang-tidy on a branch's changed sources.
+  clang-tidy
   # tests/lint/thread_safety.sh: reads compile_commands.json (clang
   # -Wthread-safety runs over every source it lists).
   jq
