@@ -1,114 +1,11 @@
 #include "coordinator/job_service.h"
 
-#include <optional>
-
-#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "common/unary_handler.h"
 #include "coordinator/request_validation.h"
+#include "coordinator/watch_reactor.h"
 
 namespace ps {
-namespace {
-
-// Streams status updates to one watcher. Updates that arrive while a write is
-// in flight are coalesced: only the newest is sent next, and a terminal status
-// is always the last message.
-class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
- public:
-  WatchReactor(JobManager* manager, const std::string& job_id)
-      : manager_(manager) {
-    auto token = manager_->Watch(
-        job_id, [this](const v1::JobStatus& status) { Offer(status); });
-    absl::MutexLock lock(&mu_);
-    if (!token.ok()) {
-      FinishOnce(ToGrpcStatus(token.status()));
-      return;
-    }
-    token_ = *token;
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishOnce(
-          grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away"));
-      return;
-    }
-    if (finish_after_write_.has_value()) {
-      FinishOnce(*finish_after_write_);
-    } else if (sent_terminal_) {
-      FinishOnce(grpc::Status::OK);
-    } else {
-      MaybeWrite();
-    }
-  }
-
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
-  }
-
-  void OnDone() override {
-    // After Unwatch returns the manager never calls Offer again.
-    int64_t token;
-    {
-      absl::MutexLock lock(&mu_);
-      token = token_;
-    }
-    if (token != 0) manager_->Unwatch(token);
-    delete this;
-  }
-
- private:
-  // Called by the manager (under its lock) with each new status.
-  void Offer(const v1::JobStatus& status) {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    pending_ = status;
-    MaybeWrite();
-  }
-
-  void MaybeWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_ || !pending_.has_value()) return;
-    current_ = *std::move(pending_);
-    pending_.reset();
-    writing_ = true;
-    sent_terminal_ = IsTerminal(current_.state());
-    StartWrite(&current_);
-  }
-
-  // Finishes the call now, or right after the write in flight completes.
-  void FinishOnce(const grpc::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    if (writing_) {
-      if (!finish_after_write_.has_value()) finish_after_write_ = status;
-      return;
-    }
-    finished_ = true;
-    Finish(status);
-  }
-
-  JobManager* const manager_;
-  absl::Mutex mu_;
-  int64_t token_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<v1::JobStatus> pending_ ABSL_GUARDED_BY(mu_);
-  v1::JobStatus current_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool sent_terminal_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<grpc::Status> finish_after_write_ ABSL_GUARDED_BY(mu_);
-};
-
-// A WatchJob refused before it starts.
-class RefusedWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
- public:
-  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
-
-}  // namespace
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
@@ -196,9 +93,11 @@ grpc::ServerWriteReactor<v1::JobStatus>* JobServiceImpl::WatchJob(
       !allowed.ok()) {
     metrics_->Record("WatchJob", static_cast<int>(allowed.code()),
                      request->ByteSizeLong(), 0, 0);
-    return new RefusedWatch(ToGrpcStatus(allowed));
+    return new RefusedWatch<v1::JobStatus>(ToGrpcStatus(allowed));
   }
-  return new WatchReactor(manager_, request->job_id());
+  return new WatchReactor<v1::JobStatus, JobManager>(
+      manager_, request->job_id(),
+      [](const v1::JobStatus& status) { return IsTerminal(status.state()); });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ExportModel(

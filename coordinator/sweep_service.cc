@@ -1,112 +1,11 @@
 #include "coordinator/sweep_service.h"
 
-#include <optional>
-
-#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "common/unary_handler.h"
 #include "coordinator/request_validation.h"
+#include "coordinator/watch_reactor.h"
 
 namespace ps {
-namespace {
-
-// Streams a sweep's status to one watcher, coalescing updates that arrive
-// while a write is in flight (as JobService's WatchJob); the last message is
-// the one that ends the sweep.
-class SweepWatchReactor final
-    : public grpc::ServerWriteReactor<v1::SweepStatus> {
- public:
-  SweepWatchReactor(SweepManager* manager, const std::string& sweep_id)
-      : manager_(manager) {
-    auto token = manager_->Watch(
-        sweep_id, [this](const v1::SweepStatus& status) { Offer(status); });
-    absl::MutexLock lock(&mu_);
-    if (!token.ok()) {
-      FinishOnce(ToGrpcStatus(token.status()));
-      return;
-    }
-    token_ = *token;
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishOnce(
-          grpc::Status(grpc::StatusCode::CANCELLED, "watcher went away"));
-      return;
-    }
-    if (finish_after_write_.has_value()) {
-      FinishOnce(*finish_after_write_);
-    } else if (sent_last_) {
-      FinishOnce(grpc::Status::OK);
-    } else {
-      MaybeWrite();
-    }
-  }
-
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
-  }
-
-  void OnDone() override {
-    int64_t token;
-    {
-      absl::MutexLock lock(&mu_);
-      token = token_;
-    }
-    if (token != 0) manager_->Unwatch(token);
-    delete this;
-  }
-
- private:
-  void Offer(const v1::SweepStatus& status) {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    pending_ = status;
-    MaybeWrite();
-  }
-
-  void MaybeWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_ || !pending_.has_value()) return;
-    current_ = *std::move(pending_);
-    pending_.reset();
-    writing_ = true;
-    sent_last_ = IsSweepEnded(current_.state());
-    StartWrite(&current_);
-  }
-
-  void FinishOnce(const grpc::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    if (writing_) {
-      if (!finish_after_write_.has_value()) finish_after_write_ = status;
-      return;
-    }
-    finished_ = true;
-    Finish(status);
-  }
-
-  SweepManager* const manager_;
-  absl::Mutex mu_;
-  int64_t token_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<v1::SweepStatus> pending_ ABSL_GUARDED_BY(mu_);
-  v1::SweepStatus current_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool sent_last_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<grpc::Status> finish_after_write_ ABSL_GUARDED_BY(mu_);
-};
-
-class RefusedSweepWatch final
-    : public grpc::ServerWriteReactor<v1::SweepStatus> {
- public:
-  explicit RefusedSweepWatch(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
-
-}  // namespace
 
 grpc::ServerUnaryReactor* SweepServiceImpl::SubmitSweep(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
@@ -177,9 +76,12 @@ grpc::ServerWriteReactor<v1::SweepStatus>* SweepServiceImpl::WatchSweep(
       !allowed.ok()) {
     metrics_->Record("WatchSweep", static_cast<int>(allowed.code()),
                      request->ByteSizeLong(), 0, 0);
-    return new RefusedSweepWatch(ToGrpcStatus(allowed));
+    return new RefusedWatch<v1::SweepStatus>(ToGrpcStatus(allowed));
   }
-  return new SweepWatchReactor(manager_, request->sweep_id());
+  return new WatchReactor<v1::SweepStatus, SweepManager>(
+      manager_, request->sweep_id(), [](const v1::SweepStatus& status) {
+        return IsSweepEnded(status.state());
+      });
 }
 
 }  // namespace ps
