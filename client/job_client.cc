@@ -1,6 +1,7 @@
 #include "client/job_client.h"
 
 #include "absl/strings/str_cat.h"
+#include "client/status_stream.h"
 #include "common/grpc_util.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
@@ -133,38 +134,18 @@ absl::StatusOr<v1::JobStatus> JobClient::Watch(
     const std::string& job_id,
     const std::function<void(const v1::JobStatus&)>& on_update,
     absl::Duration reconnect_window) {
-  // The stream is opened again after a retryable failure, or when it ends
-  // before the job does; data arriving starts the backoff and the window
-  // again (the connection is healthy).
-  Retrier retry({.initial_backoff = absl::Milliseconds(200),
-                 .max_backoff = absl::Seconds(3),
-                 .window = reconnect_window});
-  v1::JobStatus last;
-  absl::Status status = retry.Run(
-      [&] {
-        grpc::ClientContext ctx;
-        // A watch is long-lived; its deadline bounds one stream, not the job.
-        SetDeadline(&ctx, absl::Hours(24));
+  absl::StatusOr<v1::JobStatus> last = FollowStatusStream<v1::JobStatus>(
+      [&](grpc::ClientContext* ctx) {
         v1::WatchJobRequest request;
         request.set_job_id(job_id);
-        auto reader = stub_->WatchJob(&ctx, request);
-        v1::JobStatus update;
-        bool terminal = false;
-        while (reader->Read(&update)) {
-          on_update(update);
-          last = update;
-          terminal = update.state() == v1::SUCCEEDED ||
-                     update.state() == v1::FAILED ||
-                     update.state() == v1::CANCELLED;
-          retry.Progress();
-        }
-        absl::Status finish = FromGrpcStatus(reader->Finish());
-        if (terminal) return absl::OkStatus();
-        return finish.ok() ? absl::UnavailableError("watch stream ended early")
-                           : finish;
+        return stub_->WatchJob(ctx, request);
       },
-      [](const absl::Status& s) { return IsRetryable(s); });
-  if (!status.ok()) return Annotate(status);
+      [](const v1::JobStatus& status) {
+        return status.state() == v1::SUCCEEDED ||
+               status.state() == v1::FAILED || status.state() == v1::CANCELLED;
+      },
+      on_update, reconnect_window);
+  if (!last.ok()) return Annotate(last.status());
   return last;
 }
 

@@ -1,6 +1,7 @@
 #include "client/sweep_client.h"
 
 #include "absl/strings/str_cat.h"
+#include "client/status_stream.h"
 #include "common/grpc_util.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
@@ -102,33 +103,15 @@ absl::StatusOr<v1::SweepStatus> SweepClient::Watch(
     const std::string& sweep_id,
     const std::function<void(const v1::SweepStatus&)>& on_update,
     absl::Duration reconnect_window) {
-  Retrier retry({.initial_backoff = absl::Milliseconds(200),
-                 .max_backoff = absl::Seconds(3),
-                 .window = reconnect_window});
-  v1::SweepStatus last;
-  absl::Status status = retry.Run(
-      [&] {
-        grpc::ClientContext ctx;
-        // A sweep takes hours; the deadline bounds one stream.
-        SetDeadline(&ctx, absl::Hours(24));
+  absl::StatusOr<v1::SweepStatus> last = FollowStatusStream<v1::SweepStatus>(
+      [&](grpc::ClientContext* ctx) {
         v1::WatchSweepRequest request;
         request.set_sweep_id(sweep_id);
-        auto reader = stub_->WatchSweep(&ctx, request);
-        v1::SweepStatus update;
-        bool ended = false;
-        while (reader->Read(&update)) {
-          on_update(update);
-          last = update;
-          ended = Ended(update.state());
-          retry.Progress();
-        }
-        absl::Status finish = FromGrpcStatus(reader->Finish());
-        if (ended) return absl::OkStatus();
-        return finish.ok() ? absl::UnavailableError("watch stream ended early")
-                           : finish;
+        return stub_->WatchSweep(ctx, request);
       },
-      [](const absl::Status& s) { return IsRetryable(s); });
-  if (!status.ok()) return Annotate(status);
+      [](const v1::SweepStatus& status) { return Ended(status.state()); },
+      on_update, reconnect_window);
+  if (!last.ok()) return Annotate(last.status());
   return last;
 }
 
