@@ -22,6 +22,7 @@
 #include "coordinator/shard_planner.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
+#include "tests/testing/bsp_training.h"
 #include "tests/testing/fashion_mnist.h"
 #include "worker/batcher.h"
 #include "worker/cpu/cpu_backend.h"
@@ -59,65 +60,14 @@ v1::JobSpec Finish(v1::JobSpec spec) {
   return spec;
 }
 
-std::vector<std::vector<float>> InitialParameters(const v1::JobSpec& spec) {
-  auto tensors = ModelTensors(spec.model());
-  std::vector<std::vector<float>> params;
-  for (const TensorSpec& t : *tensors) params.emplace_back(t.num_elems());
-  for (const BlockSpec& b : SplitIntoBlocks(*tensors, spec.block_elems())) {
-    const auto values =
-        InitialBlockValues((*tensors)[b.tensor_index], b, spec.seed());
-    std::copy(values.begin(), values.end(),
-              params[b.tensor_index].begin() + b.offset);
-  }
-  return params;
-}
-
-// The parameters after `clocks` clocks (the whole job) of two Trainers.
+// The parameters after `clocks` clocks (the whole job) of two Trainers on
+// two in-process servers.
 std::vector<std::vector<float>> TrainDistributed(const v1::JobSpec& spec,
                                                  int64_t clocks) {
-  std::vector<std::unique_ptr<ParameterServer>> servers;
-  std::vector<std::string> addresses;
-  for (int i = 0; i < 2; ++i) {
-    servers.push_back(
-        std::make_unique<ParameterServer>(ParameterServerOptions()));
-    PS_CHECK(servers.back()->Start().ok());
-    addresses.push_back(servers.back()->address());
-  }
-  v1::Assignment assignment;
-  assignment.set_job_id("job-fedavg");
-  *assignment.mutable_spec() = spec;
-  *assignment.mutable_shard_map() = *PlanShards(spec, addresses, 1);
-  assignment.set_num_workers(kWorkers);
-  for (int i = 0; i < 2; ++i) {
-    assignment.set_index(i);
-    PS_CHECK(servers[i]->manager()->SyncAssignments({assignment}).empty());
-  }
-  prometheus::Registry registry;
-  WorkerMetrics metrics(registry);
-  std::vector<std::unique_ptr<CpuBackend>> backends;
-  std::vector<std::unique_ptr<Trainer>> trainers;
-  for (int w = 0; w < kWorkers; ++w) {
-    assignment.set_index(w);
-    backends.push_back(CpuBackend::Create({.num_threads = 1}));
-    trainers.push_back(std::make_unique<Trainer>(assignment, nullptr, nullptr,
-                                                 backends.back().get(),
-                                                 &metrics, TrainerOptions()));
-  }
-  std::vector<absl::Status> results(kWorkers);
-  std::vector<std::thread> threads;
-  for (int w = 0; w < kWorkers; ++w) {
-    threads.emplace_back([&, w] { results[w] = trainers[w]->Run(); });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& r : results) EXPECT_TRUE(r.ok()) << r;
-  assignment.set_index(0);
-  auto client = ParameterClient::Create(assignment, *ModelTensors(spec.model()),
-                                        ParameterClientOptions(), nullptr);
-  std::vector<std::vector<float>> params;
-  EXPECT_TRUE((*client)->Pull(clocks, &params).ok());
-  for (auto& s : servers) s->Stop();
-  return params;
+  return testing::TrainOnServers(spec, "job-fedavg", clocks);
 }
+
+using testing::InitialParameters;
 
 // max |a - b| and max |b - initial| over every value.
 struct Comparison {
