@@ -181,8 +181,18 @@ absl::Status UpdateLogFiles::OpenForAppend(const std::string& job_id,
                                            JobLog& log) {
   if (log.fd >= 0) return absl::OkStatus();
   const std::string path = PathOf(job_id);
+  std::error_code error;
+  const bool existed = fs::exists(path, error);
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Errno(absl::StrCat("update log: opening ", path));
+  // A new file's name must be durable before a synced record in it is
+  // acknowledged: a machine crash could otherwise lose the whole file.
+  if (!existed) {
+    if (absl::Status synced = SyncDirectory(); !synced.ok()) {
+      close(fd);
+      return synced;
+    }
+  }
   absl::StatusOr<std::string> contents = ReadWholeFile(fd, path);
   if (!contents.ok()) {
     close(fd);
