@@ -416,7 +416,7 @@ absl::StatusOr<Trainer::StepTimes> Trainer::RunStep(
                                     pipeline.labels.data(), train.dim,
                                     spec.batch_size(), AccumulationSteps(spec),
                                     &step_grads, &pipeline.micro_grads));
-    ClipGradients(spec.gradient_clipping(), &step_grads);
+    RecordClipping(ClipGradients(spec.gradient_clipping(), &step_grads));
   }
   times.computed = absl::Now();
   if (pipeline.pusher.has_value()) {
@@ -446,6 +446,15 @@ absl::Status Trainer::PullFailed(absl::Status pulled, Pipeline& pipeline) {
     PS_RETURN_IF_ERROR(FinishPush(*pipeline.pusher));
   }
   return pulled;
+}
+
+void Trainer::RecordClipping(const ClipResult& clip) {
+  metrics_->gradient_norm.Set(clip.norm);
+  if (clip.scaled) metrics_->clipped_steps.Increment();
+  if (clip.values_clipped > 0) {
+    metrics_->clipped_values.Increment(
+        static_cast<double>(clip.values_clipped));
+  }
 }
 
 void Trainer::RecordStepMetrics(const StepTimes& times, int batch,

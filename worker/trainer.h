@@ -19,6 +19,7 @@
 #include "ps/v1/cluster.grpc.pb.h"
 #include "worker/backend.h"
 #include "worker/batcher.h"
+#include "worker/gradient_clipping.h"
 #include "worker/local_sgd.h"
 #include "worker/model.h"
 #include "worker/parameter_client.h"
@@ -145,6 +146,8 @@ class Trainer {
   // was cancelled because a push in flight failed, else `pulled`.
   absl::Status PullFailed(absl::Status pulled, Pipeline& pipeline);
   // Observes one step's timings and counters in metrics_.
+  // Exports what gradient clipping did to this step's gradient.
+  void RecordClipping(const ClipResult& clip);
   void RecordStepMetrics(const StepTimes& times, int batch,
                          CounterMarks* marks);
   // Reports the interval that ends with the step at `clock` (at `now`), and

@@ -102,6 +102,22 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
               .Help("fp16 gradient computations that overflowed and were "
                     "redone at a halved loss scale.")
               .Register(registry)
-              .Add({})) {}
+              .Add({})),
+      gradient_norm(prometheus::BuildGauge()
+                        .Name("ps_worker_gradient_norm")
+                        .Help("Global L2 norm of the last step's gradient "
+                              "before norm clipping (0 while it is off).")
+                        .Register(registry)
+                        .Add({})),
+      clipped_steps(prometheus::BuildCounter()
+                        .Name("ps_worker_clipped_steps_total")
+                        .Help("Steps whose gradient norm clipping scaled.")
+                        .Register(registry)
+                        .Add({})),
+      clipped_values(prometheus::BuildCounter()
+                         .Name("ps_worker_clipped_values_total")
+                         .Help("Gradient values value clipping clamped.")
+                         .Register(registry)
+                         .Add({})) {}
 
 }  // namespace ps

@@ -33,6 +33,12 @@ struct WorkerMetrics {
   prometheus::Counter& pulls_saved;  // Pulls served by the SSP cache.
   prometheus::Gauge& loss_scale;     // fp16 loss scale (1 otherwise).
   prometheus::Counter& overflowed_steps;  // fp16 steps redone on overflow.
+  // Gradient clipping (docs/training.md): the last step's global norm before
+  // norm clipping (0 while it is off), the steps it scaled, and the values
+  // value clipping clamped.
+  prometheus::Gauge& gradient_norm;
+  prometheus::Counter& clipped_steps;
+  prometheus::Counter& clipped_values;
 };
 
 }  // namespace ps

@@ -44,10 +44,11 @@ inline std::vector<std::vector<float>> InitialParameters(
 // Runs job `job_id` (a complete `spec`) on spec.num_servers() in-memory
 // parameter servers with spec.num_workers() Trainers (one thread each, CPU
 // backends of one thread) until they finish, and returns the parameters read
-// at clock `final_clock`. Failures are test failures.
-inline std::vector<std::vector<float>> TrainOnServers(const v1::JobSpec& spec,
-                                                      const std::string& job_id,
-                                                      int64_t final_clock) {
+// at clock `final_clock`. The workers' metrics go to `registry` if given.
+// Failures are test failures.
+inline std::vector<std::vector<float>> TrainOnServers(
+    const v1::JobSpec& spec, const std::string& job_id, int64_t final_clock,
+    prometheus::Registry* registry = nullptr) {
   const int num_servers = spec.num_servers();
   const int num_workers = spec.num_workers();
   std::vector<std::unique_ptr<ParameterServer>> servers;
@@ -67,8 +68,8 @@ inline std::vector<std::vector<float>> TrainOnServers(const v1::JobSpec& spec,
     assignment.set_index(i);
     PS_CHECK(servers[i]->manager()->SyncAssignments({assignment}).empty());
   }
-  prometheus::Registry registry;
-  WorkerMetrics metrics(registry);
+  prometheus::Registry own_registry;
+  WorkerMetrics metrics(registry != nullptr ? *registry : own_registry);
   std::vector<std::unique_ptr<CpuBackend>> backends;
   std::vector<std::unique_ptr<Trainer>> trainers;
   for (int w = 0; w < num_workers; ++w) {
