@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/status_stream.h"
 #include "common/grpc_util.h"
+#include "common/job_spec.h"
 #include "common/retry.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
@@ -27,15 +28,7 @@ bool Ended(v1::SweepState state) {
 
 absl::StatusOr<v1::SweepSpec> SweepSpecFromJson(const std::string& json) {
   v1::SweepSpec spec;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = false;
-  auto status =
-      google::protobuf::util::JsonStringToMessage(json, &spec, options);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sweep spec is not valid JSON for ps.v1.SweepSpec: ",
-                     std::string(status.message())));
-  }
+  PS_RETURN_IF_ERROR(MessageFromJson(json, "sweep spec", &spec));
   return spec;
 }
 
@@ -46,12 +39,7 @@ SweepClient::SweepClient(JobClientOptions options)
 }
 
 absl::Status SweepClient::Annotate(const absl::Status& status) const {
-  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
-    return absl::Status(status.code(),
-                        absl::StrCat("coordinator at ", options_.coordinator,
-                                     " is not reachable: ", status.message()));
-  }
-  return status;
+  return CoordinatorCallError(options_, status);
 }
 
 absl::StatusOr<std::string> SweepClient::Submit(const v1::SweepSpec& spec) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/model_layout.h"
 #include "common/optimizer_spec.h"
+#include "common/status_macros.h"
 #include "common/training_spec.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -156,17 +157,23 @@ absl::Status ValidateId(absl::string_view field, absl::string_view id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::JobSpec> JobSpecFromJson(const std::string& json) {
-  v1::JobSpec spec;
+absl::Status MessageFromJson(const std::string& json, absl::string_view what,
+                             google::protobuf::Message* message) {
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   auto status =
-      google::protobuf::util::JsonStringToMessage(json, &spec, options);
+      google::protobuf::util::JsonStringToMessage(json, message, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("job spec is not valid JSON for ps.v1.JobSpec: ",
-                     std::string(status.message())));
+        absl::StrCat(what, " is not valid JSON for ", message->GetTypeName(),
+                     ": ", std::string(status.message())));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobSpec> JobSpecFromJson(const std::string& json) {
+  v1::JobSpec spec;
+  PS_RETURN_IF_ERROR(MessageFromJson(json, "job spec", &spec));
   return spec;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/model_layout.h"
+#include "google/protobuf/message.h"
 #include "ps/v1/job.pb.h"
 
 namespace ps {
@@ -38,6 +39,12 @@ inline constexpr size_t kMaxIdBytes = 64;
 // that names a job or node checks it first, so that no message echoes
 // arbitrary bytes.
 absl::Status ValidateId(absl::string_view field, absl::string_view id);
+
+// Parses `message` from JSON (Protobuf's JSON mapping). Unknown fields are
+// errors. Errors: INVALID_ARGUMENT "<what> is not valid JSON for <type>: ..."
+// with the parser's message.
+absl::Status MessageFromJson(const std::string& json, absl::string_view what,
+                             google::protobuf::Message* message);
 
 // Parses a JobSpec from JSON. Unknown fields are errors, so a misspelt option
 // is never silently ignored. Errors: INVALID_ARGUMENT with the parser's

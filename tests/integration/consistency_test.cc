@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "server/optimizer.h"
 #include "server/parameter_server.h"
+#include "tests/testing/bsp_training.h"
 #include "tests/testing/parameter_server_test_peer.h"
 #include "tests/testing/tiny_assignment.h"
 #include "worker/batcher.h"
@@ -130,16 +131,7 @@ std::vector<std::vector<float>> CountingGradient(const v1::JobSpec& spec,
 // The parameters before any update, as every server initialises its blocks.
 std::vector<std::vector<float>> InitialParams(v1::JobSpec spec) {
   ApplyJobSpecDefaults(&spec);
-  auto tensors = ModelTensors(spec.model());
-  std::vector<std::vector<float>> params;
-  for (const TensorSpec& t : *tensors) params.emplace_back(t.num_elems());
-  for (const BlockSpec& b : SplitIntoBlocks(*tensors, spec.block_elems())) {
-    const auto values =
-        InitialBlockValues((*tensors)[b.tensor_index], b, spec.seed());
-    std::copy(values.begin(), values.end(),
-              params[b.tensor_index].begin() + b.offset);
-  }
-  return params;
+  return testing::InitialParameters(spec);
 }
 
 // How many pushes of each worker `params` contain.
