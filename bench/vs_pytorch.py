@@ -29,6 +29,7 @@ import gzip
 import json
 import math
 import os
+import resource
 import socket
 import statistics
 import sys
@@ -296,14 +297,20 @@ def run(args):
         p.join()
         if p.exitcode != 0:
             sys.exit(f"vs_pytorch: a {args.system} process exited with {p.exitcode}")
-    print(json.dumps(result(SYSTEM_NAMES[args.system], args.round, records)))
+    # The training processes' CPU (user + system), every one joined above.
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = {"processes": usage.ru_utime + usage.ru_stime}
+    print(json.dumps(result(SYSTEM_NAMES[args.system], args.round, records, cpu)))
 
 
-def result(system, round_, records):
-    """The JSON line of one run: records are (epoch, seconds, accuracy, loss)."""
+def result(system, round_, records, cpu):
+    """The JSON line of one run: records are (epoch, seconds, accuracy, loss);
+    cpu maps each process (or group of processes) to its CPU seconds."""
     return {
         "system": system,
         "round": round_,
+        "cpu_s": sum(cpu.values()),
+        "cpu_by_process": cpu,
         "train_s": records[-1][1] if records else None,
         "final_accuracy": records[-1][2] if records else None,
         "epochs": [{"epoch": e, "seconds": s, "test_accuracy": a, "loss": l}
@@ -325,7 +332,12 @@ def record_ours(args):
                for r in status["progress"].get("epochs", [])]
     if not records:
         sys.exit("vs_pytorch: the job has no epoch records (JobProgress.epochs)")
-    print(json.dumps(result(args.system, args.round, records)))
+    cpu = {}
+    with open(args.cpu) as f:  # "name seconds" lines (cluster_cpu_seconds)
+        for line in f:
+            name, seconds = line.split()
+            cpu[name] = float(seconds)
+    print(json.dumps(result(args.system, args.round, records, cpu)))
 
 
 def time_to(run, target):
@@ -360,6 +372,7 @@ def table(args):
             "tta": median(hits),
             "reached": sum(h is not None for h in hits),
             "acc": median([r["final_accuracy"] for r in mine]),
+            "cpu": median([r.get("cpu_s") for r in mine]),
         }
     base = rows.get(SYSTEM_NAMES[DDP])
 
@@ -370,8 +383,9 @@ def table(args):
         return "-" if v is None or not b else f"{v / b:.2f}"
 
     print(f"| system | runs | training time (s) | time to {args.target} (s) | "
-          f"final test accuracy | training time / DDP | time to {args.target} / DDP |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          f"final test accuracy | training time / DDP | time to {args.target} / DDP | "
+          f"CPU (s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for s in systems:
         r = rows[s]
         tta = fmt(r["tta"])
@@ -379,7 +393,7 @@ def table(args):
             tta += f" ({r['reached']}/{r['runs']} reached)"
         print(f"| {s} | {r['runs']} | {fmt(r['train'])} | {tta} | {fmt(r['acc'], '.4f')} | "
               f"{ratio(r['train'], base and base['train'])} | "
-              f"{ratio(r['tta'], base and base['tta'])} |")
+              f"{ratio(r['tta'], base and base['tta'])} | {fmt(r['cpu'])} |")
 
 
 def main():
@@ -395,6 +409,7 @@ def main():
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p = sub.add_parser("record-ours")
     p.add_argument("--status", required=True)
+    p.add_argument("--cpu", required=True, help="cluster_cpu_seconds's output")
     p.add_argument("--system", required=True)
     p.add_argument("--round", type=int, default=1)
     p = sub.add_parser("table")

@@ -78,10 +78,12 @@ run_ours() {
     >"$dir/watch.log" 2>&1 || { tail -n 5 "$dir/watch.log" >&2; return 1; }
   id=$(sed -n 's/^submitted //p' "$dir/watch.log")
   "$psctl" --coordinator="$COORDINATOR" get "$id" >"$dir/status.json"
+  cluster_cpu_seconds >"$dir/cpu.txt"
   cluster_stop >/dev/null 2>&1 || true
   CLUSTER_BUILD_DIR=$BUILD_DIR
   "$PY" bench/vs_pytorch.py record-ours --status "$dir/status.json" \
-    --system "$label ($durability)" --round "$round" >>"$RESULTS"
+    --system "$label ($durability)" --round "$round" --cpu "$dir/cpu.txt" \
+    >>"$RESULTS"
 }
 
 # A PyTorch system: ddp | rpc | single, ROUND.
@@ -122,7 +124,7 @@ for round in $(seq 1 "$ROUNDS"); do
     tail -n 1 "$RESULTS" | "$PY" -c '
 import json, sys
 r = json.loads(sys.stdin.read())
-print("  %s: %.1f s, final accuracy %.4f" % (r["system"], r["train_s"], r["final_accuracy"]))' >&2
+print("  %s: %.1f s, final accuracy %.4f, %.1f CPU s" % (r["system"], r["train_s"], r["final_accuracy"], r["cpu_s"]))' >&2
   done
 done
 echo "MLP 784-256-128-10, $EPOCHS epochs, medians of $ROUNDS rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -115,6 +115,19 @@ cluster_start() {
   export COORDINATOR
 }
 
+# Prints "name cpu_seconds" (user + system, from /proc) for every live process
+# of the cluster.
+cluster_cpu_seconds() {
+  local i tick
+  tick=$(getconf CLK_TCK)
+  for i in "${!CLUSTER_PIDS[@]}"; do
+    # Fields 14 and 15 (utime, stime) after the command name's parentheses.
+    [ -r "/proc/${CLUSTER_PIDS[$i]}/stat" ] || continue
+    sed 's/^.*) //' "/proc/${CLUSTER_PIDS[$i]}/stat" | awk -v n="${CLUSTER_NAMES[$i]}" \
+      -v t="$tick" '{ printf "%s %.2f\n", n, ($12 + $13) / t }'
+  done
+}
+
 # Prints "name metrics_port" for every process of the cluster.
 cluster_metrics_ports() {
   local name
