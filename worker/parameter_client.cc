@@ -1,29 +1,25 @@
 #include "worker/parameter_client.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <string_view>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/alarm.h"
 #include "common/grpc_util.h"
 #include "common/half_codec.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/parameter_wire.h"
-#include "common/retry.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
-
-// NOT_FOUND is retried too: a server learns of a new job on its next heartbeat,
-// so a worker may reach it a moment before it holds the job.
-bool ShouldRetry(const absl::Status& s) {
-  return IsRetryable(s) || absl::IsNotFound(s);
-}
 
 const std::string& PushMethod() {
   static const std::string* const method = new std::string(
@@ -37,48 +33,105 @@ const std::string& PullMethod() {
   return *method;
 }
 
-// Lends memory to gRPC as slices that are not copied, and waits until gRPC
-// has released every one of them (it may hold a slice briefly after the call
-// it was sent on completes, e.g. until the transport's write finishes).
-class SliceLease {
+// A push in flight: its requests, which lend the gradient memory to gRPC
+// without a copy, and its outcome, held back until gRPC has released every
+// slice lent (it may hold one briefly after the call it was sent on ends,
+// e.g. until the transport's write finishes). Deletes itself once the
+// outcome is delivered.
+class PushInFlight {
  public:
-  SliceLease() = default;
-  SliceLease(const SliceLease&) = delete;
-  SliceLease& operator=(const SliceLease&) = delete;
-  ~SliceLease() { Wait(); }
+  PushInFlight(size_t servers, ParameterClient::Done done)
+      : requests(servers), replies(servers), done_(std::move(done)) {}
+  PushInFlight(const PushInFlight&) = delete;
+  PushInFlight& operator=(const PushInFlight&) = delete;
 
-  // A slice over [data, data + size), which must stay valid until Wait()
-  // returns.
+  // A slice over [data, data + size), which must stay valid until the
+  // outcome is delivered.
   grpc::Slice Lend(const void* data, size_t size) {
     {
       absl::MutexLock lock(&mu_);
       ++lent_;
     }
-    return grpc::Slice(const_cast<void*>(data), size, &SliceLease::Release,
+    return grpc::Slice(const_cast<void*>(data), size, &PushInFlight::Release,
                        this);
   }
 
-  // Blocks until gRPC has released every slice lent.
-  void Wait() {
-    absl::MutexLock lock(&mu_);
-    const absl::Condition released(
-        +[](int* lent) { return *lent == 0; }, &lent_);
-    if (mu_.AwaitWithTimeout(released, absl::Seconds(10))) return;
-    PS_LOG_WARNING("push: gRPC still holds ", lent_,
-                   " gradient slices 10 s after the call ended; waiting");
-    mu_.Await(released);
+  // The calls ended with `status`: delivers it, now or once gRPC releases
+  // the last slice, and deletes this.
+  void CallsEnded(absl::Status status) {
+    requests.clear();  // Our references (may release slices inline).
+    bool now;
+    {
+      absl::MutexLock lock(&mu_);
+      status_ = std::move(status);
+      ended_ = true;
+      now = lent_ == 0;
+    }
+    if (now) DeliverAndDelete();
   }
+
+  std::vector<grpc::ByteBuffer> requests;  // One per server.
+  std::vector<grpc::ByteBuffer> replies;
 
  private:
   static void Release(void* self) {
-    auto* lease = static_cast<SliceLease*>(self);
-    absl::MutexLock lock(&lease->mu_);
-    --lease->lent_;
+    auto* push = static_cast<PushInFlight*>(self);
+    bool last;
+    {
+      absl::MutexLock lock(&push->mu_);
+      last = --push->lent_ == 0 && push->ended_;
+    }
+    // The slice is released deep inside gRPC's transport: the outcome is
+    // delivered from an alarm's callback instead, on a gRPC thread of its
+    // own (it may start the next call or cancel others).
+    if (last) {
+      push->alarm_ = std::make_unique<grpc::Alarm>();
+      push->alarm_->Set(std::chrono::system_clock::now(),
+                        [push](bool) { push->DeliverAndDelete(); });
+    }
   }
 
+  void DeliverAndDelete() {
+    std::move(done_)(std::move(status_));
+    delete this;  // Safe in the alarm's callback: gRPC keeps its own ref.
+  }
+
+  ParameterClient::Done done_;
   absl::Mutex mu_;
   int lent_ ABSL_GUARDED_BY(mu_) = 0;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_;  // Written before ended_, read after.
+  std::unique_ptr<grpc::Alarm> alarm_;
 };
+
+// A pull in flight: its request, the servers' replies and what they carry.
+struct PullInFlight {
+  explicit PullInFlight(size_t servers)
+      : replies(servers),
+        min_clocks(servers, INT64_MAX),
+        own_clocks(servers, INT64_MAX),
+        reply_bytes(servers, 0) {}
+  grpc::ByteBuffer request;
+  // Read where gRPC received them and copied once, into the tensors
+  // (common/parameter_wire.h). Per server, so the callbacks (one call per
+  // server at a time) never share.
+  std::vector<grpc::ByteBuffer> replies;
+  std::vector<int64_t> min_clocks;
+  std::vector<int64_t> own_clocks;
+  std::vector<int64_t> reply_bytes;
+};
+
+// Starts an asynchronous call and waits for its outcome.
+absl::Status Await(absl::FunctionRef<void(ParameterClient::Done)> start) {
+  absl::Notification ended;
+  absl::Status outcome;
+  start([&](absl::Status status) {
+    outcome = std::move(status);
+    ended.Notify();
+  });
+  ended.WaitForNotification();
+  return outcome;
+}
 
 }  // namespace
 
@@ -154,114 +207,56 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
 }
 
 void ParameterClient::Cancel() {
-  absl::MutexLock lock(&live_mu_);
-  cancelled_ = true;
-  for (const auto* contexts : live_) {
-    for (const auto& context : *contexts) {
-      if (context != nullptr) context->TryCancel();
-    }
-  }
-}
-
-template <typename Call>
-absl::Status ParameterClient::ForAllServers(const std::string& what,
-                                            absl::Duration timeout,
-                                            absl::Duration retry_window,
-                                            Call call) {
-  std::vector<int> todo(servers_.size());
-  for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
-  // One context per server and attempt; they outlive the async calls because
-  // every callback is waited for before returning or retrying. Registered in
-  // live_ so that Cancel() can end the calls.
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(servers_.size());
+  std::vector<std::shared_ptr<ServerFanout>> live;
   {
     absl::MutexLock lock(&live_mu_);
-    live_.push_back(&contexts);
+    cancelled_ = true;
+    for (const auto& [id, request] : live_) {
+      if (auto fanout = request.lock()) live.push_back(std::move(fanout));
+    }
   }
-  absl::Cleanup unregister = [&] {
+  // Outside live_mu_: a cancelled call's callback may run inline, and its
+  // request's end takes live_mu_.
+  for (const auto& fanout : live) fanout->Cancel();
+}
+
+void ParameterClient::AskAllServers(std::string what, absl::Duration timeout,
+                                    absl::Duration retry_window,
+                                    ServerFanout::Call call, Done done) {
+  ServerFanoutOptions options;
+  options.what = std::move(what);
+  for (const Server& server : servers_) {
+    options.servers.push_back(server.address);
+  }
+  options.timeout = timeout;
+  options.retry_window = retry_window;
+  options.stop = stop_;
+  const std::string what_copy = options.what;
+  std::shared_ptr<ServerFanout> fanout;
+  {
     absl::MutexLock lock(&live_mu_);
-    live_.erase(std::find(live_.begin(), live_.end(), &contexts));
-  };
-  // Set by an attempt whose error ends the retries at once (cancelled,
-  // stopped, or refused for a reason a retry cannot fix).
-  bool final_error = false;
-  // One attempt: calls every server still in `todo`, and keeps in it those
-  // that failed.
-  auto attempt = [&]() -> absl::Status {
-    {
-      absl::MutexLock lock(&live_mu_);
-      if (cancelled_) {
-        final_error = true;
-        return absl::CancelledError(absl::StrCat(what, " cancelled"));
-      }
-      for (int s : todo) {
-        contexts[s] = std::make_unique<grpc::ClientContext>();
-        SetDeadline(contexts[s].get(), timeout);
-      }
+    if (!cancelled_) {
+      const int64_t id = next_request_++;
+      fanout = ServerFanout::Create(
+          std::move(options), std::move(call),
+          [this, what_copy](int server, const absl::Status& status) {
+            NoteReachability(server, what_copy, status);
+          },
+          [this, id, done = std::move(done)](absl::Status status) mutable {
+            {
+              absl::MutexLock lock(&live_mu_);
+              live_.erase(id);
+            }
+            std::move(done)(std::move(status));
+          });
+      live_[id] = fanout;
     }
-    std::vector<absl::Status> results(todo.size());
-    absl::BlockingCounter pending(todo.size());
-    // The first call of this attempt to fail for a reason a retry cannot fix
-    // (-1: none yet). Its error is the attempt's: the other calls are
-    // cancelled rather than waited for (one may be parked on a server, e.g. a
-    // pull waiting for a clock that this failure keeps from advancing).
-    // (No lock here: gRPC may run the cancelled calls' callbacks inline, in
-    // TryCancel. The contexts stay in place until every callback has run.)
-    std::atomic<int> refused{-1};
-    for (size_t i = 0; i < todo.size(); ++i) {
-      call(todo[i], contexts[todo[i]].get(),
-           [&results, &pending, &refused, &contexts, &todo, i](absl::Status s) {
-             int none = -1;
-             if (!s.ok() && !ShouldRetry(s) &&
-                 refused.compare_exchange_strong(none, static_cast<int>(i))) {
-               for (size_t j = 0; j < todo.size(); ++j) {
-                 if (j != i) contexts[todo[j]]->TryCancel();
-               }
-             }
-             results[i] = std::move(s);
-             pending.DecrementCount();
-           });
-    }
-    pending.Wait();
-    if (const int r = refused.load(); r >= 0) {
-      final_error = true;
-      const absl::Status& s = results[r];
-      return absl::Status(
-          s.code(), absl::StrCat(what, " from server ",
-                                 servers_[todo[r]].address, ": ", s.message()));
-    }
-    std::vector<int> failed;
-    absl::Status last;
-    int last_server = -1;
-    for (size_t i = 0; i < todo.size(); ++i) {
-      NoteReachability(todo[i], what, results[i]);
-      if (results[i].ok()) continue;
-      failed.push_back(todo[i]);
-      last = results[i];
-      last_server = todo[i];
-    }
-    if (failed.empty()) return absl::OkStatus();
-    if (stop_ != nullptr && stop_->load()) {
-      final_error = true;
-      return absl::CancelledError(
-          absl::StrCat(what, " cancelled: job stopped"));
-    }
-    todo = std::move(failed);
-    return absl::Status(last.code(),
-                        absl::StrCat("server ", servers_[last_server].address,
-                                     ": ", last.message()));
-  };
-  Retrier retry({.initial_backoff = absl::Milliseconds(20),
-                 .max_backoff = absl::Seconds(1),
-                 .window = retry_window});
-  absl::Status status =
-      retry.Run(attempt, [&](const absl::Status&) { return !final_error; });
-  if (status.ok() || final_error) return status;
-  // Retryable failures until the window closed.
-  return absl::Status(
-      status.code(),
-      absl::StrCat(what, " failed after retrying for ",
-                   absl::FormatDuration(retry_window), ": ", status.message()));
+  }
+  if (fanout == nullptr) {
+    std::move(done)(absl::CancelledError(absl::StrCat(what_copy, " cancelled")));
+    return;
+  }
+  fanout->Start();
 }
 
 void ParameterClient::NoteReachability(int server, const std::string& what,
@@ -286,36 +281,51 @@ void ParameterClient::NoteReachability(int server, const std::string& what,
   }
 }
 
-absl::Status ParameterClient::Pull(int64_t clock,
-                                   std::vector<std::vector<float>>* params) {
+void ParameterClient::PullAsync(int64_t clock,
+                                std::vector<std::vector<float>>* params,
+                                Done done) {
   if (use_cache_ && cached_min_clock_ >= 0 &&
       clock <= cached_min_clock_ + staleness_) {
     ++pulls_saved_;
     *params = cache_;
-    return absl::OkStatus();
+    std::move(done)(absl::OkStatus());
+    return;
   }
   ++pulls_made_;
-  if (auto s = PullFromServers(clock, params); !s.ok()) return s;
-  if (use_cache_) cache_ = *params;
-  return absl::OkStatus();
+  PullFromServers(
+      clock, params, /*final=*/false,
+      [this, params, done = std::move(done)](absl::Status status) mutable {
+        if (status.ok() && use_cache_) cache_ = *params;
+        std::move(done)(std::move(status));
+      });
+}
+
+absl::Status ParameterClient::Pull(int64_t clock,
+                                   std::vector<std::vector<float>>* params) {
+  return Await([&](Done done) { PullAsync(clock, params, std::move(done)); });
 }
 
 absl::Status ParameterClient::PullFinal(
     int64_t clock, std::vector<std::vector<float>>* params) {
   ++pulls_made_;
-  return PullFromServers(clock, params, /*final=*/true);
+  return Await([&](Done done) {
+    PullFromServers(clock, params, /*final=*/true, std::move(done));
+  });
 }
 
 absl::StatusOr<int64_t> ParameterClient::ResumeClock() {
   // A read at clock 0 never waits and is always allowed.
   std::vector<std::vector<float>> params;
-  if (auto s = PullFromServers(0, &params); !s.ok()) return s;
+  PS_RETURN_IF_ERROR(Await([&](Done done) {
+    PullFromServers(0, &params, /*final=*/false, std::move(done));
+  }));
   cached_min_clock_ = -1;  // Do not serve later reads from this pull.
   return own_clock_;
 }
 
-absl::Status ParameterClient::PullFromServers(
-    int64_t clock, std::vector<std::vector<float>>* params, bool final) {
+void ParameterClient::PullFromServers(int64_t clock,
+                                      std::vector<std::vector<float>>* params,
+                                      bool final, Done done) {
   params->resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     (*params)[t].resize(tensors_[t].num_elems());
@@ -326,49 +336,44 @@ absl::Status ParameterClient::PullFromServers(
   request.set_clock(clock);
   request.set_map_version(map_version_);
   request.set_final(final);
-  const std::string request_bytes = request.SerializeAsString();
-  grpc::Slice request_slice(request_bytes);
-  const grpc::ByteBuffer request_buffer(&request_slice, 1);
-  // One reply per server and attempt; it outlives the async call because
-  // ForAllServers waits for every callback before returning or retrying.
-  // Replies are read where gRPC received them and copied once, into the
-  // tensors (common/parameter_wire.h).
-  std::vector<grpc::ByteBuffer> replies(servers_.size());
-  std::vector<int64_t> min_clocks(servers_.size(), INT64_MAX);
-  std::vector<int64_t> own_clocks(servers_.size(), INT64_MAX);
-  // Per server, so the callbacks (one call per server at a time) never share.
-  std::vector<int64_t> reply_bytes(servers_.size(), 0);
-  absl::Status status = ForAllServers(
+  auto pull = std::make_shared<PullInFlight>(servers_.size());
+  grpc::Slice request_slice(request.SerializeAsString());
+  pull->request = grpc::ByteBuffer(&request_slice, 1);
+  AskAllServers(
       absl::StrCat(final ? "final pull of clock " : "pull of clock ", clock),
       options_.pull_timeout,
       // A final read waits for the slowest worker, for as long
       // as the job runs (its end stops or cancels the client).
       final ? absl::InfiniteDuration() : options_.retry_window,
-      [&](int s, grpc::ClientContext* context, auto done) {
-        replies[s].Clear();
+      [this, pull, params](int s, grpc::ClientContext* context,
+                           ServerFanout::CallDone call_done) {
+        pull->replies[s].Clear();
         servers_[s].generic->UnaryCall(
-            context, PullMethod(), grpc::StubOptions(), &request_buffer,
-            &replies[s],
-            [this, s, params, &replies, &min_clocks, &own_clocks, &reply_bytes,
-             done](grpc::Status status) {
+            context, PullMethod(), grpc::StubOptions(), &pull->request,
+            &pull->replies[s],
+            [this, s, pull, params, call_done](grpc::Status status) {
               if (!status.ok()) {
-                done(FromGrpcStatus(status));
+                call_done(FromGrpcStatus(status));
                 return;
               }
-              reply_bytes[s] = replies[s].Length();
-              done(ReadPullReply(s, replies[s], params, &min_clocks[s],
-                                 &own_clocks[s]));
+              pull->reply_bytes[s] = pull->replies[s].Length();
+              call_done(ReadPullReply(s, pull->replies[s], params,
+                                      &pull->min_clocks[s],
+                                      &pull->own_clocks[s]));
             });
+      },
+      [this, pull, done = std::move(done)](absl::Status status) mutable {
+        if (status.ok()) {
+          for (int64_t bytes : pull->reply_bytes) pulled_bytes_ += bytes;
+          const int64_t min_clock = *std::min_element(
+              pull->min_clocks.begin(), pull->min_clocks.end());
+          const int64_t own_clock = *std::min_element(
+              pull->own_clocks.begin(), pull->own_clocks.end());
+          cached_min_clock_ = min_clock;
+          own_clock_ = own_clock == INT64_MAX ? 0 : own_clock;
+        }
+        std::move(done)(std::move(status));
       });
-  if (!status.ok()) return status;
-  for (int64_t bytes : reply_bytes) pulled_bytes_ += bytes;
-  const int64_t min_clock =
-      *std::min_element(min_clocks.begin(), min_clocks.end());
-  const int64_t own_clock =
-      *std::min_element(own_clocks.begin(), own_clocks.end());
-  cached_min_clock_ = min_clock;
-  own_clock_ = own_clock == INT64_MAX ? 0 : own_clock;
-  return absl::OkStatus();
 }
 
 absl::Status ParameterClient::ReadPullReply(
@@ -423,18 +428,28 @@ absl::Status ParameterClient::ReadPullReply(
 
 absl::Status ParameterClient::Push(
     int64_t clock, const std::vector<std::vector<float>>& grads) {
+  return Await([&](Done done) { PushAsync(clock, &grads, std::move(done)); });
+}
+
+void ParameterClient::PushAsync(int64_t clock,
+                                const std::vector<std::vector<float>>* grads_in,
+                                Done done) {
+  const std::vector<std::vector<float>>& grads = *grads_in;
   if (grads.size() != tensors_.size()) {
-    return absl::InvalidArgumentError("push: one gradient per tensor required");
+    std::move(done)(
+        absl::InvalidArgumentError("push: one gradient per tensor required"));
+    return;
   }
   for (size_t t = 0; t < grads.size(); ++t) {
     if (static_cast<int64_t>(grads[t].size()) != tensors_[t].num_elems()) {
-      return absl::InvalidArgumentError(
+      std::move(done)(absl::InvalidArgumentError(
           absl::StrCat("push: gradient of tensor ", t, " has ", grads[t].size(),
-                       " values, the tensor ", tensors_[t].num_elems()));
+                       " values, the tensor ", tensors_[t].num_elems())));
+      return;
     }
   }
   // 16-bit wire gradients: encoded once into this client's push buffer (the
-  // previous push's slices were all released before it returned).
+  // previous push's slices were all released before it was reported).
   const bool encoded = wire_gradients_ != v1::FP32;
   if (encoded) {
     for (size_t t = 0; t < grads.size(); ++t) {
@@ -448,8 +463,7 @@ absl::Status ParameterClient::Push(
   const size_t value_bytes = WireValueBytes(wire_gradients_);
   // Each server's request is the PushRequest wire format as slices: the
   // framing bytes (small, copied) and the gradient blocks in place.
-  SliceLease lease;  // Declared first: destroyed (waited for) last.
-  std::vector<grpc::ByteBuffer> requests(servers_.size());
+  auto* push = new PushInFlight(servers_.size(), std::move(done));
   const PushFramer framer(job_id_, worker_index_, clock, map_version_,
                           wire_gradients_);
   for (size_t s = 0; s < servers_.size(); ++s) {
@@ -464,25 +478,25 @@ absl::Status ParameterClient::Push(
               : static_cast<const void*>(grads[ref.tensor].data() + ref.offset);
       const size_t bytes = ref.num_elems * value_bytes;
       slices.emplace_back(PushFramer::BlockPrefix(ref.key, bytes));
-      slices.push_back(lease.Lend(data, bytes));
+      slices.push_back(push->Lend(data, bytes));
     }
     if (!framer.Trailer().empty()) slices.emplace_back(framer.Trailer());
-    requests[s] = grpc::ByteBuffer(slices.data(), slices.size());
+    push->requests[s] = grpc::ByteBuffer(slices.data(), slices.size());
   }
-  std::vector<grpc::ByteBuffer> replies(servers_.size());
-  absl::Status status = ForAllServers(
+  AskAllServers(
       absl::StrCat("push of clock ", clock), options_.push_timeout,
       options_.retry_window,
-      [&](int s, grpc::ClientContext* context, auto done) {
-        pushed_bytes_.fetch_add(requests[s].Length(),
+      [this, push](int s, grpc::ClientContext* context,
+                   ServerFanout::CallDone call_done) {
+        pushed_bytes_.fetch_add(push->requests[s].Length(),
                                 std::memory_order_relaxed);
         servers_[s].generic->UnaryCall(
-            context, PushMethod(), grpc::StubOptions(), &requests[s],
-            &replies[s],
-            [done](grpc::Status status) { done(FromGrpcStatus(status)); });
-      });
-  requests.clear();  // Our references; `lease` waits for gRPC's.
-  return status;
+            context, PushMethod(), grpc::StubOptions(), &push->requests[s],
+            &push->replies[s], [call_done](grpc::Status status) {
+              call_done(FromGrpcStatus(status));
+            });
+      },
+      [push](absl::Status status) { push->CallsEnded(std::move(status)); });
 }
 
 }  // namespace ps

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -18,6 +20,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/parameter.grpc.pb.h"
+#include "worker/server_fanout.h"
 
 namespace ps {
 
@@ -42,12 +45,14 @@ struct ParameterClientOptions {
   ConnectionOptions connection = MemberConnectionOptions();
 };
 
-// Threads: Pull and ResumeClock run on one thread at a time (the trainer's,
-// or its pulling thread while the trainer leaves them alone); Push
-// may run on another thread at the same time, one Push at a time (it reads
-// only state fixed at Create and writes only its own encoding buffer). The
-// counters may be read from any thread. Retries are safe: a pull is a read
-// and a push is applied exactly once per (worker, clock) by the server.
+// Every call is made with gRPC's callback API: PushAsync and PullAsync report
+// through a callback, on a gRPC thread, and start no thread of their own;
+// Push, Pull, PullFinal and ResumeClock wait for them on the caller's thread.
+// Threads: one pull (PullAsync, Pull, PullFinal or ResumeClock) at a time,
+// and one push at a time, which may overlap the pull (a push reads only state
+// fixed at Create and writes only its own encoding buffer). The counters may
+// be read from any thread. Retries are safe: a pull is a read and a push is
+// applied exactly once per (worker, clock) by the server.
 class ParameterClient {
  public:
   // `stop`, if not null, aborts retries (with CANCELLED) once it becomes true.
@@ -56,8 +61,17 @@ class ParameterClient {
       const v1::Assignment& assignment, const std::vector<TensorSpec>& tensors,
       ParameterClientOptions options, const std::atomic<bool>* stop);
 
+  // Reports a call's outcome, exactly once, on a gRPC thread (or inline, on
+  // the caller's, when the call ends before it is sent: an invalid request,
+  // a cancelled client, a read from the cache). It must not block.
+  using Done = absl::AnyInvocable<void(absl::Status) &&>;
+
   // Fills params (one vector per tensor) with parameters that hold every update
-  // of clocks below clock - s (from the cache when that allows it).
+  // of clocks below clock - s (from the cache when that allows it). `params`
+  // must not be touched until `done` runs.
+  void PullAsync(int64_t clock, std::vector<std::vector<float>>* params,
+                 Done done);
+  // PullAsync, waited for.
   absl::Status Pull(int64_t clock, std::vector<std::vector<float>>* params);
   // Fills params with parameters that hold every update of every worker for
   // clocks below `clock`, whatever the consistency model (PullRequest.final):
@@ -93,10 +107,13 @@ class ParameterClient {
   // gradients are first encoded (rounded to nearest even, finite values
   // saturated at the format's largest; common/half_codec.h) into a buffer
   // this client keeps for its pushes, which is sent in place. Either way the
-  // gradients must not change until Push returns, and Push returns only once
-  // gRPC has let go of the memory it sent. Errors: INVALID_ARGUMENT for
-  // gradients of the wrong shape, and the servers' errors once retries are
-  // exhausted.
+  // gradients must not change or go away until `done` runs, and `done` runs
+  // only once gRPC has let go of the memory it sent. Errors: INVALID_ARGUMENT
+  // for gradients of the wrong shape, and the servers' errors once retries
+  // are exhausted.
+  void PushAsync(int64_t clock, const std::vector<std::vector<float>>* grads,
+                 Done done);
+  // PushAsync, waited for.
   absl::Status Push(int64_t clock,
                     const std::vector<std::vector<float>>& grads);
 
@@ -119,24 +136,19 @@ class ParameterClient {
                   ParameterClientOptions options,
                   const std::atomic<bool>* stop);
 
-  // Runs `call(server, context, done)` on every server in parallel, each
-  // with a fresh context whose deadline is `timeout`, retrying failed servers
-  // with backoff while their error is retryable and the client is neither
-  // stopped nor cancelled. The first server to fail with an error a retry
-  // cannot fix ends the attempt at once (the other calls are cancelled) with
-  // its error. Errors name `what` and the server. Retries stop after
-  // `retry_window`.
-  template <typename Call>
-  absl::Status ForAllServers(const std::string& what, absl::Duration timeout,
-                             absl::Duration retry_window, Call call);
-  absl::Status PullFromServers(int64_t clock,
-                               std::vector<std::vector<float>>* params,
-                               bool final = false);
+  // Asks every server, in parallel and with retries (worker/server_fanout.h),
+  // what `call` asks one; `done` gets the outcome. Cancel() ends it.
+  void AskAllServers(std::string what, absl::Duration timeout,
+                     absl::Duration retry_window, ServerFanout::Call call,
+                     Done done);
+  void PullFromServers(int64_t clock, std::vector<std::vector<float>>* params,
+                       bool final, Done done);
   // Logs when calls to `server` start failing (once per outage) and when it
   // answers again. Thread-safe.
   void NoteReachability(int server, const std::string& what,
                         const absl::Status& status);
   // Copies server s's reply into `params` and returns the clocks it carries.
+  // Thread-safe (each server's blocks are its own).
   absl::Status ReadPullReply(int s, const grpc::ByteBuffer& reply,
                              std::vector<std::vector<float>>* params,
                              int64_t* min_clock, int64_t* own_clock) const;
@@ -153,15 +165,16 @@ class ParameterClient {
   // Push's state (touched by Push only; see the class comment).
   const v1::Precision wire_gradients_;
   std::vector<std::vector<uint16_t>> push_encoded_;  // Per tensor; 16-bit only.
-  // Pull's state.
+  // Pull's state (written by a pull's completion, read when the next starts).
   std::vector<std::vector<float>> cache_;
   int64_t cached_min_clock_ = -1;  // -1: nothing cached.
   int64_t own_clock_ = 0;          // This worker's clock in the last pull.
-  // The contexts of the calls in flight (one vector per ForAllServers), and
-  // whether Cancel() was called.
+  // The requests in flight, by a number of their own, and whether Cancel()
+  // was called.
   absl::Mutex live_mu_;
-  std::vector<const std::vector<std::unique_ptr<grpc::ClientContext>>*> live_
+  absl::flat_hash_map<int64_t, std::weak_ptr<ServerFanout>> live_
       ABSL_GUARDED_BY(live_mu_);
+  int64_t next_request_ ABSL_GUARDED_BY(live_mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(live_mu_) = false;
   // Per server: since when its calls fail (InfiniteFuture while it answers).
   absl::Mutex reach_mu_;

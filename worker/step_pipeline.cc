@@ -6,56 +6,39 @@
 
 namespace ps {
 
-BackgroundCall::BackgroundCall() : thread_([this] { Loop(); }) {}
-
-BackgroundCall::~BackgroundCall() {
-  Wait();
+void PendingCall::Start(int64_t clock,
+                        absl::FunctionRef<void(ParameterClient::Done)> start,
+                        std::function<void(const absl::Status&)> on_error) {
   {
     absl::MutexLock lock(&mu_);
-    shutdown_ = true;
+    PS_CHECK(!busy_);
+    busy_ = true;
+    clock_ = clock;
+    start_ = absl::Now();
+    result_.reset();
   }
-  thread_.join();
+  // The callback may run before start() returns (inline, on this thread).
+  start([this, on_error = std::move(on_error)](absl::Status status) {
+    if (!status.ok() && on_error) on_error(status);
+    absl::MutexLock lock(&mu_);
+    result_ = Result{clock_, std::move(status), absl::Now() - start_};
+  });
 }
 
-void BackgroundCall::Start(int64_t clock, std::function<absl::Status()> call) {
+PendingCall::Result PendingCall::Wait() {
   absl::MutexLock lock(&mu_);
-  PS_CHECK(!job_.has_value() && !result_.has_value());
-  job_ = Job{clock, std::move(call), absl::Now()};
-}
-
-BackgroundCall::Result BackgroundCall::Wait() {
-  absl::MutexLock lock(&mu_);
-  if (!job_.has_value()) return Result();
+  if (!busy_) return Result();
   mu_.Await(absl::Condition(
       +[](std::optional<Result>* r) { return r->has_value(); }, &result_));
   Result result = *std::move(result_);
   result_.reset();
-  job_.reset();
+  busy_ = false;
   return result;
 }
 
-bool BackgroundCall::busy() const {
+bool PendingCall::busy() const {
   absl::MutexLock lock(&mu_);
-  return job_.has_value();
-}
-
-void BackgroundCall::Loop() {
-  while (true) {
-    int64_t clock;
-    std::function<absl::Status()> call;
-    absl::Time start;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(this, &BackgroundCall::HasWork));
-      if (shutdown_) return;  // Only after Wait(): no call in flight.
-      clock = job_->clock;
-      call = job_->call;
-      start = job_->start;
-    }
-    absl::Status status = call();
-    absl::MutexLock lock(&mu_);
-    result_ = Result{clock, std::move(status), absl::Now() - start};
-  }
+  return busy_;
 }
 
 }  // namespace ps

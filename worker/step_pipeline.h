@@ -1,16 +1,17 @@
 // The trainer's pipeline (docs/compute.md, "A step's timeline"): a step's
-// push and the next step's pull run on threads of their own while the
-// trainer computes.
+// push and the next step's pull are in flight, on gRPC's callback API, while
+// the trainer computes. No thread of their own: the trainer starts a call
+// and later waits for the callback that ended it.
 #ifndef PS_WORKER_STEP_PIPELINE_H_
 #define PS_WORKER_STEP_PIPELINE_H_
 
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -18,20 +19,25 @@
 
 namespace ps {
 
-// Runs one call at a time on a thread of its own: Start() hands it over,
-// Wait() waits for it to end. Start and Wait are called from one thread.
-class BackgroundCall {
+// One asynchronous call at a time: Start() makes it, Wait() waits for its
+// callback. Start and Wait are called from one thread; the callback may run
+// on any.
+class PendingCall {
  public:
-  BackgroundCall();
+  PendingCall() = default;
   // Waits for the call in flight, if any.
-  ~BackgroundCall();
+  ~PendingCall() { Wait(); }
 
-  BackgroundCall(const BackgroundCall&) = delete;
-  BackgroundCall& operator=(const BackgroundCall&) = delete;
+  PendingCall(const PendingCall&) = delete;
+  PendingCall& operator=(const PendingCall&) = delete;
 
-  // Starts `call`, labelled with the step `clock` it serves. Requires no call
-  // in flight (Wait() first).
-  void Start(int64_t clock, std::function<absl::Status()> call);
+  // Starts a call, labelled with the step `clock` it serves: `start` makes
+  // it and hands its outcome to the callback it is given. `on_error`, if
+  // set, sees a failed call's error first, on the callback's thread. Requires
+  // no call in flight (Wait() first).
+  void Start(int64_t clock,
+             absl::FunctionRef<void(ParameterClient::Done)> start,
+             std::function<void(const absl::Status&)> on_error = nullptr);
 
   // What a finished call reports.
   struct Result {
@@ -46,31 +52,20 @@ class BackgroundCall {
   bool busy() const;
 
  private:
-  void Loop();
-  // The thread has something to do: a call to make, or to exit.
-  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutdown_ || (job_.has_value() && !result_.has_value());
-  }
-
-  struct Job {
-    int64_t clock;
-    std::function<absl::Status()> call;
-    absl::Time start;
-  };
   mutable absl::Mutex mu_;
-  // The call handed over and not yet taken by Wait().
-  std::optional<Job> job_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t clock_ ABSL_GUARDED_BY(mu_) = -1;
+  absl::Time start_ ABSL_GUARDED_BY(mu_);
   std::optional<Result> result_ ABSL_GUARDED_BY(mu_);
-  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // Last: starts once the members above exist.
 };
 
 // Pushes a step's gradients while the trainer goes on with the next step.
 class AsyncPusher {
  public:
-  using Result = BackgroundCall::Result;
-  // Called on the pushing thread with a push's error as soon as it fails,
-  // before Wait() returns it.
+  using Result = PendingCall::Result;
+  // Called with a push's error as soon as it fails, before Wait() returns
+  // it, on the thread that reports the failure (e.g. to cancel a pull that
+  // now waits in vain). It must not block.
   using ErrorCallback = std::function<void(const absl::Status&)>;
   // `client` must outlive the pusher. `on_error` may be null.
   explicit AsyncPusher(ParameterClient* client,
@@ -80,20 +75,21 @@ class AsyncPusher {
   // Starts pushing `grads` as the gradients of `clock`. Requires no push in
   // flight. `grads` must not change or go away until Wait() returns.
   void Start(int64_t clock, const std::vector<std::vector<float>>* grads) {
-    call_.Start(clock, [this, clock, grads] {
-      absl::Status status = client_->Push(clock, *grads);
-      if (!status.ok() && on_error_) on_error_(status);
-      return status;
-    });
+    call_.Start(
+        clock,
+        [&](ParameterClient::Done done) {
+          client_->PushAsync(clock, grads, std::move(done));
+        },
+        on_error_);
   }
-  // Waits for the push in flight (BackgroundCall::Wait).
+  // Waits for the push in flight (PendingCall::Wait).
   Result Wait() { return call_.Wait(); }
   bool busy() const { return call_.busy(); }
 
  private:
   ParameterClient* const client_;
   const ErrorCallback on_error_;
-  BackgroundCall call_;  // Last: ends (waits) first.
+  PendingCall call_;  // Last: ends (waits) first.
 };
 
 // Pulls the next step's parameters while the trainer computes this one.
@@ -101,23 +97,24 @@ class AsyncPusher {
 // ResumeClock itself.
 class AsyncPuller {
  public:
-  using Result = BackgroundCall::Result;
+  using Result = PendingCall::Result;
   // `client` must outlive the puller.
   explicit AsyncPuller(ParameterClient* client) : client_(client) {}
 
   // Starts pulling the parameters of `clock` into `params`, which must not
   // be used until Wait() returns. Requires no pull in flight.
   void Start(int64_t clock, std::vector<std::vector<float>>* params) {
-    call_.Start(clock,
-                [this, clock, params] { return client_->Pull(clock, params); });
+    call_.Start(clock, [&](ParameterClient::Done done) {
+      client_->PullAsync(clock, params, std::move(done));
+    });
   }
-  // Waits for the pull in flight (BackgroundCall::Wait).
+  // Waits for the pull in flight (PendingCall::Wait).
   Result Wait() { return call_.Wait(); }
   bool busy() const { return call_.busy(); }
 
  private:
   ParameterClient* const client_;
-  BackgroundCall call_;  // Last: ends (waits) first.
+  PendingCall call_;  // Last: ends (waits) first.
 };
 
 }  // namespace ps

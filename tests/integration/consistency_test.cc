@@ -27,6 +27,7 @@
 #include "server/parameter_server.h"
 #include "tests/testing/bsp_training.h"
 #include "tests/testing/parameter_server_test_peer.h"
+#include "tests/testing/server_group.h"
 #include "tests/testing/tiny_assignment.h"
 #include "worker/batcher.h"
 #include "worker/cpu/cpu_backend.h"
@@ -45,49 +46,6 @@ std::string TempDir() {
   PS_CHECK(mkdtemp(pattern) != nullptr);
   return pattern;
 }
-
-// Parameter servers holding one job, assigned directly (as the coordinator
-// would).
-class ServerGroup {
- public:
-  ServerGroup(int num_servers, const std::string& data_dir,
-              PushFaultInjector faults = nullptr) {
-    for (int i = 0; i < num_servers; ++i) {
-      ParameterServerOptions options;
-      if (!data_dir.empty()) options.data_dir = absl::StrCat(data_dir, "/s", i);
-      servers_.push_back(
-          ParameterServerTestPeer::WithPushFaults(options, faults));
-      PS_CHECK(servers_.back()->Start().ok());
-    }
-  }
-  ~ServerGroup() {
-    for (auto& s : servers_) s->Stop();
-  }
-
-  // Assigns `spec` to the servers; returns the assignment of worker `index`.
-  v1::Assignment Assign(v1::JobSpec spec, int num_workers) {
-    ApplyJobSpecDefaults(&spec);
-    std::vector<std::string> addresses;
-    for (auto& s : servers_) addresses.push_back(s->address());
-    auto map = PlanShards(spec, addresses, 1);
-    PS_CHECK(map.ok());
-    v1::Assignment a;
-    a.set_job_id(absl::StrCat("job-", ++jobs_));
-    *a.mutable_spec() = spec;
-    *a.mutable_shard_map() = *map;
-    a.set_num_workers(num_workers);
-    for (size_t i = 0; i < servers_.size(); ++i) {
-      v1::Assignment mine = a;
-      mine.set_index(i);
-      PS_CHECK(servers_[i]->manager()->SyncAssignments({mine}).empty());
-    }
-    return a;
-  }
-
- private:
-  std::vector<std::unique_ptr<ParameterServer>> servers_;
-  int jobs_ = 0;
-};
 
 v1::Assignment ForWorker(v1::Assignment a, int worker) {
   a.set_index(worker);
@@ -292,7 +250,7 @@ TEST(SspBoundTest, ReadBeyondTheBoundWaitsForTheSlowestWorker) {
   EXPECT_TRUE((*client)->Pull(3, &params).ok());
 }
 
-// The trainer's pushing thread: every push reported with its clock, errors
+// The trainer's pushes in flight: every push reported with its clock, errors
 // surfaced, a pull ahead of the pushes served once they land.
 TEST(AsyncPusherTest, ReportsEachPushAndItsErrors) {
   ServerGroup servers(2, "");
