@@ -10,13 +10,13 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "grpcpp/alarm.h"
 #include "common/grpc_util.h"
 #include "common/half_codec.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/parameter_wire.h"
 #include "common/status_macros.h"
+#include "grpcpp/alarm.h"
 
 namespace ps {
 namespace {
@@ -253,7 +253,8 @@ void ParameterClient::AskAllServers(std::string what, absl::Duration timeout,
     }
   }
   if (fanout == nullptr) {
-    std::move(done)(absl::CancelledError(absl::StrCat(what_copy, " cancelled")));
+    std::move(done)(
+        absl::CancelledError(absl::StrCat(what_copy, " cancelled")));
     return;
   }
   fanout->Start();
@@ -365,10 +366,10 @@ void ParameterClient::PullFromServers(int64_t clock,
       [this, pull, done = std::move(done)](absl::Status status) mutable {
         if (status.ok()) {
           for (int64_t bytes : pull->reply_bytes) pulled_bytes_ += bytes;
-          const int64_t min_clock = *std::min_element(
-              pull->min_clocks.begin(), pull->min_clocks.end());
-          const int64_t own_clock = *std::min_element(
-              pull->own_clocks.begin(), pull->own_clocks.end());
+          const int64_t min_clock = *std::min_element(pull->min_clocks.begin(),
+                                                      pull->min_clocks.end());
+          const int64_t own_clock = *std::min_element(pull->own_clocks.begin(),
+                                                      pull->own_clocks.end());
           cached_min_clock_ = min_clock;
           own_clock_ = own_clock == INT64_MAX ? 0 : own_clock;
         }

@@ -13,9 +13,9 @@ bool ServerFanout::ShouldRetry(const absl::Status& status) {
 std::shared_ptr<ServerFanout> ServerFanout::Create(ServerFanoutOptions options,
                                                    Call call, Observer observer,
                                                    Outcome outcome) {
-  return std::shared_ptr<ServerFanout>(new ServerFanout(
-      std::move(options), std::move(call), std::move(observer),
-      std::move(outcome)));
+  return std::shared_ptr<ServerFanout>(
+      new ServerFanout(std::move(options), std::move(call), std::move(observer),
+                       std::move(outcome)));
 }
 
 ServerFanout::ServerFanout(ServerFanoutOptions options, Call call,
@@ -102,8 +102,7 @@ void ServerFanout::AttemptEnded() {
     const absl::Status& s = results_[r];
     Deliver(absl::Status(
         s.code(), absl::StrCat(options_.what, " from server ",
-                               options_.servers[todo_[r]], ": ",
-                               s.message())));
+                               options_.servers[todo_[r]], ": ", s.message())));
     return;
   }
   std::vector<int> failed;
