@@ -142,11 +142,11 @@ ParameterClient::ParameterClient(const v1::Assignment& assignment,
     : job_id_(assignment.job_id()),
       worker_index_(assignment.index()),
       map_version_(assignment.shard_map().version()),
-      options_(options),
+      options_(std::move(options)),
       stop_(stop),
       tensors_(tensors),
       staleness_(EffectiveStaleness(assignment.spec().consistency())),
-      use_cache_(options.cache &&
+      use_cache_(options_.cache &&
                  assignment.spec().consistency().model() ==
                      v1::ConsistencySpec::SSP &&
                  assignment.spec().consistency().worker_cache()),
@@ -156,7 +156,7 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     const v1::Assignment& assignment, const std::vector<TensorSpec>& tensors,
     ParameterClientOptions options, const std::atomic<bool>* stop) {
   std::unique_ptr<ParameterClient> client(
-      new ParameterClient(assignment, tensors, options, stop));
+      new ParameterClient(assignment, tensors, std::move(options), stop));
   if (WireValueBytes(client->wire_gradients_) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mixed_precision.wire_gradients: ",
@@ -224,39 +224,38 @@ void ParameterClient::AskAllServers(std::string what, absl::Duration timeout,
                                     absl::Duration retry_window,
                                     ServerFanout::Call call, Done done) {
   ServerFanoutOptions options;
-  options.what = std::move(what);
+  options.what = what;
   for (const Server& server : servers_) {
     options.servers.push_back(server.address);
   }
   options.timeout = timeout;
   options.retry_window = retry_window;
   options.stop = stop_;
-  const std::string what_copy = options.what;
-  std::shared_ptr<ServerFanout> fanout;
+  int64_t id;
   {
     absl::MutexLock lock(&live_mu_);
-    if (!cancelled_) {
-      const int64_t id = next_request_++;
-      fanout = ServerFanout::Create(
-          std::move(options), std::move(call),
-          [this, what_copy](int server, const absl::Status& status) {
-            NoteReachability(server, what_copy, status);
-          },
-          [this, id, done = std::move(done)](absl::Status status) mutable {
-            {
-              absl::MutexLock lock(&live_mu_);
-              live_.erase(id);
-            }
-            std::move(done)(std::move(status));
-          });
-      live_[id] = fanout;
-    }
+    id = next_request_++;
   }
-  if (fanout == nullptr) {
-    std::move(done)(
-        absl::CancelledError(absl::StrCat(what_copy, " cancelled")));
-    return;
+  std::shared_ptr<ServerFanout> fanout = ServerFanout::Create(
+      std::move(options), std::move(call),
+      [this, what = std::move(what)](int server, const absl::Status& status) {
+        NoteReachability(server, what, status);
+      },
+      [this, id, done = std::move(done)](absl::Status status) mutable {
+        {
+          absl::MutexLock lock(&live_mu_);
+          live_.erase(id);
+        }
+        std::move(done)(std::move(status));
+      });
+  bool cancelled;
+  {
+    absl::MutexLock lock(&live_mu_);
+    cancelled = cancelled_;
+    if (!cancelled) live_[id] = fanout;
   }
+  // A cancelled client's request ends at its first attempt, with CANCELLED.
+  if (cancelled) fanout->Cancel();
   fanout->Start();
 }
 
@@ -352,7 +351,8 @@ void ParameterClient::PullFromServers(int64_t clock,
         servers_[s].generic->UnaryCall(
             context, PullMethod(), grpc::StubOptions(), &pull->request,
             &pull->replies[s],
-            [this, s, pull, params, call_done](grpc::Status status) {
+            [this, s, pull, params,
+             call_done = std::move(call_done)](const grpc::Status& status) {
               if (!status.ok()) {
                 call_done(FromGrpcStatus(status));
                 return;
@@ -493,7 +493,8 @@ void ParameterClient::PushAsync(int64_t clock,
                                 std::memory_order_relaxed);
         servers_[s].generic->UnaryCall(
             context, PushMethod(), grpc::StubOptions(), &push->requests[s],
-            &push->replies[s], [call_done](grpc::Status status) {
+            &push->replies[s],
+            [call_done = std::move(call_done)](const grpc::Status& status) {
               call_done(FromGrpcStatus(status));
             });
       },

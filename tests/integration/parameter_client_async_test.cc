@@ -5,6 +5,7 @@
 // its backoff at once.
 #include <atomic>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,8 +68,8 @@ class ParameterClientAsyncTest : public ::testing::Test {
   }
 
   std::unique_ptr<ParameterClient> NewClient(ParameterClientOptions options) {
-    auto client =
-        ParameterClient::Create(assignment_, tensors_, options, nullptr);
+    auto client = ParameterClient::Create(assignment_, tensors_,
+                                          std::move(options), nullptr);
     EXPECT_TRUE(client.ok()) << client.status();
     return *std::move(client);
   }
