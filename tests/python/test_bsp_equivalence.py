@@ -84,8 +84,7 @@ def test_bsp_two_workers_equal_one_process_with_twice_the_batch(cluster,
     trajectories = {}
     errors = []
 
-    def train():
-        module = make_module()
+    def train(module):
         try:
             with ps.torch.Worker(coordinator, module, job=job) as worker:
                 seen = []
@@ -102,7 +101,11 @@ def test_bsp_two_workers_equal_one_process_with_twice_the_batch(cluster,
             errors.append(e)
             raise
 
-    threads = [threading.Thread(target=train) for _ in range(2)]
+    # Built here, not in the threads: make_module seeds torch's global
+    # generator, and two threads drawing from it at once would interleave
+    # their draws and give worker 0 other initial values than the reference.
+    modules = [make_module() for _ in range(2)]
+    threads = [threading.Thread(target=train, args=(m,)) for m in modules]
     for t in threads:
         t.start()
     for t in threads:
