@@ -173,6 +173,7 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     server.address = address;
     server.generic = std::make_unique<grpc::GenericStub>(CreateChannel(
         address, client->options_.channel, client->options_.connection));
+    client->addresses_.push_back(address);
     client->servers_.push_back(std::move(server));
   }
   {
@@ -225,9 +226,7 @@ void ParameterClient::AskAllServers(std::string what, absl::Duration timeout,
                                     ServerFanout::Call call, Done done) {
   ServerFanoutOptions options;
   options.what = what;
-  for (const Server& server : servers_) {
-    options.servers.push_back(server.address);
-  }
+  options.servers = &addresses_;
   options.timeout = timeout;
   options.retry_window = retry_window;
   options.stop = stop_;

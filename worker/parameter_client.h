@@ -160,6 +160,7 @@ class ParameterClient {
   const std::atomic<bool>* const stop_;
   std::vector<TensorSpec> tensors_;
   std::vector<Server> servers_;
+  std::vector<std::string> addresses_;  // servers_' addresses, in order.
   const int64_t staleness_;
   const bool use_cache_;
   // Push's state (touched by Push only; see the class comment).

@@ -26,9 +26,9 @@ ServerFanout::ServerFanout(ServerFanoutOptions options, Call call,
       outcome_(std::move(outcome)),
       first_attempt_(absl::Now()),
       backoff_(options_.initial_backoff, options_.max_backoff),
-      contexts_(options_.servers.size()) {
-  todo_.reserve(options_.servers.size());
-  for (size_t s = 0; s < options_.servers.size(); ++s) todo_.push_back(s);
+      contexts_(options_.servers->size()) {
+  todo_.reserve(options_.servers->size());
+  for (size_t s = 0; s < options_.servers->size(); ++s) todo_.push_back(s);
 }
 
 void ServerFanout::Start() { StartAttempt(); }
@@ -100,9 +100,9 @@ void ServerFanout::CallEnded(size_t i, absl::Status status) {
 void ServerFanout::AttemptEnded() {
   if (const int r = refused_.load(); r >= 0) {
     const absl::Status& s = results_[r];
-    Deliver(absl::Status(
-        s.code(), absl::StrCat(options_.what, " from server ",
-                               options_.servers[todo_[r]], ": ", s.message())));
+    Deliver(absl::Status(s.code(), absl::StrCat(options_.what, " from server ",
+                                                (*options_.servers)[todo_[r]],
+                                                ": ", s.message())));
     return;
   }
   std::vector<int> failed;
@@ -128,7 +128,7 @@ void ServerFanout::AttemptEnded() {
         last.code(),
         absl::StrCat(options_.what, " failed after retrying for ",
                      absl::FormatDuration(options_.retry_window), ": server ",
-                     options_.servers[last_server], ": ", last.message())));
+                     (*options_.servers)[last_server], ": ", last.message())));
     return;
   }
   todo_ = std::move(failed);

@@ -25,8 +25,9 @@ namespace ps {
 struct ServerFanoutOptions {
   // Names the request in errors and logs ("push of clock 7").
   std::string what;
-  // The servers' addresses, for errors; one call per server.
-  std::vector<std::string> servers;
+  // The servers' addresses, for errors; one call per server. Not null; must
+  // outlive the request (the client's list, shared by all its requests).
+  const std::vector<std::string>* servers = nullptr;
   // Deadline of one call.
   absl::Duration timeout = absl::Seconds(30);
   // No attempt starts once this long has passed since the first.
