@@ -170,7 +170,6 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
   const v1::ShardMap& map = assignment.shard_map();
   for (const std::string& address : map.servers()) {
     Server server;
-    server.address = address;
     server.generic = std::make_unique<grpc::GenericStub>(CreateChannel(
         address, client->options_.channel, client->options_.connection));
     client->addresses_.push_back(address);
@@ -264,7 +263,7 @@ void ParameterClient::NoteReachability(int server, const std::string& what,
   absl::Time& since = failing_since_[server];
   if (status.ok()) {
     if (since != absl::InfiniteFuture()) {
-      PS_LOG_INFO("server ", servers_[server].address, " answers again after ",
+      PS_LOG_INFO("server ", addresses_[server], " answers again after ",
                   absl::FormatDuration(absl::Trunc(absl::Now() - since,
                                                    absl::Milliseconds(100))));
       since = absl::InfiniteFuture();
@@ -274,8 +273,8 @@ void ParameterClient::NoteReachability(int server, const std::string& what,
     // Only UNAVAILABLE: DEADLINE_EXCEEDED is also a read that waited for the
     // staleness bound longer than one call's deadline.
     since = absl::Now();
-    PS_LOG_WARNING("server ", servers_[server].address, " not answering (",
-                   what, ": ", status.ToString(), "); retrying for up to ",
+    PS_LOG_WARNING("server ", addresses_[server], " not answering (", what,
+                   ": ", status.ToString(), "); retrying for up to ",
                    absl::FormatDuration(options_.retry_window));
   }
 }

@@ -125,7 +125,6 @@ class ParameterClient {
     int64_t num_elems;
   };
   struct Server {
-    std::string address;
     // Push and Pull go through this one, with ByteBuffers read and written
     // in place (common/parameter_wire.h).
     std::unique_ptr<grpc::GenericStub> generic;
@@ -160,7 +159,8 @@ class ParameterClient {
   const std::atomic<bool>* const stop_;
   std::vector<TensorSpec> tensors_;
   std::vector<Server> servers_;
-  std::vector<std::string> addresses_;  // servers_' addresses, in order.
+  // The servers' addresses, in servers_' order (also the fanouts' list).
+  std::vector<std::string> addresses_;
   const int64_t staleness_;
   const bool use_cache_;
   // Push's state (touched by Push only; see the class comment).
