@@ -34,21 +34,21 @@ ServerFanout::ServerFanout(ServerFanoutOptions options, Call call,
 void ServerFanout::Start() { StartAttempt(); }
 
 void ServerFanout::Cancel() {
-  std::vector<grpc::ClientContext*> contexts;
+  std::vector<std::shared_ptr<grpc::ClientContext>> contexts;
   grpc::Alarm* alarm = nullptr;
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return;
     cancelled_ = true;
     for (const auto& context : contexts_) {
-      if (context != nullptr) contexts.push_back(context.get());
+      if (context != nullptr) contexts.push_back(context);
     }
     alarm = alarm_.get();
   }
-  // Outside mu_: either may run a callback inline. Neither object goes away
-  // meanwhile: contexts are replaced, and the alarm too, only by an attempt
-  // that starts, and none starts once cancelled_ is set.
-  for (grpc::ClientContext* context : contexts) context->TryCancel();
+  // Outside mu_: either may run a callback inline. The contexts are our
+  // copies; the alarm is replaced only by an attempt that starts, and none
+  // starts once cancelled_ is set.
+  for (const auto& context : contexts) context->TryCancel();
   if (alarm != nullptr) alarm->Cancel();
 }
 
@@ -58,7 +58,7 @@ void ServerFanout::StartAttempt() {
     absl::MutexLock lock(&mu_);
     if (!cancelled_) {
       for (int s : todo_) {
-        contexts_[s] = std::make_unique<grpc::ClientContext>();
+        contexts_[s] = std::make_shared<grpc::ClientContext>();
         SetDeadline(contexts_[s].get(), options_.timeout);
         calls.emplace_back(s, contexts_[s].get());
       }
@@ -156,6 +156,11 @@ void ServerFanout::AttemptEnded() {
 }
 
 void ServerFanout::Deliver(absl::Status status) {
+  {
+    // See contexts_: no channel reference may outlive the outcome here.
+    absl::MutexLock lock(&mu_);
+    contexts_.clear();
+  }
   std::move(outcome_)(std::move(status));
 }
 

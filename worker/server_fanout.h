@@ -102,11 +102,18 @@ class ServerFanout : public std::enable_shared_from_this<ServerFanout> {
 
   absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  // One per server; replaced under mu_ when an attempt starts, and read
-  // under mu_ by Cancel. The calls' callbacks read them without it (gRPC may
-  // run a cancelled call's callback inline, in TryCancel): during an attempt
-  // nothing replaces them.
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
+  // One per server; replaced under mu_ when an attempt starts, copied
+  // under mu_ by Cancel (which keeps its copies alive while it cancels), and
+  // dropped under mu_ before the outcome is delivered. The calls' callbacks
+  // read them without it (gRPC may run a cancelled call's callback inline,
+  // in TryCancel): during an attempt nothing replaces them.
+  //
+  // Dropped before delivering because a context holds a reference to its
+  // channel: once the outcome is out the client may be destroyed, and this
+  // object's last reference is often released on a gRPC thread; a channel
+  // whose last reference goes there shuts down gRPC's callback queue from
+  // one of that queue's own threads (a double free under ASAN).
+  std::vector<std::shared_ptr<grpc::ClientContext>> contexts_;
   // The backoff's timer, and the reference that keeps this object alive
   // until it fires (its callback holds only `this`: a shared_ptr stored in
   // the alarm this object owns would never be released).
