@@ -208,6 +208,22 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
+absl::StatusOr<std::vector<std::string_view>> ViewByteBuffer(
+    const grpc::ByteBuffer& buffer, std::vector<grpc::Slice>* slices) {
+  if (buffer.Valid()) {
+    if (grpc::Status dumped = buffer.Dump(slices); !dumped.ok()) {
+      return FromGrpcStatus(dumped);
+    }
+  }
+  std::vector<std::string_view> segments;
+  segments.reserve(slices->size());
+  for (const grpc::Slice& slice : *slices) {
+    segments.emplace_back(reinterpret_cast<const char*>(slice.begin()),
+                          slice.size());
+  }
+  return segments;
+}
+
 bool IsRetryable(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
          absl::IsAborted(status) || absl::IsResourceExhausted(status);

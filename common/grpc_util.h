@@ -5,11 +5,13 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/random/random.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/security.h"
 #include "grpcpp/grpcpp.h"
@@ -130,6 +132,31 @@ void SetServicesServing(grpc::Server* server,
 
 // Status conversions (codes and messages are kept).
 absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// A ByteBuffer's bytes as views over its slices, which `slices` keeps (so
+// the views live as long as it does).
+absl::StatusOr<std::vector<std::string_view>> ViewByteBuffer(
+    const grpc::ByteBuffer& buffer, std::vector<grpc::Slice>* slices);
+
+// A small message in a ByteBuffer (a raw method's request or reply), parsed
+// by Protobuf from one copy. Errors: INVALID_ARGUMENT "<name>: not a valid
+// message".
+template <typename Message>
+absl::StatusOr<Message> ParseByteBuffer(const grpc::ByteBuffer& buffer,
+                                        std::string_view name) {
+  std::vector<grpc::Slice> slices;
+  absl::StatusOr<std::vector<std::string_view>> segments =
+      ViewByteBuffer(buffer, &slices);
+  if (!segments.ok()) return segments.status();
+  std::string bytes;
+  for (std::string_view segment : *segments) bytes.append(segment);
+  Message message;
+  if (!message.ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(
+        std::string(name).append(": not a valid message"));
+  }
+  return message;
+}
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // Sets ctx's deadline to now + timeout.

@@ -50,7 +50,7 @@ absl::Status ParameterServer::Start() {
                                                 options_.job_options);
   service_ = std::make_unique<ParameterServiceImpl>(
       manager_.get(), rpc_metrics_.get(), push_faults_,
-      Authorizer(credentials->MemberChecks()));
+      Authorizer(credentials->MemberChecks()), options_.shared_payloads);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder, options_.limits, options_.reflection);
   builder.AddListeningPort(options_.listen_address, *server_credentials,

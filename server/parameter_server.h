@@ -43,6 +43,9 @@ struct ParameterServerOptions {
   ServerLimits limits;
   // Serve gRPC server reflection. Default true.
   bool reflection = true;
+  // Take PushShared and PullShared from workers on this host (payloads in
+  // shared memory; docs/architecture.md, "Same-host payloads"). Default true.
+  bool shared_payloads = true;
 };
 
 // Start() then Stop(); not restartable. Thread-safe after Start().

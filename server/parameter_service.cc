@@ -1,6 +1,8 @@
 #include "server/parameter_service.h"
 
+#include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9,7 +11,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/net_address.h"
 #include "common/parameter_wire.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -24,7 +28,8 @@ void StoreReply(WireMessage&& reply, grpc::ByteBuffer* out) {
       +[](void* message) { delete static_cast<WireMessage*>(message); }, held);
   *out = grpc::ByteBuffer(&slice, 1);
 }
-void StoreReply(v1::PushResponse&& reply, grpc::ByteBuffer* out) {
+template <typename Message>
+void StoreReply(Message&& reply, grpc::ByteBuffer* out) {
   const std::string bytes = reply.SerializeAsString();
   grpc::Slice slice(bytes);
   *out = grpc::ByteBuffer(&slice, 1);
@@ -112,16 +117,32 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
   std::shared_ptr<Completion> completion_;
 };
 
+// Parses the PushRequest in `segments` and hands it to the manager (which
+// reads the segments only during the call).
+void StartPush(ParameterManager* manager,
+               std::span<const std::string_view> segments,
+               DeferredReactor<v1::PushResponse>* reactor,
+               std::function<void(absl::StatusOr<v1::PushResponse>*)> faults) {
+  absl::StatusOr<PushView> push = ParsePushRequest(segments);
+  if (!push.ok()) {
+    reactor->MakeCallback(nullptr)(push.status());
+    return;
+  }
+  manager->Push(*push, reactor->MakeCallback(std::move(faults)));
+}
+
 }  // namespace
 
 ParameterServiceImpl::ParameterServiceImpl(ParameterManager* manager,
                                            RpcMetrics* metrics,
                                            PushFaultInjector push_faults,
-                                           Authorizer authorizer)
+                                           Authorizer authorizer,
+                                           bool shared_payloads)
     : manager_(manager),
       metrics_(metrics),
       push_faults_(std::move(push_faults)),
-      authorizer_(std::move(authorizer)) {}
+      authorizer_(std::move(authorizer)),
+      shared_payloads_(shared_payloads) {}
 
 grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
@@ -132,25 +153,13 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
     reactor->MakeCallback(nullptr)(allowed);
     return reactor;
   }
-  // A small message: parsed by Protobuf from one copy.
-  std::string bytes;
-  std::vector<grpc::Slice> slices;
-  if (request->Valid()) {
-    if (grpc::Status dumped = request->Dump(&slices); !dumped.ok()) {
-      reactor->MakeCallback(nullptr)(FromGrpcStatus(dumped));
-      return reactor;
-    }
-  }
-  for (const grpc::Slice& slice : slices) {
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  v1::PullRequest pull;
-  if (!pull.ParseFromString(bytes)) {
-    reactor->MakeCallback(nullptr)(
-        absl::InvalidArgumentError("PullRequest: not a valid message"));
+  absl::StatusOr<v1::PullRequest> pull =
+      ParseByteBuffer<v1::PullRequest>(*request, "PullRequest");
+  if (!pull.ok()) {
+    reactor->MakeCallback(nullptr)(pull.status());
     return reactor;
   }
-  manager_->PullWire(pull, reactor->MakeCallback(nullptr));
+  manager_->PullWire(*pull, reactor->MakeCallback(nullptr));
   return reactor;
 }
 
@@ -164,39 +173,120 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Push(
     return reactor;
   }
   // The request's slices as gRPC received them: gradients are read in place
-  // (the slices live until the reactor finishes, and the manager reads them
-  // only during the call).
+  // (the manager reads them only during the call).
   std::vector<grpc::Slice> slices;
-  if (request->Valid()) {
-    if (grpc::Status dumped = request->Dump(&slices); !dumped.ok()) {
-      reactor->MakeCallback(nullptr)(FromGrpcStatus(dumped));
-      return reactor;
-    }
-  }
-  std::vector<std::string_view> segments;
-  segments.reserve(slices.size());
-  for (const grpc::Slice& slice : slices) {
-    segments.emplace_back(reinterpret_cast<const char*>(slice.begin()),
-                          slice.size());
-  }
-  absl::StatusOr<PushView> push = ParsePushRequest(segments);
-  if (!push.ok()) {
-    reactor->MakeCallback(nullptr)(push.status());
+  absl::StatusOr<std::vector<std::string_view>> segments =
+      ViewByteBuffer(*request, &slices);
+  if (!segments.ok()) {
+    reactor->MakeCallback(nullptr)(segments.status());
     return reactor;
   }
-  std::function<void(absl::StatusOr<v1::PushResponse>*)> faults;
-  if (push_faults_) {
-    faults = [this, header = push->Header()](
-                 absl::StatusOr<v1::PushResponse>* reply) {
-      if (!reply->ok()) return;
-      const PushFault fault = push_faults_(header);
-      absl::SleepFor(fault.delay_reply);
-      if (fault.drop_reply) {
-        *reply = absl::UnavailableError("injected fault: push reply dropped");
-      }
-    };
+  StartPush(manager_, *segments, reactor, FaultsFor(*segments));
+  return reactor;
+}
+
+std::function<void(absl::StatusOr<v1::PushResponse>*)>
+ParameterServiceImpl::FaultsFor(
+    std::span<const std::string_view> segments) const {
+  if (!push_faults_) return nullptr;
+  absl::StatusOr<PushView> push = ParsePushRequest(segments);
+  if (!push.ok()) return nullptr;
+  return
+      [this, header = push->Header()](absl::StatusOr<v1::PushResponse>* reply) {
+        if (!reply->ok()) return;
+        const PushFault fault = push_faults_(header);
+        absl::SleepFor(fault.delay_reply);
+        if (fault.drop_reply) {
+          *reply = absl::UnavailableError("injected fault: push reply dropped");
+        }
+      };
+}
+
+absl::Status ParameterServiceImpl::CheckSharedPayloads(
+    const grpc::CallbackServerContext& ctx) const {
+  PS_RETURN_IF_ERROR(authorizer_.AuthorizeMember(ctx));
+  if (!shared_payloads_) {
+    return absl::UnimplementedError(
+        "shared-memory payloads are off on this server "
+        "(--shared_memory_payloads=false)");
   }
-  manager_->Push(*push, reactor->MakeCallback(std::move(faults)));
+  if (!IsLoopbackHost(PeerHost(ctx.peer()))) {
+    return absl::UnimplementedError(absl::StrCat(
+        "shared-memory payloads are for workers on the server's host; peer ",
+        ctx.peer(), " is not a loopback address"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SharedRegionCache::Span> ParameterServiceImpl::SharedBytes(
+    const grpc::CallbackServerContext& ctx, const v1::SharedSpan& where) {
+  PS_RETURN_IF_ERROR(CheckSharedPayloads(ctx));
+  absl::StatusOr<SharedRegionCache::Span> span =
+      regions_.Get(where.region(), where.offset(), where.length());
+  if (absl::IsNotFound(span.status()) ||
+      absl::IsFailedPrecondition(span.status())) {
+    // Most likely a worker on another host whose address looks local (a
+    // container of its own): it falls back to the socket.
+    return absl::UnimplementedError(span.status().message());
+  }
+  return span;
+}
+
+grpc::ServerUnaryReactor* ParameterServiceImpl::PushShared(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::StatusOr<v1::SharedPushRequest> shared =
+      ParseByteBuffer<v1::SharedPushRequest>(*request, "SharedPushRequest");
+  const size_t payload = shared.ok() ? shared->request().length() : 0;
+  auto* reactor = new DeferredReactor<v1::PushResponse>(
+      "PushShared", request->Length() + payload, response, metrics_);
+  absl::StatusOr<SharedRegionCache::Span> span =
+      shared.ok() ? SharedBytes(*ctx, shared->request()) : shared.status();
+  if (!span.ok()) {
+    reactor->MakeCallback(nullptr)(span.status());
+    return reactor;
+  }
+  // Copied out first: the checks and the update must read the same bytes,
+  // whatever the region's owner does meanwhile.
+  std::string bytes(span->data, span->size);
+  const std::string_view segment = bytes;
+  const std::span<const std::string_view> segments(&segment, 1);
+  StartPush(manager_, segments, reactor, FaultsFor(segments));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServiceImpl::PullShared(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  auto* reactor = new DeferredReactor<v1::SharedPullResponse>(
+      "PullShared", request->Length(), response, metrics_);
+  absl::StatusOr<v1::SharedPullRequest> shared =
+      ParseByteBuffer<v1::SharedPullRequest>(*request, "SharedPullRequest");
+  absl::StatusOr<SharedRegionCache::Span> span =
+      shared.ok() ? SharedBytes(*ctx, shared->reply()) : shared.status();
+  auto done = reactor->MakeCallback(nullptr);
+  if (!span.ok()) {
+    done(span.status());
+    return reactor;
+  }
+  manager_->PullWire(
+      shared->pull(), [span = *std::move(span), done = std::move(done)](
+                          absl::StatusOr<WireMessage> reply) {
+        if (!reply.ok()) {
+          done(reply.status());
+          return;
+        }
+        if (reply->size() > span.size) {
+          done(absl::OutOfRangeError(absl::StrCat(
+              "pull reply of ", reply->size(), " bytes does not fit the ",
+              span.size, " bytes of shared region ", span.region->name())));
+          return;
+        }
+        std::memcpy(span.data, reply->data(), reply->size());
+        v1::SharedPullResponse response;
+        response.set_length(reply->size());
+        done(std::move(response));
+      });
   return reactor;
 }
 

@@ -3,12 +3,15 @@
 #define PS_SERVER_PARAMETER_SERVICE_H_
 
 #include <functional>
+#include <span>
+#include <string_view>
 
 #include "absl/time/time.h"
 #include "common/authorizer.h"
 #include "common/metrics.h"
 #include "ps/v1/parameter.grpc.pb.h"
 #include "server/parameter_manager.h"
+#include "server/shared_region_cache.h"
 
 namespace ps {
 
@@ -33,18 +36,28 @@ using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 // (PullRequest) get INVALID_ARGUMENT. Every call must come from a member of
 // the cluster (`authorizer`); others get UNAUTHENTICATED.
 //
+// PushShared and PullShared are Push and Pull with their payloads in
+// shared memory, for workers on this host (docs/architecture.md, "Same-host
+// payloads"): taken from loopback peers only, when `shared_payloads` is on.
+// A pushed request is copied out of the worker's region before it is read
+// (the worker could change it meanwhile); a pull's reply is written into
+// the worker's region before the call is answered.
+//
 // Seed (EXTERNAL models' initial values, rare) is an ordinary callback method
 // over parsed messages, answered once the seed is durable.
 class ParameterServiceImpl final
     : public v1::ParameterService::WithCallbackMethod_Seed<
           v1::ParameterService::WithRawCallbackMethod_Push<
               v1::ParameterService::WithRawCallbackMethod_Pull<
-                  v1::ParameterService::Service>>> {
+                  v1::ParameterService::WithRawCallbackMethod_PushShared<
+                      v1::ParameterService::WithRawCallbackMethod_PullShared<
+                          v1::ParameterService::Service>>>>> {
  public:
   // `manager` and `metrics` must outlive the service.
   ParameterServiceImpl(ParameterManager* manager, RpcMetrics* metrics,
                        PushFaultInjector push_faults = nullptr,
-                       Authorizer authorizer = Authorizer());
+                       Authorizer authorizer = Authorizer(),
+                       bool shared_payloads = true);
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx,
                                  const grpc::ByteBuffer* request,
@@ -55,12 +68,34 @@ class ParameterServiceImpl final
   grpc::ServerUnaryReactor* Seed(grpc::CallbackServerContext* ctx,
                                  const v1::SeedRequest* request,
                                  v1::SeedResponse* response) override;
+  grpc::ServerUnaryReactor* PushShared(grpc::CallbackServerContext* ctx,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* PullShared(grpc::CallbackServerContext* ctx,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
 
  private:
+  // Whether a caller may use shared memory: OK, or UNIMPLEMENTED and why not.
+  absl::Status CheckSharedPayloads(
+      const grpc::CallbackServerContext& ctx) const;
+  // The bytes a shared-memory call names, if the caller may use them.
+  // Errors: UNIMPLEMENTED when shared memory is not for this caller (the
+  // worker falls back to Push and Pull), OUT_OF_RANGE and INVALID_ARGUMENT
+  // for a span that cannot be a region's.
+  absl::StatusOr<SharedRegionCache::Span> SharedBytes(
+      const grpc::CallbackServerContext& ctx, const v1::SharedSpan& where);
+  // The test-only fault of the push in `segments` (empty without an
+  // injector).
+  std::function<void(absl::StatusOr<v1::PushResponse>*)> FaultsFor(
+      std::span<const std::string_view> segments) const;
+
   ParameterManager* const manager_;
   RpcMetrics* const metrics_;
   const PushFaultInjector push_faults_;
   const Authorizer authorizer_;
+  const bool shared_payloads_;
+  SharedRegionCache regions_;
 };
 
 }  // namespace ps

@@ -26,6 +26,9 @@ ABSL_FLAG(int64_t, snapshot_log_mib,
           ps::ServerJobOptions().snapshot_log_bytes >> 20,
           "update-log MiB after which a job's shards are snapshotted and the "
           "log dropped (bounds the log on disk and the replay after a crash)");
+ABSL_FLAG(bool, shared_memory_payloads, true,
+          "let workers on this host pass push and pull payloads through "
+          "shared memory (/dev/shm) instead of the socket");
 
 namespace {
 
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.job_options.snapshot_log_bytes =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_snapshot_log_mib)) << 20;
+  options.shared_payloads = absl::GetFlag(FLAGS_shared_memory_payloads);
   ps::ParameterServer server(options);
   return ps::RunUntilSignalled("ps-server", server, member.port_file);
 }

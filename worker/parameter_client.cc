@@ -14,11 +14,35 @@
 #include "common/half_codec.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/net_address.h"
 #include "common/parameter_wire.h"
 #include "common/status_macros.h"
 #include "grpcpp/alarm.h"
 
 namespace ps {
+// The shared-memory regions of one request's calls, one per server: each
+// attempt takes a region of its own, and one whose call was not answered OK
+// is removed, never reused (the server may still handle that call after it
+// failed here, reading or writing the region).
+struct SharedPayloads {
+  explicit SharedPayloads(size_t servers)
+      : regions(servers), requests(servers) {}
+
+  // The call to server s ended with `status`.
+  void CallEnded(int s, const absl::Status& status) {
+    if (!status.ok()) regions[s].reset();
+  }
+  // Once every call has ended: gives the regions back to `pool`.
+  void Return(SharedRegionPool& pool) {
+    for (auto& region : regions) pool.Release(std::move(region));
+  }
+
+  // Touched only by server s's calls (one at a time) until Return.
+  std::vector<std::unique_ptr<SharedRegion>> regions;
+  // The PushShared or PullShared request naming each region.
+  std::vector<grpc::ByteBuffer> requests;
+};
+
 namespace {
 
 const std::string& PushMethod() {
@@ -33,6 +57,23 @@ const std::string& PullMethod() {
   return *method;
 }
 
+const std::string& PushSharedMethod() {
+  static const std::string* const method = new std::string(absl::StrCat(
+      "/", v1::ParameterService::service_full_name(), "/PushShared"));
+  return *method;
+}
+
+const std::string& PullSharedMethod() {
+  static const std::string* const method = new std::string(absl::StrCat(
+      "/", v1::ParameterService::service_full_name(), "/PullShared"));
+  return *method;
+}
+
+grpc::ByteBuffer SerializedBuffer(const google::protobuf::Message& message) {
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 // A push in flight: its requests, which lend the gradient memory to gRPC
 // without a copy, and its outcome, held back until gRPC has released every
 // slice lent (it may hold one briefly after the call it was sent on ends,
@@ -40,8 +81,13 @@ const std::string& PullMethod() {
 // outcome is delivered.
 class PushInFlight {
  public:
-  PushInFlight(size_t servers, ParameterClient::Done done)
-      : requests(servers), replies(servers), done_(std::move(done)) {}
+  PushInFlight(size_t servers, SharedRegionPool* pool,
+               ParameterClient::Done done)
+      : requests(servers),
+        replies(servers),
+        shared(servers),
+        pool_(pool),
+        done_(std::move(done)) {}
   PushInFlight(const PushInFlight&) = delete;
   PushInFlight& operator=(const PushInFlight&) = delete;
 
@@ -60,6 +106,7 @@ class PushInFlight {
   // the last slice, and deletes this.
   void CallsEnded(absl::Status status) {
     requests.clear();  // Our references (may release slices inline).
+    shared.Return(*pool_);
     bool now;
     {
       absl::MutexLock lock(&mu_);
@@ -72,6 +119,7 @@ class PushInFlight {
 
   std::vector<grpc::ByteBuffer> requests;  // One per server.
   std::vector<grpc::ByteBuffer> replies;
+  SharedPayloads shared;
 
  private:
   static void Release(void* self) {
@@ -96,6 +144,7 @@ class PushInFlight {
     delete this;  // Safe in the alarm's callback: gRPC keeps its own ref.
   }
 
+  SharedRegionPool* const pool_;
   ParameterClient::Done done_;
   absl::Mutex mu_;
   int lent_ ABSL_GUARDED_BY(mu_) = 0;
@@ -110,8 +159,10 @@ struct PullInFlight {
       : replies(servers),
         min_clocks(servers, INT64_MAX),
         own_clocks(servers, INT64_MAX),
-        reply_bytes(servers, 0) {}
-  grpc::ByteBuffer request;
+        reply_bytes(servers, 0),
+        shared(servers) {}
+  v1::PullRequest message;
+  grpc::ByteBuffer request;  // `message`, serialized.
   // Read where gRPC received them and copied once, into the tensors
   // (common/parameter_wire.h). Per server, so the callbacks (one call per
   // server at a time) never share.
@@ -119,6 +170,7 @@ struct PullInFlight {
   std::vector<int64_t> min_clocks;
   std::vector<int64_t> own_clocks;
   std::vector<int64_t> reply_bytes;
+  SharedPayloads shared;
 };
 
 // Starts an asynchronous call and waits for its outcome.
@@ -168,10 +220,13 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     }
   }
   const v1::ShardMap& map = assignment.shard_map();
+  client->shared_ = std::make_unique<std::atomic<bool>[]>(map.servers_size());
   for (const std::string& address : map.servers()) {
     Server server;
     server.generic = std::make_unique<grpc::GenericStub>(CreateChannel(
         address, client->options_.channel, client->options_.connection));
+    client->shared_[client->servers_.size()] =
+        client->options_.shared_payloads && IsLoopbackHost(HostOf(address));
     client->addresses_.push_back(address);
     client->servers_.push_back(std::move(server));
   }
@@ -200,8 +255,16 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
       return absl::InvalidArgumentError(
           absl::StrCat("shard_map: block ", b.key, " has no server"));
     }
-    client->servers_[it->second].blocks.push_back(
-        {b.key, b.tensor_index, b.offset, b.num_elems});
+    Server& server = client->servers_[it->second];
+    server.blocks.push_back({b.key, b.tensor_index, b.offset, b.num_elems});
+    // The block's values and, at most, its tag, length and key.
+    server.max_reply_bytes += b.num_elems * sizeof(float) + 32;
+  }
+  for (Server& server : client->servers_) {
+    // min_clock and worker_clocks, at most 11 bytes a value, and their tags.
+    server.max_reply_bytes +=
+        64 +
+        11 * static_cast<size_t>(std::max(1, assignment.spec().num_workers()));
   }
   return client;
 }
@@ -335,8 +398,8 @@ void ParameterClient::PullFromServers(int64_t clock,
   request.set_map_version(map_version_);
   request.set_final(final);
   auto pull = std::make_shared<PullInFlight>(servers_.size());
-  grpc::Slice request_slice(request.SerializeAsString());
-  pull->request = grpc::ByteBuffer(&request_slice, 1);
+  pull->request = SerializedBuffer(request);
+  pull->message = std::move(request);
   AskAllServers(
       absl::StrCat(final ? "final pull of clock " : "pull of clock ", clock),
       options_.pull_timeout,
@@ -346,22 +409,32 @@ void ParameterClient::PullFromServers(int64_t clock,
       [this, pull, params](int s, grpc::ClientContext* context,
                            ServerFanout::CallDone call_done) {
         pull->replies[s].Clear();
+        const SharedRegion* region =
+            UsesSharedMemory(s)
+                ? LendReplyRegion(pull->message, s, &pull->shared)
+                : nullptr;
         servers_[s].generic->UnaryCall(
-            context, PullMethod(), grpc::StubOptions(), &pull->request,
+            context, region != nullptr ? PullSharedMethod() : PullMethod(),
+            grpc::StubOptions(),
+            region != nullptr ? &pull->shared.requests[s] : &pull->request,
             &pull->replies[s],
-            [this, s, pull, params,
+            [this, s, pull, params, region,
              call_done = std::move(call_done)](const grpc::Status& status) {
-              if (!status.ok()) {
-                call_done(FromGrpcStatus(status));
-                return;
+              absl::Status result = FromGrpcStatus(status);
+              if (result.ok()) {
+                result = ReadPullReply(
+                    s, pull->replies[s], region, params, &pull->min_clocks[s],
+                    &pull->own_clocks[s], &pull->reply_bytes[s]);
               }
-              pull->reply_bytes[s] = pull->replies[s].Length();
-              call_done(ReadPullReply(s, pull->replies[s], params,
-                                      &pull->min_clocks[s],
-                                      &pull->own_clocks[s]));
+              if (region != nullptr) {
+                pull->shared.CallEnded(s, result);
+                result = SharedCallFailed(s, std::move(result));
+              }
+              call_done(std::move(result));
             });
       },
       [this, pull, done = std::move(done)](absl::Status status) mutable {
+        pull->shared.Return(regions_);
         if (status.ok()) {
           for (int64_t bytes : pull->reply_bytes) pulled_bytes_ += bytes;
           const int64_t min_clock = *std::min_element(pull->min_clocks.begin(),
@@ -375,22 +448,46 @@ void ParameterClient::PullFromServers(int64_t clock,
       });
 }
 
+absl::Status ParameterClient::SharedCallFailed(int s, absl::Status status) {
+  if (!absl::IsUnimplemented(status)) return status;
+  if (shared_[s].exchange(false)) {
+    PS_LOG_INFO("server ", addresses_[s],
+                " takes no shared-memory payloads from this worker (",
+                status.message(), "): calling it through the socket");
+  }
+  return absl::AbortedError(absl::StrCat(
+      "shared-memory payloads refused, calling again through the socket: ",
+      status.message()));
+}
+
 absl::Status ParameterClient::ReadPullReply(
-    int s, const grpc::ByteBuffer& reply,
+    int s, const grpc::ByteBuffer& reply, const SharedRegion* region,
+    std::vector<std::vector<float>>* params, int64_t* min_clock,
+    int64_t* own_clock, int64_t* reply_bytes) const {
+  if (region == nullptr) {
+    std::vector<grpc::Slice> slices;
+    PS_ASSIGN_OR_RETURN(std::vector<std::string_view> segments,
+                        ViewByteBuffer(reply, &slices));
+    *reply_bytes = static_cast<int64_t>(reply.Length());
+    return ReadPullReply(s, segments, params, min_clock, own_clock);
+  }
+  absl::StatusOr<v1::SharedPullResponse> shared =
+      ParseByteBuffer<v1::SharedPullResponse>(reply, "SharedPullResponse");
+  if (!shared.ok() || shared->length() > region->size()) {
+    return absl::InternalError(absl::StrCat(
+        "pull reply from ", addresses_[s], ": not ",
+        shared.ok() ? "within its shared region" : "a SharedPullResponse"));
+  }
+  *reply_bytes = static_cast<int64_t>(shared->length());
+  const std::string_view bytes(region->data(), shared->length());
+  return ReadPullReply(s, std::span<const std::string_view>(&bytes, 1), params,
+                       min_clock, own_clock);
+}
+
+absl::Status ParameterClient::ReadPullReply(
+    int s, std::span<const std::string_view> segments,
     std::vector<std::vector<float>>* params, int64_t* min_clock,
     int64_t* own_clock) const {
-  std::vector<grpc::Slice> slices;
-  if (reply.Valid()) {
-    if (grpc::Status dumped = reply.Dump(&slices); !dumped.ok()) {
-      return FromGrpcStatus(dumped);
-    }
-  }
-  std::vector<std::string_view> segments;
-  segments.reserve(slices.size());
-  for (const grpc::Slice& slice : slices) {
-    segments.emplace_back(reinterpret_cast<const char*>(slice.begin()),
-                          slice.size());
-  }
   absl::StatusOr<PullView> view = ParsePullResponse(segments);
   if (!view.ok()) {
     return absl::InternalError(
@@ -462,7 +559,7 @@ void ParameterClient::PushAsync(int64_t clock,
   const size_t value_bytes = WireValueBytes(wire_gradients_);
   // Each server's request is the PushRequest wire format as slices: the
   // framing bytes (small, copied) and the gradient blocks in place.
-  auto* push = new PushInFlight(servers_.size(), std::move(done));
+  auto* push = new PushInFlight(servers_.size(), &regions_, std::move(done));
   const PushFramer framer(job_id_, worker_index_, clock, map_version_,
                           wire_gradients_);
   for (size_t s = 0; s < servers_.size(); ++s) {
@@ -487,16 +584,71 @@ void ParameterClient::PushAsync(int64_t clock,
       options_.retry_window,
       [this, push](int s, grpc::ClientContext* context,
                    ServerFanout::CallDone call_done) {
+        // The request's bytes, wherever they go.
         pushed_bytes_.fetch_add(push->requests[s].Length(),
                                 std::memory_order_relaxed);
+        const bool shared = UsesSharedMemory(s) &&
+                            ShareRequest(push->requests[s], s, &push->shared);
         servers_[s].generic->UnaryCall(
-            context, PushMethod(), grpc::StubOptions(), &push->requests[s],
+            context, shared ? PushSharedMethod() : PushMethod(),
+            grpc::StubOptions(),
+            shared ? &push->shared.requests[s] : &push->requests[s],
             &push->replies[s],
-            [call_done = std::move(call_done)](const grpc::Status& status) {
-              call_done(FromGrpcStatus(status));
+            [this, s, push, shared,
+             call_done = std::move(call_done)](const grpc::Status& status) {
+              absl::Status result = FromGrpcStatus(status);
+              if (shared) {
+                push->shared.CallEnded(s, result);
+                result = SharedCallFailed(s, std::move(result));
+              }
+              call_done(std::move(result));
             });
       },
       [push](absl::Status status) { push->CallsEnded(std::move(status)); });
+}
+
+bool ParameterClient::ShareRequest(const grpc::ByteBuffer& request, int s,
+                                   SharedPayloads* shared) {
+  std::vector<grpc::Slice> slices;
+  absl::StatusOr<std::vector<std::string_view>> bytes =
+      ViewByteBuffer(request, &slices);
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region =
+      bytes.ok() ? regions_.Acquire(request.Length()) : bytes.status();
+  if (!region.ok()) {  // This call goes through the socket.
+    PS_LOG_WARNING("push to ", addresses_[s], ": ", region.status().ToString());
+    return false;
+  }
+  char* out = (*region)->data();
+  for (std::string_view piece : *bytes) {
+    std::memcpy(out, piece.data(), piece.size());
+    out += piece.size();
+  }
+  v1::SharedPushRequest message;
+  message.mutable_request()->set_region((*region)->name());
+  message.mutable_request()->set_length(request.Length());
+  shared->requests[s] = SerializedBuffer(message);
+  shared->regions[s] = *std::move(region);
+  return true;
+}
+
+const SharedRegion* ParameterClient::LendReplyRegion(
+    const v1::PullRequest& pull, int s, SharedPayloads* shared) {
+  if (shared->regions[s] == nullptr) {  // Else the last call's, answered OK.
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region =
+        regions_.Acquire(servers_[s].max_reply_bytes);
+    if (!region.ok()) {  // This call goes through the socket.
+      PS_LOG_WARNING("pull from ", addresses_[s], ": ",
+                     region.status().ToString());
+      return nullptr;
+    }
+    shared->regions[s] = *std::move(region);
+  }
+  v1::SharedPullRequest message;
+  *message.mutable_pull() = pull;
+  message.mutable_reply()->set_region(shared->regions[s]->name());
+  message.mutable_reply()->set_length(shared->regions[s]->size());
+  shared->requests[s] = SerializedBuffer(message);
+  return shared->regions[s].get();
 }
 
 }  // namespace ps

@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,12 +19,17 @@
 #include "common/grpc_util.h"
 #include "common/model_layout.h"
 #include "common/security.h"
+#include "common/shared_region.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/parameter.grpc.pb.h"
 #include "worker/server_fanout.h"
+#include "worker/shared_region_pool.h"
 
 namespace ps {
+
+// One request's shared-memory regions (parameter_client.cc).
+struct SharedPayloads;
 
 struct ParameterClientOptions {
   // Deadline of one Pull attempt; a pull may wait this long for slower workers.
@@ -43,6 +50,11 @@ struct ParameterClientOptions {
   // Keepalive and reconnection of the channels to the servers. Default:
   // MemberConnectionOptions().
   ConnectionOptions connection = MemberConnectionOptions();
+  // Pass push and pull payloads to servers at loopback addresses through
+  // shared memory (PushShared, PullShared; docs/architecture.md, "Same-host
+  // payloads"); a server that does not take them is then called with Push
+  // and Pull. Default true.
+  bool shared_payloads = true;
 };
 
 // Every call is made with gRPC's callback API: PushAsync and PullAsync report
@@ -129,6 +141,8 @@ class ParameterClient {
     // in place (common/parameter_wire.h).
     std::unique_ptr<grpc::GenericStub> generic;
     std::vector<BlockRef> blocks;
+    // The largest pull reply this server can send this worker.
+    size_t max_reply_bytes = 0;
   };
   ParameterClient(const v1::Assignment& assignment,
                   const std::vector<TensorSpec>& tensors,
@@ -148,9 +162,33 @@ class ParameterClient {
                         const absl::Status& status);
   // Copies server s's reply into `params` and returns the clocks it carries.
   // Thread-safe (each server's blocks are its own).
-  absl::Status ReadPullReply(int s, const grpc::ByteBuffer& reply,
+  absl::Status ReadPullReply(int s, std::span<const std::string_view> reply,
                              std::vector<std::vector<float>>* params,
                              int64_t* min_clock, int64_t* own_clock) const;
+  // Server s's pull reply, from the call's reply or, for PullShared, from
+  // the region it was written into.
+  absl::Status ReadPullReply(int s, const grpc::ByteBuffer& reply,
+                             const SharedRegion* region,
+                             std::vector<std::vector<float>>* params,
+                             int64_t* min_clock, int64_t* own_clock,
+                             int64_t* reply_bytes) const;
+  // Whether server s takes shared-memory payloads (until it says it does
+  // not).
+  bool UsesSharedMemory(int s) const { return shared_[s].load(); }
+  // The status a failed PushShared or PullShared call reports: UNIMPLEMENTED
+  // turns shared memory off for server s and becomes ABORTED, so that the
+  // fanout calls the server again, through the socket.
+  absl::Status SharedCallFailed(int s, absl::Status status);
+  // For a call to server s: copies its push request into a region of
+  // `shared` and writes the PushShared request naming it. False (the call
+  // goes through the socket) if no region can be had.
+  bool ShareRequest(const grpc::ByteBuffer& request, int s,
+                    SharedPayloads* shared);
+  // For a call to server s: a region of `shared` for its pull reply, and the
+  // PullShared request naming it; null (the call goes through the socket)
+  // if no region can be had.
+  const SharedRegion* LendReplyRegion(const v1::PullRequest& pull, int s,
+                                      SharedPayloads* shared);
 
   const std::string job_id_;
   const int worker_index_;
@@ -161,6 +199,9 @@ class ParameterClient {
   std::vector<Server> servers_;
   // The servers' addresses, in servers_' order (also the fanouts' list).
   std::vector<std::string> addresses_;
+  // Per server: whether calls pass their payloads in shared memory.
+  std::unique_ptr<std::atomic<bool>[]> shared_;
+  SharedRegionPool regions_;
   const int64_t staleness_;
   const bool use_cache_;
   // Push's state (touched by Push only; see the class comment).

@@ -7,6 +7,7 @@
 #include "common/flags_usage.h"
 #include "common/logging.h"
 #include "common/member_flags.h"
+#include "common/shared_region.h"
 #include "common/signals.h"
 #include "worker/device.h"
 #include "worker/worker_node.h"
@@ -26,6 +27,10 @@ ABSL_FLAG(bool, overlap_push, ps::TrainerOptions().overlap_push,
 ABSL_FLAG(bool, prefetch_pull, ps::TrainerOptions().prefetch_pull,
           "pull the next step's parameters while this step computes (false: "
           "for A/B measurements)");
+ABSL_FLAG(bool, shared_memory_payloads,
+          ps::ParameterClientOptions().shared_payloads,
+          "pass push and pull payloads to servers on this host through shared "
+          "memory (/dev/shm) instead of the socket");
 ABSL_FLAG(std::string, ack_log, "",
           "fault tests: append \"job worker clock\" here after every "
           "acknowledged push");
@@ -34,6 +39,12 @@ int main(int argc, char** argv) {
   ps::SetUpFlagsUsage("Worker: computes gradients for assigned jobs.");
   absl::ParseCommandLine(argc, argv);
   ps::BlockTerminationSignals();
+  // Regions left in /dev/shm by workers that were killed.
+  if (const int removed = ps::SharedRegion::RemoveOrphanedRegions();
+      removed > 0) {
+    PS_LOG_INFO("ps-worker: removed ", removed,
+                " shared-memory regions of workers that exited");
+  }
 
   absl::StatusOr<std::unique_ptr<ps::Backend>> backend = ps::CreateBackend(
       absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads));
@@ -56,6 +67,8 @@ int main(int argc, char** argv) {
   options.trainer.ack_log = absl::GetFlag(FLAGS_ack_log);
   options.trainer.overlap_push = absl::GetFlag(FLAGS_overlap_push);
   options.trainer.prefetch_pull = absl::GetFlag(FLAGS_prefetch_pull);
+  options.trainer.parameter_client.shared_payloads =
+      absl::GetFlag(FLAGS_shared_memory_payloads);
   if (options.trainer.slowdown < 1.0) {
     PS_LOG_ERROR("ps-worker: --slowdown must be >= 1");
     return 1;

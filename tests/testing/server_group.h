@@ -20,11 +20,13 @@ namespace ps {
 
 class ServerGroup {
  public:
+  // `shared_payloads`: ParameterServerOptions::shared_payloads.
   ServerGroup(int num_servers, const std::string& data_dir,
-              PushFaultInjector faults = nullptr)
+              PushFaultInjector faults = nullptr, bool shared_payloads = true)
       : faults_(std::move(faults)) {
     for (int i = 0; i < num_servers; ++i) {
       ParameterServerOptions options;
+      options.shared_payloads = shared_payloads;
       if (!data_dir.empty()) options.data_dir = absl::StrCat(data_dir, "/s", i);
       options_.push_back(options);
       servers_.push_back(
@@ -58,6 +60,8 @@ class ServerGroup {
     assigned_.push_back(a);
     return a;
   }
+
+  std::string address(int i) const { return servers_[i]->address(); }
 
   // Stops server i: its port closes, calls to it fail with UNAVAILABLE.
   void Stop(int i) { servers_[i]->Stop(); }
