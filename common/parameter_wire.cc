@@ -501,7 +501,9 @@ WireMessage::WireMessage(WireMessage&& other) noexcept
     : data_(std::move(other.data_)),
       size_(std::exchange(other.size_, 0)),
       capacity_(std::exchange(other.capacity_, 0)),
-      pool_(std::move(other.pool_)) {}
+      pool_(std::move(other.pool_)),
+      borrowed_(std::exchange(other.borrowed_, nullptr)),
+      keep_alive_(std::move(other.keep_alive_)) {}
 
 WireMessage& WireMessage::operator=(WireMessage&& other) noexcept {
   if (this != &other) {
@@ -510,6 +512,8 @@ WireMessage& WireMessage::operator=(WireMessage&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     capacity_ = std::exchange(other.capacity_, 0);
     pool_ = std::move(other.pool_);
+    borrowed_ = std::exchange(other.borrowed_, nullptr);
+    keep_alive_ = std::move(other.keep_alive_);
   }
   return *this;
 }
@@ -525,6 +529,16 @@ WireMessage WireMessage::Allocate(size_t size) {
   out.data_.reset(new char[size]);  // Uninitialised: every byte is written.
   out.size_ = size;
   out.capacity_ = size;
+  return out;
+}
+
+WireMessage WireMessage::Borrow(char* data, size_t size,
+                                std::shared_ptr<const void> keep_alive) {
+  WireMessage out;
+  out.borrowed_ = data;
+  out.size_ = size;
+  out.capacity_ = size;
+  out.keep_alive_ = std::move(keep_alive);
   return out;
 }
 
@@ -568,7 +582,8 @@ int WireBufferPool::free_buffers() const {
 WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
                                int64_t min_clock,
                                std::span<const int64_t> worker_clocks,
-                               WireBufferPool* pool) {
+                               WireBufferPool* pool,
+                               const ReplyAllocator& allocate) {
   // Sizes first, then one pass of writes into a buffer of exactly that size;
   // fields in number order and zeros left out, as Protobuf writes them.
   const uint32_t block_tag =
@@ -588,8 +603,10 @@ WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
   if (!worker_clocks.empty()) {
     size += 1 + VarintSize(clocks_bytes) + clocks_bytes;
   }
-  WireMessage out =
-      pool != nullptr ? pool->Take(size) : WireMessage::Allocate(size);
+  WireMessage out = allocate          ? allocate(size)
+                    : pool != nullptr ? pool->Take(size)
+                                      : WireMessage::Allocate(size);
+  PS_CHECK(out.size() == size);
   char* p = out.data();
   for (const ReplyBlock& b : blocks) {
     const size_t data_bytes = b.values.size_bytes();

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -214,11 +215,18 @@ class WireMessage {
   ~WireMessage();
   // A message of `size` bytes in a buffer of its own (contents unset).
   static WireMessage Allocate(size_t size);
+  // A message of `size` bytes written into memory it does not own, at
+  // `data` (a reply written straight into a worker's shared region); the
+  // memory stays valid while `keep_alive` does, which the message holds.
+  static WireMessage Borrow(char* data, size_t size,
+                            std::shared_ptr<const void> keep_alive);
 
-  char* data() { return data_.get(); }
-  const char* data() const { return data_.get(); }
+  char* data() { return borrowed_ != nullptr ? borrowed_ : data_.get(); }
+  const char* data() const {
+    return borrowed_ != nullptr ? borrowed_ : data_.get();
+  }
   size_t size() const { return size_; }
-  std::string_view view() const { return {data_.get(), size_}; }
+  std::string_view view() const { return {data(), size_}; }
 
  private:
   friend class WireBufferPool;
@@ -226,6 +234,8 @@ class WireMessage {
   size_t size_ = 0;
   size_t capacity_ = 0;
   std::shared_ptr<WireBufferPool> pool_;  // Null: not pooled.
+  char* borrowed_ = nullptr;              // Set by Borrow (data_ is null).
+  std::shared_ptr<const void> keep_alive_;
 };
 
 // Reply buffers kept for reuse, so that a large reply is not allocated and
@@ -265,13 +275,18 @@ struct ReplyBlock {
   std::span<const float> values;
 };
 
+// Where a reply is written: a message of exactly the size asked for.
+using ReplyAllocator = std::function<WireMessage(size_t size)>;
+
 // The bytes of the PullResponse {blocks, min_clock, worker_clocks}, written
 // in one pass (the values copied once): equal to SerializeAsString() of that
-// message. The buffer comes from `pool` if not null.
+// message. The buffer comes from `allocate` if set, else from `pool` if not
+// null.
 WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
                                int64_t min_clock,
                                std::span<const int64_t> worker_clocks,
-                               WireBufferPool* pool = nullptr);
+                               WireBufferPool* pool = nullptr,
+                               const ReplyAllocator& allocate = nullptr);
 
 }  // namespace ps
 

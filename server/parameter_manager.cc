@@ -96,13 +96,14 @@ void ParameterManager::Pull(const v1::PullRequest& request,
 }
 
 void ParameterManager::PullWire(const v1::PullRequest& request,
-                                ServerJob::PullWireCallback done) {
+                                ServerJob::PullWireCallback done,
+                                ReplyAllocator allocate) {
   auto job = Find(request.job_id());
   if (!job.ok()) {
     done(job.status());
     return;
   }
-  (*job)->PullWire(request, std::move(done));
+  (*job)->PullWire(request, std::move(done), std::move(allocate));
 }
 
 void ParameterManager::Push(const v1::PushRequest& request,

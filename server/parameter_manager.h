@@ -40,9 +40,11 @@ class ParameterManager {
   // Dispatches to the job. INVALID_ARGUMENT for a malformed job id
   // (ValidateId); NOT_FOUND if this server does not hold the job.
   void Pull(const v1::PullRequest& request, ServerJob::PullCallback done);
-  // A pull whose reply is the serialized PullResponse (ServerJob::PullWire).
+  // A pull whose reply is the serialized PullResponse (ServerJob::PullWire),
+  // written where `allocate` says if it is set.
   void PullWire(const v1::PullRequest& request,
-                ServerJob::PullWireCallback done);
+                ServerJob::PullWireCallback done,
+                ReplyAllocator allocate = nullptr);
   void Push(const v1::PushRequest& request, ServerJob::PushCallback done);
   // A push whose gradient bytes are views (ServerJob::Push: read during the
   // call only). Refused with FAILED_PRECONDITION while the job waits for

@@ -80,9 +80,9 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
       DeferredReactor* self = completion->Claim();
       if (self == nullptr) return;
       if (before_reply) before_reply(&reply);
+      const grpc::Status status = ToGrpcStatus(reply.status());
       if (reply.ok()) StoreReply(*std::move(reply), self->response_);
-      self->FinishWith(reply.ok() ? grpc::Status::OK
-                                  : ToGrpcStatus(reply.status()));
+      self->FinishWith(status);
     };
   }
 
@@ -269,24 +269,30 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::PullShared(
     done(span.status());
     return reactor;
   }
+  // The reply is encoded straight into the region when it fits.
+  ReplyAllocator allocate = [span = *span](size_t size) {
+    return size <= span.size ? WireMessage::Borrow(span.data, size, span.region)
+                             : WireMessage::Allocate(size);
+  };
   manager_->PullWire(
-      shared->pull(), [span = *std::move(span), done = std::move(done)](
-                          absl::StatusOr<WireMessage> reply) {
+      shared->pull(),
+      [span = *std::move(span),
+       done = std::move(done)](absl::StatusOr<WireMessage> reply) {
         if (!reply.ok()) {
           done(reply.status());
           return;
         }
-        if (reply->size() > span.size) {
+        if (reply->data() != span.data) {
           done(absl::OutOfRangeError(absl::StrCat(
               "pull reply of ", reply->size(), " bytes does not fit the ",
               span.size, " bytes of shared region ", span.region->name())));
           return;
         }
-        std::memcpy(span.data, reply->data(), reply->size());
         v1::SharedPullResponse response;
         response.set_length(reply->size());
         done(std::move(response));
-      });
+      },
+      std::move(allocate));
   return reactor;
 }
 
@@ -300,10 +306,10 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Seed(
   // log's writer thread (the reactor may be finished from any thread).
   auto finish = [this, reactor, response, start,
                  request_bytes](absl::StatusOr<v1::SeedResponse> reply) {
-    if (reply.ok()) *response = *std::move(reply);
     const grpc::Status result = ToGrpcStatus(reply.status());
+    if (reply.ok()) *response = *std::move(reply);
     metrics_->Record("Seed", result.error_code(), request_bytes,
-                     reply.ok() ? response->ByteSizeLong() : 0,
+                     result.ok() ? response->ByteSizeLong() : 0,
                      absl::ToDoubleSeconds(absl::Now() - start));
     reactor->Finish(result);
   };

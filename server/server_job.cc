@@ -362,14 +362,15 @@ ServerJob::GradientCheck ServerJob::CheckGradients(
   return check;
 }
 
-WireMessage ServerJob::BuildReply(const std::vector<uint64_t>& keys) const {
+WireMessage ServerJob::BuildReply(const std::vector<uint64_t>& keys,
+                                  const ReplyAllocator& allocate) const {
   std::vector<ReplyBlock> blocks;
   blocks.reserve(keys.size());
   for (uint64_t key : keys) {
     blocks.push_back({key, blocks_[index_.at(key)].values});
   }
   return EncodePullResponse(blocks, clocks_.min_clock(), clocks_.clocks(),
-                            reply_buffers_.get());
+                            reply_buffers_.get(), allocate);
 }
 
 void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
@@ -392,8 +393,8 @@ bool ServerJob::CanRead(int64_t clock, bool final) const {
   return final ? clocks_.min_clock() >= clock : clocks_.CanRead(clock);
 }
 
-void ServerJob::PullWire(const v1::PullRequest& request,
-                         PullWireCallback done) {
+void ServerJob::PullWire(const v1::PullRequest& request, PullWireCallback done,
+                         ReplyAllocator allocate) {
   std::vector<uint64_t> keys;
   absl::Status status = ValidateKeys(request.keys(), &keys);
   absl::StatusOr<WireMessage> reply;
@@ -408,14 +409,14 @@ void ServerJob::PullWire(const v1::PullRequest& request,
       EvictOldestWaiting(request.worker_index(), /*pulls=*/true, &evicted);
       waiters_.push_back({request.worker_index(), request.clock(),
                           request.final(), std::move(keys), std::move(done),
-                          absl::Now()});
+                          std::move(allocate), absl::Now()});
       lock.Release();
       evicted.Run();
       return;
     }
     if (status.ok()) {
       metrics_->pull_wait_seconds.Observe(0);
-      reply = BuildReply(keys);
+      reply = BuildReply(keys, allocate);
     }
   }
   if (!status.ok()) reply = status;
@@ -662,8 +663,9 @@ void ServerJob::CollectReady(Ready* ready) {
           absl::ToDoubleSeconds(now - it->since));
       ready->pulls.emplace_back(
           std::move(it->done),
-          closed_.ok() ? absl::StatusOr<WireMessage>(BuildReply(it->keys))
-                       : absl::StatusOr<WireMessage>(closed_));
+          closed_.ok()
+              ? absl::StatusOr<WireMessage>(BuildReply(it->keys, it->allocate))
+              : absl::StatusOr<WireMessage>(closed_));
     } else {
       if (keep != it) *keep = std::move(*it);
       ++keep;

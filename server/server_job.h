@@ -70,8 +70,10 @@ class ServerJob {
   // RESOURCE_EXHAUSTED if it is dropped as kMaxWaitingPerWorker newer ones
   // wait.
   // The reply is serialized under the job's lock straight from the block
-  // values (EncodePullResponse: one copy), for the server to send as is.
-  void PullWire(const v1::PullRequest& request, PullWireCallback done);
+  // values (EncodePullResponse: one copy), for the server to send as is,
+  // into a buffer from `allocate` if set (else one of the job's own).
+  void PullWire(const v1::PullRequest& request, PullWireCallback done,
+                ReplyAllocator allocate = nullptr);
   // The same, parsed into a message (tests).
   void Pull(const v1::PullRequest& request, PullCallback done);
 
@@ -169,6 +171,7 @@ class ServerJob {
     bool final;  // PullRequest.final: waits for min_clock >= clock.
     std::vector<uint64_t> keys;
     PullWireCallback done;
+    ReplyAllocator allocate;
     absl::Time since;
   };
   // A push's gradients checked before the lock (index_ and block sizes never
@@ -211,7 +214,8 @@ class ServerJob {
       const google::protobuf::RepeatedField<uint64_t>& keys,
       std::vector<uint64_t>* out) const;
   GradientCheck CheckGradients(const PushView& request) const;
-  WireMessage BuildReply(const std::vector<uint64_t>& keys) const
+  WireMessage BuildReply(const std::vector<uint64_t>& keys,
+                         const ReplyAllocator& allocate) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes `record` with the clocks and queues it on the update log (or,
   // without a store, counts it durable at once); queues a snapshot after it

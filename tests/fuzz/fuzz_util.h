@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
@@ -59,6 +61,12 @@ inline const std::string& ScratchDir() {
                               ? "/dev/shm/ps-fuzz-XXXXXX"
                               : "/tmp/ps-fuzz-XXXXXX";
     PS_FUZZ_REQUIRE(mkdtemp(pattern.data()) != nullptr, pattern);
+    // Removed when the fuzzer exits (libFuzzer ends with exit()), so that
+    // runs do not pile up directories in /dev/shm.
+    std::atexit(+[] {
+      std::error_code ignored;
+      std::filesystem::remove_all(ScratchDir(), ignored);
+    });
     return new std::string(pattern);
   }();
   return *dir;

@@ -433,7 +433,7 @@ TEST(PushWireTest, AllFiniteFindsEveryNaNAndInfAndNothingElse) {
 
 v1::PullResponse PullReply(
     const std::vector<std::pair<uint64_t, size_t>>& blocks, int64_t min_clock,
-    std::vector<int64_t> clocks) {
+    const std::vector<int64_t>& clocks) {
   v1::PullResponse r;
   float next = -3.0f;
   for (const auto& [key, floats] : blocks) {
@@ -479,6 +479,7 @@ TEST(PullWireTest, EncoderWritesWhatProtobufWrites) {
     std::vector<std::vector<float>> values;
     for (const v1::Block& b : r.blocks()) values.push_back(Floats(b.data()));
     std::vector<ReplyBlock> blocks;
+    blocks.reserve(r.blocks_size());
     for (int i = 0; i < r.blocks_size(); ++i) {
       blocks.push_back({r.blocks(i).key(), values[i]});
     }
@@ -598,6 +599,33 @@ TEST(PullWireTest, EncoderWritesIntoPooledBuffers) {
   v1::PullResponse parsed;
   ASSERT_TRUE(parsed.ParseFromArray(m.data(), static_cast<int>(m.size())));
   EXPECT_EQ(parsed.blocks(0).key(), 7u);
+}
+
+TEST(PullWireTest, EncoderWritesWhereTheAllocatorSays) {
+  const v1::PullResponse r = PullReply({{3, 5}, {4, 2}}, 2, {2, 3});
+  std::vector<std::vector<float>> values;
+  for (const v1::Block& b : r.blocks()) values.push_back(Floats(b.data()));
+  const std::vector<ReplyBlock> blocks = {{3, values[0]}, {4, values[1]}};
+  const std::vector<int64_t> clocks = {2, 3};
+  // Memory the message does not own, kept alive by the message.
+  auto memory = std::make_shared<std::vector<char>>(4096, 'x');
+  std::weak_ptr<std::vector<char>> watch = memory;
+  size_t asked = 0;
+  {
+    WireMessage wire = EncodePullResponse(
+        blocks, 2, clocks, /*pool=*/nullptr, [&](size_t size) {
+          asked = size;
+          return WireMessage::Borrow(memory->data(), size, memory);
+        });
+    memory.reset();
+    EXPECT_FALSE(watch.expired());
+    WireMessage moved = std::move(wire);
+    EXPECT_EQ(moved.data(), watch.lock()->data());
+    EXPECT_EQ(moved.size(), asked);
+    EXPECT_EQ(moved.view(), r.SerializeAsString());
+    EXPECT_EQ(watch.lock()->at(asked), 'x');  // Nothing written past it.
+  }
+  EXPECT_TRUE(watch.expired());
 }
 
 }  // namespace
