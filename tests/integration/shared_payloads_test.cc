@@ -52,6 +52,7 @@ std::vector<std::vector<float>> TrainThreeClocks(
   EXPECT_TRUE(client.Pull(0, &before).ok());
   for (int64_t clock = 0; clock < 3; ++clock) {
     std::vector<std::vector<float>> grads;
+    grads.reserve(tensors.size());
     for (const TensorSpec& t : tensors) {
       grads.emplace_back(t.num_elems(), 0.25f * (clock + 1));
     }
