@@ -28,6 +28,15 @@ void StoreReply(WireMessage&& reply, grpc::ByteBuffer* out) {
       +[](void* message) { delete static_cast<WireMessage*>(message); }, held);
   *out = grpc::ByteBuffer(&slice, 1);
 }
+// The bytes a reply put in shared memory (counted as sent).
+size_t SharedPayloadBytes(const v1::SharedPullResponse& reply) {
+  return reply.length();
+}
+template <typename Reply>
+size_t SharedPayloadBytes(const Reply& /*reply*/) {
+  return 0;
+}
+
 template <typename Message>
 void StoreReply(Message&& reply, grpc::ByteBuffer* out) {
   const std::string bytes = reply.SerializeAsString();
@@ -81,7 +90,10 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
       if (self == nullptr) return;
       if (before_reply) before_reply(&reply);
       const grpc::Status status = ToGrpcStatus(reply.status());
-      if (reply.ok()) StoreReply(*std::move(reply), self->response_);
+      if (reply.ok()) {
+        self->shared_bytes_ = SharedPayloadBytes(*reply);
+        StoreReply(*std::move(reply), self->response_);
+      }
       self->FinishWith(status);
     };
   }
@@ -104,7 +116,7 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
  private:
   void FinishWith(const grpc::Status& status) {
     metrics_->Record(method_, status.error_code(), request_bytes_,
-                     status.ok() ? response_->Length() : 0,
+                     status.ok() ? response_->Length() + shared_bytes_ : 0,
                      absl::ToDoubleSeconds(absl::Now() - start_));
     Finish(status);
   }
@@ -114,6 +126,7 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
   grpc::ByteBuffer* response_;
   RpcMetrics* metrics_;
   absl::Time start_;
+  size_t shared_bytes_ = 0;  // A reply's bytes in shared memory.
   std::shared_ptr<Completion> completion_;
 };
 
