@@ -44,6 +44,10 @@ void StoreReply(Message&& reply, grpc::ByteBuffer* out) {
   *out = grpc::ByteBuffer(&slice, 1);
 }
 
+}  // namespace
+
+namespace internal {
+
 // A unary call whose reply may come later, from another thread: a Pull waiting
 // on the staleness bound, a BSP Push waiting for its clock. Finished exactly
 // once: by the manager's reply or by cancellation (deadline, client gone),
@@ -130,21 +134,9 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
   std::shared_ptr<Completion> completion_;
 };
 
-// Parses the PushRequest in `segments` and hands it to the manager (which
-// reads the segments only during the call).
-void StartPush(ParameterManager* manager,
-               std::span<const std::string_view> segments,
-               DeferredReactor<v1::PushResponse>* reactor,
-               std::function<void(absl::StatusOr<v1::PushResponse>*)> faults) {
-  absl::StatusOr<PushView> push = ParsePushRequest(segments);
-  if (!push.ok()) {
-    reactor->MakeCallback(nullptr)(push.status());
-    return;
-  }
-  manager->Push(*push, reactor->MakeCallback(std::move(faults)));
-}
+}  // namespace internal
 
-}  // namespace
+using internal::DeferredReactor;
 
 ParameterServiceImpl::ParameterServiceImpl(ParameterManager* manager,
                                            RpcMetrics* metrics,
@@ -194,25 +186,32 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Push(
     reactor->MakeCallback(nullptr)(segments.status());
     return reactor;
   }
-  StartPush(manager_, *segments, reactor, FaultsFor(*segments));
+  StartPush(*segments, reactor);
   return reactor;
 }
 
-std::function<void(absl::StatusOr<v1::PushResponse>*)>
-ParameterServiceImpl::FaultsFor(
-    std::span<const std::string_view> segments) const {
-  if (!push_faults_) return nullptr;
+void ParameterServiceImpl::StartPush(
+    std::span<const std::string_view> segments,
+    DeferredReactor<v1::PushResponse>* reactor) {
   absl::StatusOr<PushView> push = ParsePushRequest(segments);
-  if (!push.ok()) return nullptr;
-  return
-      [this, header = push->Header()](absl::StatusOr<v1::PushResponse>* reply) {
-        if (!reply->ok()) return;
-        const PushFault fault = push_faults_(header);
-        absl::SleepFor(fault.delay_reply);
-        if (fault.drop_reply) {
-          *reply = absl::UnavailableError("injected fault: push reply dropped");
-        }
-      };
+  if (!push.ok()) {
+    reactor->MakeCallback(nullptr)(push.status());
+    return;
+  }
+  manager_->Push(*push, reactor->MakeCallback(FaultsFor(push->Header())));
+}
+
+std::function<void(absl::StatusOr<v1::PushResponse>*)>
+ParameterServiceImpl::FaultsFor(const v1::PushRequest& header) const {
+  if (!push_faults_) return nullptr;
+  return [this, header](absl::StatusOr<v1::PushResponse>* reply) {
+    if (!reply->ok()) return;
+    const PushFault fault = push_faults_(header);
+    absl::SleepFor(fault.delay_reply);
+    if (fault.drop_reply) {
+      *reply = absl::UnavailableError("injected fault: push reply dropped");
+    }
+  };
 }
 
 absl::Status ParameterServiceImpl::CheckSharedPayloads(
@@ -232,8 +231,7 @@ absl::Status ParameterServiceImpl::CheckSharedPayloads(
 }
 
 absl::StatusOr<SharedRegionCache::Span> ParameterServiceImpl::SharedBytes(
-    const grpc::CallbackServerContext& ctx, const v1::SharedSpan& where) {
-  PS_RETURN_IF_ERROR(CheckSharedPayloads(ctx));
+    const v1::SharedSpan& where) {
   absl::StatusOr<SharedRegionCache::Span> span =
       regions_.Get(where.region(), where.offset(), where.length());
   if (absl::IsNotFound(span.status()) ||
@@ -248,13 +246,19 @@ absl::StatusOr<SharedRegionCache::Span> ParameterServiceImpl::SharedBytes(
 grpc::ServerUnaryReactor* ParameterServiceImpl::PushShared(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
+  // Who may call comes first, as for Push; the request is parsed before the
+  // reactor exists only to count its payload's bytes.
+  const absl::Status allowed = CheckSharedPayloads(*ctx);
   absl::StatusOr<v1::SharedPushRequest> shared =
       ParseByteBuffer<v1::SharedPushRequest>(*request, "SharedPushRequest");
-  const size_t payload = shared.ok() ? shared->request().length() : 0;
+  const size_t payload =
+      allowed.ok() && shared.ok() ? shared->request().length() : 0;
   auto* reactor = new DeferredReactor<v1::PushResponse>(
       "PushShared", request->Length() + payload, response, metrics_);
   absl::StatusOr<SharedRegionCache::Span> span =
-      shared.ok() ? SharedBytes(*ctx, shared->request()) : shared.status();
+      !allowed.ok() ? allowed
+      : shared.ok() ? SharedBytes(shared->request())
+                    : shared.status();
   if (!span.ok()) {
     reactor->MakeCallback(nullptr)(span.status());
     return reactor;
@@ -263,8 +267,7 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::PushShared(
   // whatever the region's owner does meanwhile.
   std::string bytes(span->data, span->size);
   const std::string_view segment = bytes;
-  const std::span<const std::string_view> segments(&segment, 1);
-  StartPush(manager_, segments, reactor, FaultsFor(segments));
+  StartPush(std::span<const std::string_view>(&segment, 1), reactor);
   return reactor;
 }
 
@@ -273,10 +276,13 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::PullShared(
     grpc::ByteBuffer* response) {
   auto* reactor = new DeferredReactor<v1::SharedPullResponse>(
       "PullShared", request->Length(), response, metrics_);
+  const absl::Status allowed = CheckSharedPayloads(*ctx);
   absl::StatusOr<v1::SharedPullRequest> shared =
-      ParseByteBuffer<v1::SharedPullRequest>(*request, "SharedPullRequest");
+      allowed.ok() ? ParseByteBuffer<v1::SharedPullRequest>(*request,
+                                                            "SharedPullRequest")
+                   : absl::StatusOr<v1::SharedPullRequest>(allowed);
   absl::StatusOr<SharedRegionCache::Span> span =
-      shared.ok() ? SharedBytes(*ctx, shared->reply()) : shared.status();
+      shared.ok() ? SharedBytes(shared->reply()) : shared.status();
   auto done = reactor->MakeCallback(nullptr);
   if (!span.ok()) {
     done(span.status());

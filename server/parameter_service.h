@@ -14,6 +14,11 @@
 #include "server/shared_region_cache.h"
 
 namespace ps {
+namespace internal {
+// A unary call answered later (parameter_service.cc).
+template <typename Reply>
+class DeferredReactor;
+}  // namespace internal
 
 // What to do to the reply of one applied push: test-only fault injection, to
 // prove that a push whose reply is lost is applied exactly once.
@@ -79,16 +84,19 @@ class ParameterServiceImpl final
   // Whether a caller may use shared memory: OK, or UNIMPLEMENTED and why not.
   absl::Status CheckSharedPayloads(
       const grpc::CallbackServerContext& ctx) const;
-  // The bytes a shared-memory call names, if the caller may use them.
-  // Errors: UNIMPLEMENTED when shared memory is not for this caller (the
+  // The bytes a shared-memory call names (the caller checked first).
+  // Errors: UNIMPLEMENTED for a region this server cannot find or use (the
   // worker falls back to Push and Pull), OUT_OF_RANGE and INVALID_ARGUMENT
   // for a span that cannot be a region's.
   absl::StatusOr<SharedRegionCache::Span> SharedBytes(
-      const grpc::CallbackServerContext& ctx, const v1::SharedSpan& where);
-  // The test-only fault of the push in `segments` (empty without an
-  // injector).
+      const v1::SharedSpan& where);
+  // Parses the PushRequest in `segments` and hands it to the manager (which
+  // reads the segments only during the call); `reactor` gets the answer.
+  void StartPush(std::span<const std::string_view> segments,
+                 internal::DeferredReactor<v1::PushResponse>* reactor);
+  // The test-only fault of a push (empty without an injector).
   std::function<void(absl::StatusOr<v1::PushResponse>*)> FaultsFor(
-      std::span<const std::string_view> segments) const;
+      const v1::PushRequest& header) const;
 
   ParameterManager* const manager_;
   RpcMetrics* const metrics_;

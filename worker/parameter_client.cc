@@ -633,21 +633,21 @@ bool ParameterClient::ShareRequest(const grpc::ByteBuffer& request, int s,
 
 const SharedRegion* ParameterClient::LendReplyRegion(
     const v1::PullRequest& pull, int s, SharedPayloads* shared) {
-  if (shared->regions[s] == nullptr) {  // Else the last call's, answered OK.
-    absl::StatusOr<std::unique_ptr<SharedRegion>> region =
-        regions_.Acquire(servers_[s].max_reply_bytes);
-    if (!region.ok()) {  // This call goes through the socket.
-      PS_LOG_WARNING("pull from ", addresses_[s], ": ",
-                     region.status().ToString());
-      return nullptr;
-    }
-    shared->regions[s] = *std::move(region);
+  // A server is called again only after its call failed, which removed
+  // that call's region: every attempt takes a region here.
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region =
+      regions_.Acquire(servers_[s].max_reply_bytes);
+  if (!region.ok()) {  // This call goes through the socket.
+    PS_LOG_WARNING("pull from ", addresses_[s], ": ",
+                   region.status().ToString());
+    return nullptr;
   }
   v1::SharedPullRequest message;
   *message.mutable_pull() = pull;
-  message.mutable_reply()->set_region(shared->regions[s]->name());
-  message.mutable_reply()->set_length(shared->regions[s]->size());
+  message.mutable_reply()->set_region((*region)->name());
+  message.mutable_reply()->set_length((*region)->size());
   shared->requests[s] = SerializedBuffer(message);
+  shared->regions[s] = *std::move(region);
   return shared->regions[s].get();
 }
 

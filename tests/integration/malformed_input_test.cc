@@ -191,8 +191,9 @@ class MalformedInputCluster {
   }
   // Raw bytes as the request of `method` (that no client library would
   // send).
-  grpc::Status RawCall(const std::string& method, const std::string& bytes,
-                       std::shared_ptr<grpc::Channel> channel = nullptr) {
+  grpc::Status RawCall(
+      const std::string& method, const std::string& bytes,
+      const std::shared_ptr<grpc::Channel>& channel = nullptr) {
     grpc::GenericStub stub(channel ? channel : coordinator_channel_);
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(5));
@@ -458,6 +459,28 @@ class RefusalCluster : public MalformedInputCluster {
                          member_parameters_channel_);
         },
         Code::INVALID_ARGUMENT, "PullRequest: not a valid message");
+
+    // ParameterService.PushShared and PullShared: who may call is checked
+    // before the bytes are read, as for Push and Pull.
+    for (const char* method : {"PushShared", "PullShared"}) {
+      const std::string path = absl::StrCat("/ps.v1.ParameterService/", method);
+      add(
+          method, "no cluster secret, bytes that are no request",
+          [&, path] {
+            return RawCall(path, "\xff\xff\xff\xff",
+                           CreateChannel(server_->address()));
+          },
+          Code::UNAUTHENTICATED, "x-ps-cluster-secret:");
+      add(
+          method, "bytes that are no request",
+          [&, path] {
+            return RawCall(path, "\xff\xff\xff\xff",
+                           member_parameters_channel_);
+          },
+          Code::INVALID_ARGUMENT,
+          absl::StrCat("Shared", std::string(method).substr(0, 4),
+                       "Request: not a valid message"));
+    }
 
     // ParameterService.Push.
     add(
@@ -883,7 +906,7 @@ class RefusalCluster : public MalformedInputCluster {
         [&] {
           auto spec = Spec();
           spec.mutable_dataset()->set_train_images(
-              std::string("/data/train\0/../other", 22));
+              std::string("/data/train\0/../other", 21));
           return Submit(spec);
         },
         Code::INVALID_ARGUMENT, "dataset.train_images:");
