@@ -74,20 +74,21 @@ void UpdateLogWriter::Run() {
 
 absl::Status UpdateLogWriter::WriteItems(std::vector<Item>& items,
                                          int64_t* last_sequence) {
-  std::vector<std::string> records;
+  size_t count = 0;  // Records serialized into serialized_, not yet written.
   int64_t first_sequence = 0;
   auto write_records = [&]() -> absl::Status {
-    if (records.empty()) return absl::OkStatus();
-    absl::Status status = WriteRecords(first_sequence, records);
-    records.clear();
-    return status;
+    if (count == 0) return absl::OkStatus();
+    serialized_.resize(count);
+    count = 0;
+    return WriteRecords(first_sequence, serialized_);
   };
   for (Item& item : items) {
     if (auto* record =
             std::get_if<std::pair<int64_t, storage::v1::UpdateRecord>>(&item)) {
-      if (records.empty()) first_sequence = record->first;
+      if (count == 0) first_sequence = record->first;
       *last_sequence = record->first;
-      records.push_back(record->second.SerializeAsString());
+      if (serialized_.size() <= count) serialized_.resize(count + 1);
+      SerializeInto(record->second, serialized_[count++]);
       continue;
     }
     // A snapshot includes every record queued before it: write those first.
@@ -98,6 +99,16 @@ absl::Status UpdateLogWriter::WriteItems(std::vector<Item>& items,
     }
   }
   return write_records();
+}
+
+void UpdateLogWriter::SerializeInto(const storage::v1::UpdateRecord& record,
+                                    std::string& out) {
+  // Resizing a string of the same size (every record of a BSP job has the
+  // size of the last) neither allocates nor zero-fills it, as
+  // SerializeAsString's new string of 0.47 MB a clock did (README MLP).
+  out.resize(record.ByteSizeLong());
+  record.SerializeWithCachedSizesToArray(
+      reinterpret_cast<uint8_t*>(out.data()));
 }
 
 absl::Status UpdateLogWriter::WriteRecords(

@@ -71,6 +71,9 @@ class UpdateLogWriter {
   absl::Status WriteItems(std::vector<Item>& items, int64_t* last_sequence);
   absl::Status WriteRecords(int64_t first_sequence,
                             const std::vector<std::string>& records);
+  // Serializes `record` into `out`, reusing its buffer.
+  static void SerializeInto(const storage::v1::UpdateRecord& record,
+                            std::string& out);
   absl::Status WriteSnapshot(const ShardSnapshot& snapshot);
 
   ShardStore* const store_;
@@ -86,6 +89,9 @@ class UpdateLogWriter {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);  // failed_, for Drain.
   absl::Status failed_;  // The first write error; the thread's own.
+  // The records of the write being prepared, serialized; the thread's own,
+  // kept from write to write so that their buffers are reused.
+  std::vector<std::string> serialized_;
   std::thread thread_;
 };
 

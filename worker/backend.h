@@ -80,6 +80,11 @@ class Backend {
   // A short name for logs ("cpu", "cuda:0").
   virtual std::string name() const = 0;
 
+  // True when device memory is host memory (the CPU backend): kernels may
+  // then be given host pointers, and a Model reads its parameters and writes
+  // its gradients in the caller's vectors instead of copying them.
+  virtual bool device_memory_is_host() const { return false; }
+
   // Allocates `n` floats of device memory with unspecified contents. Aborts
   // when out of memory.
   virtual DeviceBuffer Allocate(int64_t n) = 0;

@@ -10,6 +10,16 @@
 
 namespace ps {
 
+// The parameters of a layer with a weight and a bias, in device memory (the
+// model's, or host memory: Layer::SetParams): the values and where their
+// gradients go.
+struct LayerParams {
+  const float* weight = nullptr;
+  const float* bias = nullptr;
+  float* grad_weight = nullptr;
+  float* grad_bias = nullptr;
+};
+
 // One step of a model's forward and backward pass. Samples are rows: a
 // layer maps [batch x input_size()] to [batch x output_size()] (images are
 // HWC, so a row is a whole image). The layer owns its output and scratch
@@ -41,15 +51,11 @@ class Layer {
   // [batch x input_size()]. May overwrite grad_output.
   virtual void Backward(const float* x, float* grad_output, int batch,
                         float* grad_input) = 0;
-};
 
-// The parameters of a layer with a weight and a bias, in device memory owned
-// by the model: the values and where their gradients go.
-struct LayerParams {
-  const float* weight = nullptr;
-  const float* bias = nullptr;
-  float* grad_weight = nullptr;
-  float* grad_bias = nullptr;
+  // Points a layer with parameters at other memory for them and their
+  // gradients (the model's, or the caller's host vectors when device memory
+  // is host memory); layers without parameters ignore it.
+  virtual void SetParams(const LayerParams& /*params*/) {}
 };
 
 // y = act(x * weight + bias), weight [in x out], bias [out]. Matrix products
@@ -66,6 +72,7 @@ class DenseLayer : public Layer {
   float* output() const override { return output_.data(); }
   void Backward(const float* x, float* grad_output, int batch,
                 float* grad_input) override;
+  void SetParams(const LayerParams& params) override { params_ = params; }
 
  private:
   Backend* const backend_;
@@ -73,7 +80,7 @@ class DenseLayer : public Layer {
   const int out_;
   const Activation activation_;
   const Precision precision_;
-  const LayerParams params_;
+  LayerParams params_;
   int rows_ = 0;
   DeviceBuffer output_;
 };
@@ -94,6 +101,7 @@ class ConvLayer : public Layer {
   float* output() const override { return output_.data(); }
   void Backward(const float* x, float* grad_output, int batch,
                 float* grad_input) override;
+  void SetParams(const LayerParams& params) override { params_ = params; }
 
  private:
   int64_t pixels() const { return int64_t{geometry_.height} * geometry_.width; }
@@ -102,7 +110,7 @@ class ConvLayer : public Layer {
   const ConvGeometry geometry_;
   const Activation activation_;
   const Precision precision_;
-  const LayerParams params_;
+  LayerParams params_;
   int rows_ = 0;
   DeviceBuffer cols_;  // im2col of the last input; reused for its gradient.
   DeviceBuffer output_;

@@ -84,12 +84,26 @@ Model::Model(Backend* backend, std::vector<TensorSpec> tensors,
     grads_.push_back(backend_->Allocate(t.num_elems()));
     const std::vector<float> zeros(t.num_elems(), 0.0f);
     backend_->CopyToDevice(zeros.data(), t.num_elems(), params_.back().data());
+    bound_params_.push_back(params_.back().data());
+    bound_grads_.push_back(grads_.back().data());
   }
 }
 
 LayerParams Model::ParamsOf(int weight_tensor) {
   return {params_[weight_tensor].data(), params_[weight_tensor + 1].data(),
           grads_[weight_tensor].data(), grads_[weight_tensor + 1].data()};
+}
+
+void Model::BindLayers(const std::vector<const float*>& params,
+                       const std::vector<float*>& grads) {
+  if (params == bound_params_ && grads == bound_grads_) return;
+  bound_params_ = params;
+  bound_grads_ = grads;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (const int t = weight_tensor_[l]; t >= 0) {
+      layers_[l]->SetParams({params[t], params[t + 1], grads[t], grads[t + 1]});
+    }
+  }
 }
 
 void Model::BuildLayers(const v1::ModelSpec& spec,
@@ -130,8 +144,8 @@ float Model::loss_scale() const {
   return options_.precision == Precision::kFp16 ? loss_scaler_.scale() : 1.0f;
 }
 
-absl::Status Model::SetParameters(
-    const std::vector<std::vector<float>>& params) {
+absl::Status Model::CheckParameters(
+    const std::vector<std::vector<float>>& params) const {
   if (params.size() != tensors_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("SetParameters: got ", params.size(),
@@ -144,14 +158,34 @@ absl::Status Model::SetParameters(
           tensors_[i].num_elems(), " values, got ", params[i].size()));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Model::SetParameters(
+    const std::vector<std::vector<float>>& params) {
+  PS_RETURN_IF_ERROR(CheckParameters(params));
   const absl::Time start = absl::Now();
+  std::vector<const float*> own(params_.size());
   for (size_t i = 0; i < params.size(); ++i) {
     backend_->CopyToDevice(params[i].data(), params[i].size(),
                            params_[i].data());
+    own[i] = params_[i].data();
   }
+  BindLayers(own, bound_grads_);
   backend_->SynchronizeCompute();
   timing_ = StepTiming();
   timing_.to_device = absl::Now() - start;
+  return absl::OkStatus();
+}
+
+absl::Status Model::UseParameters(
+    const std::vector<std::vector<float>>& params) {
+  if (!backend_->device_memory_is_host()) return SetParameters(params);
+  PS_RETURN_IF_ERROR(CheckParameters(params));
+  std::vector<const float*> in_place(params.size());
+  for (size_t i = 0; i < params.size(); ++i) in_place[i] = params[i].data();
+  BindLayers(in_place, bound_grads_);
+  timing_ = StepTiming();
   return absl::OkStatus();
 }
 
@@ -182,11 +216,16 @@ void Model::Reserve(int batch, bool backward) {
 }
 
 void Model::UploadFeatures(const float* features, int batch) {
+  if (backend_->device_memory_is_host()) {
+    input_view_ = features;
+    return;
+  }
   backend_->CopyToDevice(features, batch * input_dim(), input_.data());
+  input_view_ = input_.data();
 }
 
 void Model::Forward(int batch) {
-  const float* x = input_.data();
+  const float* x = input();
   for (const auto& layer : layers_) {
     layer->Forward(x, batch);
     x = layer->output();
@@ -203,11 +242,13 @@ void Model::Backward(const int32_t* labels, int batch, float scale,
                     scale);
   }
   for (int l = last; l >= 0; --l) {
-    const float* x = l == 0 ? input_.data() : layers_[l - 1]->output();
+    const float* x = l == 0 ? input() : layers_[l - 1]->output();
     float* grad_input = l == 0 ? nullptr : deltas_[l - 1].data();
     layers_[l]->Backward(x, deltas_[l].data(), batch, grad_input);
-    // The copies of this layer's gradients overlap the layers below.
-    if (const int t = weight_tensor_[l]; t >= 0) {
+    // The copies of this layer's gradients overlap the layers below (none
+    // where the layers wrote them into `grads`).
+    if (const int t = weight_tensor_[l];
+        t >= 0 && !backend_->device_memory_is_host()) {
       for (int i : {t, t + 1}) {
         backend_->CopyToHostAsync(grads_[i].data(), tensors_[i].num_elems(),
                                   (*grads)[i].data());
@@ -236,6 +277,11 @@ absl::StatusOr<float> Model::ComputeGradients(
   grads->resize(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) {
     (*grads)[i].resize(tensors_[i].num_elems());
+  }
+  if (backend_->device_memory_is_host()) {
+    std::vector<float*> in_place(grads->size());
+    for (size_t i = 0; i < grads->size(); ++i) in_place[i] = (*grads)[i].data();
+    BindLayers(bound_params_, in_place);
   }
   const absl::Time upload_start = absl::Now();
   UploadFeatures(features, batch);

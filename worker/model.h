@@ -70,13 +70,21 @@ class Model {
   // Errors: INVALID_ARGUMENT on a count or size mismatch (nothing changed).
   absl::Status SetParameters(const std::vector<std::vector<float>>& params);
 
+  // As SetParameters, but where the backend's device memory is host memory
+  // (the CPU backend) the model reads `params` where they are instead of
+  // copying them: they must stay alive and unchanged until the next
+  // UseParameters or SetParameters. (A worker's step uses the parameters it
+  // pulled for that step; the next step's pull lands in another buffer.)
+  absl::Status UseParameters(const std::vector<std::vector<float>>& params);
+
   // Forward and backward pass on a batch: `features` is row-major
   // [batch x input_dim] and `labels` holds batch labels in [0, num_classes),
   // both in host memory. Writes the gradient of the mean cross-entropy loss
   // over the batch into `grads` (resized to match tensors()) and returns that
   // mean loss. With fp16, gradients are computed under loss scaling and
   // returned unscaled; a step that overflows is recomputed at a smaller
-  // scale.
+  // scale. Where device memory is host memory, the layers write the
+  // gradients straight into `grads` (no copy).
   // Errors: INVALID_ARGUMENT for batch < 1 or a label out of range.
   absl::StatusOr<float> ComputeGradients(
       const float* features, const int32_t* labels, int batch,
@@ -115,8 +123,16 @@ class Model {
   // Grows the buffers to hold at least `batch` rows (and the backward ones
   // when `backward`).
   void Reserve(int batch, bool backward);
-  // Copies `batch` rows of host features into input_.
+  // Makes `batch` rows of host features the first layer's input (input()):
+  // copied into input_, or read in place where device memory is host memory.
   void UploadFeatures(const float* features, int batch);
+  const float* input() const { return input_view_; }
+  // OK if `params` has the model's tensors' sizes.
+  absl::Status CheckParameters(
+      const std::vector<std::vector<float>>& params) const;
+  // Points the layers at `params` and `grads` (one pointer per tensor).
+  void BindLayers(const std::vector<const float*>& params,
+                  const std::vector<float*>& grads);
   // Runs the layers on the `batch` rows of input_; the logits end in
   // layers_.back()->output().
   void Forward(int batch);
@@ -137,6 +153,11 @@ class Model {
 
   std::vector<DeviceBuffer> params_;  // One per tensor.
   std::vector<DeviceBuffer> grads_;   // One per tensor.
+  // Where the layers read parameters and write gradients now: params_ and
+  // grads_, or the caller's host vectors (Backend::device_memory_is_host).
+  std::vector<const float*> bound_params_;
+  std::vector<float*> bound_grads_;
+  const float* input_view_ = nullptr;  // input_, or the caller's features.
   std::vector<std::unique_ptr<Layer>> layers_;
   // Per layer: the index of its weight tensor (its bias follows), or -1.
   std::vector<int> weight_tensor_;

@@ -407,7 +407,7 @@ absl::StatusOr<Trainer::StepTimes> Trainer::RunStep(
         local_sgd_->Round(*model_, step_params, pipeline.features.data(),
                           pipeline.labels.data(), train.dim, &step_grads));
   } else {
-    PS_RETURN_IF_ERROR(model_->SetParameters(step_params));
+    PS_RETURN_IF_ERROR(model_->UseParameters(step_params));
     // Accumulation and clipping hooks (docs/training.md).
     const v1::JobSpec& spec = assignment_.spec();
     PS_ASSIGN_OR_RETURN(

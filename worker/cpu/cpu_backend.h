@@ -30,6 +30,7 @@ class CpuBackend : public Backend {
   static std::unique_ptr<CpuBackend> Create(const CpuBackendOptions& options);
 
   std::string name() const override { return "cpu"; }
+  bool device_memory_is_host() const override { return true; }
   DeviceBuffer Allocate(int64_t n) override;
   void CopyToDevice(const float* host, int64_t n, float* device) override;
   void CopyToHost(const float* device, int64_t n, float* host) override;
