@@ -1,5 +1,6 @@
 #include "worker/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <ostream>
@@ -262,6 +263,65 @@ TEST_F(ModelTest, BuffersAreReusedAcrossBatchSizes) {
   ASSERT_TRUE(loss.ok() && fresh_loss.ok());
   EXPECT_EQ(*loss, *fresh_loss);
   EXPECT_EQ(grads, expected);
+}
+
+// On the CPU backend UseParameters reads the caller's parameters in place and
+// ComputeGradients writes into the caller's buffers: the same losses and
+// gradients as SetParameters' copies, the model following the caller's
+// buffers from step to step, and SetParameters (evaluation) back on copies.
+TEST_F(ModelTest, UseParametersMatchesSetParametersAndReadsInPlace) {
+  const v1::ModelSpec spec = MlpSpec(5, {4}, 3, v1::TANH);
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Create(spec, backend_.get());
+  absl::StatusOr<std::unique_ptr<Model>> copying =
+      Model::Create(spec, backend_.get());
+  ASSERT_TRUE(model.ok() && copying.ok());
+  ASSERT_TRUE(backend_->device_memory_is_host());
+  std::mt19937 rng(4);
+  // Two parameter buffers and two gradient buffers, alternating as a
+  // worker's steps use them.
+  std::vector<std::vector<float>> params[2] = {
+      RandomParams((*model)->tensors(), &rng),
+      RandomParams((*model)->tensors(), &rng)};
+  std::vector<float> features(6 * 5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : features) v = dist(rng);
+  const std::vector<int32_t> labels = {2, 0, 1, 1, 0, 2};
+  std::vector<std::vector<float>> grads[2], expected;
+  for (int step = 0; step < 4; ++step) {
+    std::vector<std::vector<float>>& step_params = params[step % 2];
+    if (step >= 2) {  // The caller changed the buffer since the last use.
+      for (std::vector<float>& t : step_params) t[0] += 0.25f;
+    }
+    ASSERT_TRUE((*model)->UseParameters(step_params).ok());
+    ASSERT_TRUE((*copying)->SetParameters(step_params).ok());
+    absl::StatusOr<float> loss = (*model)->ComputeGradients(
+        features.data(), labels.data(), 6, &grads[step % 2]);
+    absl::StatusOr<float> copied_loss = (*copying)->ComputeGradients(
+        features.data(), labels.data(), 6, &expected);
+    ASSERT_TRUE(loss.ok() && copied_loss.ok());
+    EXPECT_EQ(*loss, *copied_loss) << "step " << step;
+    EXPECT_EQ(grads[step % 2], expected) << "step " << step;
+  }
+  // After SetParameters the model no longer reads the caller's buffers.
+  const std::vector<std::vector<float>> original = params[0];
+  ASSERT_TRUE((*model)->SetParameters(params[0]).ok());
+  for (std::vector<float>& t : params[0]) std::fill(t.begin(), t.end(), 0.0f);
+  ASSERT_TRUE((*copying)->SetParameters(original).ok());
+  ASSERT_TRUE(
+      (*model)
+          ->ComputeGradients(features.data(), labels.data(), 6, &grads[0])
+          .ok());
+  ASSERT_TRUE(
+      (*copying)
+          ->ComputeGradients(features.data(), labels.data(), 6, &expected)
+          .ok());
+  EXPECT_EQ(grads[0], expected);
+  // Sizes are checked as by SetParameters.
+  std::vector<std::vector<float>> wrong = params[1];
+  wrong[1].pop_back();
+  EXPECT_EQ((*model)->UseParameters(wrong).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Three Gaussian blobs in 4-D, far apart relative to their spread.
