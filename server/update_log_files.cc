@@ -294,6 +294,7 @@ absl::Status UpdateLogFiles::OpenForAppend(const std::string& job_id,
   const ParsedLog parsed = ParseLog(*contents);
   if (parsed.first_format) {
     close(fd);
+    log.appended = false;
     PS_ASSIGN_OR_RETURN(std::vector<std::string> records,
                         ConsecutivePayloads(parsed.frames, job_id));
     return Rewrite(job_id, log,
