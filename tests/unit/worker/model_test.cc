@@ -24,8 +24,8 @@ using ps::testing::ReferenceActivation;
 using ps::testing::ReferenceCrossEntropy;
 using ::testing::ElementsAre;
 
-v1::ModelSpec MlpSpec(int input_dim, std::vector<int> hidden, int classes,
-                      v1::Activation activation) {
+v1::ModelSpec MlpSpec(int input_dim, const std::vector<int>& hidden,
+                      int classes, v1::Activation activation) {
   v1::ModelSpec spec;
   spec.set_kind(hidden.empty() ? v1::ModelSpec::SOFTMAX_REGRESSION
                                : v1::ModelSpec::MLP);
@@ -46,10 +46,10 @@ double ReferenceLoss(const v1::ModelSpec& spec,
   const int layers = params.size() / 2;
   double total = 0;
   for (int r = 0; r < batch; ++r) {
-    std::vector<double> x(features.begin() + r * spec.input_dim(),
-                          features.begin() + (r + 1) * spec.input_dim());
+    std::vector<double> x(features.begin() + int64_t{r} * spec.input_dim(),
+                          features.begin() + int64_t{r + 1} * spec.input_dim());
     for (int l = 0; l < layers; ++l) {
-      const std::vector<double>& w = params[2 * l];
+      const std::vector<double>& w = params[size_t{2} * l];
       const std::vector<double>& b = params[2 * l + 1];
       const int in = x.size();
       const int out = b.size();
@@ -109,7 +109,7 @@ TEST_P(ModelGradientTest, MatchesFiniteDifferences) {
 
   const int batch = 6;
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> features(batch * 5);
+  std::vector<float> features(size_t{5} * batch);
   for (float& v : features) v = dist(rng);
   const std::vector<int32_t> labels = {0, 1, 2, 2, 1, 0};
 
@@ -245,7 +245,7 @@ TEST_F(ModelTest, BuffersAreReusedAcrossBatchSizes) {
       RandomParams((*model)->tensors(), &rng);
   ASSERT_TRUE((*model)->SetParameters(params).ok());
   ASSERT_TRUE((*fresh)->SetParameters(params).ok());
-  std::vector<float> features(8 * 5);
+  std::vector<float> features(size_t{8} * 5);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (float& v : features) v = dist(rng);
   const std::vector<int32_t> labels = {2, 0, 1, 1, 0, 2, 2, 1};
@@ -283,7 +283,7 @@ TEST_F(ModelTest, UseParametersMatchesSetParametersAndReadsInPlace) {
   std::vector<std::vector<float>> params[2] = {
       RandomParams((*model)->tensors(), &rng),
       RandomParams((*model)->tensors(), &rng)};
-  std::vector<float> features(6 * 5);
+  std::vector<float> features(size_t{6} * 5);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (float& v : features) v = dist(rng);
   const std::vector<int32_t> labels = {2, 0, 1, 1, 0, 2};
@@ -365,8 +365,9 @@ TEST_F(ModelTest, SgdLearnsSeparableProblem) {
   float first_loss = 0, last_loss = 0;
   for (int step = 0; step < 200; ++step) {
     const int offset = (step * batch) % static_cast<int>(train_y.size());
-    absl::StatusOr<float> loss = (*model)->ComputeGradients(
-        train_x.data() + offset * 4, train_y.data() + offset, batch, &grads);
+    absl::StatusOr<float> loss =
+        (*model)->ComputeGradients(train_x.data() + ptrdiff_t{4} * offset,
+                                   train_y.data() + offset, batch, &grads);
     ASSERT_TRUE(loss.ok()) << loss.status();
     if (step == 0) first_loss = *loss;
     last_loss = *loss;
