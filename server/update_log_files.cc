@@ -160,7 +160,7 @@ absl::StatusOr<std::string> ReadWholeFile(int fd, const std::string& path) {
   }
 }
 
-// Writes `data` at `offset`, retrying short writes.
+// Writes the buffers of `iov` at `offset` in order, retrying short writes.
 absl::Status WriteAt(int fd, std::vector<iovec> iov, uint64_t offset,
                      const std::string& path) {
   size_t first = 0;

@@ -71,9 +71,6 @@ class UpdateLogWriter {
   absl::Status WriteItems(std::vector<Item>& items, int64_t* last_sequence);
   absl::Status WriteRecords(int64_t first_sequence,
                             const std::vector<std::string>& records);
-  // Serializes `record` into `out`, reusing its buffer.
-  static void SerializeInto(const storage::v1::UpdateRecord& record,
-                            std::string& out);
   absl::Status WriteSnapshot(const ShardSnapshot& snapshot);
 
   ShardStore* const store_;

@@ -303,6 +303,19 @@ TEST_F(ModelTest, UseParametersMatchesSetParametersAndReadsInPlace) {
     EXPECT_EQ(*loss, *copied_loss) << "step " << step;
     EXPECT_EQ(grads[step % 2], expected) << "step " << step;
   }
+  // The layers read the buffer itself, not a copy made by UseParameters:
+  // what spares the copy (a caller must not change it during a step).
+  for (std::vector<float>& t : params[1]) t[1] -= 0.5f;
+  ASSERT_TRUE((*copying)->SetParameters(params[1]).ok());
+  ASSERT_TRUE(
+      (*model)
+          ->ComputeGradients(features.data(), labels.data(), 6, &grads[1])
+          .ok());
+  ASSERT_TRUE(
+      (*copying)
+          ->ComputeGradients(features.data(), labels.data(), 6, &expected)
+          .ok());
+  EXPECT_EQ(grads[1], expected);
   // After SetParameters the model no longer reads the caller's buffers.
   const std::vector<std::vector<float>> original = params[0];
   ASSERT_TRUE((*model)->SetParameters(params[0]).ok());
