@@ -1,17 +1,19 @@
-// One job's shards on one parameter server: block values, optimizer state, the
-// workers' clocks, BSP accumulation, and pulls waiting on the staleness bound.
+// One job's shards on one parameter server. The job composes four parts, each
+// with its own invariants: the table (values, optimizer state, BSP sums:
+// server/parameter_table.h), the clocks and the consistency bound
+// (server/clock_table.h), the requests held back (server/waiting_requests.h)
+// and the path to the disk (server/durability_pipeline.h); it orders their
+// steps under one lock and runs callbacks after releasing it.
 #ifndef PS_SERVER_SERVER_JOB_H_
 #define PS_SERVER_SERVER_JOB_H_
 
 #include <atomic>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -21,10 +23,12 @@
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/parameter.pb.h"
 #include "server/clock_table.h"
+#include "server/durability_pipeline.h"
 #include "server/optimizer.h"
+#include "server/parameter_table.h"
 #include "server/server_metrics.h"
 #include "server/shard_store.h"
-#include "server/update_log_writer.h"
+#include "server/waiting_requests.h"
 
 namespace ps {
 
@@ -45,9 +49,9 @@ class ServerJob {
   using PullCallback = std::function<void(absl::StatusOr<v1::PullResponse>)>;
   // Receives the reply of a Pull as the serialized PullResponse, or why it
   // failed; called exactly once.
-  using PullWireCallback = std::function<void(absl::StatusOr<WireMessage>)>;
+  using PullWireCallback = ::ps::PullWireCallback;
   // Receives the reply of a Push, or why it failed; called exactly once.
-  using PushCallback = std::function<void(absl::StatusOr<v1::PushResponse>)>;
+  using PushCallback = ::ps::PushCallback;
 
   // Creates the job's shards for `assignment` (this server is
   // assignment.index()). If `store` holds the job, its last snapshot is
@@ -80,7 +84,7 @@ class ServerJob {
   // Most pulls, and most pushes, of one worker that may wait here at once; a
   // further one drops the oldest (whose client has most likely given up) with
   // RESOURCE_EXHAUSTED. A live worker has one of each at most.
-  static constexpr int kMaxWaitingPerWorker = 4;
+  static constexpr int kMaxWaitingPerWorker = WaitingRequests::kMaxPerWorker;
   // Largest clock accepted from the store (DATA_LOSS beyond).
   static constexpr int64_t kMaxClock = int64_t{1} << 62;
 
@@ -122,7 +126,7 @@ class ServerJob {
   absl::Status Flush();
 
   // Receives the reply of a Seed, or why it failed; called exactly once.
-  using SeedCallback = std::function<void(absl::StatusOr<v1::SeedResponse>)>;
+  using SeedCallback = ::ps::SeedCallback;
   // EXTERNAL models (ParameterService.Seed): sets the initial values of the
   // FROM_WORKER blocks this server holds, from worker 0's module, exactly
   // once. The first Seed must carry every such block (each once, float32,
@@ -158,142 +162,84 @@ class ServerJob {
   std::string ClocksString() const;
 
  private:
-  struct Block {
-    BlockSpec spec;
-    std::vector<float> values;
-    std::vector<float> state;  // Optimizer slots.
-    std::vector<float> accum;  // BSP: gradient sum of the current clock.
-    int64_t step = 0;          // Updates applied.
-  };
-  struct Waiter {
-    int worker;
-    int64_t clock;
-    bool final;  // PullRequest.final: waits for min_clock >= clock.
-    std::vector<uint64_t> keys;
-    PullWireCallback done;
-    ReplyAllocator allocate;
-    absl::Time since;
-  };
-  // A push's gradients checked before the lock (index_ and block sizes never
-  // change after Open).
-  struct GradientCheck {
-    absl::Status invalid;           // Unknown or repeated key, wrong size.
-    std::vector<size_t> positions;  // blocks_ position of each gradient.
-    bool finite = true;             // No NaN or Inf anywhere.
-    uint64_t non_finite_key = 0;    // The first block with one, if any.
-  };
-  struct ParkedPush {
-    int worker;
-    int64_t clock;
-    bool duplicate;
-    PushCallback done;
-    absl::Time since;
-  };
-  // Callbacks made ready under the lock, run after it is released.
-  struct Ready {
-    std::vector<std::pair<PullWireCallback, absl::StatusOr<WireMessage>>> pulls;
-    std::vector<std::pair<PushCallback, absl::StatusOr<v1::PushResponse>>>
-        pushes;
-    std::vector<std::pair<SeedCallback, absl::StatusOr<v1::SeedResponse>>>
-        seeds;
-    void Run();
-  };
-
   ServerJob(const v1::Assignment& assignment, ShardStore* store,
             ServerMetrics* metrics, const ServerJobOptions& options,
             std::unique_ptr<Optimizer> optimizer, int64_t staleness);
-  absl::Status Initialize(const std::vector<TensorSpec>& tensors);
   // Loads a snapshot and replays the update log that follows it.
   absl::Status Restore(StoredJob stored);
-  // Applies one logged update, as the push path applied it.
+  // Applies one logged update through the path the live update took
+  // (ParameterTable::Apply), and the clocks it recorded.
   absl::Status Replay(const std::string& bytes, int64_t sequence)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRequest(int64_t map_version) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ValidateKeys(
-      const google::protobuf::RepeatedField<uint64_t>& keys,
-      std::vector<uint64_t>* out) const;
-  GradientCheck CheckGradients(const PushView& request) const;
   WireMessage BuildReply(const std::vector<uint64_t>& keys,
                          const ReplyAllocator& allocate) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes `record` with the clocks and queues it on the update log (or,
-  // without a store, counts it durable at once); queues a snapshot after it
-  // when options_.snapshot_log_bytes of log have accumulated.
-  void LogLocked(storage::v1::UpdateRecord record)
+  // Applies `update` to the table at the schedule's rate for its clock, and
+  // logs it (its bytes copied into the record only when the job persists).
+  // Every update of the live path goes through here.
+  void ApplyAndLogLocked(const TableUpdate& update, int worker)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues a snapshot of the whole state at the last logged record.
   void SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The writer's report: records up to `sequence` are durable, or the store
   // failed (the job then refuses all requests).
   void OnDurable(int64_t sequence, const absl::Status& status);
-  // True unless a block still holds kUnseededBits; caches a true answer in
-  // seeded_ (blocks never become unseeded again).
+  // True unless a value still waits for Seed; caches a true answer in
+  // seeded_ (tables never become unseeded again).
   bool SeededLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Seed under the lock: the reply now, or nullopt if `done` was parked until
   // the seed's record is durable.
   std::optional<absl::StatusOr<v1::SeedResponse>> SeedLocked(
-      const v1::SeedRequest& request, SeedCallback& done, Ready* ready)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      const v1::SeedRequest& request, SeedCallback& done,
+      ReadyCallbacks* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when a read at `clock` may be answered now: seeded, and the
   // consistency bound, or for a final read every worker's pushes below
   // `clock`.
   bool CanRead(int64_t clock, bool final) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves the pulls the current min_clock lets through, and the parked pushes
-  // whose update is durable, into `ready` (all of them, failed, once
+  // Moves the pulls the current min_clock lets through, and the pushes and
+  // Seeds whose update is durable, into `ready` (all of them, failed, once
   // closed).
-  void CollectReady(Ready* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Before `worker` parks one more pull (or push): if kMaxWaitingPerWorker of
-  // its pulls (pushes) already wait, moves the oldest into `ready`, failed.
-  void EvictOldestWaiting(int worker, bool pulls, Ready* ready)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CollectReady(ReadyCallbacks* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The learning rate of the update of `clock` (the job's schedule), also
   // set as ps_learning_rate.
   float ScheduledRate(int64_t clock) const;
   // Push under the lock: returns the reply now, or nullopt if `done` was
   // parked.
   std::optional<absl::StatusOr<v1::PushResponse>> PushLocked(
-      const PushView& request, const GradientCheck& check, PushCallback& done,
-      Ready* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      const PushView& request, const PushCheck& check, PushCallback& done,
+      ReadyCallbacks* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PushLocked's part for a push that is new and valid: accumulates (BSP)
+  // or applies it, logs, and parks `done` until durable.
+  std::optional<absl::StatusOr<v1::PushResponse>> AcceptPushLocked(
+      const PushView& request, const PushCheck& check, bool apply,
+      PushCallback& done, ReadyCallbacks* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const v1::Assignment assignment_;
   const std::string job_id_;
-  ShardStore* const store_;  // Null for MEMORY durability.
   ServerMetrics* const metrics_;
-  const ServerJobOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
   const bool drop_non_finite_;  // The job's policy is NON_FINITE_DROP.
 
+  // The job's parts (docs/architecture.md, "The server's job"). mu_ guards
+  // all of them; none locks on its own. The table's set of keys and sizes
+  // never changes after Open, so its lock-free checks run before mu_.
   mutable absl::Mutex mu_;
-  std::vector<Block> blocks_ ABSL_GUARDED_BY(mu_);  // Key order.
-  absl::flat_hash_map<uint64_t, size_t> index_;     // Key -> blocks_ position.
+  // Values, optimizer state, BSP sums; set in Open, before any request.
+  std::unique_ptr<ParameterTable> table_;
+  // Worker clocks and the consistency bound.
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
-  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
-  std::vector<ParkedPush> parked_pushes_ ABSL_GUARDED_BY(mu_);
+  // Pulls, pushes and Seeds held back.
+  WaitingRequests waiting_ ABSL_GUARDED_BY(mu_);
+  // The update log, snapshots and what is durable.
+  DurabilityPipeline durability_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed or broken.
-  // The update log: the next record's sequence, the last snapshot's.
-  int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
-  int64_t snapshot_sequence_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t log_bytes_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
-  // The last record known durable (next_sequence_ - 1 without a store).
-  int64_t durable_sequence_ ABSL_GUARDED_BY(mu_) = 0;
-  // The seed's record (0: not seeded through this job's log), and the Seeds
-  // answered once it is durable.
+  // The seed's record (0: not seeded through this job's log).
   int64_t seed_sequence_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::pair<SeedCallback, bool>> parked_seeds_
-      ABSL_GUARDED_BY(mu_);  // (done, duplicate)
-  // Every worker's clock as of the last durable record: a push is
-  // acknowledged once its clock is below its worker's here. Equal to
-  // clocks_.clocks() without a store.
-  std::vector<int64_t> durable_clocks_ ABSL_GUARDED_BY(mu_);
-  // Records queued on the log and not yet durable: sequence, clocks after.
-  std::deque<std::pair<int64_t, std::vector<int64_t>>> in_flight_
-      ABSL_GUARDED_BY(mu_);
   absl::Mutex close_mu_;  // Serialises Close.
-  // Writes the log and snapshots (null without a store). Set in Open, before
-  // any request; destroyed in the destructor, after Close.
-  std::unique_ptr<UpdateLogWriter> writer_;
   // Once true, stays true (SeededLocked); read without the lock by seeded().
   mutable std::atomic<bool> seeded_{false};
   // Buffers of pull replies, reused (two idle at most).

@@ -57,6 +57,7 @@ struct JobOptions {
   v1::Durability durability = v1::WAL;
   v1::NonFinitePolicy non_finite = v1::NON_FINITE_POLICY_UNSPECIFIED;
   bool adam = false;  // Adam (defaults) instead of plain SGD.
+  bool lamb = false;  // LAMB (defaults): not range-wise (whole blocks).
 };
 
 v1::JobSpec Spec(const JobOptions& options) {
@@ -76,6 +77,8 @@ v1::JobSpec Spec(const JobOptions& options) {
   spec.set_seed(kSeed);
   if (options.adam) {
     spec.mutable_optimizer()->mutable_adam()->set_learning_rate(0.01f);
+  } else if (options.lamb) {
+    spec.mutable_optimizer()->mutable_lamb()->set_learning_rate(0.01f);
   } else {
     spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(kLearningRate);
   }
@@ -328,6 +331,69 @@ class ServerJobTest : public testing::ServerJobStoreFixture {
     auto response = PushNow(job, request);
     ASSERT_TRUE(response.ok()) << response.status();
     EXPECT_EQ(response->duplicate(), duplicate);
+  }
+
+  // Serves `clocks` clocks of 2 workers, then reopens the job from the store
+  // (snapshot and log only, as after a crash) and expects the served values
+  // bit for bit. SSP pushes alternate FP32 and BF16, and one carries a NaN
+  // that the job's NON_FINITE_DROP policy drops (logged, not applied).
+  void ExpectReplayGivesTheServedState(int clocks, bool bsp, bool lamb,
+                                       int64_t interval) {
+    ASSERT_TRUE(store_->DeleteJob(kJobId).ok());
+    const JobOptions options = {
+        .model = bsp ? v1::ConsistencySpec::BSP : v1::ConsistencySpec::SSP,
+        .staleness = bsp ? 0 : 3,
+        .num_workers = 2,
+        .non_finite = bsp ? v1::NON_FINITE_POLICY_UNSPECIFIED
+                          : v1::NON_FINITE_DROP,
+        .adam = !lamb,
+        .lamb = lamb};
+    auto served = Open(options, {.snapshot_log_bytes = interval});
+    ASSERT_NE(served, nullptr);
+    std::vector<std::shared_ptr<PushResult>> pushes;
+    for (int clock = 0; clock < clocks; ++clock) {
+      for (int worker = 0; worker < 2; ++worker) {
+        Values g = RoughGradients(clock * 2 + worker);
+        if (!bsp && clock == 2 && worker == 1) {
+          g.begin()->second[0] = std::numeric_limits<float>::quiet_NaN();
+        }
+        const v1::Precision encoding =
+            bsp || worker == 0 ? v1::FP32 : v1::BF16;
+        pushes.push_back(StartPush(
+            *served, encoding == v1::FP32
+                         ? MakePush(worker, clock, g)
+                         : MakeEncodedPush(worker, clock, g, encoding)));
+      }
+    }
+    for (const auto& push : pushes) {
+      ASSERT_EQ(push->calls, 1);
+      ASSERT_TRUE(push->reply.ok()) << push->reply.status();
+    }
+    const Values before = PullNow(*served, 0, clocks);
+
+    absl::StatusOr<StoredJob> stored = store_->Load(kJobId);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    const size_t records = bsp ? clocks : 2 * clocks;
+    EXPECT_EQ(stored->log_sequence + stored->log.size(), records);
+    if (interval == 1) {
+      EXPECT_EQ(stored->log.size(), 0u);
+    }
+    if (interval > 1000000) {
+      EXPECT_EQ(stored->log.size(), records);
+    }
+
+    // Reopened while the served job is still open: nothing but the
+    // snapshot and the log, as after a crash.
+    auto reopened = Open(options, {.snapshot_log_bytes = interval});
+    ASSERT_NE(reopened, nullptr);
+    EXPECT_EQ(reopened->min_clock(), clocks);
+    EXPECT_EQ(PullNow(*reopened, 0, clocks), before);
+    reopened.reset();
+    served.reset();
+    stored = store_->Load(kJobId);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    EXPECT_EQ(stored->log_sequence, static_cast<int64_t>(records));
+    EXPECT_EQ(stored->log.size(), 0u);
   }
 };
 
@@ -826,66 +892,23 @@ TEST_P(ServerJobTest, BspPushIsAcknowledgedOnlyOnceItsClockIsPersisted) {
 }
 
 // A job reopened from its store replays the update log after its last
-// snapshot through the code the pushes took: the state is bit for bit the one
-// that was served, whatever the snapshot interval, under BSP (averaged
-// updates) and SSP (pushes as they came, in 16-bit encodings too), with Adam's
-// state. A clean close leaves a snapshot and no log.
+// snapshot through the code the pushes took (ParameterTable::Apply, the only
+// place an update changes state): the state is bit for bit the one that was
+// served, whatever the snapshot interval, under BSP (averaged updates) and SSP
+// (pushes as they came, in 16-bit encodings too, and a push whose NaN was
+// dropped), with Adam's state (range-wise) and LAMB's (whole blocks). A clean
+// close leaves a snapshot and no log.
 TEST_P(ServerJobTest, ReplayingTheLogRestoresTheServedStateBitForBit) {
   constexpr int kClocks = 6;
-  for (const bool bsp : {false, true}) {
-    for (const int64_t interval :
-         {int64_t{1}, int64_t{300}, int64_t{1} << 40}) {
-      SCOPED_TRACE(absl::StrCat(bsp ? "BSP" : "SSP", ", snapshot every ",
-                                interval, " log bytes"));
-      ASSERT_TRUE(store_->DeleteJob(kJobId).ok());
-      const JobOptions options = {
-          .model = bsp ? v1::ConsistencySpec::BSP : v1::ConsistencySpec::SSP,
-          .staleness = bsp ? 0 : 3,
-          .num_workers = 2,
-          .adam = true};
-      auto served = Open(options, {.snapshot_log_bytes = interval});
-      ASSERT_NE(served, nullptr);
-      std::vector<std::shared_ptr<PushResult>> pushes;
-      for (int clock = 0; clock < kClocks; ++clock) {
-        for (int worker = 0; worker < 2; ++worker) {
-          const Values g = RoughGradients(clock * 2 + worker);
-          const v1::Precision encoding =
-              bsp || worker == 0 ? v1::FP32 : v1::BF16;
-          pushes.push_back(StartPush(
-              *served, encoding == v1::FP32
-                           ? MakePush(worker, clock, g)
-                           : MakeEncodedPush(worker, clock, g, encoding)));
-        }
+  for (const bool lamb : {false, true}) {
+    for (const bool bsp : {false, true}) {
+      for (const int64_t interval :
+           {int64_t{1}, int64_t{300}, int64_t{1} << 40}) {
+        SCOPED_TRACE(absl::StrCat(lamb ? "LAMB, " : "Adam, ",
+                                  bsp ? "BSP" : "SSP", ", snapshot every ",
+                                  interval, " log bytes"));
+        ExpectReplayGivesTheServedState(kClocks, bsp, lamb, interval);
       }
-      for (const auto& push : pushes) {
-        ASSERT_EQ(push->calls, 1);
-        ASSERT_TRUE(push->reply.ok()) << push->reply.status();
-      }
-      const Values before = PullNow(*served, 0, kClocks);
-
-      absl::StatusOr<StoredJob> stored = store_->Load(kJobId);
-      ASSERT_TRUE(stored.ok()) << stored.status();
-      const size_t records = bsp ? kClocks : 2 * kClocks;
-      EXPECT_EQ(stored->log_sequence + stored->log.size(), records);
-      if (interval == 1) {
-        EXPECT_EQ(stored->log.size(), 0u);
-      }
-      if (interval > 1000000) {
-        EXPECT_EQ(stored->log.size(), records);
-      }
-
-      // Reopened while the served job is still open: nothing but the
-      // snapshot and the log, as after a crash.
-      auto reopened = Open(options, {.snapshot_log_bytes = interval});
-      ASSERT_NE(reopened, nullptr);
-      EXPECT_EQ(reopened->min_clock(), kClocks);
-      EXPECT_EQ(PullNow(*reopened, 0, kClocks), before);
-      reopened.reset();
-      served.reset();
-      stored = store_->Load(kJobId);
-      ASSERT_TRUE(stored.ok()) << stored.status();
-      EXPECT_EQ(stored->log_sequence, static_cast<int64_t>(records));
-      EXPECT_EQ(stored->log.size(), 0u);
     }
   }
 }

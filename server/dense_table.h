@@ -1,0 +1,78 @@
+// A job's dense tensors on one server: the blocks the shard map gives it,
+// their values, optimizer state and update counts, and under BSP the sum of
+// the current clock's gradients.
+#ifndef PS_SERVER_DENSE_TABLE_H_
+#define PS_SERVER_DENSE_TABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/model_layout.h"
+#include "ps/v1/cluster.pb.h"
+#include "server/optimizer.h"
+#include "server/parameter_table.h"
+
+namespace ps {
+
+// Blocks in key order; the set of blocks, their keys and sizes never change
+// after Create, so the lock-free methods read them without a lock.
+// Thread-compatible otherwise (ParameterTable).
+class DenseTable final : public ParameterTable {
+ public:
+  // The blocks of `tensors` that `assignment`'s shard map places on this
+  // server (assignment.index()), with their initial values (from the job's
+  // seed; FROM_WORKER tensors hold kUnseededBits until seeded). `accumulate`:
+  // keep a BSP gradient sum per block. Errors: INVALID_ARGUMENT when a block
+  // has no server in the map.
+  static absl::StatusOr<std::unique_ptr<DenseTable>> Create(
+      const v1::Assignment& assignment, const std::vector<TensorSpec>& tensors,
+      const Optimizer* optimizer, bool accumulate);
+
+  absl::Status ResolvePullKeys(
+      const google::protobuf::RepeatedField<uint64_t>& keys,
+      std::vector<uint64_t>* out) const override;
+  PushCheck CheckPush(const PushView& request) const override;
+  WireMessage EncodeReply(std::span<const uint64_t> keys, int64_t min_clock,
+                          std::span<const int64_t> clocks,
+                          WireBufferPool* pool,
+                          const ReplyAllocator& allocate) const override;
+  void Accumulate(const PushView& request, const PushCheck& check) override;
+  TableUpdate AveragedUpdate(int num_workers, int64_t clock) override;
+  void ClearAccumulated() override;
+  absl::StatusOr<TableUpdate> UpdateOfRecord(
+      const storage::v1::UpdateRecord& record) const override;
+  void Apply(const TableUpdate& update, float learning_rate) override;
+  bool seedable() const override { return num_seedable_ > 0; }
+  bool seeded() const override;
+  absl::StatusOr<TableUpdate> SeedUpdate(
+      const v1::SeedRequest& request) const override;
+  std::vector<StoredBlock> Snapshot() const override;
+  absl::Status Restore(std::vector<StoredBlock> blocks) override;
+  size_t size() const override { return blocks_.size(); }
+
+ private:
+  struct Block {
+    BlockSpec spec;
+    bool from_worker = false;  // A FROM_WORKER tensor's (seeded by Seed).
+    std::vector<float> values;
+    std::vector<float> state;  // Optimizer slots.
+    std::vector<float> accum;  // BSP: gradient sum of the current clock.
+    int64_t step = 0;          // Updates applied.
+  };
+
+  explicit DenseTable(const Optimizer* optimizer) : optimizer_(optimizer) {}
+
+  const Optimizer* const optimizer_;  // The job's; outlives the table.
+  std::vector<Block> blocks_;
+  absl::flat_hash_map<uint64_t, size_t> index_;  // Key -> blocks_ position.
+  size_t num_seedable_ = 0;                      // FROM_WORKER blocks.
+  // Once true, stays true (blocks are never unseeded again).
+  mutable bool seeded_ = false;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_DENSE_TABLE_H_

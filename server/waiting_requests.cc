@@ -1,0 +1,132 @@
+#include "server/waiting_requests.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+namespace {
+
+// The oldest of `worker`'s entries in `held` once kMaxPerWorker of them are
+// held, else held.end().
+template <typename T>
+typename std::vector<T>::iterator OldestOverLimit(std::vector<T>& held,
+                                                  int worker) {
+  auto first = held.end();
+  int count = 0;
+  for (auto it = held.begin(); it != held.end(); ++it) {
+    if (it->worker != worker) continue;
+    if (count++ == 0) first = it;
+  }
+  return count < WaitingRequests::kMaxPerWorker ? held.end() : first;
+}
+
+// Moves the entries `release` takes out of `held`, keeping the others in
+// order.
+template <typename T, typename Fn>
+void ReleaseWhere(std::vector<T>& held, Fn release) {
+  auto keep = held.begin();
+  for (auto it = held.begin(); it != held.end(); ++it) {
+    if (release(*it)) continue;
+    if (keep != it) *keep = std::move(*it);
+    ++keep;
+  }
+  held.erase(keep, held.end());
+}
+
+}  // namespace
+
+void ReadyCallbacks::Run() {
+  for (auto& [callback, reply] : pulls) callback(std::move(reply));
+  for (auto& [callback, reply] : pushes) callback(std::move(reply));
+  for (auto& [callback, reply] : seeds) callback(std::move(reply));
+}
+
+void WaitingRequests::ParkPull(WaitingPull pull, ReadyCallbacks* ready) {
+  if (auto oldest = OldestOverLimit(pulls_, pull.worker);
+      oldest != pulls_.end()) {
+    ready->pulls.emplace_back(
+        std::move(oldest->done),
+        absl::ResourceExhaustedError(absl::StrCat(
+            "worker_index: worker ", pull.worker, " has more than ",
+            kMaxPerWorker, " waiting pulls on job ", job_id_,
+            " on this server; the oldest was dropped")));
+    pulls_.erase(oldest);
+  }
+  pulls_.push_back(std::move(pull));
+}
+
+void WaitingRequests::ParkPush(ParkedPush push, ReadyCallbacks* ready) {
+  if (auto oldest = OldestOverLimit(pushes_, push.worker);
+      oldest != pushes_.end()) {
+    ready->pushes.emplace_back(
+        std::move(oldest->done),
+        absl::ResourceExhaustedError(absl::StrCat(
+            "worker_index: worker ", push.worker, " has more than ",
+            kMaxPerWorker, " waiting pushes on job ", job_id_,
+            " on this server; the oldest was dropped")));
+    pushes_.erase(oldest);
+  }
+  pushes_.push_back(std::move(push));
+}
+
+void WaitingRequests::ParkSeed(SeedCallback done, bool duplicate) {
+  seeds_.emplace_back(std::move(done), duplicate);
+}
+
+void WaitingRequests::ReleasePulls(
+    absl::FunctionRef<bool(int64_t, bool)> can_read,
+    absl::FunctionRef<WireMessage(const std::vector<uint64_t>&,
+                                  const ReplyAllocator&)>
+        reply,
+    absl::FunctionRef<void(absl::Duration)> observe_wait,
+    ReadyCallbacks* ready) {
+  const absl::Time now = absl::Now();
+  ReleaseWhere(pulls_, [&](WaitingPull& pull) {
+    if (!can_read(pull.clock, pull.final)) return false;
+    observe_wait(now - pull.since);
+    ready->pulls.emplace_back(std::move(pull.done),
+                              reply(pull.keys, pull.allocate));
+    return true;
+  });
+}
+
+void WaitingRequests::ReleasePushes(
+    const std::vector<int64_t>& durable_clocks,
+    absl::FunctionRef<void(absl::Duration)> observe_wait,
+    ReadyCallbacks* ready) {
+  const absl::Time now = absl::Now();
+  ReleaseWhere(pushes_, [&](ParkedPush& push) {
+    if (push.clock >= durable_clocks[push.worker]) return false;
+    observe_wait(now - push.since);
+    v1::PushResponse response;
+    response.set_duplicate(push.duplicate);
+    ready->pushes.emplace_back(std::move(push.done), std::move(response));
+    return true;
+  });
+}
+
+void WaitingRequests::ReleaseSeeds(ReadyCallbacks* ready) {
+  for (auto& [done, duplicate] : seeds_) {
+    v1::SeedResponse response;
+    response.set_duplicate(duplicate);
+    ready->seeds.emplace_back(std::move(done), std::move(response));
+  }
+  seeds_.clear();
+}
+
+void WaitingRequests::FailAll(const absl::Status& reason,
+                              ReadyCallbacks* ready) {
+  for (WaitingPull& pull : pulls_) {
+    ready->pulls.emplace_back(std::move(pull.done), reason);
+  }
+  for (ParkedPush& push : pushes_) {
+    ready->pushes.emplace_back(std::move(push.done), reason);
+  }
+  for (auto& [done, duplicate] : seeds_) {
+    ready->seeds.emplace_back(std::move(done), reason);
+  }
+  pulls_.clear();
+  pushes_.clear();
+  seeds_.clear();
+}
+
+}  // namespace ps
