@@ -109,6 +109,9 @@ grpc::ChannelArguments ClientChannelArguments(
               Milliseconds(connection.max_reconnect_backoff));
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
               Milliseconds(connection.min_reconnect_backoff));
+  if (connection.dedicated_connection) {
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  }
   return args;
 }
 

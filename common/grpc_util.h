@@ -56,6 +56,11 @@ struct ConnectionOptions {
   // to answer (paused, or not scheduled for a while) fails only if it takes
   // that long. Cluster members use 2 s (MemberConnectionOptions).
   absl::Duration min_reconnect_backoff = absl::Seconds(20);
+  // A connection of the channel's own, not shared with other channels to
+  // the same target (GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL): large transfers on
+  // it (a worker's model upload) never queue a member's heartbeats behind
+  // them in one connection's flow-control window. Default false.
+  bool dedicated_connection = false;
 };
 
 // The ConnectionOptions of channels between cluster members (heartbeats,

@@ -28,24 +28,8 @@ absl::Status ParameterServer::Start() {
   if (!credentials.ok()) return credentials.status();
   auto server_credentials = credentials->ServerCredentials();
   if (!server_credentials.ok()) return server_credentials.status();
-  std::string storage_id;
-  if (options_.data_dir.empty()) {
-    store_ = MemoryShardStore::Create();
-    // A fresh identity per process: a restart comes back without the shards.
-    absl::BitGen rng;
-    storage_id =
-        absl::StrFormat("memory-%016x%016x", absl::Uniform<uint64_t>(rng),
-                        absl::Uniform<uint64_t>(rng));
-  } else {
-    RocksDbShardStoreOptions store_options;
-    store_options.path = options_.data_dir;
-    auto store = RocksDbShardStore::Open(store_options);
-    if (!store.ok()) return store.status();
-    auto identity = (*store)->Identity();
-    if (!identity.ok()) return identity.status();
-    storage_id = *identity;
-    store_ = *std::move(store);
-  }
+  auto storage_id = OpenStore();
+  if (!storage_id.ok()) return storage_id.status();
   manager_ = std::make_unique<ParameterManager>(store_.get(), metrics_.get(),
                                                 options_.job_options);
   service_ = std::make_unique<ParameterServiceImpl>(
@@ -69,29 +53,7 @@ absl::Status ParameterServer::Start() {
     exposer_ = *std::move(exposer);
   }
   if (!options_.coordinator.empty()) {
-    MembershipOptions membership;
-    membership.coordinator = options_.coordinator;
-    membership.role = v1::SERVER;
-    membership.address = address();
-    membership.channel = credentials->MemberChannel();
-    membership.durable = !options_.data_dir.empty();
-    membership.storage_id = storage_id;
-    membership.held_in_heartbeats = true;
-    membership_ = std::make_unique<Membership>(
-        membership,
-        [this](const std::vector<v1::Assignment>& assignments) {
-          for (const absl::Status& error :
-               manager_->SyncAssignments(assignments)) {
-            PS_LOG_ERROR(error.message());
-          }
-        },
-        [this] { return HeldJobs(); },
-        // The coordinator says which stored jobs ended: their shards are
-        // deleted (after a SUCCEEDED job's model is stored).
-        [this](const std::vector<std::string>& ended) {
-          manager_->DeleteEndedJobs(ended);
-        });
-    membership_->Start();
+    StartMembership(credentials->MemberChannel(), *storage_id);
   }
   if (IsWildcardHost(HostOf(options_.listen_address)) &&
       IsLoopbackHost(options_.advertise_host)) {
@@ -110,6 +72,50 @@ absl::Status ParameterServer::Start() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ParameterServer::OpenStore() {
+  if (options_.data_dir.empty()) {
+    store_ = MemoryShardStore::Create();
+    // A fresh identity per process: a restart comes back without the shards.
+    absl::BitGen rng;
+    return absl::StrFormat("memory-%016x%016x", absl::Uniform<uint64_t>(rng),
+                           absl::Uniform<uint64_t>(rng));
+  }
+  RocksDbShardStoreOptions store_options;
+  store_options.path = options_.data_dir;
+  auto store = RocksDbShardStore::Open(store_options);
+  if (!store.ok()) return store.status();
+  auto identity = (*store)->Identity();
+  if (!identity.ok()) return identity.status();
+  store_ = *std::move(store);
+  return identity;
+}
+
+void ParameterServer::StartMembership(ChannelSecurity channel,
+                                      const std::string& storage_id) {
+  MembershipOptions membership;
+  membership.coordinator = options_.coordinator;
+  membership.role = v1::SERVER;
+  membership.address = address();
+  membership.channel = std::move(channel);
+  membership.durable = !options_.data_dir.empty();
+  membership.storage_id = storage_id;
+  membership.held_in_heartbeats = true;
+  loader_ = std::make_unique<AssignmentLoader>(manager_.get());
+  membership_ = std::make_unique<Membership>(
+      membership,
+      // Opened on the loader's thread: the heartbeats go on meanwhile.
+      [this](const std::vector<v1::Assignment>& assignments) {
+        loader_->Offer(assignments);
+      },
+      [this] { return HeldJobs(); },
+      // The coordinator says which stored jobs ended: their shards are
+      // deleted (after a SUCCEEDED job's model is stored).
+      [this](const std::vector<std::string>& ended) {
+        manager_->DeleteEndedJobs(ended);
+      });
+  membership_->Start();
+}
+
 std::vector<v1::HeldAssignment> ParameterServer::HeldJobs() {
   std::vector<v1::HeldAssignment> held;
   auto jobs = manager_->StoredJobs();
@@ -125,6 +131,7 @@ void ParameterServer::Stop() {
   if (stopped_ || server_ == nullptr) return;
   stopped_ = true;
   if (membership_) membership_->Stop();
+  if (loader_) loader_->Stop();
   // Fail waiting pulls first so that Shutdown does not wait for their
   // deadlines.
   manager_->Shutdown();

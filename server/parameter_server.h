@@ -13,6 +13,7 @@
 #include "common/metrics.h"
 #include "common/security.h"
 #include "grpcpp/grpcpp.h"
+#include "server/assignment_loader.h"
 #include "server/parameter_manager.h"
 #include "server/parameter_service.h"
 #include "server/server_metrics.h"
@@ -78,6 +79,12 @@ class ParameterServer {
 
   // The jobs whose shards the store holds, for the coordinator.
   std::vector<v1::HeldAssignment> HeldJobs();
+  // Opens the shard store options_ asks for (RocksDB in data_dir, else in
+  // memory) into store_; returns its identity for the coordinator.
+  absl::StatusOr<std::string> OpenStore();
+  // Registers with options_.coordinator over `channel` and keeps the
+  // assignments in step with its heartbeats.
+  void StartMembership(ChannelSecurity channel, const std::string& storage_id);
 
   const ParameterServerOptions options_;
   // Faults injected into push replies, handed to the service at Start. Empty
@@ -91,6 +98,8 @@ class ParameterServer {
   std::unique_ptr<ParameterManager> manager_;
   std::unique_ptr<ParameterServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
+  // Applies the assignments membership_ delivers, off its thread.
+  std::unique_ptr<AssignmentLoader> loader_;
   std::unique_ptr<Membership> membership_;
   int port_ = 0;
   bool stopped_ = false;

@@ -68,8 +68,9 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
   std::unique_ptr<ServerJob> job(
       new ServerJob(assignment, store, metrics, options, *std::move(optimizer),
                     EffectiveStaleness(spec.consistency())));
-  auto table = DenseTable::Create(assignment, *tensors, job->optimizer_.get(),
-                                  job->clocks_.bulk_synchronous());
+  auto table = DenseTable::Create(
+      assignment, *tensors, job->optimizer_.get(),
+      /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP);
   if (!table.ok()) return table.status();
   job->table_ = *std::move(table);
   if (store == nullptr) return job;

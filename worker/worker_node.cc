@@ -41,6 +41,12 @@ absl::Status WorkerNode::Start() {
   membership.coordinator = options_.coordinator;
   membership.role = v1::WORKER;
   membership.channel = credentials.MemberChannel();
+  // Progress reports and the model upload (up to the model's size) go on a
+  // connection of their own, so heartbeats never wait behind an upload.
+  ConnectionOptions reports_connection = MemberConnectionOptions();
+  reports_connection.dedicated_connection = true;
+  reports_stub_ = v1::ClusterService::NewStub(CreateChannel(
+      options_.coordinator, credentials.MemberChannel(), reports_connection));
   membership_ = std::make_unique<Membership>(
       membership,
       [this](const std::vector<v1::Assignment>& a) { OnAssignments(a); },
@@ -75,7 +81,7 @@ void WorkerNode::OnAssignments(const std::vector<v1::Assignment>& assignments) {
   done_jobs_.insert(place);
   trainer_ = std::make_unique<Trainer>(
       *next, [m = membership_.get()] { return m->node_id(); },
-      membership_->stub(), backend_.get(), &metrics_, trainer_options_);
+      reports_stub_.get(), backend_.get(), &metrics_, trainer_options_);
   thread_ = std::thread(
       [trainer = trainer_.get(), retired = std::move(retired_)]() mutable {
         // The stopped trainers end first (their calls were cancelled, so this

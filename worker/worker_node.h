@@ -81,6 +81,9 @@ class WorkerNode final : public v1::WorkerService::CallbackService {
   std::shared_ptr<prometheus::Registry> registry_;
   WorkerMetrics metrics_;
   std::unique_ptr<MetricsExposer> exposer_;
+  // The trainers' progress reports and model uploads to the coordinator, on
+  // a connection apart from membership_'s heartbeats.
+  std::unique_ptr<v1::ClusterService::Stub> reports_stub_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<grpc::Server> server_;  // WorkerService and health.
   int port_ = 0;
