@@ -13,6 +13,9 @@
 # and with file:line in every report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keyed on paths relative to the checkout, so that a fresh clone in
+# another folder hits the cache a previous one filled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 mode=${1:?asan or tsan}
 shift
 case "$mode" in
