@@ -16,9 +16,9 @@
 
 #include "bench/raw_cublas.h"
 #include "benchmark/benchmark.h"
-#include "worker/backend.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/cuda/cuda_backend.h"
+#include "worker/model/backend.h"
+#include "worker/model/cpu/cpu_backend.h"
+#include "worker/model/cuda/cuda_backend.h"
 
 namespace ps {
 namespace {

@@ -6,8 +6,8 @@
 #include "common/float_codec.h"
 #include "common/model_file.h"
 #include "common/status_macros.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/model.h"
+#include "worker/model/cpu/cpu_backend.h"
+#include "worker/model/model.h"
 
 namespace ps {
 

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "ps/v1/job.pb.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace ps {
 

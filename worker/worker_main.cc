@@ -9,7 +9,7 @@
 #include "common/member_flags.h"
 #include "common/shared_region.h"
 #include "common/signals.h"
-#include "worker/device.h"
+#include "worker/model/device.h"
 #include "worker/worker_node.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");

@@ -17,7 +17,7 @@
 #include "common/metrics.h"
 #include "common/security.h"
 #include "ps/v1/cluster.grpc.pb.h"
-#include "worker/backend.h"
+#include "worker/model/backend.h"
 #include "worker/trainer.h"
 #include "worker/worker_metrics.h"
 

@@ -25,8 +25,8 @@
 #include "tests/testing/bsp_training.h"
 #include "tests/testing/fashion_mnist.h"
 #include "worker/batcher.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/model.h"
+#include "worker/model/cpu/cpu_backend.h"
+#include "worker/model/model.h"
 #include "worker/parameter_client.h"
 #include "worker/trainer.h"
 

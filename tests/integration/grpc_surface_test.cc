@@ -23,7 +23,7 @@
 #include "ps/v1/cluster.grpc.pb.h"
 #include "ps/v1/job_service.grpc.pb.h"
 #include "server/parameter_server.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
 namespace ps {

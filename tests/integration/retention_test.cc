@@ -21,7 +21,7 @@
 #include "server/parameter_server.h"
 #include "server/rocksdb_shard_store.h"
 #include "tests/testing/fashion_mnist.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
 namespace ps {

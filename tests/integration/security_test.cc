@@ -18,7 +18,7 @@
 #include "server/parameter_server.h"
 #include "tests/testing/fashion_mnist.h"
 #include "tests/testing/test_certs.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
 namespace ps {

@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
 #include "tests/testing/fashion_mnist.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
 namespace ps {

@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
 #include "tests/testing/fashion_mnist.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/model/cpu/cpu_backend.h"
 #include "worker/parameter_client.h"
 #include "worker/trainer.h"
 

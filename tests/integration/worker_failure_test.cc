@@ -21,7 +21,7 @@
 #include "tests/testing/fashion_mnist.h"
 #include "tests/testing/freezable_proxy.h"
 #include "tests/testing/parameter_server_test_peer.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
 namespace ps {

@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "server/parameter_server.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/model/cpu/cpu_backend.h"
 #include "worker/parameter_client.h"
 #include "worker/trainer.h"
 #include "worker/worker_metrics.h"

@@ -13,11 +13,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/v1/job.pb.h"
-#include "worker/backend.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/cuda/cuda_backend.h"
-#include "worker/model.h"
-#include "worker/reduced_precision.h"
+#include "worker/model/backend.h"
+#include "worker/model/cpu/cpu_backend.h"
+#include "worker/model/cuda/cuda_backend.h"
+#include "worker/model/model.h"
+#include "worker/model/reduced_precision.h"
 
 namespace ps {
 namespace {

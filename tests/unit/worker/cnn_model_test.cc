@@ -12,8 +12,8 @@
 #include "gtest/gtest.h"
 #include "ps/v1/job.pb.h"
 #include "tests/testing/model_reference.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/model.h"
+#include "worker/model/cpu/cpu_backend.h"
+#include "worker/model/model.h"
 
 namespace ps {
 namespace {

@@ -1,9 +1,9 @@
 // ps-worker --device: which backend each choice gives, and the errors.
-#include "worker/device.h"
+#include "worker/model/device.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/cuda/cuda_backend.h"
+#include "worker/model/cuda/cuda_backend.h"
 
 namespace ps {
 namespace {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/model.h"
+#include "worker/model/cpu/cpu_backend.h"
+#include "worker/model/model.h"
 
 namespace ps {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "ps/v1/job.pb.h"
 #include "tests/testing/model_reference.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/model/cpu/cpu_backend.h"
 
 namespace ps {
 namespace {

@@ -4,8 +4,8 @@
 #include <limits>
 
 #include "gtest/gtest.h"
-#include "worker/loss_scaler.h"
-#include "worker/reduced_precision.h"
+#include "worker/model/loss_scaler.h"
+#include "worker/model/reduced_precision.h"
 
 namespace ps {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/backend.h"
+#include "worker/model/backend.h"
 
 namespace ps {
 

@@ -1,4 +1,4 @@
-#include "worker/layers.h"
+#include "worker/model/layers.h"
 
 #include "common/logging.h"
 

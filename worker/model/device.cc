@@ -1,11 +1,11 @@
-#include "worker/device.h"
+#include "worker/model/device.h"
 
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/cuda/cuda_backend.h"
+#include "worker/model/cpu/cpu_backend.h"
+#include "worker/model/cuda/cuda_backend.h"
 
 namespace ps {
 

@@ -12,9 +12,9 @@
 #include "absl/time/time.h"
 #include "common/model_layout.h"
 #include "ps/v1/job.pb.h"
-#include "worker/backend.h"
-#include "worker/layers.h"
-#include "worker/loss_scaler.h"
+#include "worker/model/backend.h"
+#include "worker/model/layers.h"
+#include "worker/model/loss_scaler.h"
 
 namespace ps {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "common/model_layout.h"
-#include "worker/backend.h"
+#include "worker/model/backend.h"
 
 namespace ps {
 

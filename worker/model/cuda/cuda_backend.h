@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "worker/backend.h"
+#include "worker/model/backend.h"
 
 namespace ps {
 

@@ -1,4 +1,4 @@
-#include "worker/cpu/cpu_backend.h"
+#include "worker/model/cpu/cpu_backend.h"
 
 #include <cblas.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "worker/reduced_precision.h"
+#include "worker/model/reduced_precision.h"
 
 namespace ps {
 namespace {

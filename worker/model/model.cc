@@ -1,4 +1,4 @@
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 #include <algorithm>
 #include <cmath>

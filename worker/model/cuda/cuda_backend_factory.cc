@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "worker/cuda/cuda_backend.h"
+#include "worker/model/cuda/cuda_backend.h"
 
 #ifdef PS_HAVE_CUDA
 #include <dlfcn.h>

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "worker/backend.h"
+#include "worker/model/backend.h"
 
 namespace ps {
 

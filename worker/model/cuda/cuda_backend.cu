@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/backend.h"
+#include "worker/model/backend.h"
 
 namespace ps {
 namespace {

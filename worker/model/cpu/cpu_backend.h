@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "worker/backend.h"
+#include "worker/model/backend.h"
 
 namespace ps {
 
