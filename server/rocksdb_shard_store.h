@@ -1,5 +1,5 @@
-// A durable ShardStore made of two parts (docs/durability.md, "The two
-// parts"):
+// A durable ShardStore made of two parts (docs/durability.md, "The two parts
+// of a server's store"):
 //   - the state store (server/state_store.h): a RocksDB database of every
 //     job's snapshot (values, optimizer state, clocks), its marker (the last
 //     update-log record the snapshot includes) and the job's metadata;

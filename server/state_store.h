@@ -1,10 +1,10 @@
 // The state store: one of the two parts of a server's durable shard store
-// (docs/durability.md, "The two parts"), the RocksDB database that holds every
-// job's snapshot (block values, optimizer state, worker clocks), the update-log
-// position the snapshot includes (its marker), and the job's metadata. The
-// other part, the update log, holds the records after the snapshot in files
-// of its own (server/update_log_files.h); RocksDbShardStore composes the two
-// (server/rocksdb_shard_store.h).
+// (docs/durability.md, "The two parts of a server's store"), the RocksDB
+// database that holds every job's snapshot (block values, optimizer state,
+// worker clocks), the update-log position the snapshot includes (its marker),
+// and the job's metadata. The other part, the update log, holds the records
+// after the snapshot in files of its own (server/update_log_files.h);
+// RocksDbShardStore composes the two (server/rocksdb_shard_store.h).
 //
 // Layout (data directory format version 2): one column family per kind of
 // state ("values", "optimizer", "clocks", "meta", "log"; RocksDB's "default"

@@ -1,10 +1,11 @@
 // The update log: one of the two parts of a server's durable shard store
-// (docs/durability.md, "The two parts"), the records applied since each job's
-// last snapshot, in one file per job under <data_dir>/update-log. The other
-// part, the state store (server/state_store.h), holds the snapshots in
-// RocksDB; RocksDbShardStore composes the two (server/rocksdb_shard_store.h).
-// A record is written once, by one write, instead of going through RocksDB's
-// write-ahead log, memtable and flushes.
+// (docs/durability.md, "The two parts of a server's store"), the records
+// applied since each job's last snapshot, in one file per job under
+// <data_dir>/update-log. The other part, the state store
+// (server/state_store.h), holds the snapshots in RocksDB; RocksDbShardStore
+// composes the two (server/rocksdb_shard_store.h). A record is written once, by
+// one write, instead of going through RocksDB's write-ahead log, memtable and
+// flushes.
 #ifndef PS_SERVER_UPDATE_LOG_FILES_H_
 #define PS_SERVER_UPDATE_LOG_FILES_H_
 

@@ -112,6 +112,7 @@ class ShardStoreFormatTest : public ::testing::Test {
     options.create_if_missing = true;
     options.create_missing_column_families = true;
     std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+    descriptors.reserve(families.size());
     for (const std::string& name : families) {
       descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions());
     }
