@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/data_dir_format.h"
 #include "common/logging.h"
 #include "common/rocksdb_status.h"
 #include "common/status_macros.h"
@@ -20,6 +21,55 @@ constexpr char kSweepCounterKey[] = "meta/next_sweep";
 constexpr char kKindKey[] = "meta/kind";
 constexpr char kKind[] = "ps-coordinator-job-table";
 constexpr char kModelPrefix[] = "model/";
+
+// The job table's data directory format (common/data_dir_format.h). Version
+// 1: a directory without a format record, holding the keys above, with the
+// kind marker (since 2026-11-21 11:50) or without it (the first tables, which
+// hold only jobs, models and the job counter). Version 2: the keys above with
+// the marker, recorded.
+constexpr DataDirFormat kJobTableFormat = {
+    .kind = "ps-coordinator-job-table",
+    .description = "coordinator job table",
+    .current_version = 2};
+
+// True if every key of `db` is one the first job tables wrote, before the
+// kind marker (2026-11-21, its first hour): job records, models and the job
+// counter, which such a table always holds.
+bool HoldsOnlyFirstTableKeys(rocksdb::DB& db) {
+  std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
+  bool counter = false;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    if (key == kCounterKey) {
+      counter = true;
+    } else if (!key.starts_with(kJobPrefix) && !key.starts_with(kModelPrefix)) {
+      return false;
+    }
+  }
+  return it->status().ok() && counter;
+}
+
+// Whether the database at `path` is a job table, read through a read-only
+// open, which modifies nothing (even a failed writable open may replay and
+// flush another database's log): true with its kind marker, false for a
+// table made before the marker. FAILED_PRECONDITION for any other database.
+absl::StatusOr<bool> HasKindMarker(const rocksdb::Options& options,
+                                   const std::string& path) {
+  std::string kind;
+  rocksdb::DB* reader = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, path, &reader);
+  std::unique_ptr<rocksdb::DB> closer(reader);
+  if (s.ok()) s = reader->Get(rocksdb::ReadOptions(), kKindKey, &kind);
+  if (s.ok() && kind == kKind) return true;
+  if (reader != nullptr && s.IsNotFound() && HoldsOnlyFirstTableKeys(*reader)) {
+    return false;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job table at ", path,
+      ": the directory holds a RocksDB database that is not a coordinator "
+      "job table; refusing to modify it (",
+      s.ToString(), ")"));
+}
 
 }  // namespace
 
@@ -39,46 +89,50 @@ JobTable::~JobTable() {
 
 absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
     const std::string& path) {
+  const std::string where = absl::StrCat("job table at ", path);
   std::error_code error;
   if (std::filesystem::exists(path, error) &&
       !std::filesystem::is_directory(path, error)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job table at ", path, ": the path exists and is not a directory"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": the path exists and is not a directory"));
   }
+  // Before anything is written: a directory of an unknown version or kind is
+  // left as it is.
+  PS_ASSIGN_OR_RETURN(int version,
+                      ReadDataDirFormatVersion(path, kJobTableFormat, where));
   const bool existing =
       std::filesystem::exists(std::filesystem::path(path) / "CURRENT", error);
   rocksdb::Options options;
   options.create_if_missing = true;
+  bool marked = false;  // A new table gets its marker below.
   if (existing) {
-    // A marker written at creation tells our table from any other database.
-    // It is read through a read-only open, which modifies nothing: even a
-    // failed writable open may replay and flush another database's log.
-    std::string kind;
-    rocksdb::DB* reader = nullptr;
-    rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, path, &reader);
-    if (s.ok()) {
-      std::unique_ptr<rocksdb::DB> closer(reader);
-      s = reader->Get(rocksdb::ReadOptions(), kKindKey, &kind);
-    }
-    if (!s.ok() || kind != kKind) {
+    PS_ASSIGN_OR_RETURN(marked, HasKindMarker(options, path));
+    if (!marked && version != kUnrecordedDataDirVersion) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "job table at ", path,
-          ": the directory holds a RocksDB database that is not a coordinator "
-          "job table; refusing to modify it (",
-          s.ToString(), ")"));
+          where, ": the database has no kind marker, which format version ",
+          version, " requires; refusing to modify it"));
     }
   }
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, path, &raw);
-  if (!s.ok()) {
-    return RocksDbStatusToAbsl(s, absl::StrCat("job table at ", path));
-  }
+  if (!s.ok()) return RocksDbStatusToAbsl(s, where);
   std::unique_ptr<rocksdb::DB> db(raw);
-  if (!existing) {
+  if (!marked) {
     rocksdb::WriteOptions sync;
     sync.sync = true;
-    PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
-        db->Put(sync, kKindKey, kKind), absl::StrCat("job table at ", path)));
+    PS_RETURN_IF_ERROR(
+        RocksDbStatusToAbsl(db->Put(sync, kKindKey, kKind), where));
+  }
+  if (!existing || version == kUnrecordedDataDirVersion) {
+    PS_RETURN_IF_ERROR(WriteDataDirFormatVersion(path, kJobTableFormat));
+  }
+  if (existing && version == kUnrecordedDataDirVersion) {
+    // Version 1 holds the keys of version 2, but for the kind marker of the
+    // first tables, added above.
+    PS_LOG_INFO(where, ": upgraded the data directory from format version ",
+                kUnrecordedDataDirVersion, " (no format record",
+                marked ? "" : ", no kind marker", ") to ",
+                kJobTableFormat.current_version);
   }
   return std::unique_ptr<JobTable>(new JobTable(std::move(db)));
 }

@@ -1,5 +1,6 @@
 // The coordinator's durable job table: every job's status in RocksDB, so that a
-// coordinator restart loses no job.
+// coordinator restart loses no job. Its data directory records its format
+// version (common/data_dir_format.h, docs/durability.md "Format versions").
 #ifndef PS_COORDINATOR_JOB_TABLE_H_
 #define PS_COORDINATOR_JOB_TABLE_H_
 
@@ -18,8 +19,12 @@ namespace ps {
 // Thread-safe.
 class JobTable {
  public:
-  // Opens or creates the table at `path`. Errors: a clear status naming the
-  // path if it is not a usable RocksDB directory.
+  // Opens or creates the table at `path`; a directory of format version 1
+  // (no format record) is upgraded to 2 (logged once). Errors, naming the
+  // path, with nothing in the directory modified: FAILED_PRECONDITION when
+  // the path is not a directory, when it records a format version this build
+  // does not read (naming both versions) or another kind of directory, or
+  // holds a RocksDB database that is not a job table; otherwise RocksDB's.
   static absl::StatusOr<std::unique_ptr<JobTable>> Open(
       const std::string& path);
   // Flushes (no write-ahead log is left) and closes the database.

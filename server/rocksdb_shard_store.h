@@ -1,22 +1,17 @@
-// A durable ShardStore in RocksDB (docs/durability.md).
+// A durable ShardStore made of two parts (docs/durability.md, "The two parts
+// of a server's store"):
+//   - the state store (server/state_store.h): a RocksDB database of every
+//     job's snapshot (values, optimizer state, clocks), its marker (the last
+//     update-log record the snapshot includes) and the job's metadata;
+//   - the update log (server/update_log_files.h): one file per job under
+//     <path>/update-log, the records applied since the snapshot.
+// CommitSnapshot, below, is the one protocol that writes across them.
 //
-// Layout: one column family per kind of state ("values", "optimizer",
-// "clocks", "meta", "log"; RocksDB's "default" stays empty). Every key starts
-// with the job id and a '\0', so one job's keys form a contiguous range:
-//   values:    job_id '\0' key(8 bytes, big-endian) -> float32 little-endian
-//   optimizer: job_id '\0' key(8 bytes, big-endian) -> step (int64, 8 bytes
-//              little-endian) then float32 little-endian slots
-//   clocks:    job_id '\0' worker(4 bytes, big-endian) -> clock (int64, 8
-//              bytes little-endian)
-//   meta:      job_id '\0' -> opaque bytes
-//   log:       job_id '\0' -> the last snapshot's log_sequence (int64, 8
-//              bytes little-endian), and
-//              job_id '\0' sequence(8 bytes, big-endian) -> update record
+// The data directory records its format version (common/data_dir_format.h):
+// version 2 is this layout; version 1, a directory without a record, is
+// upgraded by Open (server/shard_store_upgrade.h); a later version is refused.
 #ifndef PS_SERVER_ROCKSDB_SHARD_STORE_H_
 #define PS_SERVER_ROCKSDB_SHARD_STORE_H_
-
-#include <rocksdb/db.h>
-#include <rocksdb/status.h>
 
 #include <cstddef>
 #include <functional>
@@ -26,107 +21,123 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
+#include "common/data_dir_format.h"
 #include "server/shard_store.h"
+#include "server/state_store.h"
 #include "server/update_log_files.h"
 
 namespace ps {
 
+// A server's data directory format: version 2 records the version, keeps
+// only markers in the state store's "log" family and every update-log record
+// in a file of the current file format.
+inline constexpr DataDirFormat kShardStoreDataDirFormat = {
+    .kind = "ps-server-shard-store",
+    .description = "parameter-server shard store",
+    .current_version = 2};
+
 // How to open a RocksDbShardStore.
 struct RocksDbShardStoreOptions {
-  // Directory of the database. Required (no default).
+  // The data directory. Required (no default).
   std::string path{};
   // Create the directory and the database when missing. Default true; when
   // false, Open fails with NOT_FOUND unless a database is already there.
   bool create_if_missing = true;
-  // Memtable size of the "values", "optimizer" and "log" column families.
-  // Default 64 MiB (64 one-MiB blocks per flush).
+  // Memtable size of the state store's "values" and "optimizer" column
+  // families. Default 64 MiB (64 one-MiB blocks per flush).
   size_t write_buffer_bytes = size_t{64} << 20;
-  // Called after each Write with its duration in seconds (whether or not it
-  // succeeded), on the writing thread; for a latency histogram. Must be
-  // thread-safe. Default: none.
+  // Called after each Write and AppendLog with its duration in seconds
+  // (whether or not it succeeded), on the writing thread; for a latency
+  // histogram. Must be thread-safe. Default: none.
   std::function<void(double seconds)> on_write_latency{};
 };
 
-// Keeps shards in a RocksDB database: each Write is one WriteBatch through the
-// write-ahead log, so an acknowledged write survives a process crash (and a
-// machine crash with sync=true). The column families flush together
-// (atomic_flush), and the destructor flushes them, so a cleanly closed store
-// leaves no log behind. Thread-safe; a database directory can be
-// open in one store (one process) at a time.
+// The commit protocol of a snapshot across the two parts: the one function
+// that writes both for one change.
+//
+//   1. The state store writes write's blocks, clocks and marker
+//      (write.log_sequence, when > 0) in one RocksDB batch (fsync'ed with
+//      write.sync).
+//   2. Only once that batch is durable, the update log drops the records up
+//      to the marker (UpdateLogFiles::DropThrough).
+//
+// What it keeps true, and what every reader relies on: the job's state is its
+// snapshot followed by the log's records after the marker, and those records
+// continue the marker without a gap. A crash before step 1 completes leaves
+// the previous snapshot and every record; a crash between the steps leaves
+// records at or before the marker, which a reader skips (RocksDbShardStore::
+// Load reads after the marker). Records are only ever appended after the
+// marker or the last record (ShardStore::AppendLog), never written into the
+// state store. `write` must be valid (ValidateShardWrite). Thread-safe as
+// its parts are; the caller orders a job's snapshots and appends (one
+// UpdateLogWriter per job does). Errors: the first failing part's.
+absl::Status CommitSnapshot(StateStore& state, UpdateLogFiles& log,
+                            const ShardWrite& write);
+
+// Keeps shards in a state store and an update log, both in one data
+// directory. Thread-safe; a data directory can be open in one store (one
+// process) at a time.
 class RocksDbShardStore : public ShardStore {
  public:
-  // Opens (or creates) the database at options.path. Errors, each naming the
-  // path: INVALID_ARGUMENT for an empty path; FAILED_PRECONDITION when the
-  // path is not a directory; PERMISSION_DENIED when it is not readable and
-  // writable; NOT_FOUND when there is no database and create_if_missing is
-  // false; otherwise RocksDB's error (common/rocksdb_status.h), e.g.
-  // UNAVAILABLE when another process holds the database.
+  // Opens (or creates) the data directory at options.path, checks its
+  // format version and upgrades a version-1 directory (logged once). Errors,
+  // each naming the path: INVALID_ARGUMENT for an empty path;
+  // FAILED_PRECONDITION when the path is not a directory, when it records a
+  // format version this build does not read (naming both versions) or
+  // another kind of directory, or holds a RocksDB database that is not a
+  // state store (nothing in it is modified); PERMISSION_DENIED when it is not
+  // readable and writable; NOT_FOUND when there is no database and
+  // create_if_missing is false; DATA_LOSS when a format-1 directory's log
+  // does not upgrade; otherwise the state store's or the file system's error,
+  // e.g. UNAVAILABLE when another process holds the database.
   static absl::StatusOr<std::unique_ptr<RocksDbShardStore>> Open(
       const RocksDbShardStoreOptions& options);
 
-  // Flushes the memtables (so no write-ahead log is left to replay), then
-  // closes the database (column family handles first, then the DB).
+  // Closes the update log, then the state store (which flushes it, so no
+  // write-ahead log is left to replay).
   ~RocksDbShardStore() override;
 
   RocksDbShardStore(const RocksDbShardStore&) = delete;
   RocksDbShardStore& operator=(const RocksDbShardStore&) = delete;
 
-  // See ShardStore: one WriteBatch, WAL on, WriteOptions.sync = write.sync;
-  // the log records it covers go by one range deletion in the same batch.
+  // See ShardStore: CommitSnapshot.
   absl::Status Write(const ShardWrite& write) override;
-  // See ShardStore: one WriteBatch, WAL on, WriteOptions.sync = sync.
+  // See ShardStore: appends to the job's log file (one write; fdatasync with
+  // `sync`).
   absl::Status AppendLog(const std::string& job_id, int64_t first_sequence,
                          const std::vector<std::string>& records,
                          bool sync) override;
-  // See ShardStore. Synced.
+  // See ShardStore: the state store's "meta" family. Synced.
   absl::Status PutJobMeta(const std::string& job_id,
                           const std::string& meta) override;
-  // See ShardStore. Reads one consistent snapshot; every value's size is
-  // checked (DATA_LOSS naming the job and key when malformed, or when a block
-  // has values without optimizer state or the reverse).
+  // See ShardStore: the state store's snapshot and marker (one consistent
+  // RocksDB snapshot; every value's size checked), then the log's records
+  // after the marker. DATA_LOSS naming the job when something is malformed,
+  // or when the first record after the marker is missing.
   absl::StatusOr<StoredJob> Load(const std::string& job_id) override;
-  // See ShardStore. DATA_LOSS for a key without a job prefix.
+  // See ShardStore: the jobs with anything in either part.
   absl::StatusOr<std::vector<std::string>> ListJobs() override;
-  // See ShardStore: one range deletion per column family, synced; then the
-  // memtables are flushed (freeing the job's share of the write-ahead log) and
-  // the job's key range compacted in every family, so that its space goes
-  // back to the file system before this returns (seconds for a large job).
+  // See ShardStore: the state store's keys first (StateStore::DeleteJob:
+  // synced, then flushed and compacted so that the space goes back to the
+  // file system), then the log file. A crash between leaves a job with only
+  // a log, which ListJobs still lists, so it is deleted again.
   absl::Status DeleteJob(const std::string& job_id) override;
 
-  // RocksDB's identity of this database (DB::GetDbIdentity): a UUID made when
-  // the database was created, the same after every reopen. Thread-safe.
+  // The state store's identity (StateStore::Identity): the same after every
+  // reopen of the directory. Thread-safe.
   absl::StatusOr<std::string> Identity() const;
 
  private:
-  // Flushes every column family's memtable (waiting), which lets RocksDB
-  // delete the log files it covers. `why` goes into the error.
-  absl::Status FlushAll(absl::string_view why);
-
-  // Indices into handles_.
-  enum Family {
-    kDefault = 0,
-    kValues,
-    kOptimizer,
-    kClocks,
-    kMeta,
-    kLog,
-    kCount
-  };
-
   RocksDbShardStore(RocksDbShardStoreOptions options,
-                    std::unique_ptr<rocksdb::DB> db,
-                    std::vector<rocksdb::ColumnFamilyHandle*> handles,
-                    std::unique_ptr<UpdateLogFiles> log_files);
+                    std::unique_ptr<StateStore> state,
+                    std::unique_ptr<UpdateLogFiles> log);
+
+  void ObserveLatency(double seconds) const;
 
   const RocksDbShardStoreOptions options_;
-  std::unique_ptr<rocksdb::DB> db_;
-  // One per Family, owned; destroyed before db_. Immutable after Open.
-  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
-  // The update log's records, one file per job under <path>/update-log. The
-  // "log" family keeps each job's snapshot marker (and records of stores
-  // made before the files, which Load still reads).
-  std::unique_ptr<UpdateLogFiles> log_files_;
+  // The two parts; immutable after Open, thread-safe themselves.
+  std::unique_ptr<StateStore> state_;
+  std::unique_ptr<UpdateLogFiles> log_;
 };
 
 }  // namespace ps

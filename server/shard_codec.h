@@ -1,6 +1,6 @@
-// Decoding of the RocksDB shard store's records (layout in
-// rocksdb_shard_store.h) into a StoredJob, apart from RocksDB: the store's
-// Load feeds it what its iterators read, and a fuzz target feeds it anything.
+// Decoding of the state store's records (layout in server/state_store.h) into
+// a StoredJob, apart from RocksDB: StateStore::Load feeds it what its
+// iterators read, and a fuzz target feeds it anything.
 #ifndef PS_SERVER_SHARD_CODEC_H_
 #define PS_SERVER_SHARD_CODEC_H_
 
@@ -42,11 +42,12 @@ class StoredJobDecoder {
   // The store keeps clocks and steps as opaque int64s; their ranges are the
   // reader's to check (ServerJob does).
   absl::Status AddClock(absl::string_view key, absl::string_view value);
-  // An "update log" record, after the clocks, in key order: the marker (key
-  // job_id '\0' alone -> int64 log_sequence of the last snapshot) first, then
-  // job prefix + 8-byte big-endian sequence -> opaque record. DATA_LOSS for a
-  // malformed key or marker, or a sequence that does not follow the marker
-  // and the records before it without a gap.
+  // A "log" family record, after the clocks, in key order: the marker (key
+  // job_id '\0' alone -> int64 log_sequence of the last snapshot) first, then,
+  // in a format-1 directory only (StateStore::ReadFormat1Log), update-log
+  // records: job prefix + 8-byte big-endian sequence -> opaque record.
+  // DATA_LOSS for a malformed key or marker, or a sequence that does not
+  // follow the marker and the records before it without a gap.
   absl::Status AddLog(absl::string_view key, absl::string_view value);
   // The job, once every record is added. DATA_LOSS for values without
   // optimizer state; NOT_FOUND if nothing at all was stored for the job.

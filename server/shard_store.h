@@ -41,9 +41,10 @@ struct ShardWrite {
   std::vector<BlockWrite> blocks{};
   // (worker index, clock) pairs to store; worker indices must be >= 0.
   std::vector<std::pair<int32_t, int64_t>> worker_clocks{};
-  // The last update-log record this state includes (0: none). The same
-  // atomic write drops the job's log records with sequence <= log_sequence
-  // and stores log_sequence, which Load returns. Must be >= 0.
+  // The last update-log record this state includes (0: none). Write stores
+  // it, which Load returns, and drops the job's log records with sequence <=
+  // log_sequence: Load never returns them, crash or not (the RocksDB store:
+  // CommitSnapshot in rocksdb_shard_store.h). Must be >= 0.
   int64_t log_sequence = 0;
   // fsync before returning (survives a machine crash). Default false: the
   // write survives a process crash only.

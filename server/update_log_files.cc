@@ -501,6 +501,34 @@ absl::Status UpdateLogFiles::Delete(const std::string& job_id) {
   return SyncDirectory();
 }
 
+absl::Status UpdateLogFiles::Replace(const std::string& job_id,
+                                     int64_t first_sequence,
+                                     const std::vector<std::string>& records,
+                                     bool sync) {
+  JobLog& log = LogOf(job_id);
+  absl::MutexLock lock(&log.mu);
+  return Rewrite(job_id, log, first_sequence, records, sync);
+}
+
+absl::StatusOr<bool> UpdateLogFiles::ConvertFirstFormat(
+    const std::string& job_id, bool sync) {
+  const std::string path = PathOf(job_id);
+  JobLog& log = LogOf(job_id);
+  absl::MutexLock lock(&log.mu);
+  if (log.fd >= 0) return false;  // Opened for appending: converted then.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return false;
+    return Errno(absl::StrCat("update log: opening ", path));
+  }
+  absl::StatusOr<std::string> contents = ReadWholeFile(fd, path);
+  close(fd);
+  if (!contents.ok()) return contents.status();
+  if (!ParseLog(*contents).first_format) return false;
+  PS_RETURN_IF_ERROR(OpenForAppend(job_id, log, sync));  // Rewrites it.
+  return true;
+}
+
 absl::Status UpdateLogFiles::SyncDirectory() const {
   const int fd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Errno(absl::StrCat("update log: opening ", dir_));

@@ -1,7 +1,11 @@
-// The update log's records on disk (docs/durability.md, "The update log"):
-// one file per job, reused from snapshot to snapshot, beside the RocksDB shard
-// store that holds the job's snapshots. A record is written once, by one write,
-// instead of going through RocksDB's write-ahead log, memtable and flushes.
+// The update log: one of the two parts of a server's durable shard store
+// (docs/durability.md, "The two parts of a server's store"), the records
+// applied since each job's last snapshot, in one file per job under
+// <data_dir>/update-log. The other part, the state store
+// (server/state_store.h), holds the snapshots in RocksDB; RocksDbShardStore
+// composes the two (server/rocksdb_shard_store.h). A record is written once, by
+// one write, instead of going through RocksDB's write-ahead log, memtable and
+// flushes.
 #ifndef PS_SERVER_UPDATE_LOG_FILES_H_
 #define PS_SERVER_UPDATE_LOG_FILES_H_
 
@@ -32,8 +36,9 @@ namespace ps {
 // behind) ends it. The first append of a process cuts the file off after its
 // readable log, so that nothing a crash left behind can follow new frames.
 // Files of the first format (no header; 20-byte frames without a generation,
-// never reused) are read as they are and rewritten in this one by their first
-// append.
+// never reused; written from 2026-11-23 to 2026-11-26) are read as they are
+// and rewritten in this one by their first append or ConvertFirstFormat; a
+// data directory of format version 2 holds none (the upgrade converts them).
 //
 // Thread-safe; calls for different jobs do not wait for each other.
 class UpdateLogFiles {
@@ -74,6 +79,17 @@ class UpdateLogFiles {
 
   // Removes the job's log file (no error if it has none).
   absl::Status Delete(const std::string& job_id);
+
+  // Replaces the job's file by one holding `records`, with sequences
+  // first_sequence, first_sequence + 1, ..., in one generation, through a
+  // temporary file and a rename (fsync'ed first with `sync`). For the
+  // upgrade of a format-1 data directory, which moves records into the file.
+  absl::Status Replace(const std::string& job_id, int64_t first_sequence,
+                       const std::vector<std::string>& records, bool sync);
+
+  // Rewrites the job's file in the current format if it is of the first
+  // format; true if it was. For the upgrade of a format-1 data directory.
+  absl::StatusOr<bool> ConvertFirstFormat(const std::string& job_id, bool sync);
 
  private:
   struct JobLog {

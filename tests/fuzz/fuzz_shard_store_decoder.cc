@@ -1,6 +1,7 @@
-// The RocksDB shard store's records, as a damaged or foreign database could
-// hold them: decoded as RocksDbShardStore::Load does (StoredJobDecoder, fed
-// each column family in key order, as RocksDB iterates), then reloaded into a
+// The state store's records, as a damaged or foreign database could hold
+// them: decoded as StateStore::Load (and, for update-log records in the "log"
+// family, the format-1 upgrade) does (StoredJobDecoder, fed each column family
+// in key order, as RocksDB iterates), then reloaded into a
 // ServerJob as a restarted server would, replaying the update log, which must
 // refuse what does not fit its shard map with DATA_LOSS or
 // FAILED_PRECONDITION, or serve it.

@@ -60,6 +60,23 @@ expect_refusal "coordinator on a server's database" "job table at $DIR/server" \
 [ "$(digest "$DIR/server")" = "$before" ] && echo "ok - the server's database is unchanged" ||
   { echo "not ok - the server's database was modified"; failures=$((failures + 1)); }
 
+# A format version this build does not read (a newer build's directory).
+for kind in server coordinator; do
+  record=$(cat "$DIR/$kind/PS_FORMAT")
+  echo "${record% *} 99" >"$DIR/$kind/PS_FORMAT"
+  before=$(digest "$DIR/$kind")
+  if [ $kind = server ]; then
+    cmd=("$SERVER" --coordinator=127.0.0.1:1 --metrics_port=-1 --data_dir="$DIR/server")
+  else
+    cmd=("$COORDINATOR" --listen=127.0.0.1:0 --metrics_port=-1 --data_dir="$DIR/coordinator")
+  fi
+  expect_refusal "$kind on a later format version" \
+    "has format version 99; this build reads versions 1 to 2" "${cmd[@]}"
+  [ "$(digest "$DIR/$kind")" = "$before" ] && echo "ok - the $kind's later-version directory is unchanged" ||
+    { echo "not ok - the $kind's later-version directory was modified"; failures=$((failures + 1)); }
+  echo "$record" >"$DIR/$kind/PS_FORMAT"
+done
+
 echo garbage >"$DIR/server/CURRENT"
 before=$(digest "$DIR/server")
 expect_refusal "server on a corrupted database" "DATA_LOSS" \

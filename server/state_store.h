@@ -1,0 +1,161 @@
+// The state store: one of the two parts of a server's durable shard store
+// (docs/durability.md, "The two parts of a server's store"), the RocksDB
+// database that holds every job's snapshot (block values, optimizer state,
+// worker clocks), the update-log position the snapshot includes (its marker),
+// and the job's metadata. The other part, the update log, holds the records
+// after the snapshot in files of its own (server/update_log_files.h);
+// RocksDbShardStore composes the two (server/rocksdb_shard_store.h).
+//
+// Layout (data directory format version 2): one column family per kind of
+// state ("values", "optimizer", "clocks", "meta", "log"; RocksDB's "default"
+// stays empty). Every key starts with the job id and a '\0', so one job's keys
+// form a contiguous range:
+//   values:    job_id '\0' key(8 bytes, big-endian) -> float32 little-endian
+//   optimizer: job_id '\0' key(8 bytes, big-endian) -> step (int64, 8 bytes
+//              little-endian) then float32 little-endian slots
+//   clocks:    job_id '\0' worker(4 bytes, big-endian) -> clock (int64, 8
+//              bytes little-endian)
+//   meta:      job_id '\0' -> opaque bytes
+//   log:       job_id '\0' -> the snapshot's marker: the last update-log
+//              record it includes (int64, 8 bytes little-endian)
+// Directories of format version 1 may also hold update-log records in the
+// "log" family (job_id '\0' sequence(8 bytes, big-endian) -> record), or lack
+// the family; the upgrade (server/shard_store_upgrade.h) moves the records to
+// the update log and adds the family. In format 2 such a record is DATA_LOSS.
+#ifndef PS_SERVER_STATE_STORE_H_
+#define PS_SERVER_STATE_STORE_H_
+
+#include <rocksdb/db.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/shard_store.h"
+
+namespace ps {
+
+// How to open a StateStore.
+struct StateStoreOptions {
+  // Directory of the database. Required (no default); it must exist.
+  std::string path{};
+  // Create the database when the directory holds none. Default true; when
+  // false, Open fails with NOT_FOUND unless a database is already there.
+  bool create_if_missing = true;
+  // Memtable size of the "values" and "optimizer" column families. Default
+  // 64 MiB (64 one-MiB blocks per flush).
+  size_t write_buffer_bytes = size_t{64} << 20;
+  // Format version 1 only: an existing database without the "log" family (made
+  // before the update log existed) gets it. Default false: every family must
+  // be there.
+  bool add_missing_log_family = false;
+};
+
+// The update-log records a format-1 directory keeps in the "log" family for
+// one job.
+struct Format1LogRecords {
+  int64_t marker = 0;                  // The snapshot's marker (0: none).
+  std::vector<std::string> records{};  // Sequences marker + 1, marker + 2, ...
+};
+
+// Thread-safe; a database directory can be open in one StateStore (one
+// process) at a time. Every write is one WriteBatch through RocksDB's
+// write-ahead log, so an acknowledged write survives a process crash (and a
+// machine crash when synced). The column families flush together
+// (atomic_flush), and the destructor flushes them, so a cleanly closed store
+// leaves no write-ahead log behind.
+class StateStore {
+ public:
+  // Opens (or creates) the database at options.path. Nothing is modified
+  // before the database is known to be a state store. Errors, each naming
+  // the path: NOT_FOUND when there is no database and create_if_missing is
+  // false; FAILED_PRECONDITION for a database that is not a state store (a
+  // column family missing); otherwise RocksDB's error
+  // (common/rocksdb_status.h), e.g. UNAVAILABLE when another process holds
+  // the database, DATA_LOSS for a corrupted one.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(
+      const StateStoreOptions& options);
+
+  // Flushes the memtables (so no write-ahead log is left to replay), then
+  // closes the database (column family handles first, then the DB).
+  ~StateStore();
+
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+
+  // Writes write's blocks and clocks and, when write.log_sequence > 0, the
+  // job's marker, in one WriteBatch (WriteOptions.sync = write.sync). The
+  // caller has validated `write` (ValidateShardWrite). Errors: RocksDB's.
+  absl::Status PutSnapshot(const ShardWrite& write);
+
+  // Stores the job's metadata, replacing any; synced. Errors: RocksDB's.
+  absl::Status PutMeta(const std::string& job_id, const std::string& meta);
+
+  // The job's snapshot, metadata and marker (StoredJob::log_sequence; `log`
+  // stays empty), read from one consistent RocksDB snapshot. NOT_FOUND if
+  // nothing is stored for the job; DATA_LOSS naming the job and key for a
+  // malformed value, values without optimizer state or the reverse, or an
+  // update-log record in the "log" family.
+  absl::StatusOr<StoredJob> Load(const std::string& job_id);
+
+  // Ids of the jobs with anything stored, sorted. DATA_LOSS for a key
+  // without a job prefix.
+  absl::StatusOr<std::vector<std::string>> ListJobs();
+
+  // Removes the job's keys: one range deletion per column family, synced;
+  // then the memtables are flushed (freeing the job's share of the
+  // write-ahead log) and the job's key range compacted in every family, so
+  // that its space goes back to the file system before this returns
+  // (seconds for a large job). No error if nothing was stored.
+  absl::Status DeleteJob(const std::string& job_id);
+
+  // RocksDB's identity of the database (DB::GetDbIdentity): a UUID made when
+  // it was created, the same after every reopen.
+  absl::StatusOr<std::string> Identity() const;
+
+  // Format version 1 only (the upgrade). The ids of the jobs with update-log
+  // records in the "log" family, sorted.
+  absl::StatusOr<std::vector<std::string>> JobsWithFormat1Log();
+  // Format version 1 only. The job's marker and its records in the "log"
+  // family; DATA_LOSS unless they follow the marker without a gap.
+  absl::StatusOr<Format1LogRecords> ReadFormat1Log(const std::string& job_id);
+  // Format version 1 only. Deletes the job's records from the "log" family
+  // (its marker stays), synced.
+  absl::Status DeleteFormat1Log(const std::string& job_id);
+
+ private:
+  // Indices into handles_.
+  enum Family {
+    kDefault = 0,
+    kValues,
+    kOptimizer,
+    kClocks,
+    kMeta,
+    kLog,
+    kCount
+  };
+
+  StateStore(std::string path, std::unique_ptr<rocksdb::DB> db,
+             std::vector<rocksdb::ColumnFamilyHandle*> handles);
+
+  // Flushes every column family's memtable (waiting), which lets RocksDB
+  // delete the log files it covers. `why` goes into the error.
+  absl::Status FlushAll(absl::string_view why);
+  // Feeds the job's keys of `family`, read through `read_options`, to `add`.
+  template <typename Add>
+  absl::Status Scan(Family family, const std::string& job_id,
+                    const rocksdb::ReadOptions& read_options, Add add);
+
+  const std::string path_;
+  std::unique_ptr<rocksdb::DB> db_;
+  // One per Family, owned; destroyed before db_. Immutable after Open.
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_STATE_STORE_H_
