@@ -12,7 +12,8 @@ the model's forward and backward (`compute`) and without (`comm`: step()
 with no gradients, which pushes zeros: the payload path alone).
 
   PYTHONPATH=build/python OPENBLAS_NUM_THREADS=1 \\
-    python3 bench/python_payloads.py [--rounds 3] [--steps 120]
+    python3 bench/python_payloads.py [--rounds 3] [--steps 120] \\
+    [--modes compute,comm]
 """
 
 import argparse
@@ -93,6 +94,8 @@ def main():
     parser.add_argument("--compute", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--modes", default="compute,comm",
+                        help="which of compute, comm to run")
     args = parser.parse_args()
     if args.command == "worker":
         args.shared = bool(args.shared)
@@ -107,7 +110,8 @@ def main():
             for _ in range(2):
                 cluster.start_server(durable=False)
             for r in range(args.rounds):
-                for compute in (True, False):
+                for compute in [m == "compute"
+                                for m in args.modes.split(",")]:
                     for shared in ((True, False) if r % 2 == 0
                                    else (False, True)):
                         d = os.path.join(tmp, f"r{r}-{compute}-{shared}")
@@ -122,7 +126,7 @@ def main():
         finally:
             cluster.stop()
     print("median over rounds (ms per step):")
-    for what in ("compute", "comm"):
+    for what in args.modes.split(","):
         shared = statistics.median(results[(what, "shared")])
         socket = statistics.median(results[(what, "socket")])
         print(f"  {what:7s} shared {shared:7.2f}  socket {socket:7.2f}  "

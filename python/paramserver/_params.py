@@ -297,9 +297,10 @@ class ParameterClient:
                     raise error_for(grpc.StatusCode.INTERNAL,
                                     f"pull reply from {self.addresses[s]}: "
                                     "not within its shared region")
+                # Parsed from the region itself (Protobuf copies what it
+                # keeps), the view released before the region is reused.
                 with memoryview(region.buffer) as view:
-                    reply = v1.PullResponse.FromString(
-                        view[:reply.length].tobytes())
+                    reply = v1.PullResponse.FromString(view[:reply.length])
             self._read_pull_reply(s, reply, out)
             min_clocks[s] = reply.min_clock
             if self.worker < len(reply.worker_clocks):
