@@ -194,3 +194,40 @@ def test_parameter_calls_wait_for_a_server_within_the_window(tmp_path):
     assert "pull of clock 1 failed after retrying for 1 s" in e.value.message
     assert f"127.0.0.1:{port}" in e.value.message
     client.close()
+
+
+def test_watch_follows_a_job_across_a_coordinator_restart(cluster):
+    """JobClient.watch through the Retrier's loop form: the stream breaks
+    when the coordinator is killed, is opened again (backoff, window)
+    once it is back on the same port, and ends with the job's terminal
+    state; a coordinator that stays away ends the watch after
+    reconnect_window with UNAVAILABLE naming it."""
+    coordinator = cluster.start_coordinator()
+    port = int(coordinator.rsplit(":", 1)[1])
+    spec = {"name": "watched",
+            "model": {"kind": "EXTERNAL",
+                      "tensors": [{"name": "w", "shape": [4, 2]}]},
+            "epochs": 1, "batch_size": 2,
+            "optimizer": {"sgd": {"learning_rate": 0.1}},
+            "num_workers": 1, "num_servers": 1, "durability": "MEMORY"}
+    with ps.JobClient(coordinator, timeout=5) as client:
+        job = client.submit(spec)
+        watch = client.watch(job, reconnect_window=30)
+        assert next(watch).state == ps.v1.PENDING
+        cluster.process("coordinator").kill()
+        cluster.start_coordinator(port)
+        # The job API's unary calls are not retried (as psctl's): wait
+        # until the restarted coordinator answers.
+        with ps.JobClient(coordinator, timeout=5) as other:
+            for _ in range(200):
+                try:
+                    other.cancel(job)
+                    break
+                except ps.UnavailableError:
+                    time.sleep(0.05)
+        states = [s.state for s in watch]
+        assert states[-1] == ps.v1.CANCELLED
+        cluster.process("coordinator").kill()
+        with pytest.raises(ps.UnavailableError) as e:
+            list(client.watch(job, reconnect_window=1))
+        assert coordinator in e.value.message
