@@ -15,6 +15,7 @@
 //      {"error": "..."} when the JSON or the model does not parse.
 //   floats <hex bits> ...   (float32 bit patterns)
 //     {"fp16": [...], "bf16": [...]} (EncodeFp16, EncodeBf16: wire gradients)
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <iostream>
@@ -60,6 +61,7 @@ std::string ErrorLine(const absl::Status& status) {
 absl::StatusOr<std::string> ServersJson(const v1::JobSpec& spec,
                                         const std::vector<BlockSpec>& blocks) {
   std::vector<std::string> addresses;
+  addresses.reserve(std::max(1, spec.num_servers()));
   for (int s = 0; s < std::max(1, spec.num_servers()); ++s) {
     addresses.push_back(absl::StrCat("server", s));
   }
@@ -81,6 +83,7 @@ absl::StatusOr<std::string> ServersJson(const v1::JobSpec& spec,
     keys[it->second].push_back(b.key);
   }
   std::vector<std::string> lists;
+  lists.reserve(keys.size());
   for (const auto& k : keys) {
     lists.push_back(absl::StrCat("[", absl::StrJoin(k, ", "), "]"));
   }
@@ -106,6 +109,7 @@ std::string SpecLine(const std::string& json) {
   if (!servers.ok()) return ErrorLine(servers.status());
 
   std::vector<std::string> tensor_json;
+  tensor_json.reserve(tensors->size());
   for (const TensorSpec& t : *tensors) {
     tensor_json.push_back(absl::StrCat(
         "{\"name\": ", JsonString(t.name), ", \"shape\": [",
@@ -113,6 +117,7 @@ std::string SpecLine(const std::string& json) {
         t.init == InitKind::kFromWorker ? "true" : "false", "}"));
   }
   std::vector<std::string> block_json;
+  block_json.reserve(blocks.size());
   for (const BlockSpec& b : blocks) {
     block_json.push_back(absl::StrCat("[", b.key, ", ", b.tensor_index, ", ",
                                       b.offset, ", ", b.num_elems, "]"));
