@@ -1,4 +1,4 @@
-"""Channels, security and retries shared by the job client and the workers.
+"""Channels and security shared by the job client and the workers.
 
 Mirrors common/grpc_util.h and common/security.h: 256 MiB messages,
 keepalive pings every second (a dead connection is noticed within 3 s),
@@ -14,7 +14,6 @@ from typing import List, Optional, Sequence, Tuple
 
 import grpc
 
-from paramserver._retry import RETRYABLE, Backoff, status_of  # noqa: F401
 from paramserver.errors import InvalidArgumentError
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
