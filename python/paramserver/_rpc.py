@@ -1,20 +1,20 @@
-"""Channels, security and retries shared by the job client and the workers.
+"""Channels and security shared by the job client and the workers.
 
 Mirrors common/grpc_util.h and common/security.h: 256 MiB messages,
 keepalive pings every second (a dead connection is noticed within 3 s),
 short reconnection backoff, TLS from PEM files, and metadata on every call
 (the job API's bearer token, or the cluster secret of internal calls).
+Retries: paramserver._retry.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
 from typing import List, Optional, Sequence, Tuple
 
 import grpc
 
-from paramserver.errors import InvalidArgumentError, ParamServerError
+from paramserver.errors import InvalidArgumentError
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 # Metadata keys (common/security.h).
@@ -23,11 +23,6 @@ AUTHORIZATION_KEY = "authorization"
 _MIN_SECRET_BYTES = 16
 _MAX_SECRET_BYTES = 1024
 
-# Codes a retry may fix (common/grpc_util.h IsRetryable).
-RETRYABLE = frozenset({
-    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.ABORTED, grpc.StatusCode.RESOURCE_EXHAUSTED,
-})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,36 +161,6 @@ def create_channel(target: str, security: Security,
         private_key=security.private_key,
         certificate_chain=security.certificate_chain)
     return grpc.secure_channel(target, credentials, options=options)
-
-
-class Backoff:
-    """Exponential backoff with full jitter (``Backoff`` in
-    common/grpc_util.h): each delay is uniform in [0, ceiling], and the
-    ceiling doubles from `initial` up to `maximum` seconds."""
-
-    def __init__(self, initial: float = 0.05, maximum: float = 2.0,
-                 multiplier: float = 2.0):
-        self._initial = initial
-        self._maximum = maximum
-        self._multiplier = multiplier
-        self._ceiling = initial
-
-    def next(self) -> float:
-        delay = random.uniform(0, self._ceiling)
-        self._ceiling = min(self._maximum, self._ceiling * self._multiplier)
-        return delay
-
-    def reset(self) -> None:
-        self._ceiling = self._initial
-
-
-def status_of(error: BaseException) -> grpc.StatusCode:
-    """The status code of a grpc.RpcError or ParamServerError."""
-    if isinstance(error, ParamServerError):
-        return error.code
-    if isinstance(error, grpc.RpcError) and hasattr(error, "code"):
-        return error.code()
-    return grpc.StatusCode.UNKNOWN
 
 
 def metadata_of(security: Security,

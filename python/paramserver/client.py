@@ -19,8 +19,8 @@ import grpc
 import numpy as np
 
 from paramserver import v1
-from paramserver._rpc import (RETRYABLE, Backoff, Security, client_security,
-                              create_channel)
+from paramserver._retry import JOB_WATCH, NO_RETRY, Retrier
+from paramserver._rpc import Security, client_security, create_channel
 from paramserver.errors import ParamServerError, error_for, from_rpc_error
 from paramserver.spec import SpecLike, to_job_spec
 
@@ -102,9 +102,11 @@ class JobClient:
         return from_rpc_error(error, context)
 
     def _call(self, method, request):
+        # One attempt, as psctl (docs/python.md, "Retries").
         try:
-            return method(request, timeout=self.timeout,
-                          metadata=self._security.metadata)
+            return Retrier(NO_RETRY).run(lambda: method(
+                request, timeout=self.timeout,
+                metadata=self._security.metadata))
         except grpc.RpcError as e:
             raise self._error(e) from None
 
@@ -184,44 +186,43 @@ class JobClient:
         NotFoundError for an unknown job; DeadlineExceededError once
         `timeout` seconds have passed (None: no limit)."""
         job_id = _job_id(job)
-        backoff = Backoff(0.2, 3.0)
-        now = time.monotonic()
-        give_up = now + reconnect_window
-        deadline = None if timeout is None else now + timeout
-        while True:
-            # A watch is long-lived: its deadline bounds one stream.
-            remaining = 24 * 3600.0
-            if deadline is not None:
-                remaining = min(remaining, max(deadline - time.monotonic(), 0))
-            stream = self._stub.WatchJob(
-                v1.WatchJobRequest(job_id=job_id), timeout=remaining,
-                metadata=self._security.metadata)
-            failure: Optional[grpc.RpcError] = None
-            try:
-                for status in stream:
-                    backoff.reset()
-                    give_up = time.monotonic() + reconnect_window
-                    yield status
-                    if status.state in TERMINAL_STATES:
-                        return
-            except grpc.RpcError as e:
-                failure = e
-            finally:
-                stream.cancel()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        retrier = Retrier(JOB_WATCH.with_window(reconnect_window))
+
+        def in_time(_: BaseException) -> bool:
+            return deadline is None or time.monotonic() < deadline
+
+        try:
+            for attempt in retrier.attempts(in_time):
+                with attempt:
+                    # A watch is long-lived: its deadline bounds one stream.
+                    remaining = 24 * 3600.0
+                    if deadline is not None:
+                        remaining = min(remaining,
+                                        max(deadline - time.monotonic(), 0))
+                    stream = self._stub.WatchJob(
+                        v1.WatchJobRequest(job_id=job_id), timeout=remaining,
+                        metadata=self._security.metadata)
+                    try:
+                        for status in stream:
+                            retrier.progress()
+                            yield status
+                            if status.state in TERMINAL_STATES:
+                                return
+                    finally:
+                        stream.cancel()
+                    raise error_for(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"watch of {job_id}: the stream ended early")
+        except (grpc.RpcError, ParamServerError) as e:
             if deadline is not None and time.monotonic() >= deadline:
                 raise error_for(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"watch of {job_id}: the job did not end within "
-                    f"{timeout} s")
-            if failure is not None and failure.code() not in RETRYABLE:
-                raise self._error(failure) from None
-            if time.monotonic() > give_up:
-                if failure is not None:
-                    raise self._error(failure) from None
-                raise error_for(
-                    grpc.StatusCode.UNAVAILABLE,
-                    f"watch of {job_id}: the stream ended early")
-            time.sleep(backoff.next())
+                    f"{timeout} s") from None
+            if isinstance(e, ParamServerError):
+                raise
+            raise self._error(e) from None
 
     def wait(self, job: JobRef,
              timeout: Optional[float] = None) -> "v1.JobStatus":

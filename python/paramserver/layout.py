@@ -4,17 +4,21 @@ that matches a worker's module to a job.
 These mirror the cluster's C++ (common/model_layout.h, common/job_spec.h):
 the same tensors in the same order, cut into the same blocks with the same
 keys, so a Python worker and ``ps-worker`` read and write the same blocks.
+tests/python/test_layout_conformance.py computes every function here both
+ways (this module, and the C++ through tests/python/layout_oracle.cc) over
+a table of models, block sizes and server counts, in CI.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Sequence, Tuple
 
 from paramserver import v1
 
 __all__ = ["TensorLayout", "BlockRef", "model_tensors", "model_digest",
-           "split_into_blocks", "effective_block_elems", "block_key"]
+           "split_into_blocks", "effective_block_elems", "block_key",
+           "effective_staleness", "server_blocks"]
 
 # common/job_spec.h
 _DEFAULT_BLOCK_ELEMS = 262144
@@ -25,9 +29,12 @@ _MAX_NODES_PER_JOB = 1024
 
 @dataclasses.dataclass(frozen=True)
 class TensorLayout:
-    """One named dense float32 tensor of a job's model."""
+    """One named dense float32 tensor of a job's model. `from_worker`:
+    worker 0 seeds its values (an EXTERNAL tensor whose init is FROM_WORKER
+    or unset; ``InitKind::kFromWorker``)."""
     name: str
     shape: Tuple[int, ...]
+    from_worker: bool = False
 
     @property
     def numel(self) -> int:
@@ -73,7 +80,9 @@ def model_tensors(model: "v1.ModelSpec") -> List[TensorLayout]:
     """
     kind = model.kind
     if kind == v1.ModelSpec.EXTERNAL:
-        return [TensorLayout(t.name, tuple(int(d) for d in t.shape))
+        return [TensorLayout(t.name, tuple(int(d) for d in t.shape),
+                             t.init in (v1.FROM_WORKER,
+                                        v1.TENSOR_INIT_UNSPECIFIED))
                 for t in model.tensors]
     if kind not in (v1.ModelSpec.MLP, v1.ModelSpec.SOFTMAX_REGRESSION,
                     v1.ModelSpec.CNN):
@@ -146,3 +155,35 @@ def split_into_blocks(tensors: Sequence[TensorLayout],
             blocks.append(BlockRef(block_key(t, b), t, offset,
                                    min(block_elems, n - offset)))
     return blocks
+
+
+# common/job_spec.h kAsyncStaleness
+_ASYNC_STALENESS = 1 << 40
+
+
+def effective_staleness(consistency: "v1.ConsistencySpec") -> int:
+    """The staleness bound a consistency spec means: 0 for BSP (and unset),
+    the bound for SSP, 2**40 for ASP (``EffectiveStaleness``)."""
+    if consistency.model == v1.ConsistencySpec.SSP:
+        return consistency.staleness
+    if consistency.model == v1.ConsistencySpec.ASP:
+        return _ASYNC_STALENESS
+    return 0
+
+
+def server_blocks(blocks: Sequence[BlockRef], num_servers: int,
+                  placement: Dict[int, int]) -> List[List[BlockRef]]:
+    """Each server's blocks, in key order (the order of its pull replies),
+    given the shard map's `placement` (key to server index), as
+    ``ParameterClient::Create`` groups them. Raises ValueError naming the
+    first block without a server, or on an unknown server."""
+    out: List[List[BlockRef]] = [[] for _ in range(num_servers)]
+    for b in blocks:
+        s = placement.get(b.key)
+        if s is None:
+            raise ValueError(f"shard_map: block {b.key} has no server")
+        if not 0 <= s < num_servers:
+            raise ValueError(
+                f"shard_map: block {b.key} on unknown server {s}")
+        out[s].append(b)
+    return out

@@ -35,8 +35,8 @@ import torch
 from torch import nn
 
 from paramserver import v1
-from paramserver._cluster import (Coordinator, Membership, ParameterClient,
-                                  _Stop)
+from paramserver._cluster import Coordinator, Membership, _Stop
+from paramserver._params import ParameterClient
 from paramserver._rpc import member_security
 from paramserver.data import epoch_order, load_idx, part_size
 from paramserver.errors import (CancelledError, InvalidArgumentError,
@@ -209,7 +209,8 @@ class _Job:
             self.assignment, self.tensors, worker._security, self.stop,
             pull_timeout=worker.pull_timeout,
             push_timeout=worker.push_timeout,
-            retry_window=worker.retry_window)
+            retry_window=worker.retry_window,
+            shared_memory=worker.shared_memory_payloads)
         self.values = np.zeros(self.client.size, dtype=np.float32)
 
     def close(self) -> None:
@@ -245,6 +246,10 @@ class Worker:
         pull_timeout, push_timeout: Deadline of one pull (it may wait for
             slower workers that long) and of one push attempt, in seconds.
         retry_window: How long a failing call is retried, in seconds.
+        shared_memory_payloads: Pass push and pull payloads to servers on
+            a loopback address through shared memory (``/dev/shm``), as
+            ps-worker's ``--shared_memory_payloads`` (default on); a server
+            that does not take them is called through the socket.
         report_interval: Seconds between progress reports.
         ack_log: A file to which "job worker clock" is appended after every
             acknowledged push (as ps-worker's ``--ack_log``).
@@ -265,7 +270,9 @@ class Worker:
                  tls_key: Optional[str] = None,
                  tls_server_name: Optional[str] = None,
                  pull_timeout: float = 30.0, push_timeout: float = 30.0,
-                 retry_window: float = 120.0, report_interval: float = 1.0,
+                 retry_window: float = 120.0,
+                 shared_memory_payloads: bool = True,
+                 report_interval: float = 1.0,
                  ack_log: Optional[str] = None,
                  loader_options: Optional[Mapping[str, Any]] = None):
         if not isinstance(model, nn.Module):
@@ -275,6 +282,7 @@ class Worker:
         self.pull_timeout = pull_timeout
         self.push_timeout = push_timeout
         self.retry_window = retry_window
+        self.shared_memory_payloads = shared_memory_payloads
         self.report_interval = report_interval
         self.loader_options = dict(loader_options or {})
         self._params = parameters_of(model)
@@ -545,10 +553,7 @@ class Worker:
                 f"part of the data ({per_worker} of {size} samples)")
         job.total_clocks = job.steps * spec.epochs
         if job.index == 0:
-            from_worker = [
-                t.init in (v1.FROM_WORKER, v1.TENSOR_INIT_UNSPECIFIED)
-                for t in spec.model.tensors
-            ] if spec.model.kind == v1.ModelSpec.EXTERNAL else []
+            from_worker = [t.from_worker for t in job.tensors]
             if any(from_worker):
                 values = self._module_values(job)
                 if not np.isfinite(values).all():
