@@ -223,8 +223,9 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::HandlePush(
   // counts as the request's).
   auto* reactor = new DeferredReactor<v1::PushResponse>(
       method, request.Length() + carrier.payload_bytes(), response, metrics_);
-  absl::StatusOr<PushView> push = bytes.status();
-  if (bytes.ok()) push = ParsePushRequest(*bytes);
+  absl::StatusOr<PushView> push =
+      bytes.ok() ? ParsePushRequest(*bytes)
+                 : absl::StatusOr<PushView>(bytes.status());
   if (!push.ok()) {
     reactor->MakeCallback(nullptr)(push.status());
     return reactor;
