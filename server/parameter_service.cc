@@ -63,8 +63,8 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
   using Callback = std::function<void(absl::StatusOr<Reply>)>;
   // Makes a successful reply the response; returns how many of its bytes
   // travel outside it (ReplyDestination::store).
-  using StoreFn = std::function<absl::StatusOr<size_t>(
-      Reply reply, grpc::ByteBuffer* out)>;
+  using StoreFn =
+      std::function<absl::StatusOr<size_t>(Reply reply, grpc::ByteBuffer* out)>;
 
   // `request_bytes`: the request's size, its payload's included (for
   // metrics). `store`, if set, stores the reply instead of StoreReply.

@@ -8,8 +8,7 @@
 
 namespace ps {
 
-absl::Status MessageCarrier::Admit(
-    const grpc::CallbackServerContext& /*ctx*/) {
+absl::Status MessageCarrier::Admit(const grpc::CallbackServerContext& /*ctx*/) {
   return absl::OkStatus();
 }
 

@@ -67,8 +67,8 @@ class MessageCarrier final : public PayloadCarrier {
   absl::Status Admit(const grpc::CallbackServerContext& ctx) override;
   absl::StatusOr<std::span<const std::string_view>> PushRequest(
       const grpc::ByteBuffer& message) override;
-  absl::StatusOr<v1::PullRequest> PullRequest(
-      const grpc::ByteBuffer& message, ReplyDestination* reply) override;
+  absl::StatusOr<v1::PullRequest> PullRequest(const grpc::ByteBuffer& message,
+                                              ReplyDestination* reply) override;
 
  private:
   std::vector<grpc::Slice> slices_;
@@ -92,8 +92,8 @@ class SharedMemoryCarrier final : public PayloadCarrier {
   absl::StatusOr<std::span<const std::string_view>> PushRequest(
       const grpc::ByteBuffer& message) override;
   size_t payload_bytes() const override { return payload_bytes_; }
-  absl::StatusOr<v1::PullRequest> PullRequest(
-      const grpc::ByteBuffer& message, ReplyDestination* reply) override;
+  absl::StatusOr<v1::PullRequest> PullRequest(const grpc::ByteBuffer& message,
+                                              ReplyDestination* reply) override;
 
  private:
   // The bytes a call names. Errors: UNIMPLEMENTED for a region this server

@@ -359,7 +359,8 @@ void ParameterClient::PullFromServers(int64_t clock,
   request.set_clock(clock);
   request.set_map_version(map_version_);
   request.set_final(final);
-  auto pull = std::make_shared<PullInFlight>(std::move(request), servers_.size());
+  auto pull =
+      std::make_shared<PullInFlight>(std::move(request), servers_.size());
   AskAllServers(
       absl::StrCat(final ? "final pull of clock " : "pull of clock ", clock),
       options_.pull_timeout,
@@ -375,13 +376,13 @@ void ParameterClient::PullFromServers(int64_t clock,
           return ReadPullReply(s, reply, params, &pull->min_clocks[s],
                                &pull->own_clocks[s], &pull->reply_bytes[s]);
         };
-        CallServer(s, "pull from",
-                   [&](PayloadTransport& transport,
-                       PayloadTransport::Done done) {
-                     return transport.Pull(context, pull->request, read,
-                                           &pull->slots[s], std::move(done));
-                   },
-                   std::move(call_done));
+        CallServer(
+            s, "pull from",
+            [&](PayloadTransport& transport, PayloadTransport::Done done) {
+              return transport.Pull(context, pull->request, read,
+                                    &pull->slots[s], std::move(done));
+            },
+            std::move(call_done));
       },
       [this, pull, done = std::move(done)](absl::Status status) mutable {
         pull->slots.clear();  // Gives back what the transports lent.
@@ -517,13 +518,13 @@ void ParameterClient::PushAsync(int64_t clock,
         // The request's bytes, however they travel.
         pushed_bytes_.fetch_add(push->requests[s].Length(),
                                 std::memory_order_relaxed);
-        CallServer(s, "push to",
-                   [&](PayloadTransport& transport,
-                       PayloadTransport::Done done) {
-                     return transport.Push(context, push->requests[s],
-                                           &push->slots[s], std::move(done));
-                   },
-                   std::move(call_done));
+        CallServer(
+            s, "push to",
+            [&](PayloadTransport& transport, PayloadTransport::Done done) {
+              return transport.Push(context, push->requests[s], &push->slots[s],
+                                    std::move(done));
+            },
+            std::move(call_done));
       },
       [push](absl::Status status) { push->CallsEnded(std::move(status)); });
 }

@@ -43,8 +43,7 @@ absl::Status SocketTransport::Pull(grpc::ClientContext* context,
                                    Done done) {
   slot->reply.Clear();
   stub_.UnaryCall(
-      context, pull_method_, grpc::StubOptions(), &request.bytes,
-      &slot->reply,
+      context, pull_method_, grpc::StubOptions(), &request.bytes, &slot->reply,
       [slot, read = std::move(read),
        done = std::move(done)](const grpc::Status& status) {
         absl::Status result = FromGrpcStatus(status);

@@ -79,14 +79,13 @@ absl::Status SharedMemoryTransport::Push(grpc::ClientContext* context,
   message.mutable_request()->set_length(request.Length());
   slot->message = SerializedBuffer(message);
   slot->reply.Clear();
-  stub_.UnaryCall(context, push_method_, grpc::StubOptions(), &slot->message,
-                  &slot->reply,
-                  [loan = *loan, done = std::move(done)](
-                      const grpc::Status& status) {
-                    absl::Status result = FromGrpcStatus(status);
-                    loan->CallEnded(result);
-                    done(std::move(result));
-                  });
+  stub_.UnaryCall(
+      context, push_method_, grpc::StubOptions(), &slot->message, &slot->reply,
+      [loan = *loan, done = std::move(done)](const grpc::Status& status) {
+        absl::Status result = FromGrpcStatus(status);
+        loan->CallEnded(result);
+        done(std::move(result));
+      });
   return absl::OkStatus();
 }
 
@@ -102,16 +101,16 @@ absl::Status SharedMemoryTransport::Pull(grpc::ClientContext* context,
   message.mutable_reply()->set_length((*loan)->region().size());
   slot->message = SerializedBuffer(message);
   slot->reply.Clear();
-  stub_.UnaryCall(
-      context, pull_method_, grpc::StubOptions(), &slot->message,
-      &slot->reply,
-      [this, slot, loan = *loan, read = std::move(read),
-       done = std::move(done)](const grpc::Status& status) {
-        absl::Status result = FromGrpcStatus(status);
-        if (result.ok()) result = ReadReply(slot->reply, loan->region(), read);
-        loan->CallEnded(result);
-        done(std::move(result));
-      });
+  stub_.UnaryCall(context, pull_method_, grpc::StubOptions(), &slot->message,
+                  &slot->reply,
+                  [this, slot, loan = *loan, read = std::move(read),
+                   done = std::move(done)](const grpc::Status& status) {
+                    absl::Status result = FromGrpcStatus(status);
+                    if (result.ok())
+                      result = ReadReply(slot->reply, loan->region(), read);
+                    loan->CallEnded(result);
+                    done(std::move(result));
+                  });
   return absl::OkStatus();
 }
 
