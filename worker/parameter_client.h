@@ -1,6 +1,8 @@
 // The worker's client of ParameterService: pulls whole tensors and pushes
 // gradients, cut into blocks and sent to every server of the shard map in
-// parallel, with deadlines and safe retries.
+// parallel, with deadlines and safe retries. Each server's calls travel
+// through a PayloadTransport (worker/payload_transport.h): the socket, or
+// shared memory for a server on this host.
 #ifndef PS_WORKER_PARAMETER_CLIENT_H_
 #define PS_WORKER_PARAMETER_CLIENT_H_
 
