@@ -302,7 +302,7 @@ absl::StatusOr<std::vector<int64_t>> DenseWidths(
 }
 
 // A layer's weight and bias tensors, named <layer>.weight and <layer>.bias.
-void AddLayer(std::string layer, std::vector<int64_t> weight_shape,
+void AddLayer(const std::string& layer, std::vector<int64_t> weight_shape,
               InitKind init, int64_t fan_in, int64_t fan_out, int64_t outputs,
               std::vector<TensorSpec>* tensors) {
   TensorSpec weight;
@@ -398,6 +398,7 @@ std::string ModelDigest(const std::vector<TensorSpec>& tensors) {
   // In name order: a spec may list an EXTERNAL model's tensors in any order
   // (workers match tensors by name).
   std::vector<const TensorSpec*> sorted;
+  sorted.reserve(tensors.size());
   for (const TensorSpec& t : tensors) sorted.push_back(&t);
   std::sort(sorted.begin(), sorted.end(),
             [](const TensorSpec* a, const TensorSpec* b) {

@@ -97,7 +97,7 @@ absl::StatusOr<v1::PullRequest> SharedMemoryCarrier::PullRequest(
     *response = grpc::ByteBuffer(&slice, 1);
     return encoded.size();
   };
-  return *std::move(shared->mutable_pull());
+  return std::move(*shared->mutable_pull());
 }
 
 }  // namespace ps

@@ -227,8 +227,8 @@ void ParameterClient::CallServer(int s, const char* what, Start start,
     // This call goes through the socket.
     PS_LOG_WARNING(what, " ", addresses_[s], ": ", started.ToString());
   }
-  const absl::Status started = start(*server.socket, done);
-  if (!started.ok()) done(started);
+  const absl::Status started = start(*server.socket, std::move(done));
+  PS_CHECK(started.ok(), "the socket takes every call: ", started.ToString());
 }
 
 void ParameterClient::Cancel() {

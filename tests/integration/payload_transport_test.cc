@@ -63,7 +63,7 @@ absl::Status Call(
     const std::function<absl::Status(PayloadTransport::Done)>& start) {
   absl::Notification ended;
   absl::Status outcome;
-  const absl::Status started = start([&](absl::Status status) {
+  absl::Status started = start([&](absl::Status status) {
     outcome = std::move(status);
     ended.Notify();
   });
@@ -207,7 +207,7 @@ TEST_F(PayloadTransportTest, ACallNoRegionCanBeHadForIsNotStarted) {
   const absl::Status started = shared.Pull(
       &context, request,
       [](std::span<const std::string_view>) { return absl::OkStatus(); }, &slot,
-      [&](absl::Status) { done_ran = true; });
+      [&](const absl::Status&) { done_ran = true; });
   EXPECT_FALSE(started.ok());
   EXPECT_FALSE(done_ran);
   EXPECT_EQ(RegionsOfThisProcess(), 0);
