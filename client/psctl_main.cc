@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "absl/flags/flag.h"
@@ -247,6 +248,64 @@ int Eval(const std::string& path) {
   return 0;
 }
 
+// The job client's options, from the flags. Returns psctl's exit status
+// when they cannot be had (an error already printed), nothing otherwise.
+std::optional<int> OptionsFromFlags(ps::JobClientOptions* options) {
+  ps::SecurityOptions security;
+  security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  security.tls.server_name_override = absl::GetFlag(FLAGS_tls_server_name);
+  auto credentials = ps::Credentials::Load(security);
+  if (!credentials.ok()) return Fail(credentials.status());
+  options->coordinator = absl::GetFlag(FLAGS_coordinator);
+  options->timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  options->channel = credentials->ClientChannel();
+  options->token = absl::GetFlag(FLAGS_token);
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    if (!options->token.empty()) {
+      std::cerr << "psctl: pass --token_file or --token, not both\n";
+      return 64;
+    }
+    // The coordinator's format: the first token is the one sent.
+    auto tokens = ps::ReadTokenFile(path);
+    if (!tokens.ok()) return Fail(tokens.status());
+    options->token = tokens->front();
+  }
+  return std::nullopt;
+}
+
+// Runs the command that takes one argument, `arg`; nothing when `command`
+// is not one of them.
+std::optional<int> RunCommandOn(ps::JobClient& client,
+                                const ps::JobClientOptions& options,
+                                const std::string& command,
+                                const std::string& arg) {
+  if (command == "health") return Health(arg, options.timeout, options.channel);
+  if (command == "export") return Export(client, arg);
+  if (command == "eval") return Eval(arg);
+  if (command == "submit") return Submit(client, arg);
+  if (command == "watch") return Watch(client, arg);
+  if (command == "get") {
+    auto job = client.Get(arg);
+    if (!job.ok()) return Fail(job.status());
+    std::cout << ToJson(*job);
+    return 0;
+  }
+  if (command == "cancel") {
+    auto job = client.Cancel(arg);
+    if (!job.ok()) return Fail(job.status());
+    std::cout << ps::FormatSummary(*job) << std::endl;
+    return 0;
+  }
+  if (command == "delete") {
+    if (auto s = client.Delete(arg); !s.ok()) return Fail(s);
+    std::cout << arg << " deleted" << std::endl;
+    return 0;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -257,28 +316,8 @@ int main(int argc, char** argv) {
     return 64;
   }
   const std::string command = args[1];
-  ps::SecurityOptions security;
-  security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
-  security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  security.tls.server_name_override = absl::GetFlag(FLAGS_tls_server_name);
-  auto credentials = ps::Credentials::Load(security);
-  if (!credentials.ok()) return Fail(credentials.status());
   ps::JobClientOptions options;
-  options.coordinator = absl::GetFlag(FLAGS_coordinator);
-  options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
-  options.channel = credentials->ClientChannel();
-  options.token = absl::GetFlag(FLAGS_token);
-  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
-    if (!options.token.empty()) {
-      std::cerr << "psctl: pass --token_file or --token, not both\n";
-      return 64;
-    }
-    // The coordinator's format: the first token is the one sent.
-    auto tokens = ps::ReadTokenFile(path);
-    if (!tokens.ok()) return Fail(tokens.status());
-    options.token = tokens->front();
-  }
+  if (std::optional<int> failed = OptionsFromFlags(&options)) return *failed;
   ps::JobClient client(options);
 
   if (command == "sweep") {
@@ -304,28 +343,9 @@ int main(int argc, char** argv) {
     std::cerr << "usage: " << Usage() << "\n";
     return 64;
   }
-  const std::string arg = args[2];
-  if (command == "health") return Health(arg, options.timeout, options.channel);
-  if (command == "export") return Export(client, arg);
-  if (command == "eval") return Eval(arg);
-  if (command == "submit") return Submit(client, arg);
-  if (command == "watch") return Watch(client, arg);
-  if (command == "get") {
-    auto job = client.Get(arg);
-    if (!job.ok()) return Fail(job.status());
-    std::cout << ToJson(*job);
-    return 0;
-  }
-  if (command == "cancel") {
-    auto job = client.Cancel(arg);
-    if (!job.ok()) return Fail(job.status());
-    std::cout << ps::FormatSummary(*job) << std::endl;
-    return 0;
-  }
-  if (command == "delete") {
-    if (auto s = client.Delete(arg); !s.ok()) return Fail(s);
-    std::cout << arg << " deleted" << std::endl;
-    return 0;
+  if (std::optional<int> code =
+          RunCommandOn(client, options, command, args[2])) {
+    return *code;
   }
   std::cerr << "psctl: unknown command \"" << command
             << "\"\nusage: " << Usage() << "\n";

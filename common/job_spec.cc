@@ -334,6 +334,87 @@ absl::Status ValidateMixedPrecision(const v1::MixedPrecisionSpec& mixed) {
   return absl::OkStatus();
 }
 
+// The consistency model and its options.
+absl::Status ValidateConsistency(const v1::ConsistencySpec& consistency) {
+  switch (consistency.model()) {
+    case v1::ConsistencySpec::BSP:
+    case v1::ConsistencySpec::ASP:
+      if (consistency.staleness() != 0) {
+        return Invalid("consistency.staleness", "only SSP takes a bound");
+      }
+      if (consistency.worker_cache()) {
+        return Invalid("consistency.worker_cache", "only SSP uses a cache");
+      }
+      break;
+    case v1::ConsistencySpec::SSP:
+      if (consistency.staleness() < 0) {
+        return Invalid("consistency.staleness",
+                       "must be >= 0 for SSP (use model ASP for no bound)");
+      }
+      break;
+    default:
+      return Invalid("consistency.model", "must be BSP, SSP or ASP");
+  }
+  return absl::OkStatus();
+}
+
+// The numbers of workers and servers, the block size and the number of
+// blocks of the model (of `tensors`).
+absl::Status ValidateLayout(const v1::JobSpec& spec,
+                            const std::vector<TensorSpec>& tensors) {
+  if (spec.num_workers() < 1) return Invalid("num_workers", "must be >= 1");
+  if (spec.num_workers() > kMaxNodesPerJob) {
+    return Invalid("num_workers", absl::StrCat("must be <= ", kMaxNodesPerJob));
+  }
+  if (spec.num_servers() < 1) return Invalid("num_servers", "must be >= 1");
+  if (spec.num_servers() > kMaxNodesPerJob) {
+    return Invalid("num_servers", absl::StrCat("must be <= ", kMaxNodesPerJob));
+  }
+  if (spec.block_elems() < 1) return Invalid("block_elems", "must be >= 1");
+  // A block travels in one message; keep it well under the 64 MiB message
+  // limit.
+  if (spec.block_elems() > kMaxBlockElems) {
+    return Invalid("block_elems", "must be <= 1048576 (4 MiB)");
+  }
+  // The shard map lists every block and travels in every heartbeat reply. A
+  // model too large for the most blocks of the largest size is the model's
+  // fault, not the block size's: name its largest layer.
+  if (auto s = CheckModelFitsBlocks(spec.model(), tensors); !s.ok()) return s;
+  int64_t blocks = 0;
+  for (const TensorSpec& t : tensors) {
+    blocks += (t.num_elems() + spec.block_elems() - 1) / spec.block_elems();
+    if (blocks > kMaxBlocksPerJob) {
+      return Invalid(
+          "block_elems",
+          absl::StrCat("the model would have more than ", kMaxBlocksPerJob,
+                       " blocks; use larger blocks or a smaller "
+                       "model"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The durability and the handling of non-finite gradients.
+absl::Status ValidateModes(const v1::JobSpec& spec) {
+  switch (spec.durability()) {
+    case v1::WAL:
+    case v1::SYNC:
+    case v1::MEMORY:
+      break;
+    default:
+      return Invalid("durability", "must be WAL, SYNC or MEMORY");
+  }
+  switch (spec.non_finite_gradients()) {
+    case v1::NON_FINITE_REFUSE:
+    case v1::NON_FINITE_DROP:
+      break;
+    default:
+      return Invalid("non_finite_gradients",
+                     "must be NON_FINITE_REFUSE or NON_FINITE_DROP");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
@@ -364,71 +445,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   }
   if (auto s = ValidateOptimizerSpec(spec.optimizer()); !s.ok()) return s;
   if (auto s = ValidateTrainingOptions(spec); !s.ok()) return s;
-  const auto& consistency = spec.consistency();
-  switch (consistency.model()) {
-    case v1::ConsistencySpec::BSP:
-    case v1::ConsistencySpec::ASP:
-      if (consistency.staleness() != 0) {
-        return Invalid("consistency.staleness", "only SSP takes a bound");
-      }
-      if (consistency.worker_cache()) {
-        return Invalid("consistency.worker_cache", "only SSP uses a cache");
-      }
-      break;
-    case v1::ConsistencySpec::SSP:
-      if (consistency.staleness() < 0) {
-        return Invalid("consistency.staleness",
-                       "must be >= 0 for SSP (use model ASP for no bound)");
-      }
-      break;
-    default:
-      return Invalid("consistency.model", "must be BSP, SSP or ASP");
-  }
-  if (spec.num_workers() < 1) return Invalid("num_workers", "must be >= 1");
-  if (spec.num_workers() > kMaxNodesPerJob) {
-    return Invalid("num_workers", absl::StrCat("must be <= ", kMaxNodesPerJob));
-  }
-  if (spec.num_servers() < 1) return Invalid("num_servers", "must be >= 1");
-  if (spec.num_servers() > kMaxNodesPerJob) {
-    return Invalid("num_servers", absl::StrCat("must be <= ", kMaxNodesPerJob));
-  }
-  if (spec.block_elems() < 1) return Invalid("block_elems", "must be >= 1");
-  // A block travels in one message; keep it well under the 64 MiB message
-  // limit.
-  if (spec.block_elems() > kMaxBlockElems) {
-    return Invalid("block_elems", "must be <= 1048576 (4 MiB)");
-  }
-  // The shard map lists every block and travels in every heartbeat reply. A
-  // model too large for the most blocks of the largest size is the model's
-  // fault, not the block size's: name its largest layer.
-  if (auto s = CheckModelFitsBlocks(spec.model(), *tensors); !s.ok()) return s;
-  int64_t blocks = 0;
-  for (const TensorSpec& t : *tensors) {
-    blocks += (t.num_elems() + spec.block_elems() - 1) / spec.block_elems();
-    if (blocks > kMaxBlocksPerJob) {
-      return Invalid(
-          "block_elems",
-          absl::StrCat("the model would have more than ", kMaxBlocksPerJob,
-                       " blocks; use larger blocks or a smaller "
-                       "model"));
-    }
-  }
-  switch (spec.durability()) {
-    case v1::WAL:
-    case v1::SYNC:
-    case v1::MEMORY:
-      break;
-    default:
-      return Invalid("durability", "must be WAL, SYNC or MEMORY");
-  }
-  switch (spec.non_finite_gradients()) {
-    case v1::NON_FINITE_REFUSE:
-    case v1::NON_FINITE_DROP:
-      break;
-    default:
-      return Invalid("non_finite_gradients",
-                     "must be NON_FINITE_REFUSE or NON_FINITE_DROP");
-  }
+  if (auto s = ValidateConsistency(spec.consistency()); !s.ok()) return s;
+  if (auto s = ValidateLayout(spec, *tensors); !s.ok()) return s;
+  if (auto s = ValidateModes(spec); !s.ok()) return s;
   return ValidateMixedPrecision(spec.mixed_precision());
 }
 

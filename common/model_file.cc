@@ -158,6 +158,51 @@ absl::Status WriteModelFile(const v1::TrainedModel& model,
   return s;
 }
 
+namespace {
+
+// The bytes of each tensor's data, from the shapes in the header of the
+// model file at `path`: every tensor's size must fit in what is left; then
+// the sizes must add up to exactly the `data_size` bytes after the header.
+absl::StatusOr<std::vector<int64_t>> TensorDataBytes(
+    const v1::TrainedModel& model, int64_t data_size, const std::string& path) {
+  int64_t total = 0;
+  std::vector<int64_t> bytes(model.tensors_size());
+  for (int i = 0; i < model.tensors_size(); ++i) {
+    const v1::Tensor& t = model.tensors(i);
+    if (!t.data().empty()) {
+      return Corrupt(path, absl::StrCat("tensors[", i, "] (", t.name(),
+                                        ") has data in the header"));
+    }
+    int64_t elems = 1;
+    for (int64_t d : t.shape()) {
+      if (d < 0 || (d > 0 && elems > data_size / d)) {
+        return Corrupt(
+            path, absl::StrCat("tensors[", i, "] (", t.name(), ") has shape ",
+                               ShapeString(t.shape()), ", larger than the ",
+                               data_size, " bytes of data"));
+      }
+      elems *= d;
+    }
+    bytes[i] = elems * static_cast<int64_t>(sizeof(float));
+    total += bytes[i];
+    if (total > data_size) {
+      return Corrupt(
+          path, absl::StrCat("the header's shapes need more than ", data_size,
+                             " bytes of data (truncated "
+                             "at tensors[",
+                             i, "], ", t.name(), ")"));
+    }
+  }
+  if (total != data_size) {
+    return Corrupt(
+        path, absl::StrCat("the header's shapes need ", total,
+                           " bytes of data, but the file has ", data_size));
+  }
+  return bytes;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path) {
   File f(std::fopen(path.c_str(), "rb"));
   if (f == nullptr) {
@@ -206,42 +251,8 @@ absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path) {
     return Corrupt(path, absl::StrCat("unreadable header: ", s.ToString()));
   }
 
-  // Every tensor's size must fit in what is left; then the sizes must add up
-  // to exactly the rest of the file.
-  const int64_t data_size = file_size - data_start;
-  int64_t total = 0;
-  std::vector<int64_t> bytes(model.tensors_size());
-  for (int i = 0; i < model.tensors_size(); ++i) {
-    const v1::Tensor& t = model.tensors(i);
-    if (!t.data().empty()) {
-      return Corrupt(path, absl::StrCat("tensors[", i, "] (", t.name(),
-                                        ") has data in the header"));
-    }
-    int64_t elems = 1;
-    for (int64_t d : t.shape()) {
-      if (d < 0 || (d > 0 && elems > data_size / d)) {
-        return Corrupt(
-            path, absl::StrCat("tensors[", i, "] (", t.name(), ") has shape ",
-                               ShapeString(t.shape()), ", larger than the ",
-                               data_size, " bytes of data"));
-      }
-      elems *= d;
-    }
-    bytes[i] = elems * static_cast<int64_t>(sizeof(float));
-    total += bytes[i];
-    if (total > data_size) {
-      return Corrupt(
-          path, absl::StrCat("the header's shapes need more than ", data_size,
-                             " bytes of data (truncated "
-                             "at tensors[",
-                             i, "], ", t.name(), ")"));
-    }
-  }
-  if (total != data_size) {
-    return Corrupt(
-        path, absl::StrCat("the header's shapes need ", total,
-                           " bytes of data, but the file has ", data_size));
-  }
+  PS_ASSIGN_OR_RETURN(const std::vector<int64_t> bytes,
+                      TensorDataBytes(model, file_size - data_start, path));
   for (int i = 0; i < model.tensors_size(); ++i) {
     std::string* data = model.mutable_tensors(i)->mutable_data();
     data->resize(bytes[i]);

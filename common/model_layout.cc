@@ -31,11 +31,10 @@ absl::Status Invalid(const std::string& field, absl::string_view reason) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", reason));
 }
 
-// The tensors an EXTERNAL model declares (ModelTensors).
-absl::StatusOr<std::vector<TensorSpec>> ExternalModelTensors(
-    const v1::ModelSpec& model) {
-  // The built-in models' fields mean nothing here: refuse them rather than
-  // let a spec look as if it configured something.
+// The built-in models' fields mean nothing to an EXTERNAL model: refused
+// rather than letting a spec look as if it configured something. Also the
+// number of tensors.
+absl::Status CheckExternalModelFields(const v1::ModelSpec& model) {
   if (model.hidden_layers_size() > 0) {
     return Invalid("model.hidden_layers", "an EXTERNAL model does not use it");
   }
@@ -61,107 +60,145 @@ absl::StatusOr<std::vector<TensorSpec>> ExternalModelTensors(
     return Invalid("model.tensors",
                    absl::StrCat("more than ", kMaxModelTensors, " tensors"));
   }
+  return absl::OkStatus();
+}
+
+// A declared tensor's name (`field` names the declaration), unique among
+// `names`, which it joins.
+absl::Status CheckTensorName(const v1::TensorDecl& decl,
+                             const std::string& field,
+                             absl::flat_hash_set<std::string>* names) {
+  if (decl.name().empty()) return Invalid(field + ".name", "required");
+  if (decl.name().size() > kMaxTensorNameBytes) {
+    return Invalid(field + ".name",
+                   absl::StrCat("longer than ", kMaxTensorNameBytes, " bytes"));
+  }
+  for (char c : decl.name()) {
+    if (c <= ' ' || c > '~') {
+      return Invalid(field + ".name",
+                     "may hold only printable ASCII without spaces");
+    }
+  }
+  if (!names->insert(decl.name()).second) {
+    return Invalid(field + ".name",
+                   absl::StrCat("\"", decl.name(), "\" appears twice"));
+  }
+  return absl::OkStatus();
+}
+
+// Sets t's shape from the declaration; returns its number of values.
+absl::StatusOr<int64_t> SetTensorShape(const v1::TensorDecl& decl,
+                                       const std::string& field,
+                                       TensorSpec* t) {
+  if (decl.shape_size() > kMaxTensorRank) {
+    return Invalid(field + ".shape",
+                   absl::StrCat("more than ", kMaxTensorRank, " dimensions"));
+  }
+  int64_t elems = 1;
+  for (int d = 0; d < decl.shape_size(); ++d) {
+    const int64_t dim = decl.shape(d);
+    if (dim < 1 || dim > kMaxExternalElems) {
+      return Invalid(absl::StrCat(field, ".shape[", d, "]"),
+                     absl::StrCat("must be in [1, ", kMaxExternalElems, "]"));
+    }
+    // Both factors are at most 2^40: compare before multiplying.
+    if (elems > kMaxExternalElems / dim) {
+      return Invalid(field + ".shape",
+                     absl::StrCat("more than ", kMaxExternalElems, " values"));
+    }
+    elems *= dim;
+    t->shape.push_back(dim);
+  }
+  return elems;
+}
+
+// Whether a declaration's initializer uses fan_in and fan_out.
+bool UsesFans(const v1::TensorDecl& decl) {
+  return decl.init() == v1::HE_UNIFORM || decl.init() == v1::XAVIER_UNIFORM;
+}
+
+// Sets t's initializer (and its value) from the declaration.
+absl::Status SetTensorInit(const v1::TensorDecl& decl, const std::string& field,
+                           TensorSpec* t) {
+  if (decl.fan_in() < 0) return Invalid(field + ".fan_in", "must be >= 0");
+  if (decl.fan_out() < 0) return Invalid(field + ".fan_out", "must be >= 0");
+  if (!UsesFans(decl) && (decl.fan_in() != 0 || decl.fan_out() != 0)) {
+    return Invalid(decl.fan_in() != 0 ? field + ".fan_in" : field + ".fan_out",
+                   "only HE_UNIFORM and XAVIER_UNIFORM use it");
+  }
+  if (decl.init() != v1::CONSTANT && decl.value() != 0) {
+    return Invalid(field + ".value", "only CONSTANT uses it");
+  }
+  switch (decl.init()) {
+    case v1::TENSOR_INIT_UNSPECIFIED:
+    case v1::FROM_WORKER:
+      t->init = InitKind::kFromWorker;
+      return absl::OkStatus();
+    case v1::ZEROS:
+      t->init = InitKind::kZeros;
+      return absl::OkStatus();
+    case v1::CONSTANT:
+      if (!std::isfinite(decl.value())) {
+        return Invalid(field + ".value", "must be finite");
+      }
+      t->init = InitKind::kConstant;
+      t->value = decl.value();
+      return absl::OkStatus();
+    case v1::HE_UNIFORM:
+      t->init = InitKind::kHeUniform;
+      return absl::OkStatus();
+    case v1::XAVIER_UNIFORM:
+      t->init = InitKind::kXavierUniform;
+      return absl::OkStatus();
+    default:
+      return Invalid(field + ".init",
+                     "must be FROM_WORKER, ZEROS, CONSTANT, HE_UNIFORM or "
+                     "XAVIER_UNIFORM");
+  }
+}
+
+// Sets t's fans (for HE_UNIFORM and XAVIER_UNIFORM): the declared ones, or
+// those of its shape (of `elems` values).
+absl::Status SetTensorFans(const v1::TensorDecl& decl, const std::string& field,
+                           int64_t elems, TensorSpec* t) {
+  // PyTorch's _calculate_fan_in_and_fan_out, extended to fewer than two
+  // dimensions.
+  int64_t fan_in = 1, fan_out = 1;
+  if (t->shape.size() >= 2) {
+    const int64_t receptive = elems / (t->shape[0] * t->shape[1]);
+    fan_in = t->shape[1] * receptive;
+    fan_out = t->shape[0] * receptive;
+  } else if (t->shape.size() == 1) {
+    fan_in = fan_out = t->shape[0];
+  }
+  t->fan_in = decl.fan_in() > 0 ? decl.fan_in() : fan_in;
+  t->fan_out = decl.fan_out() > 0 ? decl.fan_out() : fan_out;
+  // fan_in + fan_out must not overflow (Xavier adds them).
+  if (t->fan_in > kMaxExternalElems || t->fan_out > kMaxExternalElems) {
+    return Invalid(
+        field + (t->fan_in > kMaxExternalElems ? ".fan_in" : ".fan_out"),
+        absl::StrCat("must be <= ", kMaxExternalElems));
+  }
+  return absl::OkStatus();
+}
+
+// The tensors an EXTERNAL model declares (ModelTensors).
+absl::StatusOr<std::vector<TensorSpec>> ExternalModelTensors(
+    const v1::ModelSpec& model) {
+  PS_RETURN_IF_ERROR(CheckExternalModelFields(model));
   std::vector<TensorSpec> tensors;
   tensors.reserve(model.tensors_size());
   absl::flat_hash_set<std::string> names;
   for (int i = 0; i < model.tensors_size(); ++i) {
     const v1::TensorDecl& decl = model.tensors(i);
     const std::string field = absl::StrCat("model.tensors[", i, "]");
-    if (decl.name().empty()) return Invalid(field + ".name", "required");
-    if (decl.name().size() > kMaxTensorNameBytes) {
-      return Invalid(
-          field + ".name",
-          absl::StrCat("longer than ", kMaxTensorNameBytes, " bytes"));
-    }
-    for (char c : decl.name()) {
-      if (c <= ' ' || c > '~') {
-        return Invalid(field + ".name",
-                       "may hold only printable ASCII without spaces");
-      }
-    }
-    if (!names.insert(decl.name()).second) {
-      return Invalid(field + ".name",
-                     absl::StrCat("\"", decl.name(), "\" appears twice"));
-    }
-    if (decl.shape_size() > kMaxTensorRank) {
-      return Invalid(field + ".shape",
-                     absl::StrCat("more than ", kMaxTensorRank, " dimensions"));
-    }
+    PS_RETURN_IF_ERROR(CheckTensorName(decl, field, &names));
     TensorSpec t;
     t.name = decl.name();
-    int64_t elems = 1;
-    for (int d = 0; d < decl.shape_size(); ++d) {
-      const int64_t dim = decl.shape(d);
-      if (dim < 1 || dim > kMaxExternalElems) {
-        return Invalid(absl::StrCat(field, ".shape[", d, "]"),
-                       absl::StrCat("must be in [1, ", kMaxExternalElems, "]"));
-      }
-      // Both factors are at most 2^40: compare before multiplying.
-      if (elems > kMaxExternalElems / dim) {
-        return Invalid(
-            field + ".shape",
-            absl::StrCat("more than ", kMaxExternalElems, " values"));
-      }
-      elems *= dim;
-      t.shape.push_back(dim);
-    }
-    if (decl.fan_in() < 0) return Invalid(field + ".fan_in", "must be >= 0");
-    if (decl.fan_out() < 0) return Invalid(field + ".fan_out", "must be >= 0");
-    const bool uses_fans =
-        decl.init() == v1::HE_UNIFORM || decl.init() == v1::XAVIER_UNIFORM;
-    if (!uses_fans && (decl.fan_in() != 0 || decl.fan_out() != 0)) {
-      return Invalid(
-          decl.fan_in() != 0 ? field + ".fan_in" : field + ".fan_out",
-          "only HE_UNIFORM and XAVIER_UNIFORM use it");
-    }
-    if (decl.init() != v1::CONSTANT && decl.value() != 0) {
-      return Invalid(field + ".value", "only CONSTANT uses it");
-    }
-    switch (decl.init()) {
-      case v1::TENSOR_INIT_UNSPECIFIED:
-      case v1::FROM_WORKER:
-        t.init = InitKind::kFromWorker;
-        break;
-      case v1::ZEROS:
-        t.init = InitKind::kZeros;
-        break;
-      case v1::CONSTANT:
-        if (!std::isfinite(decl.value())) {
-          return Invalid(field + ".value", "must be finite");
-        }
-        t.init = InitKind::kConstant;
-        t.value = decl.value();
-        break;
-      case v1::HE_UNIFORM:
-        t.init = InitKind::kHeUniform;
-        break;
-      case v1::XAVIER_UNIFORM:
-        t.init = InitKind::kXavierUniform;
-        break;
-      default:
-        return Invalid(field + ".init",
-                       "must be FROM_WORKER, ZEROS, CONSTANT, HE_UNIFORM or "
-                       "XAVIER_UNIFORM");
-    }
-    if (uses_fans) {
-      // PyTorch's _calculate_fan_in_and_fan_out, extended to fewer than two
-      // dimensions.
-      int64_t fan_in = 1, fan_out = 1;
-      if (t.shape.size() >= 2) {
-        const int64_t receptive = elems / (t.shape[0] * t.shape[1]);
-        fan_in = t.shape[1] * receptive;
-        fan_out = t.shape[0] * receptive;
-      } else if (t.shape.size() == 1) {
-        fan_in = fan_out = t.shape[0];
-      }
-      t.fan_in = decl.fan_in() > 0 ? decl.fan_in() : fan_in;
-      t.fan_out = decl.fan_out() > 0 ? decl.fan_out() : fan_out;
-      // fan_in + fan_out must not overflow (Xavier adds them).
-      if (t.fan_in > kMaxExternalElems || t.fan_out > kMaxExternalElems) {
-        return Invalid(
-            field + (t.fan_in > kMaxExternalElems ? ".fan_in" : ".fan_out"),
-            absl::StrCat("must be <= ", kMaxExternalElems));
-      }
+    PS_ASSIGN_OR_RETURN(const int64_t elems, SetTensorShape(decl, field, &t));
+    PS_RETURN_IF_ERROR(SetTensorInit(decl, field, &t));
+    if (UsesFans(decl)) {
+      PS_RETURN_IF_ERROR(SetTensorFans(decl, field, elems, &t));
     }
     tensors.push_back(std::move(t));
   }
@@ -231,22 +268,12 @@ absl::StatusOr<std::vector<ConvGeometry>> CnnConvLayers(
   return layers;
 }
 
-absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
-    const v1::ModelSpec& model) {
-  if (model.kind() == v1::ModelSpec::EXTERNAL) {
-    return ExternalModelTensors(model);
-  }
-  if (model.tensors_size() > 0) {
-    return absl::InvalidArgumentError(
-        "model.tensors: only an EXTERNAL model lists its tensors");
-  }
-  if (model.input_dim() < 1) {
-    return absl::InvalidArgumentError("model.input_dim: must be >= 1");
-  }
-  if (model.num_classes() < 2) {
-    return absl::InvalidArgumentError("model.num_classes: must be >= 2");
-  }
-  PS_ASSIGN_OR_RETURN(auto convs, CnnConvLayers(model));
+namespace {
+
+// The widths of a built-in model's dense layers, input and output included
+// (the input is the last convolution's output, if any).
+absl::StatusOr<std::vector<int64_t>> DenseWidths(
+    const v1::ModelSpec& model, const std::vector<ConvGeometry>& convs) {
   std::vector<int64_t> widths = {model.input_dim()};
   if (!convs.empty()) widths = {convs.back().pooled_size()};
   switch (model.kind()) {
@@ -271,6 +298,47 @@ absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
           "model.kind: must be MLP, SOFTMAX_REGRESSION, CNN or EXTERNAL");
   }
   widths.push_back(model.num_classes());
+  return widths;
+}
+
+// A layer's weight and bias tensors, named <layer>.weight and <layer>.bias.
+void AddLayer(const std::string& layer, std::vector<int64_t> weight_shape,
+              InitKind init, int64_t fan_in, int64_t fan_out, int64_t outputs,
+              std::vector<TensorSpec>* tensors) {
+  TensorSpec weight;
+  weight.name = absl::StrCat(layer, ".weight");
+  weight.shape = std::move(weight_shape);
+  weight.init = init;
+  weight.fan_in = fan_in;
+  weight.fan_out = fan_out;
+  TensorSpec bias;
+  bias.name = absl::StrCat(layer, ".bias");
+  bias.shape = {outputs};
+  bias.init = InitKind::kZeros;
+  tensors->push_back(std::move(weight));
+  tensors->push_back(std::move(bias));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
+    const v1::ModelSpec& model) {
+  if (model.kind() == v1::ModelSpec::EXTERNAL) {
+    return ExternalModelTensors(model);
+  }
+  if (model.tensors_size() > 0) {
+    return absl::InvalidArgumentError(
+        "model.tensors: only an EXTERNAL model lists its tensors");
+  }
+  if (model.input_dim() < 1) {
+    return absl::InvalidArgumentError("model.input_dim: must be >= 1");
+  }
+  if (model.num_classes() < 2) {
+    return absl::InvalidArgumentError("model.num_classes: must be >= 2");
+  }
+  PS_ASSIGN_OR_RETURN(auto convs, CnnConvLayers(model));
+  PS_ASSIGN_OR_RETURN(const std::vector<int64_t> widths,
+                      DenseWidths(model, convs));
   // Every other enum of a spec is refused when unknown; an unknown activation
   // would otherwise be accepted and fail on the workers at run time.
   switch (model.activation()) {
@@ -289,34 +357,18 @@ absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
   std::vector<TensorSpec> tensors;
   for (size_t i = 0; i < convs.size(); ++i) {
     const ConvGeometry& conv = convs[i];
-    TensorSpec weight;
-    weight.name = absl::StrCat("conv", i, ".weight");
-    weight.shape = {conv.patch_size(), conv.filters};
-    weight.init = relu ? InitKind::kHeUniform : InitKind::kXavierUniform;
-    weight.fan_in = conv.patch_size();
-    weight.fan_out = int64_t{conv.kernel} * conv.kernel * conv.filters;
-    TensorSpec bias;
-    bias.name = absl::StrCat("conv", i, ".bias");
-    bias.shape = {conv.filters};
-    bias.init = InitKind::kZeros;
-    tensors.push_back(std::move(weight));
-    tensors.push_back(std::move(bias));
+    AddLayer(absl::StrCat("conv", i), {conv.patch_size(), conv.filters},
+             relu ? InitKind::kHeUniform : InitKind::kXavierUniform,
+             conv.patch_size(),
+             int64_t{conv.kernel} * conv.kernel * conv.filters, conv.filters,
+             &tensors);
   }
   for (size_t i = 0; i + 1 < widths.size(); ++i) {
     const bool output_layer = i + 2 == widths.size();
-    TensorSpec weight;
-    weight.name = absl::StrCat("dense", i, ".weight");
-    weight.shape = {widths[i], widths[i + 1]};
-    weight.init = (relu && !output_layer) ? InitKind::kHeUniform
-                                          : InitKind::kXavierUniform;
-    weight.fan_in = widths[i];
-    weight.fan_out = widths[i + 1];
-    TensorSpec bias;
-    bias.name = absl::StrCat("dense", i, ".bias");
-    bias.shape = {widths[i + 1]};
-    bias.init = InitKind::kZeros;
-    tensors.push_back(std::move(weight));
-    tensors.push_back(std::move(bias));
+    AddLayer(absl::StrCat("dense", i), {widths[i], widths[i + 1]},
+             (relu && !output_layer) ? InitKind::kHeUniform
+                                     : InitKind::kXavierUniform,
+             widths[i], widths[i + 1], widths[i + 1], &tensors);
   }
   return tensors;
 }
@@ -346,6 +398,7 @@ std::string ModelDigest(const std::vector<TensorSpec>& tensors) {
   // In name order: a spec may list an EXTERNAL model's tensors in any order
   // (workers match tensors by name).
   std::vector<const TensorSpec*> sorted;
+  sorted.reserve(tensors.size());
   for (const TensorSpec& t : tensors) sorted.push_back(&t);
   std::sort(sorted.begin(), sorted.end(),
             [](const TensorSpec* a, const TensorSpec* b) {

@@ -11,9 +11,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
-#include "common/net_address.h"
 #include "common/parameter_wire.h"
 #include "common/status_macros.h"
+#include "server/payload_carrier.h"
 
 namespace ps {
 namespace {
@@ -28,15 +28,6 @@ void StoreReply(WireMessage&& reply, grpc::ByteBuffer* out) {
       +[](void* message) { delete static_cast<WireMessage*>(message); }, held);
   *out = grpc::ByteBuffer(&slice, 1);
 }
-// The bytes a reply put in shared memory (counted as sent).
-size_t SharedPayloadBytes(const v1::SharedPullResponse& reply) {
-  return reply.length();
-}
-template <typename Reply>
-size_t SharedPayloadBytes(const Reply& /*reply*/) {
-  return 0;
-}
-
 template <typename Message>
 void StoreReply(Message&& reply, grpc::ByteBuffer* out) {
   const std::string bytes = reply.SerializeAsString();
@@ -70,14 +61,21 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
     }
   };
   using Callback = std::function<void(absl::StatusOr<Reply>)>;
+  // Makes a successful reply the response; returns how many of its bytes
+  // travel outside it (ReplyDestination::store).
+  using StoreFn =
+      std::function<absl::StatusOr<size_t>(Reply reply, grpc::ByteBuffer* out)>;
 
-  // `request_bytes`: the request's size on the wire (for metrics).
+  // `request_bytes`: the request's size, its payload's included (for
+  // metrics). `store`, if set, stores the reply instead of StoreReply.
   DeferredReactor(const char* method, size_t request_bytes,
-                  grpc::ByteBuffer* response, RpcMetrics* metrics)
+                  grpc::ByteBuffer* response, RpcMetrics* metrics,
+                  StoreFn store = nullptr)
       : method_(method),
         request_bytes_(request_bytes),
         response_(response),
         metrics_(metrics),
+        store_(std::move(store)),
         start_(absl::Now()),
         completion_(std::make_shared<Completion>()) {
     absl::MutexLock lock(&completion_->mu);
@@ -93,12 +91,9 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
       DeferredReactor* self = completion->Claim();
       if (self == nullptr) return;
       if (before_reply) before_reply(&reply);
-      const grpc::Status status = ToGrpcStatus(reply.status());
-      if (reply.ok()) {
-        self->shared_bytes_ = SharedPayloadBytes(*reply);
-        StoreReply(*std::move(reply), self->response_);
-      }
-      self->FinishWith(status);
+      absl::Status status = reply.status();
+      if (reply.ok()) status = self->Store(*std::move(reply));
+      self->FinishWith(ToGrpcStatus(status));
     };
   }
 
@@ -125,10 +120,22 @@ class DeferredReactor final : public grpc::ServerUnaryReactor {
     Finish(status);
   }
 
+  absl::Status Store(Reply reply) {
+    if (!store_) {
+      StoreReply(std::move(reply), response_);
+      return absl::OkStatus();
+    }
+    absl::StatusOr<size_t> outside = store_(std::move(reply), response_);
+    if (!outside.ok()) return outside.status();
+    shared_bytes_ = *outside;
+    return absl::OkStatus();
+  }
+
   const char* method_;
   const size_t request_bytes_;
   grpc::ByteBuffer* response_;
   RpcMetrics* metrics_;
+  const StoreFn store_;
   absl::Time start_;
   size_t shared_bytes_ = 0;  // A reply's bytes in shared memory.
   std::shared_ptr<Completion> completion_;
@@ -152,53 +159,80 @@ ParameterServiceImpl::ParameterServiceImpl(ParameterManager* manager,
 grpc::ServerUnaryReactor* ParameterServiceImpl::Pull(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  auto* reactor = new DeferredReactor<WireMessage>("Pull", request->Length(),
-                                                   response, metrics_);
-  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
-    reactor->MakeCallback(nullptr)(allowed);
-    return reactor;
-  }
-  absl::StatusOr<v1::PullRequest> pull =
-      ParseByteBuffer<v1::PullRequest>(*request, "PullRequest");
-  if (!pull.ok()) {
-    reactor->MakeCallback(nullptr)(pull.status());
-    return reactor;
-  }
-  manager_->PullWire(*pull, reactor->MakeCallback(nullptr));
-  return reactor;
+  MessageCarrier carrier;
+  return HandlePull("Pull", carrier, *ctx, *request, response);
+}
+
+grpc::ServerUnaryReactor* ParameterServiceImpl::PullShared(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  SharedMemoryCarrier carrier(&regions_, shared_payloads_);
+  return HandlePull("PullShared", carrier, *ctx, *request, response);
 }
 
 grpc::ServerUnaryReactor* ParameterServiceImpl::Push(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  auto* reactor = new DeferredReactor<v1::PushResponse>(
-      "Push", request->Length(), response, metrics_);
-  if (absl::Status allowed = authorizer_.AuthorizeMember(*ctx); !allowed.ok()) {
-    reactor->MakeCallback(nullptr)(allowed);
+  MessageCarrier carrier;
+  return HandlePush("Push", carrier, *ctx, *request, response);
+}
+
+grpc::ServerUnaryReactor* ParameterServiceImpl::PushShared(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  SharedMemoryCarrier carrier(&regions_, shared_payloads_);
+  return HandlePush("PushShared", carrier, *ctx, *request, response);
+}
+
+absl::Status ParameterServiceImpl::Admit(
+    PayloadCarrier& carrier, const grpc::CallbackServerContext& ctx) const {
+  // Who may call comes first, whichever way the payload travels.
+  PS_RETURN_IF_ERROR(authorizer_.AuthorizeMember(ctx));
+  return carrier.Admit(ctx);
+}
+
+grpc::ServerUnaryReactor* ParameterServiceImpl::HandlePull(
+    const char* method, PayloadCarrier& carrier,
+    const grpc::CallbackServerContext& ctx, const grpc::ByteBuffer& request,
+    grpc::ByteBuffer* response) {
+  ReplyDestination reply;
+  const absl::Status allowed = Admit(carrier, ctx);
+  absl::StatusOr<v1::PullRequest> pull =
+      allowed.ok() ? carrier.PullRequest(request, &reply)
+                   : absl::StatusOr<v1::PullRequest>(allowed);
+  auto* reactor = new DeferredReactor<WireMessage>(
+      method, request.Length(), response, metrics_, std::move(reply.store));
+  if (!pull.ok()) {
+    reactor->MakeCallback(nullptr)(pull.status());
     return reactor;
   }
-  // The request's slices as gRPC received them: gradients are read in place
-  // (the manager reads them only during the call).
-  std::vector<grpc::Slice> slices;
-  absl::StatusOr<std::vector<std::string_view>> segments =
-      ViewByteBuffer(*request, &slices);
-  if (!segments.ok()) {
-    reactor->MakeCallback(nullptr)(segments.status());
-    return reactor;
-  }
-  StartPush(*segments, reactor);
+  manager_->PullWire(*pull, reactor->MakeCallback(nullptr),
+                     std::move(reply.allocate));
   return reactor;
 }
 
-void ParameterServiceImpl::StartPush(
-    std::span<const std::string_view> segments,
-    DeferredReactor<v1::PushResponse>* reactor) {
-  absl::StatusOr<PushView> push = ParsePushRequest(segments);
+grpc::ServerUnaryReactor* ParameterServiceImpl::HandlePush(
+    const char* method, PayloadCarrier& carrier,
+    const grpc::CallbackServerContext& ctx, const grpc::ByteBuffer& request,
+    grpc::ByteBuffer* response) {
+  const absl::Status allowed = Admit(carrier, ctx);
+  absl::StatusOr<std::span<const std::string_view>> bytes =
+      allowed.ok() ? carrier.PushRequest(request)
+                   : absl::StatusOr<std::span<const std::string_view>>(allowed);
+  // Counted once the carrier has read the message (a payload outside it
+  // counts as the request's).
+  auto* reactor = new DeferredReactor<v1::PushResponse>(
+      method, request.Length() + carrier.payload_bytes(), response, metrics_);
+  absl::StatusOr<PushView> push =
+      bytes.ok() ? ParsePushRequest(*bytes)
+                 : absl::StatusOr<PushView>(bytes.status());
   if (!push.ok()) {
     reactor->MakeCallback(nullptr)(push.status());
-    return;
+    return reactor;
   }
+  // The manager reads the carrier's bytes only during the call.
   manager_->Push(*push, reactor->MakeCallback(FaultsFor(push->Header())));
+  return reactor;
 }
 
 std::function<void(absl::StatusOr<v1::PushResponse>*)>
@@ -212,107 +246,6 @@ ParameterServiceImpl::FaultsFor(const v1::PushRequest& header) const {
       *reply = absl::UnavailableError("injected fault: push reply dropped");
     }
   };
-}
-
-absl::Status ParameterServiceImpl::CheckSharedPayloads(
-    const grpc::CallbackServerContext& ctx) const {
-  PS_RETURN_IF_ERROR(authorizer_.AuthorizeMember(ctx));
-  if (!shared_payloads_) {
-    return absl::UnimplementedError(
-        "shared-memory payloads are off on this server "
-        "(--shared_memory_payloads=false)");
-  }
-  if (!IsLoopbackHost(PeerHost(ctx.peer()))) {
-    return absl::UnimplementedError(absl::StrCat(
-        "shared-memory payloads are for workers on the server's host; peer ",
-        ctx.peer(), " is not a loopback address"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<SharedRegionCache::Span> ParameterServiceImpl::SharedBytes(
-    const v1::SharedSpan& where) {
-  absl::StatusOr<SharedRegionCache::Span> span =
-      regions_.Get(where.region(), where.offset(), where.length());
-  if (absl::IsNotFound(span.status()) ||
-      absl::IsFailedPrecondition(span.status())) {
-    // Most likely a worker on another host whose address looks local (a
-    // container of its own): it falls back to the socket.
-    return absl::UnimplementedError(span.status().message());
-  }
-  return span;
-}
-
-grpc::ServerUnaryReactor* ParameterServiceImpl::PushShared(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
-    grpc::ByteBuffer* response) {
-  // Who may call comes first, as for Push; the request is parsed before the
-  // reactor exists only to count its payload's bytes.
-  const absl::Status allowed = CheckSharedPayloads(*ctx);
-  absl::StatusOr<v1::SharedPushRequest> shared =
-      ParseByteBuffer<v1::SharedPushRequest>(*request, "SharedPushRequest");
-  const size_t payload =
-      allowed.ok() && shared.ok() ? shared->request().length() : 0;
-  auto* reactor = new DeferredReactor<v1::PushResponse>(
-      "PushShared", request->Length() + payload, response, metrics_);
-  absl::StatusOr<SharedRegionCache::Span> span =
-      !allowed.ok() ? allowed
-      : shared.ok() ? SharedBytes(shared->request())
-                    : shared.status();
-  if (!span.ok()) {
-    reactor->MakeCallback(nullptr)(span.status());
-    return reactor;
-  }
-  // Copied out first: the checks and the update must read the same bytes,
-  // whatever the region's owner does meanwhile.
-  std::string bytes(span->data, span->size);
-  const std::string_view segment = bytes;
-  StartPush(std::span<const std::string_view>(&segment, 1), reactor);
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* ParameterServiceImpl::PullShared(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
-    grpc::ByteBuffer* response) {
-  auto* reactor = new DeferredReactor<v1::SharedPullResponse>(
-      "PullShared", request->Length(), response, metrics_);
-  const absl::Status allowed = CheckSharedPayloads(*ctx);
-  absl::StatusOr<v1::SharedPullRequest> shared =
-      allowed.ok() ? ParseByteBuffer<v1::SharedPullRequest>(*request,
-                                                            "SharedPullRequest")
-                   : absl::StatusOr<v1::SharedPullRequest>(allowed);
-  absl::StatusOr<SharedRegionCache::Span> span =
-      shared.ok() ? SharedBytes(shared->reply()) : shared.status();
-  auto done = reactor->MakeCallback(nullptr);
-  if (!span.ok()) {
-    done(span.status());
-    return reactor;
-  }
-  // The reply is encoded straight into the region when it fits.
-  ReplyAllocator allocate = [span = *span](size_t size) {
-    return size <= span.size ? WireMessage::Borrow(span.data, size, span.region)
-                             : WireMessage::Allocate(size);
-  };
-  manager_->PullWire(
-      shared->pull(),
-      [span = *std::move(span),
-       done = std::move(done)](absl::StatusOr<WireMessage> reply) {
-        if (!reply.ok()) {
-          done(reply.status());
-          return;
-        }
-        if (reply->data() != span.data) {
-          done(absl::OutOfRangeError(absl::StrCat(
-              "pull reply of ", reply->size(), " bytes does not fit the ",
-              span.size, " bytes of shared region ", span.region->name())));
-          return;
-        }
-        v1::SharedPullResponse response;
-        response.set_length(reply->size());
-        done(std::move(response));
-      },
-      std::move(allocate));
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServiceImpl::Seed(

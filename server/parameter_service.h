@@ -3,22 +3,16 @@
 #define PS_SERVER_PARAMETER_SERVICE_H_
 
 #include <functional>
-#include <span>
-#include <string_view>
 
 #include "absl/time/time.h"
 #include "common/authorizer.h"
 #include "common/metrics.h"
 #include "ps/v1/parameter.grpc.pb.h"
 #include "server/parameter_manager.h"
+#include "server/payload_carrier.h"
 #include "server/shared_region_cache.h"
 
 namespace ps {
-namespace internal {
-// A unary call answered later (parameter_service.cc).
-template <typename Reply>
-class DeferredReactor;
-}  // namespace internal
 
 // What to do to the reply of one applied push: test-only fault injection, to
 // prove that a push whose reply is lost is applied exactly once.
@@ -46,7 +40,9 @@ using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 // payloads"): taken from loopback peers only, when `shared_payloads` is on.
 // A pushed request is copied out of the worker's region before it is read
 // (the worker could change it meanwhile); a pull's reply is written into
-// the worker's region before the call is answered.
+// the worker's region before the call is answered. A push, and a pull, is
+// handled by one path whichever way its payload travels: the method only
+// picks the PayloadCarrier (server/payload_carrier.h).
 //
 // Seed (EXTERNAL models' initial values, rare) is an ordinary callback method
 // over parsed messages, answered once the seed is durable.
@@ -81,19 +77,25 @@ class ParameterServiceImpl final
                                        grpc::ByteBuffer* response) override;
 
  private:
-  // Whether a caller may use shared memory: OK, or UNIMPLEMENTED and why not.
-  absl::Status CheckSharedPayloads(
-      const grpc::CallbackServerContext& ctx) const;
-  // The bytes a shared-memory call names (the caller checked first).
-  // Errors: UNIMPLEMENTED for a region this server cannot find or use (the
-  // worker falls back to Push and Pull), OUT_OF_RANGE and INVALID_ARGUMENT
-  // for a span that cannot be a region's.
-  absl::StatusOr<SharedRegionCache::Span> SharedBytes(
-      const v1::SharedSpan& where);
-  // Parses the PushRequest in `segments` and hands it to the manager (which
-  // reads the segments only during the call); `reactor` gets the answer.
-  void StartPush(std::span<const std::string_view> segments,
-                 internal::DeferredReactor<v1::PushResponse>* reactor);
+  // Whether the caller may call this way: authorized as a member
+  // (UNAUTHENTICATED otherwise), then admitted by the carrier.
+  absl::Status Admit(PayloadCarrier& carrier,
+                     const grpc::CallbackServerContext& ctx) const;
+  // A pull whose request, and reply, `carrier` carries; `method` names it
+  // in metrics.
+  grpc::ServerUnaryReactor* HandlePull(const char* method,
+                                       PayloadCarrier& carrier,
+                                       const grpc::CallbackServerContext& ctx,
+                                       const grpc::ByteBuffer& request,
+                                       grpc::ByteBuffer* response);
+  // A push whose request `carrier` carries: its PushRequest is parsed and
+  // handed to the manager (which reads the carrier's bytes only during the
+  // call).
+  grpc::ServerUnaryReactor* HandlePush(const char* method,
+                                       PayloadCarrier& carrier,
+                                       const grpc::CallbackServerContext& ctx,
+                                       const grpc::ByteBuffer& request,
+                                       grpc::ByteBuffer* response);
   // The test-only fault of a push (empty without an injector).
   std::function<void(absl::StatusOr<v1::PushResponse>*)> FaultsFor(
       const v1::PushRequest& header) const;

@@ -20,59 +20,7 @@
 #include "grpcpp/alarm.h"
 
 namespace ps {
-// The shared-memory regions of one request's calls, one per server: each
-// attempt takes a region of its own, and one whose call was not answered OK
-// is removed, never reused (the server may still handle that call after it
-// failed here, reading or writing the region).
-struct SharedPayloads {
-  explicit SharedPayloads(size_t servers)
-      : regions(servers), requests(servers) {}
-
-  // The call to server s ended with `status`.
-  void CallEnded(int s, const absl::Status& status) {
-    if (!status.ok()) regions[s].reset();
-  }
-  // Once every call has ended: gives the regions back to `pool`.
-  void Return(SharedRegionPool& pool) {
-    for (auto& region : regions) pool.Release(std::move(region));
-  }
-
-  // Touched only by server s's calls (one at a time) until Return.
-  std::vector<std::unique_ptr<SharedRegion>> regions;
-  // The PushShared or PullShared request naming each region.
-  std::vector<grpc::ByteBuffer> requests;
-};
-
 namespace {
-
-const std::string& PushMethod() {
-  static const std::string* const method = new std::string(
-      absl::StrCat("/", v1::ParameterService::service_full_name(), "/Push"));
-  return *method;
-}
-
-const std::string& PullMethod() {
-  static const std::string* const method = new std::string(
-      absl::StrCat("/", v1::ParameterService::service_full_name(), "/Pull"));
-  return *method;
-}
-
-const std::string& PushSharedMethod() {
-  static const std::string* const method = new std::string(absl::StrCat(
-      "/", v1::ParameterService::service_full_name(), "/PushShared"));
-  return *method;
-}
-
-const std::string& PullSharedMethod() {
-  static const std::string* const method = new std::string(absl::StrCat(
-      "/", v1::ParameterService::service_full_name(), "/PullShared"));
-  return *method;
-}
-
-grpc::ByteBuffer SerializedBuffer(const google::protobuf::Message& message) {
-  grpc::Slice slice(message.SerializeAsString());
-  return grpc::ByteBuffer(&slice, 1);
-}
 
 // A push in flight: its requests, which lend the gradient memory to gRPC
 // without a copy, and its outcome, held back until gRPC has released every
@@ -81,13 +29,8 @@ grpc::ByteBuffer SerializedBuffer(const google::protobuf::Message& message) {
 // outcome is delivered.
 class PushInFlight {
  public:
-  PushInFlight(size_t servers, SharedRegionPool* pool,
-               ParameterClient::Done done)
-      : requests(servers),
-        replies(servers),
-        shared(servers),
-        pool_(pool),
-        done_(std::move(done)) {}
+  PushInFlight(size_t servers, ParameterClient::Done done)
+      : requests(servers), slots(servers), done_(std::move(done)) {}
   PushInFlight(const PushInFlight&) = delete;
   PushInFlight& operator=(const PushInFlight&) = delete;
 
@@ -106,7 +49,7 @@ class PushInFlight {
   // the last slice, and deletes this.
   void CallsEnded(absl::Status status) {
     requests.clear();  // Our references (may release slices inline).
-    shared.Return(*pool_);
+    slots.clear();     // Gives back what the transports lent.
     bool now;
     {
       absl::MutexLock lock(&mu_);
@@ -118,8 +61,7 @@ class PushInFlight {
   }
 
   std::vector<grpc::ByteBuffer> requests;  // One per server.
-  std::vector<grpc::ByteBuffer> replies;
-  SharedPayloads shared;
+  std::vector<TransportSlot> slots;        // One per server.
 
  private:
   static void Release(void* self) {
@@ -144,7 +86,6 @@ class PushInFlight {
     delete this;  // Safe in the alarm's callback: gRPC keeps its own ref.
   }
 
-  SharedRegionPool* const pool_;
   ParameterClient::Done done_;
   absl::Mutex mu_;
   int lent_ ABSL_GUARDED_BY(mu_) = 0;
@@ -153,24 +94,20 @@ class PushInFlight {
   std::unique_ptr<grpc::Alarm> alarm_;
 };
 
-// A pull in flight: its request, the servers' replies and what they carry.
+// A pull in flight: its request and what the servers' replies carry. Per
+// server, so the callbacks (one call per server at a time) never share.
 struct PullInFlight {
-  explicit PullInFlight(size_t servers)
-      : replies(servers),
+  PullInFlight(v1::PullRequest message, size_t servers)
+      : request(std::move(message)),
+        slots(servers),
         min_clocks(servers, INT64_MAX),
         own_clocks(servers, INT64_MAX),
-        reply_bytes(servers, 0),
-        shared(servers) {}
-  v1::PullRequest message;
-  grpc::ByteBuffer request;  // `message`, serialized.
-  // Read where gRPC received them and copied once, into the tensors
-  // (common/parameter_wire.h). Per server, so the callbacks (one call per
-  // server at a time) never share.
-  std::vector<grpc::ByteBuffer> replies;
+        reply_bytes(servers, 0) {}
+  const PullRequestBytes request;
+  std::vector<TransportSlot> slots;
   std::vector<int64_t> min_clocks;
   std::vector<int64_t> own_clocks;
   std::vector<int64_t> reply_bytes;
-  SharedPayloads shared;
 };
 
 // Starts an asynchronous call and waits for its outcome.
@@ -220,16 +157,8 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     }
   }
   const v1::ShardMap& map = assignment.shard_map();
-  client->shared_ = std::make_unique<std::atomic<bool>[]>(map.servers_size());
-  for (const std::string& address : map.servers()) {
-    Server server;
-    server.generic = std::make_unique<grpc::GenericStub>(CreateChannel(
-        address, client->options_.channel, client->options_.connection));
-    client->shared_[client->servers_.size()] =
-        client->options_.shared_payloads && IsLoopbackHost(HostOf(address));
-    client->addresses_.push_back(address);
-    client->servers_.push_back(std::move(server));
-  }
+  client->addresses_.assign(map.servers().begin(), map.servers().end());
+  client->servers_.resize(client->addresses_.size());
   {
     absl::MutexLock lock(&client->reach_mu_);
     client->failing_since_.assign(client->servers_.size(),
@@ -266,7 +195,40 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
         64 +
         11 * static_cast<size_t>(std::max(1, assignment.spec().num_workers()));
   }
+  client->OpenTransports();
   return client;
+}
+
+void ParameterClient::OpenTransports() {
+  shared_ = std::make_unique<std::atomic<bool>[]>(servers_.size());
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    Server& server = servers_[s];
+    const std::string& address = addresses_[s];
+    std::shared_ptr<grpc::Channel> channel =
+        CreateChannel(address, options_.channel, options_.connection);
+    shared_[s] = options_.shared_payloads && IsLoopbackHost(HostOf(address));
+    if (shared_[s]) {
+      server.shared = std::make_unique<SharedMemoryTransport>(
+          channel, address, server.max_reply_bytes, &regions_);
+    }
+    server.socket = std::make_unique<SocketTransport>(std::move(channel));
+  }
+}
+
+void ParameterClient::CallServer(int s, const char* what, Start start,
+                                 PayloadTransport::Done done) {
+  Server& server = servers_[s];
+  if (UsesSharedMemory(s)) {
+    const absl::Status started =
+        start(*server.shared, [this, s, done](absl::Status status) {
+          done(SharedCallFailed(s, std::move(status)));
+        });
+    if (started.ok()) return;
+    // This call goes through the socket.
+    PS_LOG_WARNING(what, " ", addresses_[s], ": ", started.ToString());
+  }
+  const absl::Status started = start(*server.socket, std::move(done));
+  PS_CHECK(started.ok(), "the socket takes every call: ", started.ToString());
 }
 
 void ParameterClient::Cancel() {
@@ -397,9 +359,8 @@ void ParameterClient::PullFromServers(int64_t clock,
   request.set_clock(clock);
   request.set_map_version(map_version_);
   request.set_final(final);
-  auto pull = std::make_shared<PullInFlight>(servers_.size());
-  pull->request = SerializedBuffer(request);
-  pull->message = std::move(request);
+  auto pull =
+      std::make_shared<PullInFlight>(std::move(request), servers_.size());
   AskAllServers(
       absl::StrCat(final ? "final pull of clock " : "pull of clock ", clock),
       options_.pull_timeout,
@@ -408,33 +369,23 @@ void ParameterClient::PullFromServers(int64_t clock,
       final ? absl::InfiniteDuration() : options_.retry_window,
       [this, pull, params](int s, grpc::ClientContext* context,
                            ServerFanout::CallDone call_done) {
-        pull->replies[s].Clear();
-        const SharedRegion* region =
-            UsesSharedMemory(s)
-                ? LendReplyRegion(pull->message, s, &pull->shared)
-                : nullptr;
-        servers_[s].generic->UnaryCall(
-            context, region != nullptr ? PullSharedMethod() : PullMethod(),
-            grpc::StubOptions(),
-            region != nullptr ? &pull->shared.requests[s] : &pull->request,
-            &pull->replies[s],
-            [this, s, pull, params, region,
-             call_done = std::move(call_done)](const grpc::Status& status) {
-              absl::Status result = FromGrpcStatus(status);
-              if (result.ok()) {
-                result = ReadPullReply(
-                    s, pull->replies[s], region, params, &pull->min_clocks[s],
-                    &pull->own_clocks[s], &pull->reply_bytes[s]);
-              }
-              if (region != nullptr) {
-                pull->shared.CallEnded(s, result);
-                result = SharedCallFailed(s, std::move(result));
-              }
-              call_done(std::move(result));
-            });
+        // Read where the transport holds them and copied once, into the
+        // tensors (common/parameter_wire.h).
+        auto read = [this, s, pull,
+                     params](std::span<const std::string_view> reply) {
+          return ReadPullReply(s, reply, params, &pull->min_clocks[s],
+                               &pull->own_clocks[s], &pull->reply_bytes[s]);
+        };
+        CallServer(
+            s, "pull from",
+            [&](PayloadTransport& transport, PayloadTransport::Done done) {
+              return transport.Pull(context, pull->request, read,
+                                    &pull->slots[s], std::move(done));
+            },
+            std::move(call_done));
       },
       [this, pull, done = std::move(done)](absl::Status status) mutable {
-        pull->shared.Return(regions_);
+        pull->slots.clear();  // Gives back what the transports lent.
         if (status.ok()) {
           for (int64_t bytes : pull->reply_bytes) pulled_bytes_ += bytes;
           const int64_t min_clock = *std::min_element(pull->min_clocks.begin(),
@@ -461,33 +412,13 @@ absl::Status ParameterClient::SharedCallFailed(int s, absl::Status status) {
 }
 
 absl::Status ParameterClient::ReadPullReply(
-    int s, const grpc::ByteBuffer& reply, const SharedRegion* region,
-    std::vector<std::vector<float>>* params, int64_t* min_clock,
-    int64_t* own_clock, int64_t* reply_bytes) const {
-  if (region == nullptr) {
-    std::vector<grpc::Slice> slices;
-    PS_ASSIGN_OR_RETURN(std::vector<std::string_view> segments,
-                        ViewByteBuffer(reply, &slices));
-    *reply_bytes = static_cast<int64_t>(reply.Length());
-    return ReadPullReply(s, segments, params, min_clock, own_clock);
-  }
-  absl::StatusOr<v1::SharedPullResponse> shared =
-      ParseByteBuffer<v1::SharedPullResponse>(reply, "SharedPullResponse");
-  if (!shared.ok() || shared->length() > region->size()) {
-    return absl::InternalError(absl::StrCat(
-        "pull reply from ", addresses_[s], ": not ",
-        shared.ok() ? "within its shared region" : "a SharedPullResponse"));
-  }
-  *reply_bytes = static_cast<int64_t>(shared->length());
-  const std::string_view bytes(region->data(), shared->length());
-  return ReadPullReply(s, std::span<const std::string_view>(&bytes, 1), params,
-                       min_clock, own_clock);
-}
-
-absl::Status ParameterClient::ReadPullReply(
     int s, std::span<const std::string_view> segments,
     std::vector<std::vector<float>>* params, int64_t* min_clock,
-    int64_t* own_clock) const {
+    int64_t* own_clock, int64_t* reply_bytes) const {
+  *reply_bytes = 0;
+  for (std::string_view segment : segments) {
+    *reply_bytes += static_cast<int64_t>(segment.size());
+  }
   absl::StatusOr<PullView> view = ParsePullResponse(segments);
   if (!view.ok()) {
     return absl::InternalError(
@@ -559,7 +490,7 @@ void ParameterClient::PushAsync(int64_t clock,
   const size_t value_bytes = WireValueBytes(wire_gradients_);
   // Each server's request is the PushRequest wire format as slices: the
   // framing bytes (small, copied) and the gradient blocks in place.
-  auto* push = new PushInFlight(servers_.size(), &regions_, std::move(done));
+  auto* push = new PushInFlight(servers_.size(), std::move(done));
   const PushFramer framer(job_id_, worker_index_, clock, map_version_,
                           wire_gradients_);
   for (size_t s = 0; s < servers_.size(); ++s) {
@@ -584,71 +515,18 @@ void ParameterClient::PushAsync(int64_t clock,
       options_.retry_window,
       [this, push](int s, grpc::ClientContext* context,
                    ServerFanout::CallDone call_done) {
-        // The request's bytes, wherever they go.
+        // The request's bytes, however they travel.
         pushed_bytes_.fetch_add(push->requests[s].Length(),
                                 std::memory_order_relaxed);
-        const bool shared = UsesSharedMemory(s) &&
-                            ShareRequest(push->requests[s], s, &push->shared);
-        servers_[s].generic->UnaryCall(
-            context, shared ? PushSharedMethod() : PushMethod(),
-            grpc::StubOptions(),
-            shared ? &push->shared.requests[s] : &push->requests[s],
-            &push->replies[s],
-            [this, s, push, shared,
-             call_done = std::move(call_done)](const grpc::Status& status) {
-              absl::Status result = FromGrpcStatus(status);
-              if (shared) {
-                push->shared.CallEnded(s, result);
-                result = SharedCallFailed(s, std::move(result));
-              }
-              call_done(std::move(result));
-            });
+        CallServer(
+            s, "push to",
+            [&](PayloadTransport& transport, PayloadTransport::Done done) {
+              return transport.Push(context, push->requests[s], &push->slots[s],
+                                    std::move(done));
+            },
+            std::move(call_done));
       },
       [push](absl::Status status) { push->CallsEnded(std::move(status)); });
-}
-
-bool ParameterClient::ShareRequest(const grpc::ByteBuffer& request, int s,
-                                   SharedPayloads* shared) {
-  std::vector<grpc::Slice> slices;
-  absl::StatusOr<std::vector<std::string_view>> bytes =
-      ViewByteBuffer(request, &slices);
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region =
-      bytes.ok() ? regions_.Acquire(request.Length()) : bytes.status();
-  if (!region.ok()) {  // This call goes through the socket.
-    PS_LOG_WARNING("push to ", addresses_[s], ": ", region.status().ToString());
-    return false;
-  }
-  char* out = (*region)->data();
-  for (std::string_view piece : *bytes) {
-    std::memcpy(out, piece.data(), piece.size());
-    out += piece.size();
-  }
-  v1::SharedPushRequest message;
-  message.mutable_request()->set_region((*region)->name());
-  message.mutable_request()->set_length(request.Length());
-  shared->requests[s] = SerializedBuffer(message);
-  shared->regions[s] = *std::move(region);
-  return true;
-}
-
-const SharedRegion* ParameterClient::LendReplyRegion(
-    const v1::PullRequest& pull, int s, SharedPayloads* shared) {
-  // A server is called again only after its call failed, which removed
-  // that call's region: every attempt takes a region here.
-  absl::StatusOr<std::unique_ptr<SharedRegion>> region =
-      regions_.Acquire(servers_[s].max_reply_bytes);
-  if (!region.ok()) {  // This call goes through the socket.
-    PS_LOG_WARNING("pull from ", addresses_[s], ": ",
-                   region.status().ToString());
-    return nullptr;
-  }
-  v1::SharedPullRequest message;
-  *message.mutable_pull() = pull;
-  message.mutable_reply()->set_region((*region)->name());
-  message.mutable_reply()->set_length((*region)->size());
-  shared->requests[s] = SerializedBuffer(message);
-  shared->regions[s] = *std::move(region);
-  return shared->regions[s].get();
 }
 
 }  // namespace ps

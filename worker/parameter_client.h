@@ -1,6 +1,8 @@
 // The worker's client of ParameterService: pulls whole tensors and pushes
 // gradients, cut into blocks and sent to every server of the shard map in
-// parallel, with deadlines and safe retries.
+// parallel, with deadlines and safe retries. Each server's calls travel
+// through a PayloadTransport (worker/payload_transport.h): the socket, or
+// shared memory for a server on this host.
 #ifndef PS_WORKER_PARAMETER_CLIENT_H_
 #define PS_WORKER_PARAMETER_CLIENT_H_
 
@@ -13,23 +15,20 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/grpc_util.h"
 #include "common/model_layout.h"
 #include "common/security.h"
-#include "common/shared_region.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "ps/v1/cluster.pb.h"
-#include "ps/v1/parameter.grpc.pb.h"
+#include "worker/payload_transport.h"
 #include "worker/server_fanout.h"
+#include "worker/shared_memory_transport.h"
 #include "worker/shared_region_pool.h"
 
 namespace ps {
-
-// One request's shared-memory regions (parameter_client.cc).
-struct SharedPayloads;
 
 struct ParameterClientOptions {
   // Deadline of one Pull attempt; a pull may wait this long for slower workers.
@@ -136,14 +135,21 @@ class ParameterClient {
     int64_t offset;
     int64_t num_elems;
   };
+  // One server: how its calls travel (payload_transport.h) and its blocks.
   struct Server {
-    // Push and Pull go through this one, with ByteBuffers read and written
-    // in place (common/parameter_wire.h).
-    std::unique_ptr<grpc::GenericStub> generic;
+    // Push and Pull, with the payloads in the messages, read and written in
+    // place (common/parameter_wire.h).
+    std::unique_ptr<SocketTransport> socket;
+    // PushShared and PullShared; null unless the server's address is a
+    // loopback address and options.shared_payloads is on.
+    std::unique_ptr<SharedMemoryTransport> shared;
     std::vector<BlockRef> blocks;
     // The largest pull reply this server can send this worker.
     size_t max_reply_bytes = 0;
   };
+  // Starts one call on the transport it is given, with the call's `done`.
+  using Start = absl::FunctionRef<absl::Status(PayloadTransport&,
+                                               PayloadTransport::Done)>;
   ParameterClient(const v1::Assignment& assignment,
                   const std::vector<TensorSpec>& tensors,
                   ParameterClientOptions options,
@@ -160,18 +166,23 @@ class ParameterClient {
   // answers again. Thread-safe.
   void NoteReachability(int server, const std::string& what,
                         const absl::Status& status);
-  // Copies server s's reply into `params` and returns the clocks it carries.
-  // Thread-safe (each server's blocks are its own).
+  // Copies server s's reply (the bytes of a PullResponse) into `params` and
+  // returns the clocks it carries and its size. Thread-safe (each server's
+  // blocks are its own).
   absl::Status ReadPullReply(int s, std::span<const std::string_view> reply,
-                             std::vector<std::vector<float>>* params,
-                             int64_t* min_clock, int64_t* own_clock) const;
-  // Server s's pull reply, from the call's reply or, for PullShared, from
-  // the region it was written into.
-  absl::Status ReadPullReply(int s, const grpc::ByteBuffer& reply,
-                             const SharedRegion* region,
                              std::vector<std::vector<float>>* params,
                              int64_t* min_clock, int64_t* own_clock,
                              int64_t* reply_bytes) const;
+  // Once the servers' blocks are known: a channel to each server and the
+  // transports over it.
+  void OpenTransports();
+  // The client's choice of carrier for one call to server s: shared memory
+  // while the server takes it, else the socket, which also carries a call
+  // that shared memory cannot (no region to be had; logged with `what`,
+  // "push to"). `done` gets the call's outcome, through SharedCallFailed
+  // when it went through shared memory.
+  void CallServer(int s, const char* what, Start start,
+                  PayloadTransport::Done done);
   // Whether server s takes shared-memory payloads (until it says it does
   // not).
   bool UsesSharedMemory(int s) const { return shared_[s].load(); }
@@ -179,16 +190,6 @@ class ParameterClient {
   // turns shared memory off for server s and becomes ABORTED, so that the
   // fanout calls the server again, through the socket.
   absl::Status SharedCallFailed(int s, absl::Status status);
-  // For a call to server s: copies its push request into a region of
-  // `shared` and writes the PushShared request naming it. False (the call
-  // goes through the socket) if no region can be had.
-  bool ShareRequest(const grpc::ByteBuffer& request, int s,
-                    SharedPayloads* shared);
-  // For a call to server s: a region of `shared` for its pull reply, and the
-  // PullShared request naming it; null (the call goes through the socket)
-  // if no region can be had.
-  const SharedRegion* LendReplyRegion(const v1::PullRequest& pull, int s,
-                                      SharedPayloads* shared);
 
   const std::string job_id_;
   const int worker_index_;
@@ -196,12 +197,15 @@ class ParameterClient {
   const ParameterClientOptions options_;
   const std::atomic<bool>* const stop_;
   std::vector<TensorSpec> tensors_;
+  // Lends the shared-memory transports their regions; declared before
+  // servers_, so that it outlives them.
+  SharedRegionPool regions_;
   std::vector<Server> servers_;
   // The servers' addresses, in servers_' order (also the fanouts' list).
   std::vector<std::string> addresses_;
   // Per server: whether calls pass their payloads in shared memory.
   std::unique_ptr<std::atomic<bool>[]> shared_;
-  SharedRegionPool regions_;
+
   const int64_t staleness_;
   const bool use_cache_;
   // Push's state (touched by Push only; see the class comment).

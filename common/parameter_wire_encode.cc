@@ -1,0 +1,159 @@
+// ParameterService's messages written without extra copies: PushFramer
+// and EncodePullResponse (parameter_wire.h), byte for byte as Protobuf
+// serializes them.
+#include <cstring>
+#include <string>
+
+#include "common/logging.h"
+#include "common/parameter_wire.h"
+#include "common/parameter_wire_fields.h"
+#include "google/protobuf/io/coded_stream.h"
+
+namespace ps {
+namespace {
+
+using google::protobuf::io::CodedOutputStream;
+
+void AppendVarint(uint64_t value, std::string* out) {
+  uint8_t buf[10];
+  uint8_t* end = CodedOutputStream::WriteVarint64ToArray(value, buf);
+  out->append(reinterpret_cast<const char*>(buf), end - buf);
+}
+
+size_t VarintSize(uint64_t value) {
+  return CodedOutputStream::VarintSize64(value);
+}
+
+char* WriteVarint(uint64_t value, char* out) {
+  return reinterpret_cast<char*>(CodedOutputStream::WriteVarint64ToArray(
+      value, reinterpret_cast<uint8_t*>(out)));
+}
+
+// Bytes of a Block {key, data of `data_bytes`} without its own tag and length.
+size_t BlockBodySize(uint64_t key, size_t data_bytes) {
+  size_t n = 0;
+  if (key != 0) n += 1 + VarintSize(key);
+  if (data_bytes != 0) n += 1 + VarintSize(data_bytes) + data_bytes;
+  return n;
+}
+
+}  // namespace
+
+PushFramer::PushFramer(const std::string& job_id, int32_t worker_index,
+                       int64_t clock, int64_t map_version,
+                       v1::Precision gradient_encoding) {
+  // Fields in number order and zeros left out, as Protobuf writes them.
+  if (!job_id.empty()) {
+    AppendVarint(Tag(kJobIdField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
+                 &header_);
+    AppendVarint(job_id.size(), &header_);
+    header_.append(job_id);
+  }
+  if (worker_index != 0) {
+    AppendVarint(Tag(kWorkerIndexField, WireFormatLite::WIRETYPE_VARINT),
+                 &header_);
+    // int32 is sign-extended to 64 bits on the wire.
+    AppendVarint(static_cast<uint64_t>(static_cast<int64_t>(worker_index)),
+                 &header_);
+  }
+  if (clock != 0) {
+    AppendVarint(Tag(kClockField, WireFormatLite::WIRETYPE_VARINT), &header_);
+    AppendVarint(static_cast<uint64_t>(clock), &header_);
+  }
+  if (map_version != 0) {
+    AppendVarint(Tag(kMapVersionField, WireFormatLite::WIRETYPE_VARINT),
+                 &header_);
+    AppendVarint(static_cast<uint64_t>(map_version), &header_);
+  }
+  // After the gradients (field 5), as Protobuf writes fields in number order.
+  if (gradient_encoding != v1::FP32) {
+    AppendVarint(Tag(kGradientEncodingField, WireFormatLite::WIRETYPE_VARINT),
+                 &trailer_);
+    // An enum is an int32: sign-extended to 64 bits on the wire.
+    AppendVarint(static_cast<uint64_t>(static_cast<int64_t>(
+                     static_cast<int32_t>(gradient_encoding))),
+                 &trailer_);
+  }
+}
+
+WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
+                               int64_t min_clock,
+                               std::span<const int64_t> worker_clocks,
+                               WireBufferPool* pool,
+                               const ReplyAllocator& allocate) {
+  // Sizes first, then one pass of writes into a buffer of exactly that size;
+  // fields in number order and zeros left out, as Protobuf writes them.
+  const uint32_t block_tag =
+      Tag(kBlocksField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  size_t size = 0;
+  for (const ReplyBlock& b : blocks) {
+    const size_t body = BlockBodySize(b.key, b.values.size_bytes());
+    size += VarintSize(block_tag) + VarintSize(body) + body;
+  }
+  if (min_clock != 0) {
+    size += 1 + VarintSize(static_cast<uint64_t>(min_clock));
+  }
+  size_t clocks_bytes = 0;
+  for (int64_t c : worker_clocks) {
+    clocks_bytes += VarintSize(static_cast<uint64_t>(c));
+  }
+  if (!worker_clocks.empty()) {
+    size += 1 + VarintSize(clocks_bytes) + clocks_bytes;
+  }
+  WireMessage out = allocate          ? allocate(size)
+                    : pool != nullptr ? pool->Take(size)
+                                      : WireMessage::Allocate(size);
+  PS_CHECK(out.size() == size);
+  char* p = out.data();
+  for (const ReplyBlock& b : blocks) {
+    const size_t data_bytes = b.values.size_bytes();
+    p = WriteVarint(block_tag, p);
+    p = WriteVarint(BlockBodySize(b.key, data_bytes), p);
+    if (b.key != 0) {
+      p = WriteVarint(Tag(kKeyField, WireFormatLite::WIRETYPE_VARINT), p);
+      p = WriteVarint(b.key, p);
+    }
+    if (data_bytes != 0) {
+      p = WriteVarint(
+          Tag(kDataField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
+      p = WriteVarint(data_bytes, p);
+      std::memcpy(p, b.values.data(), data_bytes);
+      p += data_bytes;
+    }
+  }
+  if (min_clock != 0) {
+    p = WriteVarint(Tag(kMinClockField, WireFormatLite::WIRETYPE_VARINT), p);
+    p = WriteVarint(static_cast<uint64_t>(min_clock), p);
+  }
+  if (!worker_clocks.empty()) {
+    p = WriteVarint(
+        Tag(kWorkerClocksField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
+    p = WriteVarint(clocks_bytes, p);
+    for (int64_t c : worker_clocks) {
+      p = WriteVarint(static_cast<uint64_t>(c), p);
+    }
+  }
+  PS_CHECK(p == out.data() + size);
+  return out;
+}
+
+std::string PushFramer::BlockPrefix(uint64_t key, size_t data_bytes) {
+  std::string block;  // The Block's fields but the data bytes.
+  if (key != 0) {
+    AppendVarint(Tag(kKeyField, WireFormatLite::WIRETYPE_VARINT), &block);
+    AppendVarint(key, &block);
+  }
+  if (data_bytes != 0) {
+    AppendVarint(Tag(kDataField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
+                 &block);
+    AppendVarint(data_bytes, &block);
+  }
+  std::string prefix;
+  AppendVarint(Tag(kGradientsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
+               &prefix);
+  AppendVarint(block.size() + data_bytes, &prefix);
+  prefix.append(block);
+  return prefix;
+}
+
+}  // namespace ps
