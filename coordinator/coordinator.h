@@ -29,6 +29,9 @@ struct CoordinatorOptions {
   std::string listen_address = "127.0.0.1:0";
   // RocksDB directory of the job table. Required.
   std::string data_dir;
+  // How the job table is opened (its RocksDB environment, statistics).
+  // Default: JobTableOptions' defaults.
+  JobTableOptions table;
   // Prometheus listen address; empty: no HTTP endpoint.
   std::string metrics_address;
   // Leases and heartbeat interval given to nodes.

@@ -23,7 +23,9 @@ constexpr char kModelPrefix[] = "model/";
 
 }  // namespace
 
-JobTable::JobTable(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+JobTable::JobTable(std::unique_ptr<rocksdb::DB> db,
+                   std::shared_ptr<rocksdb::Env> env)
+    : env_(std::move(env)), db_(std::move(db)) {}
 JobTable::~JobTable() {
   // A clean close leaves everything in table files and no write-ahead log
   // (trained models are large) to replay.
@@ -38,7 +40,7 @@ JobTable::~JobTable() {
 }
 
 absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
-    const std::string& path) {
+    const std::string& path, const JobTableOptions& table_options) {
   std::error_code error;
   if (std::filesystem::exists(path, error) &&
       !std::filesystem::is_directory(path, error)) {
@@ -49,6 +51,8 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
       std::filesystem::exists(std::filesystem::path(path) / "CURRENT", error);
   rocksdb::Options options;
   options.create_if_missing = true;
+  if (table_options.env != nullptr) options.env = table_options.env.get();
+  options.statistics = table_options.statistics;
   if (existing) {
     // A marker written at creation tells our table from any other database.
     // It is read through a read-only open, which modifies nothing: even a
@@ -80,7 +84,8 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
     PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
         db->Put(sync, kKindKey, kKind), absl::StrCat("job table at ", path)));
   }
-  return std::unique_ptr<JobTable>(new JobTable(std::move(db)));
+  return std::unique_ptr<JobTable>(
+      new JobTable(std::move(db), table_options.env));
 }
 
 absl::Status JobTable::Put(const v1::JobStatus& job) {

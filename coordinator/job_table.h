@@ -12,8 +12,20 @@
 #include "ps/v1/job.pb.h"
 #include "ps/v1/sweep.pb.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
+#include "rocksdb/statistics.h"
 
 namespace ps {
+
+// How the job table's RocksDB database is opened.
+struct JobTableOptions {
+  // The environment RocksDB does its file I/O through (tests: one whose
+  // writes fail). Default: null, RocksDB's default environment.
+  std::shared_ptr<rocksdb::Env> env;
+  // Collects RocksDB's statistics (the coordinator benchmark counts WAL
+  // syncs, rocksdb::WAL_FILE_SYNCED). Default: null, none collected.
+  std::shared_ptr<rocksdb::Statistics> statistics;
+};
 
 // Thread-safe.
 class JobTable {
@@ -21,7 +33,7 @@ class JobTable {
   // Opens or creates the table at `path`. Errors: a clear status naming the
   // path if it is not a usable RocksDB directory.
   static absl::StatusOr<std::unique_ptr<JobTable>> Open(
-      const std::string& path);
+      const std::string& path, const JobTableOptions& table_options = {});
   // Flushes (no write-ahead log is left) and closes the database.
   ~JobTable();
 
@@ -58,7 +70,9 @@ class JobTable {
   absl::StatusOr<std::vector<v1::SweepStatus>> LoadSweeps();
 
  private:
-  explicit JobTable(std::unique_ptr<rocksdb::DB> db);
+  JobTable(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<rocksdb::Env> env);
+  // Outlives db_ (declared first: destroyed last).
+  const std::shared_ptr<rocksdb::Env> env_;
   std::unique_ptr<rocksdb::DB> db_;
   // Serialises Create's read-increment-write of the job counter.
   absl::Mutex counter_mu_;
