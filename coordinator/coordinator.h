@@ -84,6 +84,9 @@ class Coordinator {
 
  private:
   void TickLoop();
+  // Once the job table failed a write (JobManager::store_failed), sets every
+  // service NOT_SERVING on the health service. Ticker thread only.
+  void ReportStoreHealth();
 
   const CoordinatorOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -99,6 +102,7 @@ class Coordinator {
   std::unique_ptr<grpc::Server> server_;
   std::thread ticker_;
   int port_ = 0;
+  bool store_failed_ = false;  // Reported NOT_SERVING (ticker thread only).
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -3,8 +3,11 @@
 #ifndef PS_COORDINATOR_JOB_TABLE_H_
 #define PS_COORDINATOR_JOB_TABLE_H_
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,6 +49,36 @@ class JobTable {
   // advanced counter in one batch, so an acknowledged id always has its
   // record. Concurrent calls get distinct ids. Errors: the store's.
   absl::Status Create(v1::JobStatus* job);
+
+  // One synced batch of changes to job records (JobStoreWriter).
+  struct Batch {
+    // (job id, serialized JobStatus) records to write (replace).
+    std::vector<std::pair<std::string, std::string>> puts;
+    // Jobs whose record and trained model to delete.
+    std::vector<std::string> deletes;
+    // (SubmitJob request id, job id) to record, and request ids to forget.
+    std::vector<std::pair<std::string, std::string>> put_request_ids;
+    std::vector<std::string> delete_request_ids;
+    // The job counter's new value (the number the next job gets); 0: left
+    // as it is.
+    int64_t next_job_number = 0;
+  };
+  // Writes `batch` atomically and durably (one WAL write, one fsync).
+  // Errors: the store's (UNAVAILABLE, INTERNAL...), naming the batch.
+  absl::Status Write(const Batch& batch);
+  // Compacts the trained models' keys of the jobs from `first_job_id` to
+  // `last_job_id` (deleted ones), so that their bytes leave the disk.
+  absl::Status CompactModels(const std::string& first_job_id,
+                             const std::string& last_job_id);
+  // The number the next job gets (the stored counter; 1 in a new table).
+  // DATA_LOSS for an unreadable counter.
+  absl::StatusOr<int64_t> NextJobNumber();
+  // Every stored SubmitJob request id and the job it names.
+  absl::StatusOr<std::map<std::string, std::string>> LoadRequestIds();
+  // The id of the job numbered `number` ("job-000042").
+  static std::string JobId(int64_t number);
+  // True if `id` has the form JobId gives ("job-" and digits).
+  static bool IsJobId(const std::string& id);
 
   // Writes (replaces) the trained model of job `model.job_id()` durably (WAL,
   // fsync), under its own key so that LoadAll never reads parameters.

@@ -1,0 +1,114 @@
+// The job table's one writer: every change to a job's record goes through
+// it, in order, on its own thread, off the gRPC callback threads and off
+// JobManager's lock. Changes wait in a queue keyed by job; a job's later
+// record replaces its earlier one that was not yet written (latest wins: a
+// record is the job's whole status), and everything queued when the thread
+// wakes is written as one synced RocksDB batch (group commit). Whoever must
+// know that a change is durable passes a callback, called with the batch's
+// outcome once it is written (docs/durability.md, "The coordinator's job
+// table").
+//
+// A failed batch is counted (ps_coordinator_store_errors_total), logged and
+// reported to the callbacks of its changes; from then on failed() is true:
+// memory and disk may differ, so the coordinator reports NOT_SERVING until an
+// operator restarts it (it then reloads what is on disk).
+#ifndef PS_COORDINATOR_JOB_STORE_WRITER_H_
+#define PS_COORDINATOR_JOB_STORE_WRITER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_table.h"
+#include "ps/v1/job.pb.h"
+
+namespace ps {
+
+// Thread-safe. Callbacks run on the writer's thread, without the writer's
+// lock: they may take other locks and queue more changes, but must not call
+// Flush.
+class JobStoreWriter {
+ public:
+  // Receives the outcome of the batch that wrote a change: OK once it is
+  // durable, else UNAVAILABLE naming the store's error.
+  using Done = std::function<void(const absl::Status&)>;
+
+  // Starts the writer thread. `table` and `metrics` must outlive the writer.
+  JobStoreWriter(JobTable* table, CoordinatorMetrics* metrics);
+  // Writes everything queued, then stops the thread.
+  ~JobStoreWriter();
+  JobStoreWriter(const JobStoreWriter&) = delete;
+  JobStoreWriter& operator=(const JobStoreWriter&) = delete;
+
+  // Queues `status` as job status.job_id()'s record. `done` (may be null)
+  // gets the outcome.
+  void Put(const v1::JobStatus& status, Done done = nullptr);
+  // Queues a new job's record together with the job counter's new value
+  // (`next_job_number`: the number the next job gets) and, if `request_id` is
+  // not empty, the SubmitJob request id that names the job.
+  void Create(const v1::JobStatus& status, int64_t next_job_number,
+              const std::string& request_id, Done done);
+  // Queues the deletion of job `job_id`'s record, trained model and (if not
+  // empty) request id. Once deleted, its model's keys are compacted (so that
+  // the bytes leave the disk) when the queue is next empty: one compaction
+  // over the deleted jobs' range per batch, not one per job.
+  void Delete(const std::string& job_id, const std::string& request_id,
+              Done done);
+
+  // Blocks until everything queued before the call is written (or failed)
+  // and its callbacks have run. Never call it from a callback or a gRPC
+  // callback thread.
+  void Flush();
+  // True once a batch failed (until the process restarts).
+  bool failed() const;
+  // Synced batches written so far (successful or not).
+  int64_t batches() const;
+
+ private:
+  // What is queued for one job.
+  struct Change {
+    bool remove = false;
+    std::string record;      // The serialized JobStatus (unless remove).
+    std::string request_id;  // To record (a Create) or to forget (remove).
+    std::vector<Done> done;
+  };
+  using Batch = std::map<std::string, Change>;
+
+  // Merges `change` into what is queued for `job_id`.
+  void Enqueue(const std::string& job_id, Change change,
+               int64_t next_job_number = 0);
+  void Run();
+  // Writes one batch; returns its outcome.
+  absl::Status Write(const Batch& batch, int64_t next_job_number);
+  // Compacts the models of the jobs deleted since the last compaction.
+  void CompactDeleted();
+
+  JobTable* const table_;
+  CoordinatorMetrics* const metrics_;
+
+  mutable absl::Mutex mu_;
+  Batch queued_ ABSL_GUARDED_BY(mu_);
+  // The job counter's value to write with the next batch; 0: unchanged.
+  int64_t next_job_number_ ABSL_GUARDED_BY(mu_) = 0;
+  // Changes queued so far, and those whose batch was written and whose
+  // callbacks ran (Flush waits for the one to reach the other).
+  uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t finished_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Deleted job ids whose models are not compacted yet (writer thread only).
+  std::vector<std::string> to_compact_;
+  std::thread thread_;
+};
+
+}  // namespace ps
+
+#endif  // PS_COORDINATOR_JOB_STORE_WRITER_H_
