@@ -53,9 +53,9 @@ JobManager::JobManager(JobTable* table, MembershipTiming timing,
       writer_(std::make_unique<JobStoreWriter>(table, metrics)) {}
 
 JobManager::~JobManager() {
-  // Everything queued is written, and its callbacks run, while the manager
-  // is whole.
-  writer_.reset();
+  // Everything queued is written, and its callbacks run (they may queue
+  // more), while the manager is whole.
+  writer_->Stop();
 }
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(

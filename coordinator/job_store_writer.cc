@@ -11,12 +11,16 @@ namespace ps {
 JobStoreWriter::JobStoreWriter(JobTable* table, CoordinatorMetrics* metrics)
     : table_(table), metrics_(metrics), thread_([this] { Run(); }) {}
 
-JobStoreWriter::~JobStoreWriter() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  thread_.join();
+JobStoreWriter::~JobStoreWriter() { Stop(); }
+
+void JobStoreWriter::Stop() {
+  std::call_once(stopped_, [this] {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+  });
 }
 
 void JobStoreWriter::Put(const v1::JobStatus& status, Done done) {
@@ -89,13 +93,6 @@ void JobStoreWriter::Run() {
     uint64_t taken = 0;
     {
       absl::MutexLock lock(&mu_);
-      if (queued_.empty() && !to_compact_.empty()) {
-        // Nobody waits for a write: compact what was deleted.
-        mu_.Unlock();
-        CompactDeleted();
-        mu_.Lock();
-        continue;
-      }
       auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return !queued_.empty() || stopping_;
       };
@@ -106,14 +103,18 @@ void JobStoreWriter::Run() {
       taken = enqueued_;
     }
     const absl::Status status = Write(batch, next_job_number);
+    if (status.ok()) {
+      CompactDeleted(batch);
+    } else {
+      absl::MutexLock lock(&mu_);
+      failed_ = true;  // Before the callbacks: their callers may ask.
+    }
     for (auto& [job_id, change] : batch) {
-      if (change.remove && status.ok()) to_compact_.push_back(job_id);
       for (Done& done : change.done) done(status);
     }
     absl::MutexLock lock(&mu_);
     ++batches_;
     finished_ = taken;
-    if (!status.ok()) failed_ = true;
   }
 }
 
@@ -147,10 +148,18 @@ absl::Status JobStoreWriter::Write(const Batch& batch,
                    "NOT_SERVING until it is restarted"));
 }
 
-void JobStoreWriter::CompactDeleted() {
-  std::vector<std::string> ids;
-  ids.swap(to_compact_);
-  const auto [first, last] = std::minmax_element(ids.begin(), ids.end());
+void JobStoreWriter::CompactDeleted(const Batch& batch) {
+  // One compaction over the batch's deleted jobs (ids in order: the map's
+  // first and last deletions bound them), so that their models' bytes leave
+  // the disk before the deletion is acknowledged.
+  const std::string* first = nullptr;
+  const std::string* last = nullptr;
+  for (const auto& [job_id, change] : batch) {
+    if (!change.remove) continue;
+    if (first == nullptr) first = &job_id;
+    last = &job_id;
+  }
+  if (first == nullptr) return;
   if (absl::Status s = table_->CompactModels(*first, *last); !s.ok()) {
     PS_LOG_WARNING("job table: compacting deleted models: ", s.message());
   }

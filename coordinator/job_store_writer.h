@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,7 +42,7 @@ class JobStoreWriter {
 
   // Starts the writer thread. `table` and `metrics` must outlive the writer.
   JobStoreWriter(JobTable* table, CoordinatorMetrics* metrics);
-  // Writes everything queued, then stops the thread.
+  // Stop().
   ~JobStoreWriter();
   JobStoreWriter(const JobStoreWriter&) = delete;
   JobStoreWriter& operator=(const JobStoreWriter&) = delete;
@@ -55,11 +56,16 @@ class JobStoreWriter {
   void Create(const v1::JobStatus& status, int64_t next_job_number,
               const std::string& request_id, Done done);
   // Queues the deletion of job `job_id`'s record, trained model and (if not
-  // empty) request id. Once deleted, its model's keys are compacted (so that
-  // the bytes leave the disk) when the queue is next empty: one compaction
-  // over the deleted jobs' range per batch, not one per job.
+  // empty) request id. Once the batch is written, the deleted models' keys
+  // are compacted (so that their bytes leave the disk) before the callbacks
+  // run: one compaction over the batch's deleted jobs, not one per job.
   void Delete(const std::string& job_id, const std::string& request_id,
               Done done);
+
+  // Writes everything queued (also what callbacks queue meanwhile), then
+  // stops the thread; later changes are never written. Idempotent; not from
+  // a callback.
+  void Stop();
 
   // Blocks until everything queued before the call is written (or failed)
   // and its callbacks have run. Never call it from a callback or a gRPC
@@ -86,8 +92,8 @@ class JobStoreWriter {
   void Run();
   // Writes one batch; returns its outcome.
   absl::Status Write(const Batch& batch, int64_t next_job_number);
-  // Compacts the models of the jobs deleted since the last compaction.
-  void CompactDeleted();
+  // Compacts the models' keys of the jobs `batch` deleted.
+  void CompactDeleted(const Batch& batch);
 
   JobTable* const table_;
   CoordinatorMetrics* const metrics_;
@@ -104,9 +110,8 @@ class JobStoreWriter {
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
-  // Deleted job ids whose models are not compacted yet (writer thread only).
-  std::vector<std::string> to_compact_;
   std::thread thread_;
+  std::once_flag stopped_;
 };
 
 }  // namespace ps

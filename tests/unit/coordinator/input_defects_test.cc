@@ -38,7 +38,8 @@ TEST_F(InputDefectsTest, ListJobsRefusesAPageTokenItDidNotHandOut) {
   EXPECT_EQ(second->jobs[0].job_id(), "job-000003");
 }
 
-// Three epochs of the tiny job, a grid over `path` with `values`.
+// Three epochs of the tiny job, a grid over `path` with `values`, defaults
+// applied (as SweepManager::Submit does).
 v1::SweepSpec GridOver(const std::string& path, std::vector<double> values) {
   v1::SweepSpec spec;
   spec.set_name("grid");
@@ -48,6 +49,7 @@ v1::SweepSpec GridOver(const std::string& path, std::vector<double> values) {
   v1::SweepParameter* p = spec.add_parameters();
   p->set_path(path);
   for (double v : values) p->add_values(v);
+  ApplySweepDefaults(&spec);
   return spec;
 }
 
