@@ -56,8 +56,8 @@ class Latencies {
     absl::MutexLock lock(&mu_);
     if (samples_.empty()) return 0;
     std::sort(samples_.begin(), samples_.end());
-    const size_t i = std::min(samples_.size() - 1,
-                              static_cast<size_t>(q * samples_.size()));
+    const size_t i =
+        std::min(samples_.size() - 1, static_cast<size_t>(q * samples_.size()));
     return samples_[i] * 1e3;
   }
   size_t Count() {
@@ -227,9 +227,9 @@ absl::StatusOr<RunResult> Run(int num_workers) {
   {
     Coordinator coordinator(options);
     if (absl::Status s = coordinator.Start(); !s.ok()) return s;
-    auto channel = grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", coordinator.port()),
-        grpc::InsecureChannelCredentials());
+    auto channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", coordinator.port()),
+                            grpc::InsecureChannelCredentials());
     auto cluster = v1::ClusterService::NewStub(channel);
     auto jobs = v1::JobService::NewStub(channel);
     std::vector<SimWorker> workers = SetUp(*cluster, *jobs, num_workers);
@@ -247,10 +247,12 @@ absl::StatusOr<RunResult> Run(int num_workers) {
       threads.emplace_back(
           [&, c] { CallJobApi(*jobs, workers, c, stop, get, list); });
     }
-    const uint64_t syncs0 = statistics->getTickerCount(rocksdb::WAL_FILE_SYNCED);
+    const uint64_t syncs0 =
+        statistics->getTickerCount(rocksdb::WAL_FILE_SYNCED);
     const absl::Time start = absl::Now();
     absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_seconds)));
-    const uint64_t syncs1 = statistics->getTickerCount(rocksdb::WAL_FILE_SYNCED);
+    const uint64_t syncs1 =
+        statistics->getTickerCount(rocksdb::WAL_FILE_SYNCED);
     const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
     stop = true;
     for (std::thread& t : threads) t.join();
@@ -274,11 +276,11 @@ absl::StatusOr<RunResult> Run(int num_workers) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  std::printf(
-      "%8s %10s %10s %10s %10s %11s %11s %10s %10s\n", "workers", "get_p50",
-      "get_p99", "list_p50", "list_p99", "report_p50", "report_p99",
-      "reports/s", "fsyncs/s");
-  for (absl::string_view n : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
+  std::printf("%8s %10s %10s %10s %10s %11s %11s %10s %10s\n", "workers",
+              "get_p50", "get_p99", "list_p50", "list_p99", "report_p50",
+              "report_p99", "reports/s", "fsyncs/s");
+  for (absl::string_view n :
+       absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
     int workers = 0;
     if (!absl::SimpleAtoi(n, &workers) || workers <= 0) {
       std::fprintf(stderr, "--workers: not a positive number: %s\n",
@@ -291,10 +293,10 @@ int main(int argc, char** argv) {
                    r.status().ToString().c_str());
       return 1;
     }
-    std::printf("%8d %8.2fms %8.2fms %8.2fms %8.2fms %9.2fms %9.2fms %10.0f %10.1f\n",
-                workers, r->get_p50, r->get_p99, r->list_p50, r->list_p99,
-                r->report_p50, r->report_p99, r->reports_per_s,
-                r->syncs_per_s);
+    std::printf(
+        "%8d %8.2fms %8.2fms %8.2fms %8.2fms %9.2fms %9.2fms %10.0f %10.1f\n",
+        workers, r->get_p50, r->get_p99, r->list_p50, r->list_p99,
+        r->report_p50, r->report_p99, r->reports_per_s, r->syncs_per_s);
     std::fflush(stdout);
   }
   return 0;

@@ -82,7 +82,8 @@ grpc::ServerUnaryReactor* DeferRawUnary(grpc::CallbackServerContext* ctx,
   Request request;
   absl::Status started =
       ParseRawRequest(method, max_request_bytes, raw_request, &request);
-  if (started.ok()) started = start(static_cast<const Request&>(request), reply);
+  if (started.ok())
+    started = start(static_cast<const Request&>(request), reply);
   if (!started.ok()) reply(started);
   return reactor;
 }

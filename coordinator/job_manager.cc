@@ -3,11 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/util/message_differencer.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/job_progress.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace ps {
 namespace {
@@ -139,8 +139,8 @@ absl::Status JobManager::SubmitAsync(v1::JobSpec spec,
         JoinEarlierSubmit(request_id, status.spec(), done, answer)) {
       if (!answer.has_value()) return absl::OkStatus();  // Answered later.
     } else {
-      PS_RETURN_IF_ERROR(QueueSubmit(std::move(status), request_id,
-                                     std::move(done)));
+      PS_RETURN_IF_ERROR(
+          QueueSubmit(std::move(status), request_id, std::move(done)));
       return absl::OkStatus();
     }
   }
@@ -157,10 +157,9 @@ absl::Status JobManager::QueueSubmit(v1::JobStatus status,
   // even across restarts.
   const std::string id = JobTable::JobId(next_job_number_++);
   status.set_job_id(id);
-  writer_->Create(status, next_job_number_, request_id,
-                  [this, id](const absl::Status& written) {
-                    Submitted(id, written);
-                  });
+  writer_->Create(
+      status, next_job_number_, request_id,
+      [this, id](const absl::Status& written) { Submitted(id, written); });
   Submitting& submitting = submitting_[id];
   submitting.status = std::move(status);
   submitting.request_id = request_id;
@@ -226,8 +225,8 @@ void JobManager::Submitted(const std::string& id, const absl::Status& written) {
     if (written.ok()) {
       done(id);
     } else {
-      done(absl::UnavailableError(absl::StrCat(
-          "the job was not created: ", written.message())));
+      done(absl::UnavailableError(
+          absl::StrCat("the job was not created: ", written.message())));
     }
   }
 }

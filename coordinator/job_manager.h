@@ -78,7 +78,8 @@ class JobManager {
   // the writer's thread, or on the caller's, without the manager's lock.
   using SubmitDone = std::function<void(absl::StatusOr<std::string>)>;
   using StatusDone = std::function<void(absl::StatusOr<v1::JobStatus>)>;
-  using ProgressDone = std::function<void(absl::StatusOr<v1::ProgressResponse>)>;
+  using ProgressDone =
+      std::function<void(absl::StatusOr<v1::ProgressResponse>)>;
   using DeleteDone = std::function<void(absl::Status)>;
 
   ~JobManager();
@@ -256,8 +257,8 @@ class JobManager {
   // true, and either `answer` set (that job's id, or ALREADY_EXISTS when
   // `spec` differs from that job's) or `done` queued for the earlier
   // submit's outcome. False if there is none.
-  bool JoinEarlierSubmit(const std::string& request_id,
-                         const v1::JobSpec& spec, SubmitDone& done,
+  bool JoinEarlierSubmit(const std::string& request_id, const v1::JobSpec& spec,
+                         SubmitDone& done,
                          std::optional<absl::StatusOr<std::string>>& answer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands out the job's id and queues its record (CheckJobCount first);

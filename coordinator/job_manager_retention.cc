@@ -33,12 +33,12 @@ absl::Status JobManager::DeleteAsync(const std::string& job_id,
   }
   // Durable first: the job is listed until its deletion is written.
   job.deleting = true;
-  writer_->Delete(job_id, job.request_id,
-                  [this, job_id, done = std::move(done)](
-                      const absl::Status& written) {
-                    Deleted(job_id, written);
-                    done(written);
-                  });
+  writer_->Delete(
+      job_id, job.request_id,
+      [this, job_id, done = std::move(done)](const absl::Status& written) {
+        Deleted(job_id, written);
+        done(written);
+      });
   return absl::OkStatus();
 }
 
@@ -68,7 +68,8 @@ int JobManager::ApplyRetention(absl::Time now, const JobRetention& retention) {
       Job& job = jobs_.at(id);
       job.deleting = true;
       writer_->Delete(id, job.request_id, [this, id](const absl::Status& s) {
-        if (!s.ok()) PS_LOG_ERROR("retention: deleting ", id, ": ", s.message());
+        if (!s.ok())
+          PS_LOG_ERROR("retention: deleting ", id, ": ", s.message());
         Deleted(id, s);
       });
     }
@@ -81,7 +82,8 @@ int JobManager::ApplyRetention(absl::Time now, const JobRetention& retention) {
   for (const std::string& id : expired) {
     if (jobs_.count(id) == 0) ++deleted;
   }
-  PS_LOG_INFO("retention: deleted ", deleted, " ended jobs (more ended jobs "
+  PS_LOG_INFO("retention: deleted ", deleted,
+              " ended jobs (more ended jobs "
               "than kept, or ended too long ago)");
   return deleted;
 }

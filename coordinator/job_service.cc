@@ -17,14 +17,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
       [&](const v1::SubmitJobRequest& r, auto reply) -> absl::Status {
         PS_RETURN_IF_ERROR(
             authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite));
-        return manager_->SubmitAsync(
-            r.spec(), r.request_id(),
-            [reply](absl::StatusOr<std::string> id) {
-              if (!id.ok()) return reply(id.status());
-              v1::SubmitJobResponse answer;
-              answer.set_job_id(*std::move(id));
-              reply(std::move(answer));
-            });
+        return manager_->SubmitAsync(r.spec(), r.request_id(),
+                                     [reply](absl::StatusOr<std::string> id) {
+                                       if (!id.ok()) return reply(id.status());
+                                       v1::SubmitJobResponse answer;
+                                       answer.set_job_id(*std::move(id));
+                                       reply(std::move(answer));
+                                     });
       });
 }
 

@@ -155,9 +155,9 @@ bool JobTable::IsJobId(const std::string& id) {
 }
 
 absl::Status JobTable::Write(const Batch& batch) {
-  const std::string what = absl::StrCat(
-      "job table write of ", batch.puts.size(), " records and ",
-      batch.deletes.size(), " deletions");
+  const std::string what =
+      absl::StrCat("job table write of ", batch.puts.size(), " records and ",
+                   batch.deletes.size(), " deletions");
   rocksdb::WriteBatch writes;
   for (const auto& [job_id, record] : batch.puts) {
     PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
@@ -192,10 +192,9 @@ absl::Status JobTable::CompactModels(const std::string& first_job_id,
   const std::string end =
       absl::StrCat(kModelPrefix, last_job_id, std::string(1, '\0'));
   const rocksdb::Slice begin_slice(begin), end_slice(end);
-  return RocksDbStatusToAbsl(
-      db_->CompactRange(rocksdb::CompactRangeOptions(), &begin_slice,
-                        &end_slice),
-      "job table compaction of deleted models");
+  return RocksDbStatusToAbsl(db_->CompactRange(rocksdb::CompactRangeOptions(),
+                                               &begin_slice, &end_slice),
+                             "job table compaction of deleted models");
 }
 
 absl::StatusOr<int64_t> JobTable::NextJobNumber() {

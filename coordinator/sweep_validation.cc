@@ -123,9 +123,9 @@ absl::StatusOr<SweepFieldKind> ValidateParameter(const v1::SweepSpec& spec,
     }
     // Values are taken as given (only a range's draws are rounded).
     if (kind == SweepFieldKind::kInteger && v != std::floor(v)) {
-      return Invalid(absl::StrCat(field, ".values[", j, "]"),
-                     absl::StrFormat("\"%s\" is an integer field, got %g",
-                                     p.path(), v));
+      return Invalid(
+          absl::StrCat(field, ".values[", j, "]"),
+          absl::StrFormat("\"%s\" is an integer field, got %g", p.path(), v));
     }
   }
   for (int j = 0; j < p.choices_size(); ++j) {

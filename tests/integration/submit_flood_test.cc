@@ -120,8 +120,7 @@ TEST_F(SubmitFloodTest, EveryAnswerIsTrueAndNoLeaseIsLost) {
   StartCoordinator();
   std::atomic<bool> stop{false};
   std::atomic<int> refused{0}, registered{0};
-  std::thread nodes(
-      [&] { KeepNodes(address_, stop, refused, registered); });
+  std::thread nodes([&] { KeepNodes(address_, stop, refused, registered); });
   while (registered.load() == 0 && refused.load() == 0) {
     absl::SleepFor(absl::Milliseconds(10));
   }
@@ -197,6 +196,27 @@ TEST_F(SubmitFloodTest, EveryAnswerIsTrueAndNoLeaseIsLost) {
   }
 }
 
+// psctl's way: one fresh request id per invocation, the same on its
+// retries; a retry after a restart still gets the first job.
+TEST_F(SubmitFloodTest, ARequestIdNamesOneJobAcrossARestart) {
+  const std::string request_id = NewRequestId();
+  EXPECT_EQ(request_id.size(), 32u);
+  EXPECT_NE(NewRequestId(), request_id);
+  StartCoordinator();
+  auto first = JobClient(JobClientOptions{address_})
+                   .Submit(FloodSpec("once"), request_id);
+  ASSERT_TRUE(first.ok()) << first.status();
+  coordinator_->Stop();
+  StartCoordinator();
+  JobClient client(JobClientOptions{address_});
+  auto retried = client.Submit(FloodSpec("once"), request_id);
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(*retried, *first);
+  auto jobs = client.List();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 1u);
+}
+
 TEST_F(SubmitFloodTest, AFailedWriteTurnsHealthNotServing) {
   auto fs = std::make_shared<testing::FailingFileSystem>();
   JobTableOptions table;
@@ -222,8 +242,8 @@ TEST_F(SubmitFloodTest, AFailedWriteTurnsHealthNotServing) {
       << lost.status();
   // The ticker reports the failure within a tick or so.
   auto serving = grpc::health::v1::HealthCheckResponse::SERVING;
-  for (int tries = 0; tries < 100 && serving ==
-                      grpc::health::v1::HealthCheckResponse::SERVING;
+  for (int tries = 0;
+       tries < 100 && serving == grpc::health::v1::HealthCheckResponse::SERVING;
        ++tries) {
     absl::SleepFor(absl::Milliseconds(50));
     serving = status();

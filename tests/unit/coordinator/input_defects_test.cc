@@ -76,9 +76,9 @@ TEST(SweepValidationDefectsTest, TheTrialsNameCannotBeSwept) {
 // Each of these, UTF-8 encoded in a name, is refused as the C0 controls are.
 const std::vector<std::string>& UnsafeCharacters() {
   static const auto* chars = new std::vector<std::string>{
-      "\n",           "\x1b",         "\x7f",
-      "\xc2\x85",     // U+0085 NEXT LINE
-      "\xc2\x9b",     // U+009B CONTROL SEQUENCE INTRODUCER
+      "\n",           "\x1b", "\x7f",
+      "\xc2\x85",      // U+0085 NEXT LINE
+      "\xc2\x9b",      // U+009B CONTROL SEQUENCE INTRODUCER
       "\xe2\x80\xa8",  // U+2028 LINE SEPARATOR
       "\xe2\x80\xa9",  // U+2029 PARAGRAPH SEPARATOR
       "\xe2\x80\xaa",  // U+202A LEFT-TO-RIGHT EMBEDDING

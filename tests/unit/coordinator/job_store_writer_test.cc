@@ -3,6 +3,8 @@
 // made visible (store_failed, ps_coordinator_store_errors_total, the call
 // that needed it fails, no job is left half made), and SubmitJob's request
 // ids, also across a restart.
+#include "coordinator/job_store_writer.h"
+
 #include <stdlib.h>
 
 #include <filesystem>
@@ -14,7 +16,6 @@
 #include "absl/synchronization/notification.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
-#include "coordinator/job_store_writer.h"
 #include "coordinator/job_table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -52,12 +53,12 @@ TEST_F(JobStoreWriterTest, CoalescesQueuedRecordsOfAJobLatestWins) {
   int acknowledged = 0;
   for (int clock = 1; clock <= 100; ++clock) {
     writer.Put(Record("job-000002", clock),
-               clock % 10 == 0 ? JobStoreWriter::Done(
-                                     [&](const absl::Status& s) {
-                                       EXPECT_TRUE(s.ok()) << s;
-                                       ++acknowledged;  // Writer thread only.
-                                     })
-                               : nullptr);
+               clock % 10 == 0
+                   ? JobStoreWriter::Done([&](const absl::Status& s) {
+                       EXPECT_TRUE(s.ok()) << s;
+                       ++acknowledged;  // Writer thread only.
+                     })
+                   : nullptr);
   }
   release.Notify();
   writer.Flush();
