@@ -342,7 +342,10 @@ absl::Status JobManager::ReportProgressAsync(const v1::ProgressReport& report,
              AnswerWhenDurable(std::move(done), response));
       return absl::OkStatus();
     } else {
-      Changed(job);  // Coalesced: the reply does not wait for it.
+      // Coalesced: the reply does not wait for it, and the job's next
+      // report within the window replaces it.
+      writer_->Coalesce(job.status);
+      Publish(job);
     }
   }
   done(response);

@@ -5,8 +5,9 @@
 //   NodeRegistry      cluster members and their leases (node_registry.h)
 //   JobWatchers       WatchJob's subscribers (job_watchers.h)
 //   job_progress.h    progress aggregation and per-epoch records
-//   JobTable          the job store (job_table.h), written only through
-//   JobStoreWriter    its one ordered writer (job_store_writer.h)
+//   JobTable          the job store (job_table.h), written only by
+//   JobStoreWriter    its one writer thread (job_store_writer.h; thread-safe:
+//                     changes are queued under the lock, written off it)
 // Its methods are grouped by concern in files of their own:
 //   job_manager.cc             jobs: submit, get, cancel, watch, progress,
 //                              state changes

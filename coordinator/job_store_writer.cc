@@ -8,8 +8,12 @@
 
 namespace ps {
 
-JobStoreWriter::JobStoreWriter(JobTable* table, CoordinatorMetrics* metrics)
-    : table_(table), metrics_(metrics), thread_([this] { Run(); }) {}
+JobStoreWriter::JobStoreWriter(JobTable* table, CoordinatorMetrics* metrics,
+                               absl::Duration coalesce_window)
+    : table_(table),
+      metrics_(metrics),
+      coalesce_window_(coalesce_window),
+      thread_([this] { Run(); }) {}
 
 JobStoreWriter::~JobStoreWriter() { Stop(); }
 
@@ -27,7 +31,13 @@ void JobStoreWriter::Put(const v1::JobStatus& status, Done done) {
   Change change;
   change.record = status.SerializeAsString();
   if (done) change.done.push_back(std::move(done));
-  Enqueue(status.job_id(), std::move(change));
+  Enqueue(status.job_id(), std::move(change), /*urgent=*/true);
+}
+
+void JobStoreWriter::Coalesce(const v1::JobStatus& status) {
+  Change change;
+  change.record = status.SerializeAsString();
+  Enqueue(status.job_id(), std::move(change), /*urgent=*/false);
 }
 
 void JobStoreWriter::Create(const v1::JobStatus& status,
@@ -37,7 +47,8 @@ void JobStoreWriter::Create(const v1::JobStatus& status,
   change.record = status.SerializeAsString();
   change.request_id = request_id;
   if (done) change.done.push_back(std::move(done));
-  Enqueue(status.job_id(), std::move(change), next_job_number);
+  Enqueue(status.job_id(), std::move(change), /*urgent=*/true,
+          next_job_number);
 }
 
 void JobStoreWriter::Delete(const std::string& job_id,
@@ -46,12 +57,14 @@ void JobStoreWriter::Delete(const std::string& job_id,
   change.remove = true;
   change.request_id = request_id;
   if (done) change.done.push_back(std::move(done));
-  Enqueue(job_id, std::move(change));
+  Enqueue(job_id, std::move(change), /*urgent=*/true);
 }
 
 void JobStoreWriter::Enqueue(const std::string& job_id, Change change,
-                             int64_t next_job_number) {
+                             bool urgent, int64_t next_job_number) {
   absl::MutexLock lock(&mu_);
+  if (queued_.empty()) oldest_ = absl::Now();
+  urgent_ = urgent_ || urgent;
   ++enqueued_;
   next_job_number_ = std::max(next_job_number_, next_job_number);
   auto [it, inserted] = queued_.try_emplace(job_id);
@@ -70,6 +83,7 @@ void JobStoreWriter::Enqueue(const std::string& job_id, Change change,
 void JobStoreWriter::Flush() {
   absl::MutexLock lock(&mu_);
   const uint64_t target = enqueued_;
+  if (!queued_.empty()) urgent_ = true;  // Do not wait for the window.
   auto written = [this, target]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return finished_ >= target;
   };
@@ -93,28 +107,45 @@ void JobStoreWriter::Run() {
     uint64_t taken = 0;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return !queued_.empty() || stopping_;
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (queued_.empty()) return;  // Stopping, and everything is written.
+      if (!AwaitBatch()) return;  // Stopping, and everything is written.
+      urgent_ = false;
       batch.swap(queued_);
       std::swap(next_job_number, next_job_number_);
       taken = enqueued_;
     }
     const absl::Status status = Write(batch, next_job_number);
-    if (status.ok()) {
-      CompactDeleted(batch);
-    } else {
+    if (status.ok()) CompactDeleted(batch);
+    {
+      // Before the callbacks: their callers may ask.
       absl::MutexLock lock(&mu_);
-      failed_ = true;  // Before the callbacks: their callers may ask.
+      ++batches_;
+      if (!status.ok()) failed_ = true;
     }
     for (auto& [job_id, change] : batch) {
       for (Done& done : change.done) done(status);
     }
     absl::MutexLock lock(&mu_);
-    ++batches_;
     finished_ = taken;
+  }
+}
+
+bool JobStoreWriter::AwaitBatch() {
+  auto queued = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !queued_.empty() || stopping_;
+  };
+  auto urgent = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return urgent_ || stopping_;
+  };
+  for (;;) {
+    mu_.Await(absl::Condition(&queued));
+    if (queued_.empty()) return false;  // Stopping.
+    // Coalesced changes wait out the window unless something urgent comes.
+    if (urgent_ || stopping_ ||
+        mu_.AwaitWithDeadline(absl::Condition(&urgent),
+                              oldest_ + coalesce_window_) ||
+        absl::Now() >= oldest_ + coalesce_window_) {
+      return true;
+    }
   }
 }
 

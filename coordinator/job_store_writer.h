@@ -3,7 +3,10 @@
 // JobManager's lock. Changes wait in a queue keyed by job; a job's later
 // record replaces its earlier one that was not yet written (latest wins: a
 // record is the job's whole status), and everything queued when the thread
-// wakes is written as one synced RocksDB batch (group commit). Whoever must
+// wakes is written as one synced RocksDB batch (group commit). Progress
+// (Coalesce) may wait up to a window (100 ms) for more, so that many
+// workers' reports share one fsync; anything else is written at once, and
+// takes what waits with it. Whoever must
 // know that a change is durable passes a callback, called with the batch's
 // outcome once it is written (docs/durability.md, "The coordinator's job
 // table").
@@ -25,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_table.h"
 #include "ps/v1/job.pb.h"
@@ -40,16 +44,28 @@ class JobStoreWriter {
   // durable, else UNAVAILABLE naming the store's error.
   using Done = std::function<void(const absl::Status&)>;
 
+  // How long a change that nobody waits for (Coalesce) may stay queued
+  // before it is written. Default 100 ms: a thousand workers' reports (one a
+  // second each) cost about ten synced batches a second.
+  static constexpr absl::Duration kDefaultCoalesceWindow =
+      absl::Milliseconds(100);
+
   // Starts the writer thread. `table` and `metrics` must outlive the writer.
-  JobStoreWriter(JobTable* table, CoordinatorMetrics* metrics);
+  JobStoreWriter(JobTable* table, CoordinatorMetrics* metrics,
+                 absl::Duration coalesce_window = kDefaultCoalesceWindow);
   // Stop().
   ~JobStoreWriter();
   JobStoreWriter(const JobStoreWriter&) = delete;
   JobStoreWriter& operator=(const JobStoreWriter&) = delete;
 
-  // Queues `status` as job status.job_id()'s record. `done` (may be null)
-  // gets the outcome.
+  // Queues `status` as job status.job_id()'s record, to be written at once
+  // (with whatever else is queued). `done` (may be null) gets the outcome.
   void Put(const v1::JobStatus& status, Done done = nullptr);
+  // Queues `status` as Put does, but lets it wait up to the coalescing
+  // window for more (progress: nobody waits for it, and a newer record of
+  // the job replaces it meanwhile). A Put, Create or Delete queued
+  // meanwhile writes it at once with theirs.
+  void Coalesce(const v1::JobStatus& status);
   // Queues a new job's record together with the job counter's new value
   // (`next_job_number`: the number the next job gets) and, if `request_id` is
   // not empty, the SubmitJob request id that names the job.
@@ -87,8 +103,13 @@ class JobStoreWriter {
   using Batch = std::map<std::string, Change>;
 
   // Merges `change` into what is queued for `job_id`.
-  void Enqueue(const std::string& job_id, Change change,
+  // `urgent`: write without waiting for the coalescing window.
+  void Enqueue(const std::string& job_id, Change change, bool urgent,
                int64_t next_job_number = 0);
+  // Waits until a batch should be written (something urgent is queued, the
+  // oldest queued change has waited the window, a Flush, or Stop); false
+  // when stopping with nothing queued.
+  bool AwaitBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run();
   // Writes one batch; returns its outcome.
   absl::Status Write(const Batch& batch, int64_t next_job_number);
@@ -97,11 +118,16 @@ class JobStoreWriter {
 
   JobTable* const table_;
   CoordinatorMetrics* const metrics_;
+  const absl::Duration coalesce_window_;
 
   mutable absl::Mutex mu_;
   Batch queued_ ABSL_GUARDED_BY(mu_);
   // The job counter's value to write with the next batch; 0: unchanged.
   int64_t next_job_number_ ABSL_GUARDED_BY(mu_) = 0;
+  // Something queued must be written now (a Put, Create, Delete; a Flush).
+  bool urgent_ ABSL_GUARDED_BY(mu_) = false;
+  // When the oldest change still queued was queued.
+  absl::Time oldest_ ABSL_GUARDED_BY(mu_);
   // Changes queued so far, and those whose batch was written and whose
   // callbacks ran (Flush waits for the one to reach the other).
   uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;

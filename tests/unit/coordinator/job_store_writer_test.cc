@@ -72,6 +72,33 @@ TEST_F(JobStoreWriterTest, CoalescesQueuedRecordsOfAJobLatestWins) {
   EXPECT_EQ((*stored)[1].progress().clock(), 100);
 }
 
+// Coalesced records wait for the window (here: an hour) unless something
+// urgent is queued: then they are written with it, in the same batch.
+TEST_F(JobStoreWriterTest, CoalescedRecordsWaitForTheWindowOrAnUrgentWrite) {
+  JobStoreWriter writer(table_.get(), &metrics_, absl::Hours(1));
+  for (int clock = 1; clock <= 50; ++clock) {
+    writer.Coalesce(Record("job-000001", clock));
+  }
+  absl::Notification written;
+  writer.Put(Record("job-000002", 7), [&](const absl::Status& s) {
+    EXPECT_TRUE(s.ok()) << s;
+    written.Notify();
+  });
+  written.WaitForNotification();
+  EXPECT_EQ(writer.batches(), 1);
+  auto stored = table_->LoadAll();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_THAT(*stored, SizeIs(2));
+  EXPECT_EQ((*stored)[0].progress().clock(), 50);
+  // Flush does not wait out the window either.
+  writer.Coalesce(Record("job-000001", 51));
+  writer.Flush();
+  EXPECT_EQ(writer.batches(), 2);
+  stored = table_->LoadAll();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ((*stored)[0].progress().clock(), 51);
+}
+
 // A running job's progress reports are answered at once and stored
 // coalesced; after a restart the job has its last reported progress.
 TEST_F(JobStoreWriterTest, ProgressIsStoredCoalescedAndSurvivesARestart) {
