@@ -145,6 +145,20 @@ absl::StatusOr<SweepFieldKind> ValidateParameter(const v1::SweepSpec& spec,
   return kind;
 }
 
+// A sweep's name: at most 128 bytes, nothing that forges or disguises a log
+// line (HasUnsafeDisplayChar), as a job's.
+absl::Status ValidateSweepName(const std::string& name) {
+  if (name.size() > 128) return Invalid("name", "longer than 128 bytes");
+  if (HasUnsafeDisplayChar(name)) {
+    return Invalid("name",
+                   "may not hold newlines or other control characters (C0, "
+                   "C1), line or paragraph separators (U+2028, U+2029), or "
+                   "bidirectional controls (U+202A to U+202E, U+2066 to "
+                   "U+2069)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void ApplySweepDefaults(v1::SweepSpec* spec) {
@@ -174,14 +188,7 @@ absl::StatusOr<v1::JobSpec> TrialJobSpec(const v1::SweepSpec& spec,
 
 absl::StatusOr<std::vector<TrialAssignments>> ValidateSweepSpec(
     const v1::SweepSpec& spec, const JobLimits& limits) {
-  if (spec.name().size() > 128) return Invalid("name", "longer than 128 bytes");
-  if (HasUnsafeDisplayChar(spec.name())) {
-    return Invalid("name",
-                   "may not hold newlines or other control characters (C0, "
-                   "C1), line or paragraph separators (U+2028, U+2029), or "
-                   "bidirectional controls (U+202A to U+202E, U+2066 to "
-                   "U+2069)");
-  }
+  PS_RETURN_IF_ERROR(ValidateSweepName(spec.name()));
   if (!spec.has_base())
     return Invalid("base", "the trials' job spec is required");
   PS_RETURN_IF_ERROR(CheckNoUnknownFields(spec, ""));
