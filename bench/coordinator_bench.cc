@@ -238,6 +238,7 @@ absl::StatusOr<RunResult> Run(int num_workers) {
     Latencies get, list, reports;
     std::vector<std::thread> threads;
     const int senders = absl::GetFlag(FLAGS_senders);
+    threads.reserve(senders + absl::GetFlag(FLAGS_clients));
     for (int s = 0; s < senders; ++s) {
       threads.emplace_back([&, s] {
         SendReports(*cluster, workers, s, senders, stop, reports);

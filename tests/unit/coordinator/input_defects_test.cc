@@ -40,7 +40,8 @@ TEST_F(InputDefectsTest, ListJobsRefusesAPageTokenItDidNotHandOut) {
 
 // Three epochs of the tiny job, a grid over `path` with `values`, defaults
 // applied (as SweepManager::Submit does).
-v1::SweepSpec GridOver(const std::string& path, std::vector<double> values) {
+v1::SweepSpec GridOver(const std::string& path,
+                       const std::vector<double>& values) {
   v1::SweepSpec spec;
   spec.set_name("grid");
   *spec.mutable_base() = testing::TinyJobSpec(1, 1);
