@@ -1,6 +1,8 @@
 #include "client/job_client.h"
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/status_stream.h"
 #include "common/grpc_util.h"
 #include "common/retry.h"
@@ -44,14 +46,36 @@ absl::Status JobClient::Annotate(const absl::Status& status) const {
   return CoordinatorCallError(options_, status);
 }
 
-absl::StatusOr<std::string> JobClient::Submit(const v1::JobSpec& spec) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.timeout);
+std::string NewRequestId() {
+  absl::BitGen random;
+  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(random),
+                         absl::Uniform<uint64_t>(random));
+}
+
+absl::StatusOr<std::string> JobClient::Submit(const v1::JobSpec& spec,
+                                              const std::string& request_id) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
+  request.set_request_id(request_id);
   v1::SubmitJobResponse response;
-  grpc::Status status = stub_->SubmitJob(&ctx, request, &response);
-  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  auto attempt = [&]() -> absl::Status {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, options_.timeout);
+    return FromGrpcStatus(stub_->SubmitJob(&ctx, request, &response));
+  };
+  absl::Status status;
+  if (request_id.empty()) {
+    status = attempt();
+  } else {
+    // The same request id on every attempt: a retry of a submit that did
+    // reach the coordinator gets that submit's job.
+    RetryOptions retry_options;
+    retry_options.window = options_.submit_retry_window;
+    status = Retrier(retry_options).Run(attempt, [](const absl::Status& s) {
+      return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+    });
+  }
+  if (!status.ok()) return Annotate(status);
   return response.job_id();
 }
 

@@ -24,7 +24,13 @@ struct JobClientOptions {
   // Bearer token sent with every call ("authorization: Bearer <token>").
   // Default: empty, none sent.
   std::string token{};
+  // How long Submit with a request id retries. Default 30 s.
+  absl::Duration submit_retry_window = absl::Seconds(30);
 };
+
+// A fresh random SubmitJob request id (SubmitJobRequest.request_id): 32
+// hexadecimal digits (128 random bits).
+std::string NewRequestId();
 
 // A channel to the coordinator with `options`' TLS, sending its token (if
 // any) with every call; for JobService stubs (JobClient, ListNodes).
@@ -43,7 +49,13 @@ class JobClient {
  public:
   explicit JobClient(JobClientOptions options);
 
-  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec);
+  // Submits a job; returns its id. With a `request_id` (NewRequestId), a
+  // submit that fails UNAVAILABLE or DEADLINE_EXCEEDED (it may have reached
+  // the coordinator or not) is retried with the same id for up to
+  // `submit_retry_window`: the coordinator then answers the job the first
+  // attempt made, never a second one. Without one, it is sent once.
+  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec,
+                                     const std::string& request_id = "");
   absl::StatusOr<v1::JobStatus> Get(const std::string& job_id);
   // Every job, following ListJobs' pages (one call per page of `page_size`
   // jobs; 0: the coordinator's default).

@@ -192,7 +192,9 @@ int Submit(ps::JobClient& client, const std::string& path) {
     return Fail(
         absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message())));
   }
-  auto id = client.Submit(*spec);
+  // One request id for this invocation, the same on each of its retries,
+  // so that a retried submit never makes a second job.
+  auto id = client.Submit(*spec, ps::NewRequestId());
   if (!id.ok()) return Fail(id.status());
   std::cout << "submitted " << *id << std::endl;
   if (absl::GetFlag(FLAGS_watch)) return Watch(client, *id);

@@ -29,6 +29,11 @@ bool HasControlChar(absl::string_view text) {
   return false;
 }
 
+constexpr char kUnsafeNameReason[] =
+    "may not hold newlines or other control characters (C0, C1), line or "
+    "paragraph separators (U+2028, U+2029), or bidirectional controls "
+    "(U+202A to U+202E, U+2066 to U+2069)";
+
 // INVALID_ARGUMENT naming the first float or double field of `message` (at
 // `path`), at any depth, that holds NaN or an infinity. Every float of a spec
 // is a rate, a coefficient or a scale for which neither means anything, and a
@@ -139,6 +144,22 @@ bool IsIdChar(char c) {
 }
 
 }  // namespace
+
+bool HasUnsafeDisplayChar(absl::string_view text) {
+  if (HasControlChar(text)) return true;
+  for (size_t i = 0; i + 1 < text.size(); ++i) {
+    const auto b0 = static_cast<unsigned char>(text[i]);
+    const auto b1 = static_cast<unsigned char>(text[i + 1]);
+    // U+0080..U+009F: C2 80..C2 9F.
+    if (b0 == 0xC2 && b1 >= 0x80 && b1 <= 0x9F) return true;
+    if (b0 != 0xE2 || i + 2 >= text.size()) continue;
+    const auto b2 = static_cast<unsigned char>(text[i + 2]);
+    // U+2028..U+202E: E2 80 A8..AE; U+2066..U+2069: E2 81 A6..A9.
+    if (b1 == 0x80 && b2 >= 0xA8 && b2 <= 0xAE) return true;
+    if (b1 == 0x81 && b2 >= 0xA6 && b2 <= 0xA9) return true;
+  }
+  return false;
+}
 
 absl::Status ValidateId(absl::string_view field, absl::string_view id) {
   if (id.empty()) {
@@ -420,8 +441,8 @@ absl::Status ValidateModes(const v1::JobSpec& spec) {
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.name().size() > 128) return Invalid("name", "longer than 128 bytes");
   // The name is logged and shown by psctl: a newline would forge log lines.
-  if (HasControlChar(spec.name())) {
-    return Invalid("name", "may not hold newlines or other control characters");
+  if (HasUnsafeDisplayChar(spec.name())) {
+    return Invalid("name", kUnsafeNameReason);
   }
   if (auto s = CheckFiniteFloats(spec, ""); !s.ok()) return s;
   if (!spec.has_model()) return Invalid("model", "required");

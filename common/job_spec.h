@@ -40,6 +40,14 @@ inline constexpr size_t kMaxIdBytes = 64;
 // arbitrary bytes.
 absl::Status ValidateId(absl::string_view field, absl::string_view id);
 
+// True if `text` holds a character that would forge or disguise a log line
+// or a table where it is shown: a C0 control (below U+0020: NUL, newline,
+// escape...), DEL, a C1 control (U+0080 to U+009F, NEL U+0085 among them),
+// the line and paragraph separators U+2028 and U+2029, or a bidirectional
+// embedding, override or isolate (U+202A to U+202E, U+2066 to U+2069),
+// UTF-8 encoded. Names (jobs, sweeps) are refused with one.
+bool HasUnsafeDisplayChar(absl::string_view text);
+
 // Parses `message` from JSON (Protobuf's JSON mapping). Unknown fields are
 // errors. Errors: INVALID_ARGUMENT "<what> is not valid JSON for <type>: ..."
 // with the parser's message.

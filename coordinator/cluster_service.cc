@@ -1,5 +1,6 @@
 #include "coordinator/cluster_service.h"
 
+#include "common/deferred_unary_handler.h"
 #include "common/net_address.h"
 #include "common/status_macros.h"
 #include "common/unary_handler.h"
@@ -44,11 +45,13 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(
 grpc::ServerUnaryReactor* ClusterServiceImpl::ReportProgress(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return FinishRawUnary<v1::ProgressReport, v1::ProgressResponse>(
+  // Answered at once, or, for a report that ends the job, once the end is
+  // durable (JobManager::ReportProgressAsync).
+  return DeferRawUnary<v1::ProgressReport, v1::ProgressResponse>(
       ctx, "ReportProgress", metrics_, kMaxSmallRequestBytes, request, response,
-      [&](const v1::ProgressReport& r) -> absl::StatusOr<v1::ProgressResponse> {
+      [&](const v1::ProgressReport& r, auto reply) -> absl::Status {
         PS_RETURN_IF_ERROR(authorizer_.AuthorizeMember(*ctx));
-        return manager_->ReportProgress(r);
+        return manager_->ReportProgressAsync(r, reply);
       });
 }
 

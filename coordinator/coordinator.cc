@@ -30,7 +30,7 @@ absl::Status Coordinator::Start() {
     job_api.job_tokens = std::move(tokens);
     job_api.allow_unauthenticated_reads = options_.allow_unauthenticated_reads;
   }
-  PS_ASSIGN_OR_RETURN(auto table, JobTable::Open(options_.data_dir));
+  PS_ASSIGN_OR_RETURN(auto table, JobTable::Open(options_.data_dir, options_.table));
   table_ = std::move(table);
   PS_ASSIGN_OR_RETURN(auto manager,
                       JobManager::Create(table_.get(), options_.timing,
@@ -101,12 +101,27 @@ void Coordinator::TickLoop() {
     const absl::Time now = absl::Now();
     manager_->Tick(now);
     sweeps_->Tick(now);
+    ReportStoreHealth();
     if (now - last_retention >= absl::Seconds(1)) {
       manager_->ApplyRetention(now, options_.retention);
       last_retention = now;
     }
     mu_.Lock();
   }
+}
+
+void Coordinator::ReportStoreHealth() {
+  if (store_failed_ || !manager_->store_failed()) return;
+  store_failed_ = true;
+  // Memory and the job table may now differ: load balancers and probes
+  // should stop sending work here until an operator restarts it.
+  if (grpc::HealthCheckServiceInterface* health =
+          server_->GetHealthCheckService()) {
+    health->SetServingStatus(false);
+  }
+  PS_LOG_ERROR(
+      "coordinator: the job table failed a write; reporting NOT_SERVING "
+      "until restarted (fix the data directory's disk, then restart)");
 }
 
 void Coordinator::Stop() {

@@ -29,6 +29,9 @@ struct CoordinatorOptions {
   std::string listen_address = "127.0.0.1:0";
   // RocksDB directory of the job table. Required.
   std::string data_dir;
+  // How the job table is opened (its RocksDB environment, statistics).
+  // Default: JobTableOptions' defaults.
+  JobTableOptions table;
   // Prometheus listen address; empty: no HTTP endpoint.
   std::string metrics_address;
   // Leases and heartbeat interval given to nodes.
@@ -81,6 +84,9 @@ class Coordinator {
 
  private:
   void TickLoop();
+  // Once the job table failed a write (JobManager::store_failed), sets every
+  // service NOT_SERVING on the health service. Ticker thread only.
+  void ReportStoreHealth();
 
   const CoordinatorOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -96,6 +102,7 @@ class Coordinator {
   std::unique_ptr<grpc::Server> server_;
   std::thread ticker_;
   int port_ = 0;
+  bool store_failed_ = false;  // Reported NOT_SERVING (ticker thread only).
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -16,6 +16,13 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                     "unless the place is filled (Unix time); 0 if none waits.")
               .Register(registry)
               .Add({})),
+      store_errors(
+          prometheus::BuildCounter()
+              .Name("ps_coordinator_store_errors_total")
+              .Help("Failed writes (synced batches) of the coordinator's job "
+                    "table; after one the coordinator reports NOT_SERVING.")
+              .Register(registry)
+              .Add({})),
       jobs_(prometheus::BuildGauge()
                 .Name("ps_jobs")
                 .Help("Jobs by state.")

@@ -30,6 +30,9 @@ class CoordinatorMetrics {
   // ps_recovery_deadline_timestamp_seconds: when the first running job with a
   // vacant place fails unless it is filled (Unix time); 0 when none waits.
   prometheus::Gauge& recovery_deadline;
+  // ps_coordinator_store_errors_total: failed writes (synced batches) of the
+  // job table; after one the coordinator reports NOT_SERVING.
+  prometheus::Counter& store_errors;
   // ps_sweeps{state}: sweeps currently in each state.
   prometheus::Gauge& sweeps(v1::SweepState state);
   // ps_sweep_trials{state}: trials of every stored sweep in each state.

@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/job_progress.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace ps {
 namespace {
@@ -18,6 +19,21 @@ int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 std::string SpecModelDigest(const v1::JobSpec& spec) {
   auto tensors = ModelTensors(spec.model());
   return tensors.ok() ? ModelDigest(*tensors) : "";
+}
+
+// A writer callback that gives `done` `answer` once the write is durable,
+// or the write's error.
+template <typename T>
+JobStoreWriter::Done AnswerWhenDurable(
+    std::function<void(absl::StatusOr<T>)> done, T answer) {
+  return [done = std::move(done),
+          answer = std::move(answer)](const absl::Status& written) {
+    if (written.ok()) {
+      done(answer);
+    } else {
+      done(written);
+    }
+  };
 }
 
 }  // namespace
@@ -33,7 +49,14 @@ JobManager::JobManager(JobTable* table, MembershipTiming timing,
       timing_(timing),
       metrics_(metrics),
       limits_(limits),
-      nodes_(timing.lease) {}
+      nodes_(timing.lease),
+      writer_(std::make_unique<JobStoreWriter>(table, metrics)) {}
+
+JobManager::~JobManager() {
+  // Everything queued is written, and its callbacks run (they may queue
+  // more), while the manager is whole.
+  writer_->Stop();
+}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
     JobTable* table, MembershipTiming timing, CoordinatorMetrics* metrics,
@@ -46,7 +69,10 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
 
 absl::Status JobManager::Load() {
   PS_ASSIGN_OR_RETURN(auto jobs, table_->LoadAll());
+  PS_ASSIGN_OR_RETURN(const int64_t next_job_number, table_->NextJobNumber());
+  PS_ASSIGN_OR_RETURN(auto request_ids, table_->LoadRequestIds());
   absl::MutexLock lock(&mu_);
+  next_job_number_ = next_job_number;
   for (v1::JobStatus& status : jobs) {
     Job& job = jobs_[status.job_id()];
     job.status = std::move(status);
@@ -75,16 +101,30 @@ absl::Status JobManager::Load() {
                   " was running: waiting for its nodes to register again");
     }
   }
+  for (auto& [request_id, job_id] : request_ids) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) continue;  // Left by a deletion cut short.
+    it->second.request_id = request_id;
+    request_ids_[request_id] = job_id;
+  }
   UpdateGauges();
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> JobManager::Submit(v1::JobSpec spec) {
+absl::StatusOr<std::string> JobManager::Submit(v1::JobSpec spec,
+                                               const std::string& request_id) {
+  return AwaitResult<absl::StatusOr<std::string>>([&](SubmitDone done) {
+    return SubmitAsync(std::move(spec), request_id, std::move(done));
+  });
+}
+
+absl::Status JobManager::SubmitAsync(v1::JobSpec spec,
+                                     const std::string& request_id,
+                                     SubmitDone done) {
   ApplyJobSpecDefaults(&spec);
   PS_RETURN_IF_ERROR(ValidateSubmittedSpec(spec, limits_));
-  {
-    absl::MutexLock lock(&mu_);
-    PS_RETURN_IF_ERROR(CheckJobCount());
+  if (!request_id.empty()) {
+    PS_RETURN_IF_ERROR(ValidateId("request_id", request_id));
   }
   v1::JobStatus status;
   *status.mutable_spec() = std::move(spec);
@@ -92,29 +132,107 @@ absl::StatusOr<std::string> JobManager::Submit(v1::JobSpec spec) {
   status.set_create_time_ms(NowMs());
   status.mutable_progress()->set_total_epochs(status.spec().epochs());
   status.mutable_progress()->set_test_accuracy(-1);
-  absl::MutexLock lock(&mu_);
-  // Checked again: another Submit may have queued a job meanwhile.
-  PS_RETURN_IF_ERROR(CheckJobCount());
-  // The table hands out the id and stores the record in one write, so two
-  // submits never share an id and an acknowledged id always has its record.
-  PS_RETURN_IF_ERROR(table_->Create(&status));
-  const std::string id = status.job_id();
-  auto [it, inserted] = jobs_.try_emplace(id);
-  if (!inserted) {
-    return absl::InternalError(
-        absl::StrCat("job table handed out id ", id, ", which is in use"));
+  std::optional<absl::StatusOr<std::string>> answer;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!request_id.empty() &&
+        JoinEarlierSubmit(request_id, status.spec(), done, answer)) {
+      if (!answer.has_value()) return absl::OkStatus();  // Answered later.
+    } else {
+      PS_RETURN_IF_ERROR(
+          QueueSubmit(std::move(status), request_id, std::move(done)));
+      return absl::OkStatus();
+    }
   }
-  Job& job = it->second;
-  job.status = std::move(status);
-  job.model_digest = SpecModelDigest(job.status.spec());
-  PS_LOG_INFO("job ", id, " submitted: ", job.status.spec().name());
-  Publish(job);  // The table has the record already (Create).
-  Schedule(absl::Now());
-  return id;
+  done(*std::move(answer));
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::QueueSubmit(v1::JobStatus status,
+                                     const std::string& request_id,
+                                     SubmitDone done) {
+  PS_RETURN_IF_ERROR(CheckJobCount());
+  // Ids are handed out here, under the lock, in order; the writer stores the
+  // advanced counter with the record, so an id is never handed out twice,
+  // even across restarts.
+  const std::string id = JobTable::JobId(next_job_number_++);
+  status.set_job_id(id);
+  writer_->Create(
+      status, next_job_number_, request_id,
+      [this, id](const absl::Status& written) { Submitted(id, written); });
+  Submitting& submitting = submitting_[id];
+  submitting.status = std::move(status);
+  submitting.request_id = request_id;
+  submitting.waiting.push_back(std::move(done));
+  if (!request_id.empty()) request_ids_[request_id] = id;
+  return absl::OkStatus();
+}
+
+bool JobManager::JoinEarlierSubmit(
+    const std::string& request_id, const v1::JobSpec& spec, SubmitDone& done,
+    std::optional<absl::StatusOr<std::string>>& answer) {
+  auto known = request_ids_.find(request_id);
+  if (known == request_ids_.end()) return false;
+  const std::string& id = known->second;
+  const v1::JobStatus* earlier = nullptr;
+  auto pending = submitting_.find(id);
+  auto job = jobs_.find(id);
+  if (pending != submitting_.end()) {
+    earlier = &pending->second.status;
+  } else if (job != jobs_.end()) {
+    earlier = &job->second.status;
+  } else {
+    return false;  // Its job was deleted: the id names nothing now.
+  }
+  if (!google::protobuf::util::MessageDifferencer::Equals(earlier->spec(),
+                                                          spec)) {
+    answer = absl::AlreadyExistsError(
+        absl::StrCat("request_id: \"", request_id, "\" already submitted job ",
+                     id, ", with another spec; use a new request id"));
+  } else if (pending != submitting_.end()) {
+    pending->second.waiting.push_back(std::move(done));
+  } else {
+    PS_LOG_INFO("job ", id, ": submit retried (request id ", request_id, ")");
+    answer = id;
+  }
+  return true;
+}
+
+void JobManager::Submitted(const std::string& id, const absl::Status& written) {
+  std::vector<SubmitDone> waiting;
+  {
+    absl::MutexLock lock(&mu_);
+    auto pending = submitting_.find(id);
+    if (pending == submitting_.end()) return;
+    waiting = std::move(pending->second.waiting);
+    v1::JobStatus status = std::move(pending->second.status);
+    const std::string request_id = std::move(pending->second.request_id);
+    submitting_.erase(pending);
+    if (!written.ok()) {
+      // No job: a retry with the same request id submits anew.
+      if (!request_id.empty()) request_ids_.erase(request_id);
+    } else {
+      Job& job = jobs_[id];
+      job.status = std::move(status);
+      job.model_digest = SpecModelDigest(job.status.spec());
+      job.request_id = request_id;
+      PS_LOG_INFO("job ", id, " submitted: ", job.status.spec().name());
+      Publish(job);  // The table has the record already.
+      Schedule(absl::Now());
+    }
+  }
+  for (SubmitDone& done : waiting) {
+    if (written.ok()) {
+      done(id);
+    } else {
+      done(absl::UnavailableError(
+          absl::StrCat("the job was not created: ", written.message())));
+    }
+  }
 }
 
 absl::Status JobManager::CheckJobCount() const {
-  int active = 0;
+  int active = static_cast<int>(submitting_.size());
   for (const auto& [id, job] : jobs_) {
     if (!IsTerminal(job.status.state())) ++active;
   }
@@ -145,6 +263,12 @@ std::vector<v1::JobStatus> JobManager::List() const {
 }
 
 absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id) {
+  return AwaitResult<absl::StatusOr<v1::JobStatus>>(
+      [&](StatusDone done) { return CancelAsync(job_id, std::move(done)); });
+}
+
+absl::Status JobManager::CancelAsync(const std::string& job_id,
+                                     StatusDone done) {
   PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
@@ -158,7 +282,9 @@ absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& job_id) {
                      v1::JobState_Name(job.status.state()), ")"));
   }
   Finish(job, v1::CANCELLED, "cancelled by a client");
-  return job.status;
+  // Finish queued the record; this answer waits for that write.
+  writer_->Put(job.status, AnswerWhenDurable(std::move(done), job.status));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> JobManager::Watch(const std::string& job_id,
@@ -180,31 +306,54 @@ void JobManager::Unwatch(int64_t token) {
 
 absl::StatusOr<v1::ProgressResponse> JobManager::ReportProgress(
     const v1::ProgressReport& report) {
+  return AwaitResult<absl::StatusOr<v1::ProgressResponse>>(
+      [&](ProgressDone done) {
+        return ReportProgressAsync(report, std::move(done));
+      });
+}
+
+absl::Status JobManager::ReportProgressAsync(const v1::ProgressReport& report,
+                                             ProgressDone done) {
   PS_RETURN_IF_ERROR(ValidateProgressReport(report));
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(report.job_id());
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job_id: no job \"", report.job_id(), "\""));
-  }
-  Job& job = it->second;
   v1::ProgressResponse response;
-  if (job.status.state() != v1::RUNNING) {
-    response.set_stop(true);
-    return response;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(report.job_id());
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("job_id: no job \"", report.job_id(), "\""));
+    }
+    Job& job = it->second;
+    const int w = report.worker_index();
+    if (job.status.state() != v1::RUNNING) {
+      response.set_stop(true);
+    } else if (w < 0 || w >= static_cast<int>(job.workers.size()) ||
+               job.workers[w].node_id != report.node_id()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("worker_index: node ", report.node_id(),
+                       " is not worker ", w, " of ", report.job_id()));
+    } else if (!report.error().empty()) {
+      response.set_stop(true);
+      Finish(job, v1::FAILED, absl::StrCat("worker ", w, ": ", report.error()),
+             AnswerWhenDurable(std::move(done), response));
+      return absl::OkStatus();
+    } else if (RecordProgress(job, report)) {
+      Finish(job, v1::SUCCEEDED, "",
+             AnswerWhenDurable(std::move(done), response));
+      return absl::OkStatus();
+    } else {
+      // Coalesced: the reply does not wait for it, and the job's next
+      // report within the window replaces it.
+      writer_->Coalesce(job.status);
+      Publish(job);
+    }
   }
+  done(response);
+  return absl::OkStatus();
+}
+
+bool JobManager::RecordProgress(Job& job, const v1::ProgressReport& report) {
   const int w = report.worker_index();
-  if (w < 0 || w >= static_cast<int>(job.workers.size()) ||
-      job.workers[w].node_id != report.node_id()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("worker_index: node ", report.node_id(), " is not worker ",
-                     w, " of ", report.job_id()));
-  }
-  if (!report.error().empty()) {
-    Finish(job, v1::FAILED, absl::StrCat("worker ", w, ": ", report.error()));
-    response.set_stop(true);
-    return response;
-  }
   // Keep the latest accuracy even when this report carries none.
   v1::ProgressReport& latest = job.reports[w];
   const float accuracy = report.test_accuracy() >= 0 ? report.test_accuracy()
@@ -216,19 +365,13 @@ absl::StatusOr<v1::ProgressResponse> JobManager::ReportProgress(
   if (w == 0 && report.test_accuracy() >= 0) {
     RecordEpoch(report, NowMs(), job.status.mutable_progress());
   }
-  const bool all_finished =
-      std::all_of(job.reports.begin(), job.reports.end(),
-                  [](const v1::ProgressReport& r) { return r.finished(); });
-  if (all_finished) {
-    Finish(job, v1::SUCCEEDED, "");
-  } else {
-    Changed(job);
-  }
-  return response;
+  return std::all_of(job.reports.begin(), job.reports.end(),
+                     [](const v1::ProgressReport& r) { return r.finished(); });
 }
 
 void JobManager::Finish(Job& job, v1::JobState state,
-                        const std::string& message) {
+                        const std::string& message,
+                        JobStoreWriter::Done durable) {
   job.status.set_state(state);
   job.status.set_message(message);
   job.status.set_end_time_ms(NowMs());
@@ -241,15 +384,17 @@ void JobManager::Finish(Job& job, v1::JobState state,
   metrics_->finished(state).Increment();
   PS_LOG_INFO("job ", job.status.job_id(), " ", v1::JobState_Name(state),
               message.empty() ? "" : ": ", message);
-  Changed(job);
+  Changed(job, std::move(durable));
 }
 
-void JobManager::Changed(Job& job) {
-  if (auto s = table_->Put(job.status); !s.ok()) {
-    PS_LOG_ERROR("job table: ", s.message());
-  }
+void JobManager::Changed(Job& job, JobStoreWriter::Done durable) {
+  writer_->Put(job.status, std::move(durable));
   Publish(job);
 }
+
+bool JobManager::store_failed() const { return writer_->failed(); }
+
+void JobManager::FlushStore() { writer_->Flush(); }
 
 void JobManager::Publish(const Job& job) {
   watchers_.Publish(job.status);

@@ -5,7 +5,9 @@
 //   NodeRegistry      cluster members and their leases (node_registry.h)
 //   JobWatchers       WatchJob's subscribers (job_watchers.h)
 //   job_progress.h    progress aggregation and per-epoch records
-//   JobTable          the job store (job_table.h)
+//   JobTable          the job store (job_table.h), written only by
+//   JobStoreWriter    its one writer thread (job_store_writer.h; thread-safe:
+//                     changes are queued under the lock, written off it)
 // Its methods are grouped by concern in files of their own:
 //   job_manager.cc             jobs: submit, get, cancel, watch, progress,
 //                              state changes
@@ -13,21 +15,28 @@
 //   job_manager_scheduling.cc  starting pending jobs, recovering lost places
 //   job_manager_model.cc       the trained model store
 //   job_manager_retention.cc   ended jobs' deletion and listing pages
-// Knows nothing of gRPC.
+// Knows nothing of gRPC. Changes are persisted off the lock by the
+// JobStoreWriter; a call that changes a job's state (submit, cancel, delete,
+// a report that ends a job) has an ...Async form that answers once the
+// change is durable, for the gRPC handlers, and a blocking form for the
+// rest.
 #ifndef PS_COORDINATOR_JOB_MANAGER_H_
 #define PS_COORDINATOR_JOB_MANAGER_H_
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_retention.h"
+#include "coordinator/job_store_writer.h"
 #include "coordinator/job_table.h"
 #include "coordinator/job_watchers.h"
 #include "coordinator/node_registry.h"
@@ -65,16 +74,40 @@ class JobManager {
       JobTable* table, MembershipTiming timing, CoordinatorMetrics* metrics,
       JobLimits limits = {});
 
-  // Validates and queues a job; returns its id. INVALID_ARGUMENT names the
-  // field; RESOURCE_EXHAUSTED when limits.max_jobs jobs are already pending or
-  // running, or the model is larger than limits.max_model_bytes.
-  absl::StatusOr<std::string> Submit(v1::JobSpec spec);
+  // Receive the outcome of an ...Async call once its change is durable (or
+  // failed to be stored: UNAVAILABLE, naming the store's error). They run on
+  // the writer's thread, or on the caller's, without the manager's lock.
+  using SubmitDone = std::function<void(absl::StatusOr<std::string>)>;
+  using StatusDone = std::function<void(absl::StatusOr<v1::JobStatus>)>;
+  using ProgressDone =
+      std::function<void(absl::StatusOr<v1::ProgressResponse>)>;
+  using DeleteDone = std::function<void(absl::Status)>;
+
+  ~JobManager();
+
+  // Validates and queues a job; `done` gets its id once its record is
+  // durable (the job exists from then on: a failed write leaves no job).
+  // Returns the checks' error, and then never calls `done`: INVALID_ARGUMENT
+  // names the field; RESOURCE_EXHAUSTED when limits.max_jobs jobs are already
+  // pending or running (or being submitted), or the model is larger than
+  // limits.max_model_bytes. A non-empty `request_id` (ValidateId)
+  // names the submit: a submit with the request id of an earlier one gets
+  // that one's job (once durable), never a second job, across restarts,
+  // while that job is kept; ALREADY_EXISTS if its spec differs.
+  absl::Status SubmitAsync(v1::JobSpec spec, const std::string& request_id,
+                           SubmitDone done);
+  // SubmitAsync, waiting for the outcome. Not on a gRPC callback thread.
+  absl::StatusOr<std::string> Submit(v1::JobSpec spec,
+                                     const std::string& request_id = "");
   // NOT_FOUND for an unknown job. Every call taking a job id refuses a
   // malformed one (ValidateId) with INVALID_ARGUMENT.
   absl::StatusOr<v1::JobStatus> Get(const std::string& job_id) const;
   std::vector<v1::JobStatus> List() const;
-  // Cancels a pending or running job. NOT_FOUND; FAILED_PRECONDITION if it
-  // ended.
+  // Cancels a pending or running job; `done` gets its status once the
+  // cancellation is durable. Returns the checks' error (then never calls
+  // `done`): NOT_FOUND; FAILED_PRECONDITION if it ended.
+  absl::Status CancelAsync(const std::string& job_id, StatusDone done);
+  // CancelAsync, waiting for the outcome. Not on a gRPC callback thread.
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id);
 
   // Calls `watcher` with the current status now and after every change until
@@ -105,8 +138,21 @@ class JobManager {
   // INVALID_ARGUMENT for a malformed report (ValidateProgressReport);
   // NOT_FOUND for an unknown job; the reply says stop once the job is not
   // running.
+  // Progress alone is answered at once and stored coalesced (the writer
+  // writes each job's latest status); a report that ends the job is
+  // answered once the end is durable.
+  absl::Status ReportProgressAsync(const v1::ProgressReport& report,
+                                   ProgressDone done);
+  // ReportProgressAsync, waiting for the outcome.
   absl::StatusOr<v1::ProgressResponse> ReportProgress(
       const v1::ProgressReport& report);
+
+  // True once a write of the job table failed: memory and disk may differ
+  // until a restart (the coordinator reports NOT_SERVING).
+  bool store_failed() const;
+  // Waits until every change made so far is durable (or failed). For tests
+  // and shutdown; not on a gRPC callback thread.
+  void FlushStore();
 
   // Expires leases, gives the places of lost workers to free workers, fails
   // jobs whose lost nodes were not back within the recovery grace, and starts
@@ -126,13 +172,20 @@ class JobManager {
 
   // Ended jobs' records (job_manager_retention.cc).
   //
-  // Deletes an ended job's record and trained model from the table and from
-  // memory; the servers delete its shards when they next heartbeat
-  // (EndedJobs). NOT_FOUND for an unknown job; FAILED_PRECONDITION for a
-  // pending or running one; the table's error if the delete fails.
+  // Deletes an ended job's record and trained model from the table, then
+  // from memory (it is listed until its deletion is durable); the servers
+  // delete its shards when they next heartbeat (EndedJobs). `done` gets the
+  // outcome. Returns the checks' error (then never calls `done`): NOT_FOUND
+  // for an unknown job; FAILED_PRECONDITION for a pending or running one.
+  absl::Status DeleteAsync(const std::string& job_id, DeleteDone done);
+  // DeleteAsync, waiting for the outcome (the table's error if the delete
+  // fails). Not on a gRPC callback thread.
   absl::Status Delete(const std::string& job_id);
-  // Deletes the ended jobs `retention` no longer keeps at `now`; returns how
-  // many. Logs the table's errors (the job is then kept and tried again).
+  // Deletes the ended jobs `retention` no longer keeps at `now`, in batches
+  // through the writer, and waits (without the manager's lock) until they
+  // are gone; returns how many. Logs the table's errors (the job is then
+  // kept and tried again). Call from one thread (the coordinator's ticker),
+  // not a gRPC callback thread.
   int ApplyRetention(absl::Time now, const JobRetention& retention);
   // Up to `page_size` jobs (0: kDefaultListPageSize; capped at
   // kMaxListPageSize) after `page_token` (a previous page's
@@ -169,12 +222,59 @@ class JobManager {
     std::vector<Slot> servers;
     std::vector<Slot> workers;
     std::vector<v1::ProgressReport> reports;  // Latest per worker.
+    // The SubmitJob request id that made it ("" if none).
+    std::string request_id;
+    // Its deletion is queued (DeleteAsync, ApplyRetention).
+    bool deleting = false;
+  };
+  // A submitted job whose record is not durable yet.
+  struct Submitting {
+    v1::JobStatus status;
+    std::string request_id;           // "" if none.
+    std::vector<SubmitDone> waiting;  // The submit and its retries.
   };
 
   JobManager(JobTable* table, MembershipTiming timing,
              CoordinatorMetrics* metrics, JobLimits limits);
 
+  // Calls `start` with a callback and waits until that callback gets the
+  // result; an error `start` returns (then it never calls back) is the
+  // result.
+  template <typename Result, typename Start>
+  static Result AwaitResult(Start start) {
+    absl::Notification notified;
+    std::optional<Result> result;
+    absl::Status started = start([&](Result r) {
+      result.emplace(std::move(r));
+      notified.Notify();
+    });
+    if (!started.ok()) return started;
+    notified.WaitForNotification();
+    return *std::move(result);
+  }
+
   absl::Status Load();
+  // The job a submit with `request_id` already made or is making, if any:
+  // true, and either `answer` set (that job's id, or ALREADY_EXISTS when
+  // `spec` differs from that job's) or `done` queued for the earlier
+  // submit's outcome. False if there is none.
+  bool JoinEarlierSubmit(const std::string& request_id, const v1::JobSpec& spec,
+                         SubmitDone& done,
+                         std::optional<absl::StatusOr<std::string>>& answer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands out the job's id and queues its record (CheckJobCount first);
+  // Submitted answers `done`.
+  absl::Status QueueSubmit(v1::JobStatus status, const std::string& request_id,
+                           SubmitDone done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The writer's answer to Submit's write of job `id`.
+  void Submitted(const std::string& id, const absl::Status& written);
+  // The ended jobs `retention` no longer keeps at `now`, not yet being
+  // deleted.
+  std::vector<std::string> Expired(absl::Time now,
+                                   const JobRetention& retention) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The writer's answer to the deletion of `job_id`.
+  void Deleted(const std::string& job_id, const absl::Status& written);
   // Checks a registering server's address (NodeRegistry::ServerToReplace)
   // and removes the node it replaces, vacating that node's places.
   absl::Status AdmitServer(const v1::RegisterRequest& request,
@@ -196,15 +296,23 @@ class JobManager {
   // Sets a pending job's message; persists and publishes only a change.
   void SetPendingMessage(Job& job, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // RESOURCE_EXHAUSTED when limits_.max_jobs jobs are pending or running.
+  // RESOURCE_EXHAUSTED when limits_.max_jobs jobs are pending, running or
+  // being submitted.
   absl::Status CheckJobCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Persists, publishes to watchers and updates gauges. Logs persistence
-  // errors.
-  void Changed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the job's record for the writer, publishes to watchers and
+  // updates gauges. `durable` (may be null) gets the write's outcome.
+  void Changed(Job& job, JobStoreWriter::Done durable = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publishes to watchers and updates gauges, without persisting.
   void Publish(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves a job to a terminal state and frees its nodes.
-  void Finish(Job& job, v1::JobState state, const std::string& message)
+  // Records a RUNNING job's progress report from its worker; true if every
+  // worker has now finished.
+  bool RecordProgress(Job& job, const v1::ProgressReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves a job to a terminal state and frees its nodes. `durable` (may be
+  // null) gets the write's outcome.
+  void Finish(Job& job, v1::JobState state, const std::string& message,
+              JobStoreWriter::Done durable = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Schedule(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills vacant worker places with free workers; fails jobs whose places
@@ -236,6 +344,16 @@ class JobManager {
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   NodeRegistry nodes_ ABSL_GUARDED_BY(mu_);
   JobWatchers watchers_ ABSL_GUARDED_BY(mu_);
+  // Jobs submitted whose records are not durable yet, by id.
+  std::map<std::string, Submitting> submitting_ ABSL_GUARDED_BY(mu_);
+  // SubmitJob request ids -> the job each made (or is making).
+  std::map<std::string, std::string> request_ids_ ABSL_GUARDED_BY(mu_);
+  // The number the next submitted job gets (JobTable::JobId).
+  int64_t next_job_number_ ABSL_GUARDED_BY(mu_) = 1;
+
+  // Declared last: destroyed (drained) first, while what its callbacks use
+  // is still there.
+  std::unique_ptr<JobStoreWriter> writer_;
 };
 
 // True for SUCCEEDED, FAILED and CANCELLED.

@@ -12,32 +12,88 @@
 namespace ps {
 
 absl::Status JobManager::Delete(const std::string& job_id) {
+  return AwaitResult<absl::Status>(
+      [&](DeleteDone done) { return DeleteAsync(job_id, std::move(done)); });
+}
+
+absl::Status JobManager::DeleteAsync(const std::string& job_id,
+                                     DeleteDone done) {
   PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("job_id: no job \"", job_id, "\""));
   }
-  const v1::JobState state = it->second.status.state();
+  Job& job = it->second;
+  const v1::JobState state = job.status.state();
   if (!IsTerminal(state)) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job_id, " has not ended (",
                      v1::JobState_Name(state), "); cancel it first"));
   }
-  // Durable first: a job that failed to delete is still listed.
-  PS_RETURN_IF_ERROR(table_->Delete(job_id));
-  jobs_.erase(it);
-  UpdateGauges();
-  PS_LOG_INFO("job ", job_id, " deleted");
+  // Durable first: the job is listed until its deletion is written.
+  job.deleting = true;
+  writer_->Delete(
+      job_id, job.request_id,
+      [this, job_id, done = std::move(done)](const absl::Status& written) {
+        Deleted(job_id, written);
+        done(written);
+      });
   return absl::OkStatus();
 }
 
-int JobManager::ApplyRetention(absl::Time now, const JobRetention& retention) {
+void JobManager::Deleted(const std::string& job_id,
+                         const absl::Status& written) {
   absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;  // Deleted twice: the first one erased it.
+  if (!written.ok()) {
+    it->second.deleting = false;  // Kept, and tried again.
+    return;
+  }
+  if (!it->second.request_id.empty()) {
+    request_ids_.erase(it->second.request_id);
+  }
+  jobs_.erase(it);
+  UpdateGauges();
+  PS_LOG_INFO("job ", job_id, " deleted");
+}
+
+int JobManager::ApplyRetention(absl::Time now, const JobRetention& retention) {
+  std::vector<std::string> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    expired = Expired(now, retention);
+    for (const std::string& id : expired) {
+      Job& job = jobs_.at(id);
+      job.deleting = true;
+      writer_->Delete(id, job.request_id, [this, id](const absl::Status& s) {
+        if (!s.ok())
+          PS_LOG_ERROR("retention: deleting ", id, ": ", s.message());
+        Deleted(id, s);
+      });
+    }
+  }
+  if (expired.empty()) return 0;
+  // The writer deletes them in a batch or a few; wait here, off the lock.
+  writer_->Flush();
+  absl::MutexLock lock(&mu_);
+  int deleted = 0;
+  for (const std::string& id : expired) {
+    if (jobs_.count(id) == 0) ++deleted;
+  }
+  PS_LOG_INFO("retention: deleted ", deleted,
+              " ended jobs (more ended jobs "
+              "than kept, or ended too long ago)");
+  return deleted;
+}
+
+std::vector<std::string> JobManager::Expired(
+    absl::Time now, const JobRetention& retention) const {
   // Ended jobs, the first to end first.
   std::vector<std::pair<int64_t, std::string>> ended;
   for (const auto& [id, job] : jobs_) {
-    if (IsTerminal(job.status.state())) {
+    if (IsTerminal(job.status.state()) && !job.deleting) {
       ended.emplace_back(job.status.end_time_ms(), id);
     }
   }
@@ -47,24 +103,14 @@ int JobManager::ApplyRetention(absl::Time now, const JobRetention& retention) {
               ended.size() > static_cast<size_t>(retention.max_ended_jobs)
           ? ended.size() - retention.max_ended_jobs
           : 0;
-  int deleted = 0;
+  std::vector<std::string> expired;
   for (size_t i = 0; i < ended.size(); ++i) {
     const auto& [end_ms, id] = ended[i];
-    const bool expired = retention.max_age != absl::InfiniteDuration() &&
+    const bool too_old = retention.max_age != absl::InfiniteDuration() &&
                          now - absl::FromUnixMillis(end_ms) > retention.max_age;
-    if (i >= over && !expired) continue;
-    if (auto s = table_->Delete(id); !s.ok()) {
-      PS_LOG_ERROR("retention: ", s.message());
-      continue;
-    }
-    jobs_.erase(id);
-    ++deleted;
-    PS_LOG_INFO("job ", id, " deleted by the retention policy (",
-                i < over ? "more ended jobs than kept" : "ended too long ago",
-                ")");
+    if (i < over || too_old) expired.push_back(id);
   }
-  if (deleted > 0) UpdateGauges();
-  return deleted;
+  return expired;
 }
 
 absl::StatusOr<JobPage> JobManager::ListPage(
@@ -75,8 +121,13 @@ absl::StatusOr<JobPage> JobManager::ListPage(
   }
   if (page_size == 0) page_size = kDefaultListPageSize;
   page_size = std::min(page_size, kMaxListPageSize);
-  if (!page_token.empty()) {
-    PS_RETURN_IF_ERROR(ValidateId("page_token", page_token));
+  // A token is the last job id of the page before (JobTable::JobId); any
+  // other text would silently list nothing, as if the listing had ended.
+  if (!page_token.empty() && !JobTable::IsJobId(page_token)) {
+    return absl::InvalidArgumentError(
+        "page_token: not a token this coordinator handed out; pass a "
+        "previous page's next_page_token as it was, or none for the first "
+        "page");
   }
   JobPage page;
   absl::MutexLock lock(&mu_);

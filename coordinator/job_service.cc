@@ -1,5 +1,6 @@
 #include "coordinator/job_service.h"
 
+#include "common/deferred_unary_handler.h"
 #include "common/status_macros.h"
 #include "common/unary_handler.h"
 #include "coordinator/request_validation.h"
@@ -10,16 +11,19 @@ namespace ps {
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return FinishRawUnary<v1::SubmitJobRequest, v1::SubmitJobResponse>(
+  // Answered once the job's record is durable (JobManager::SubmitAsync).
+  return DeferRawUnary<v1::SubmitJobRequest, v1::SubmitJobResponse>(
       ctx, "SubmitJob", metrics_, kMaxSubmitJobRequestBytes, request, response,
-      [&](const v1::SubmitJobRequest& r)
-          -> absl::StatusOr<v1::SubmitJobResponse> {
+      [&](const v1::SubmitJobRequest& r, auto reply) -> absl::Status {
         PS_RETURN_IF_ERROR(
             authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite));
-        PS_ASSIGN_OR_RETURN(auto id, manager_->Submit(r.spec()));
-        v1::SubmitJobResponse reply;
-        reply.set_job_id(id);
-        return reply;
+        return manager_->SubmitAsync(r.spec(), r.request_id(),
+                                     [reply](absl::StatusOr<std::string> id) {
+                                       if (!id.ok()) return reply(id.status());
+                                       v1::SubmitJobResponse answer;
+                                       answer.set_job_id(*std::move(id));
+                                       reply(std::move(answer));
+                                     });
       });
 }
 
@@ -73,16 +77,19 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListNodes(
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return FinishRawUnary<v1::CancelJobRequest, v1::CancelJobResponse>(
+  // Answered once the cancellation is durable (JobManager::CancelAsync).
+  return DeferRawUnary<v1::CancelJobRequest, v1::CancelJobResponse>(
       ctx, "CancelJob", metrics_, kMaxSmallRequestBytes, request, response,
-      [&](const v1::CancelJobRequest& r)
-          -> absl::StatusOr<v1::CancelJobResponse> {
+      [&](const v1::CancelJobRequest& r, auto reply) -> absl::Status {
         PS_RETURN_IF_ERROR(
             authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite));
-        PS_ASSIGN_OR_RETURN(auto job, manager_->Cancel(r.job_id()));
-        v1::CancelJobResponse reply;
-        *reply.mutable_job() = std::move(job);
-        return reply;
+        return manager_->CancelAsync(
+            r.job_id(), [reply](absl::StatusOr<v1::JobStatus> job) {
+              if (!job.ok()) return reply(job.status());
+              v1::CancelJobResponse answer;
+              *answer.mutable_job() = *std::move(job);
+              reply(std::move(answer));
+            });
       });
 }
 
@@ -115,14 +122,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::ExportModel(
 grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  return FinishRawUnary<v1::DeleteJobRequest, v1::DeleteJobResponse>(
+  // Answered once the deletion is durable (JobManager::DeleteAsync).
+  return DeferRawUnary<v1::DeleteJobRequest, v1::DeleteJobResponse>(
       ctx, "DeleteJob", metrics_, kMaxSmallRequestBytes, request, response,
-      [&](const v1::DeleteJobRequest& r)
-          -> absl::StatusOr<v1::DeleteJobResponse> {
+      [&](const v1::DeleteJobRequest& r, auto reply) -> absl::Status {
         PS_RETURN_IF_ERROR(
             authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite));
-        PS_RETURN_IF_ERROR(manager_->Delete(r.job_id()));
-        return v1::DeleteJobResponse();
+        return manager_->DeleteAsync(r.job_id(), [reply](absl::Status s) {
+          if (!s.ok()) return reply(s);
+          reply(v1::DeleteJobResponse());
+        });
       });
 }
 

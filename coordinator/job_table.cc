@@ -1,5 +1,6 @@
 #include "coordinator/job_table.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
@@ -21,6 +22,8 @@ constexpr char kSweepCounterKey[] = "meta/next_sweep";
 constexpr char kKindKey[] = "meta/kind";
 constexpr char kKind[] = "ps-coordinator-job-table";
 constexpr char kModelPrefix[] = "model/";
+// SubmitJob request ids (SubmitJobRequest.request_id) -> the job they made.
+constexpr char kRequestPrefix[] = "request/";
 
 // The job table's data directory format (common/data_dir_format.h). Version
 // 1: a directory without a format record, holding the keys above, with the
@@ -73,7 +76,9 @@ absl::StatusOr<bool> HasKindMarker(const rocksdb::Options& options,
 
 }  // namespace
 
-JobTable::JobTable(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+JobTable::JobTable(std::unique_ptr<rocksdb::DB> db,
+                   std::shared_ptr<rocksdb::Env> env)
+    : env_(std::move(env)), db_(std::move(db)) {}
 JobTable::~JobTable() {
   // A clean close leaves everything in table files and no write-ahead log
   // (trained models are large) to replay.
@@ -88,7 +93,7 @@ JobTable::~JobTable() {
 }
 
 absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
-    const std::string& path) {
+    const std::string& path, const JobTableOptions& table_options) {
   const std::string where = absl::StrCat("job table at ", path);
   std::error_code error;
   if (std::filesystem::exists(path, error) &&
@@ -104,6 +109,8 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
       std::filesystem::exists(std::filesystem::path(path) / "CURRENT", error);
   rocksdb::Options options;
   options.create_if_missing = true;
+  if (table_options.env != nullptr) options.env = table_options.env.get();
+  options.statistics = table_options.statistics;
   bool marked = false;  // A new table gets its marker below.
   if (existing) {
     PS_ASSIGN_OR_RETURN(marked, HasKindMarker(options, path));
@@ -134,7 +141,8 @@ absl::StatusOr<std::unique_ptr<JobTable>> JobTable::Open(
                 marked ? "" : ", no kind marker", ") to ",
                 kJobTableFormat.current_version);
   }
-  return std::unique_ptr<JobTable>(new JobTable(std::move(db)));
+  return std::unique_ptr<JobTable>(
+      new JobTable(std::move(db), table_options.env));
 }
 
 absl::Status JobTable::Put(const v1::JobStatus& job) {
@@ -175,7 +183,7 @@ absl::Status JobTable::Create(v1::JobStatus* job) {
   } else if (!s.IsNotFound()) {
     return RocksDbStatusToAbsl(s, "job table counter");
   }
-  job->set_job_id(absl::StrFormat("job-%06d", number));
+  job->set_job_id(JobId(number));
   rocksdb::WriteBatch batch;
   batch.Put(kCounterKey, absl::StrCat(number + 1));
   batch.Put(absl::StrCat(kJobPrefix, job->job_id()), job->SerializeAsString());
@@ -184,6 +192,88 @@ absl::Status JobTable::Create(v1::JobStatus* job) {
   return RocksDbStatusToAbsl(
       db_->Write(options, &batch),
       absl::StrCat("job table write of new job ", job->job_id()));
+}
+
+std::string JobTable::JobId(int64_t number) {
+  return absl::StrFormat("job-%06d", number);
+}
+
+bool JobTable::IsJobId(const std::string& id) {
+  constexpr absl::string_view kPrefix = "job-";
+  if (id.size() <= kPrefix.size() || id.size() > 24 ||
+      absl::string_view(id).substr(0, kPrefix.size()) != kPrefix) {
+    return false;
+  }
+  return std::all_of(id.begin() + kPrefix.size(), id.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
+absl::Status JobTable::Write(const Batch& batch) {
+  const std::string what =
+      absl::StrCat("job table write of ", batch.puts.size(), " records and ",
+                   batch.deletes.size(), " deletions");
+  rocksdb::WriteBatch writes;
+  for (const auto& [job_id, record] : batch.puts) {
+    PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+        writes.Put(absl::StrCat(kJobPrefix, job_id), record), what));
+  }
+  for (const std::string& job_id : batch.deletes) {
+    PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+        writes.Delete(absl::StrCat(kJobPrefix, job_id)), what));
+    PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+        writes.Delete(absl::StrCat(kModelPrefix, job_id)), what));
+  }
+  for (const auto& [request_id, job_id] : batch.put_request_ids) {
+    PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+        writes.Put(absl::StrCat(kRequestPrefix, request_id), job_id), what));
+  }
+  for (const std::string& request_id : batch.delete_request_ids) {
+    PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+        writes.Delete(absl::StrCat(kRequestPrefix, request_id)), what));
+  }
+  if (batch.next_job_number > 0) {
+    PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+        writes.Put(kCounterKey, absl::StrCat(batch.next_job_number)), what));
+  }
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  return RocksDbStatusToAbsl(db_->Write(options, &writes), what);
+}
+
+absl::Status JobTable::CompactModels(const std::string& first_job_id,
+                                     const std::string& last_job_id) {
+  const std::string begin = absl::StrCat(kModelPrefix, first_job_id);
+  const std::string end =
+      absl::StrCat(kModelPrefix, last_job_id, std::string(1, '\0'));
+  const rocksdb::Slice begin_slice(begin), end_slice(end);
+  return RocksDbStatusToAbsl(db_->CompactRange(rocksdb::CompactRangeOptions(),
+                                               &begin_slice, &end_slice),
+                             "job table compaction of deleted models");
+}
+
+absl::StatusOr<int64_t> JobTable::NextJobNumber() {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kCounterKey, &value);
+  if (s.IsNotFound()) return 1;
+  PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(s, "job table counter"));
+  int64_t number = 0;
+  if (!absl::SimpleAtoi(value, &number) || number < 1) {
+    return absl::DataLossError("job table: unreadable job counter");
+  }
+  return number;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> JobTable::LoadRequestIds() {
+  std::map<std::string, std::string> ids;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  const size_t prefix = sizeof(kRequestPrefix) - 1;
+  for (it->Seek(kRequestPrefix);
+       it->Valid() && it->key().starts_with(kRequestPrefix); it->Next()) {
+    ids[it->key().ToString().substr(prefix)] = it->value().ToString();
+  }
+  PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(it->status(), "job table scan"));
+  return ids;
 }
 
 absl::Status JobTable::PutModel(const v1::TrainedModel& model) {

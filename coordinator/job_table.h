@@ -4,8 +4,11 @@
 #ifndef PS_COORDINATOR_JOB_TABLE_H_
 #define PS_COORDINATOR_JOB_TABLE_H_
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -13,8 +16,20 @@
 #include "ps/v1/job.pb.h"
 #include "ps/v1/sweep.pb.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
+#include "rocksdb/statistics.h"
 
 namespace ps {
+
+// How the job table's RocksDB database is opened.
+struct JobTableOptions {
+  // The environment RocksDB does its file I/O through (tests: one whose
+  // writes fail). Default: null, RocksDB's default environment.
+  std::shared_ptr<rocksdb::Env> env;
+  // Collects RocksDB's statistics (the coordinator benchmark counts WAL
+  // syncs, rocksdb::WAL_FILE_SYNCED). Default: null, none collected.
+  std::shared_ptr<rocksdb::Statistics> statistics;
+};
 
 // Thread-safe.
 class JobTable {
@@ -26,7 +41,7 @@ class JobTable {
   // does not read (naming both versions) or another kind of directory, or
   // holds a RocksDB database that is not a job table; otherwise RocksDB's.
   static absl::StatusOr<std::unique_ptr<JobTable>> Open(
-      const std::string& path);
+      const std::string& path, const JobTableOptions& table_options = {});
   // Flushes (no write-ahead log is left) and closes the database.
   ~JobTable();
 
@@ -39,6 +54,36 @@ class JobTable {
   // advanced counter in one batch, so an acknowledged id always has its
   // record. Concurrent calls get distinct ids. Errors: the store's.
   absl::Status Create(v1::JobStatus* job);
+
+  // One synced batch of changes to job records (JobStoreWriter).
+  struct Batch {
+    // (job id, serialized JobStatus) records to write (replace).
+    std::vector<std::pair<std::string, std::string>> puts;
+    // Jobs whose record and trained model to delete.
+    std::vector<std::string> deletes;
+    // (SubmitJob request id, job id) to record, and request ids to forget.
+    std::vector<std::pair<std::string, std::string>> put_request_ids;
+    std::vector<std::string> delete_request_ids;
+    // The job counter's new value (the number the next job gets); 0: left
+    // as it is.
+    int64_t next_job_number = 0;
+  };
+  // Writes `batch` atomically and durably (one WAL write, one fsync).
+  // Errors: the store's (UNAVAILABLE, INTERNAL...), naming the batch.
+  absl::Status Write(const Batch& batch);
+  // Compacts the trained models' keys of the jobs from `first_job_id` to
+  // `last_job_id` (deleted ones), so that their bytes leave the disk.
+  absl::Status CompactModels(const std::string& first_job_id,
+                             const std::string& last_job_id);
+  // The number the next job gets (the stored counter; 1 in a new table).
+  // DATA_LOSS for an unreadable counter.
+  absl::StatusOr<int64_t> NextJobNumber();
+  // Every stored SubmitJob request id and the job it names.
+  absl::StatusOr<std::map<std::string, std::string>> LoadRequestIds();
+  // The id of the job numbered `number` ("job-000042").
+  static std::string JobId(int64_t number);
+  // True if `id` has the form JobId gives ("job-" and digits).
+  static bool IsJobId(const std::string& id);
 
   // Writes (replaces) the trained model of job `model.job_id()` durably (WAL,
   // fsync), under its own key so that LoadAll never reads parameters.
@@ -63,7 +108,9 @@ class JobTable {
   absl::StatusOr<std::vector<v1::SweepStatus>> LoadSweeps();
 
  private:
-  explicit JobTable(std::unique_ptr<rocksdb::DB> db);
+  JobTable(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<rocksdb::Env> env);
+  // Outlives db_ (declared first: destroyed last).
+  const std::shared_ptr<rocksdb::Env> env_;
   std::unique_ptr<rocksdb::DB> db_;
   // Serialises Create's read-increment-write of the job counter.
   absl::Mutex counter_mu_;

@@ -59,6 +59,15 @@ bool IsSweepEnded(v1::SweepState state) {
          state == v1::SWEEP_CANCELLED;
 }
 
+absl::Status SweepManager::CancelTrialJob(const std::string& job_id) {
+  return jobs_->CancelAsync(
+      job_id, [job_id](const absl::StatusOr<v1::JobStatus>& job) {
+        if (!job.ok()) {
+          PS_LOG_ERROR("sweep trial ", job_id, ": ", job.status().message());
+        }
+      });
+}
+
 bool IsTrialEnded(v1::TrialState state) {
   return state == v1::TRIAL_SUCCEEDED || state == v1::TRIAL_FAILED ||
          state == v1::TRIAL_STOPPED || state == v1::TRIAL_CANCELLED;
@@ -192,11 +201,14 @@ absl::StatusOr<v1::SweepStatus> SweepManager::Cancel(
   for (v1::SweepTrial& t : *sweep.status.mutable_trials()) {
     if (IsTrialEnded(t.state())) continue;
     if (!t.job_id().empty()) {
-      auto cancelled = jobs_->Cancel(t.job_id());
-      if (!cancelled.ok() && !absl::IsFailedPrecondition(cancelled.status()) &&
-          !absl::IsNotFound(cancelled.status())) {
+      // Not waited for here (a gRPC callback thread): the job is cancelled
+      // in memory at once, and its record is written by the job table's
+      // writer.
+      absl::Status cancelled = CancelTrialJob(t.job_id());
+      if (!cancelled.ok() && !absl::IsFailedPrecondition(cancelled) &&
+          !absl::IsNotFound(cancelled)) {
         PS_LOG_ERROR("sweep ", sweep_id, ": cancelling ", t.job_id(), ": ",
-                     cancelled.status().ToString());
+                     cancelled.ToString());
       }
     }
     t.set_state(v1::TRIAL_CANCELLED);
@@ -330,8 +342,8 @@ void SweepManager::StopLaggards(Sweep& sweep) {
                          rule.min_trials())) {
       continue;
     }
-    auto cancelled = jobs_->Cancel(t.job_id());
-    if (!cancelled.ok() && absl::IsFailedPrecondition(cancelled.status())) {
+    absl::Status cancelled = CancelTrialJob(t.job_id());
+    if (absl::IsFailedPrecondition(cancelled)) {
       continue;  // It ended meanwhile; the next Follow records how.
     }
     t.set_state(v1::TRIAL_STOPPED);

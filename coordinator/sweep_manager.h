@@ -84,6 +84,11 @@ class SweepManager {
   // Submits pending trials up to max_concurrent_trials.
   void SubmitTrials(Sweep& sweep, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancels a trial's job (JobManager::CancelAsync) without waiting for the
+  // write; returns the checks' error (NOT_FOUND, FAILED_PRECONDITION). A
+  // failed write is logged.
+  absl::Status CancelTrialJob(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Persists the sweep and publishes it to watchers.
   void Changed(const Sweep& sweep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

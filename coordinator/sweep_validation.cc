@@ -15,13 +15,6 @@ absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-bool HasControlChar(absl::string_view text) {
-  for (char c : text) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
-  }
-  return false;
-}
-
 // INVALID_ARGUMENT naming the first message (at `path`) of the sweep, outside
 // the base job spec (checked per trial), that holds fields this coordinator
 // does not know.
@@ -87,6 +80,12 @@ absl::StatusOr<SweepFieldKind> ValidateParameter(const v1::SweepSpec& spec,
   const std::string field = absl::StrCat("parameters[", i, "]");
   PS_ASSIGN_OR_RETURN(SweepFieldKind kind,
                       ResolveSweepPath(field + ".path", p.path()));
+  if (p.path() == "name") {
+    // TrialJobSpec names every trial's job after the sweep.
+    return Invalid(field + ".path",
+                   "\"name\" cannot be swept: each trial's job is named "
+                   "\"<sweep id>-trial-<index>\" by the coordinator");
+  }
   for (int j = 0; j < i; ++j) {
     if (spec.parameters(j).path() == p.path()) {
       return Invalid(field + ".path", absl::StrCat("\"", p.path(),
@@ -118,8 +117,15 @@ absl::StatusOr<SweepFieldKind> ValidateParameter(const v1::SweepSpec& spec,
                                 "give choices"));
   }
   for (int j = 0; j < p.values_size(); ++j) {
-    if (!std::isfinite(p.values(j))) {
+    const double v = p.values(j);
+    if (!std::isfinite(v)) {
       return Invalid(absl::StrCat(field, ".values[", j, "]"), "must be finite");
+    }
+    // Values are taken as given (only a range's draws are rounded).
+    if (kind == SweepFieldKind::kInteger && v != std::floor(v)) {
+      return Invalid(
+          absl::StrCat(field, ".values[", j, "]"),
+          absl::StrFormat("\"%s\" is an integer field, got %g", p.path(), v));
     }
   }
   for (int j = 0; j < p.choices_size(); ++j) {
@@ -137,6 +143,20 @@ absl::StatusOr<SweepFieldKind> ValidateParameter(const v1::SweepSpec& spec,
         ValidateRange(field + ".range", p.range(), spec.has_grid()));
   }
   return kind;
+}
+
+// A sweep's name: at most 128 bytes, nothing that forges or disguises a log
+// line (HasUnsafeDisplayChar), as a job's.
+absl::Status ValidateSweepName(const std::string& name) {
+  if (name.size() > 128) return Invalid("name", "longer than 128 bytes");
+  if (HasUnsafeDisplayChar(name)) {
+    return Invalid("name",
+                   "may not hold newlines or other control characters (C0, "
+                   "C1), line or paragraph separators (U+2028, U+2029), or "
+                   "bidirectional controls (U+202A to U+202E, U+2066 to "
+                   "U+2069)");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -168,10 +188,7 @@ absl::StatusOr<v1::JobSpec> TrialJobSpec(const v1::SweepSpec& spec,
 
 absl::StatusOr<std::vector<TrialAssignments>> ValidateSweepSpec(
     const v1::SweepSpec& spec, const JobLimits& limits) {
-  if (spec.name().size() > 128) return Invalid("name", "longer than 128 bytes");
-  if (HasControlChar(spec.name())) {
-    return Invalid("name", "may not hold newlines or other control characters");
-  }
+  PS_RETURN_IF_ERROR(ValidateSweepName(spec.name()));
   if (!spec.has_base())
     return Invalid("base", "the trials' job spec is required");
   PS_RETURN_IF_ERROR(CheckNoUnknownFields(spec, ""));

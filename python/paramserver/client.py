@@ -13,6 +13,7 @@ export jobs, as ``psctl`` does.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Dict, Iterator, List, Optional, Union
 
 import grpc
@@ -110,7 +111,7 @@ class JobClient:
         except grpc.RpcError as e:
             raise self._error(e) from None
 
-    def submit(self, spec: SpecLike) -> str:
+    def submit(self, spec: SpecLike, request_id: Optional[str] = None) -> str:
         """Validates and queues a job; returns its id ("job-000001").
 
         `spec` is a dict of the JSON mapping of ``ps.v1.JobSpec``, the path
@@ -118,8 +119,16 @@ class JobClient:
         ``ps.v1.JobSpec``. Raises InvalidArgumentError naming the field
         (locally for JSON that does not parse as a JobSpec, or from the
         coordinator's validation), ResourceExhaustedError at the
-        coordinator's limits."""
-        request = v1.SubmitJobRequest(spec=to_job_spec(spec))
+        coordinator's limits.
+
+        `request_id` names this submit (``SubmitJobRequest.request_id``;
+        default: a fresh random one). Calling ``submit`` again with the same
+        `request_id` and spec after an UnavailableError or
+        DeadlineExceededError returns the job the first call made, if it
+        made one, and never makes a second."""
+        request = v1.SubmitJobRequest(
+            spec=to_job_spec(spec),
+            request_id=request_id if request_id else uuid.uuid4().hex)
         return self._call(self._stub.SubmitJob, request).job_id
 
     def get(self, job: JobRef) -> "v1.JobStatus":

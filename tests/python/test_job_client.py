@@ -158,3 +158,18 @@ def test_a_job_submitted_watched_and_exported(cluster, tmp_path):
         client.delete(job)
         with pytest.raises(ps.NotFoundError):
             client.export(job)
+
+
+def test_a_retried_submit_with_its_request_id_makes_one_job(cluster):
+    coordinator = cluster.start_coordinator()
+    with ps.JobClient(coordinator, timeout=5) as client:
+        first = client.submit(tiny_external("retried"), request_id="req-42")
+        # The retry of a submit whose answer was lost: the same job.
+        again = client.submit(tiny_external("retried"), request_id="req-42")
+        assert again == first
+        # The same id for another spec is refused; a fresh id is a new job.
+        with pytest.raises(ps.ParamServerError) as e:
+            client.submit(tiny_external("other"), request_id="req-42")
+        assert e.value.code == grpc.StatusCode.ALREADY_EXISTS
+        assert client.submit(tiny_external("retried")) != first
+        assert [j.spec.name for j in client.list()].count("retried") == 2
