@@ -18,8 +18,8 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_service.h"
-#include "coordinator/sweep_manager.h"
-#include "coordinator/sweep_service.h"
+#include "coordinator/sweep/sweep_manager.h"
+#include "coordinator/sweep/sweep_service.h"
 #include "grpcpp/grpcpp.h"
 
 namespace ps {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "coordinator/sweep_validation.h"
+#include "coordinator/sweep/sweep_validation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/job_manager_fixture.h"

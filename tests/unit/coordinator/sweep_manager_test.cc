@@ -2,13 +2,13 @@
 // after another, the median rule stops a laggard, the best trial is
 // reported, and a restart (a new JobManager and SweepManager on the same
 // table) resumes without submitting any trial twice.
-#include "coordinator/sweep_manager.h"
+#include "coordinator/sweep/sweep_manager.h"
 
 #include <map>
 #include <string>
 #include <vector>
 
-#include "coordinator/sweep_validation.h"
+#include "coordinator/sweep/sweep_validation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/job_manager_fixture.h"

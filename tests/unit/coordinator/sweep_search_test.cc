@@ -1,7 +1,7 @@
 // Grid and random search, the median stopping rule, setting parameters by
 // path and the sweep's validation (coordinator/sweep_*.h,
 // coordinator/median_stopping.h).
-#include "coordinator/sweep_search.h"
+#include "coordinator/sweep/sweep_search.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/median_stopping.h"
-#include "coordinator/sweep_params.h"
-#include "coordinator/sweep_validation.h"
+#include "coordinator/sweep/median_stopping.h"
+#include "coordinator/sweep/sweep_params.h"
+#include "coordinator/sweep/sweep_validation.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"

@@ -1,4 +1,4 @@
-#include "coordinator/sweep_service.h"
+#include "coordinator/sweep/sweep_service.h"
 
 #include "common/status_macros.h"
 #include "common/unary_handler.h"

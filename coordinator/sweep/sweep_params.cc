@@ -1,4 +1,4 @@
-#include "coordinator/sweep_params.h"
+#include "coordinator/sweep/sweep_params.h"
 
 #include <cmath>
 #include <limits>

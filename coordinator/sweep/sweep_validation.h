@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/request_validation.h"
-#include "coordinator/sweep_search.h"
+#include "coordinator/sweep/sweep_search.h"
 #include "ps/v1/job.pb.h"
 #include "ps/v1/sweep.pb.h"
 

@@ -1,4 +1,4 @@
-#include "coordinator/sweep_search.h"
+#include "coordinator/sweep/sweep_search.h"
 
 #include <algorithm>
 #include <cmath>

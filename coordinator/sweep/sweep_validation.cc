@@ -1,4 +1,4 @@
-#include "coordinator/sweep_validation.h"
+#include "coordinator/sweep/sweep_validation.h"
 
 #include <cmath>
 

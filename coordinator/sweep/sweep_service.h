@@ -5,7 +5,7 @@
 
 #include "common/authorizer.h"
 #include "common/metrics.h"
-#include "coordinator/sweep_manager.h"
+#include "coordinator/sweep/sweep_manager.h"
 #include "ps/v1/sweep_service.grpc.pb.h"
 
 namespace ps {

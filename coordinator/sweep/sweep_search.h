@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "coordinator/sweep_params.h"
+#include "coordinator/sweep/sweep_params.h"
 #include "ps/v1/sweep.pb.h"
 
 namespace ps {

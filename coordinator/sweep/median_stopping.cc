@@ -1,4 +1,4 @@
-#include "coordinator/median_stopping.h"
+#include "coordinator/sweep/median_stopping.h"
 
 #include <algorithm>
 

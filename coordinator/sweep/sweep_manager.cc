@@ -1,4 +1,4 @@
-#include "coordinator/sweep_manager.h"
+#include "coordinator/sweep/sweep_manager.h"
 
 #include <algorithm>
 #include <set>
@@ -9,8 +9,8 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "coordinator/median_stopping.h"
-#include "coordinator/sweep_validation.h"
+#include "coordinator/sweep/median_stopping.h"
+#include "coordinator/sweep/sweep_validation.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace ps {
