@@ -30,7 +30,8 @@ absl::Status Coordinator::Start() {
     job_api.job_tokens = std::move(tokens);
     job_api.allow_unauthenticated_reads = options_.allow_unauthenticated_reads;
   }
-  PS_ASSIGN_OR_RETURN(auto table, JobTable::Open(options_.data_dir, options_.table));
+  PS_ASSIGN_OR_RETURN(auto table,
+                      JobTable::Open(options_.data_dir, options_.table));
   table_ = std::move(table);
   PS_ASSIGN_OR_RETURN(auto manager,
                       JobManager::Create(table_.get(), options_.timing,

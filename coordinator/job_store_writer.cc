@@ -47,8 +47,7 @@ void JobStoreWriter::Create(const v1::JobStatus& status,
   change.record = status.SerializeAsString();
   change.request_id = request_id;
   if (done) change.done.push_back(std::move(done));
-  Enqueue(status.job_id(), std::move(change), /*urgent=*/true,
-          next_job_number);
+  Enqueue(status.job_id(), std::move(change), /*urgent=*/true, next_job_number);
 }
 
 void JobStoreWriter::Delete(const std::string& job_id,

@@ -158,8 +158,9 @@ TableUpdate DenseTable::AveragedUpdate(int num_workers, int64_t clock) {
   for (size_t i = 0; i < blocks_.size(); ++i) {
     Block& b = blocks_[i];
     for (float& v : b.accum) v *= scale;
-    update.blocks.push_back(
-        {.key = b.spec.key, .position = i, .data = WireBytes(BytesOf(b.accum))});
+    update.blocks.push_back({.key = b.spec.key,
+                             .position = i,
+                             .data = WireBytes(BytesOf(b.accum))});
   }
   return update;
 }
@@ -215,8 +216,8 @@ void DenseTable::Apply(const TableUpdate& update, float learning_rate) {
       }
       continue;
     }
-    ApplyPushedGradient(*optimizer_, u.data, update.encoding, b.values,
-                        b.state, &b.step, learning_rate);
+    ApplyPushedGradient(*optimizer_, u.data, update.encoding, b.values, b.state,
+                        &b.step, learning_rate);
   }
 }
 
@@ -284,10 +285,9 @@ std::vector<StoredBlock> DenseTable::Snapshot() const {
 
 absl::Status DenseTable::Restore(std::vector<StoredBlock> stored) {
   if (stored.size() != blocks_.size()) {
-    return absl::DataLossError(
-        absl::StrCat("store holds ", stored.size(),
-                     " blocks, the shard map gives this server ",
-                     blocks_.size()));
+    return absl::DataLossError(absl::StrCat(
+        "store holds ", stored.size(),
+        " blocks, the shard map gives this server ", blocks_.size()));
   }
   for (StoredBlock& s : stored) {
     auto it = index_.find(s.key);

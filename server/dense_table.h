@@ -36,8 +36,7 @@ class DenseTable final : public ParameterTable {
       std::vector<uint64_t>* out) const override;
   PushCheck CheckPush(const PushView& request) const override;
   WireMessage EncodeReply(std::span<const uint64_t> keys, int64_t min_clock,
-                          std::span<const int64_t> clocks,
-                          WireBufferPool* pool,
+                          std::span<const int64_t> clocks, WireBufferPool* pool,
                           const ReplyAllocator& allocate) const override;
   void Accumulate(const PushView& request, const PushCheck& check) override;
   TableUpdate AveragedUpdate(int num_workers, int64_t clock) override;

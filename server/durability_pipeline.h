@@ -65,9 +65,7 @@ class DurabilityPipeline {
   int64_t last_sequence() const { return next_sequence_ - 1; }
   // Every worker's clock as of the last durable record: a push is
   // acknowledged once its clock is below its worker's here.
-  const std::vector<int64_t>& durable_clocks() const {
-    return durable_clocks_;
-  }
+  const std::vector<int64_t>& durable_clocks() const { return durable_clocks_; }
   // True when records go to a store.
   bool persistent() const { return writer_ != nullptr; }
 

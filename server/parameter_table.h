@@ -46,10 +46,10 @@ struct TableUpdate {
 
 // A push's gradients checked before any lock is taken.
 struct PushCheck {
-  absl::Status invalid{};         // Unknown or repeated key, wrong size.
+  absl::Status invalid{};           // Unknown or repeated key, wrong size.
   std::vector<size_t> positions{};  // The table position of each gradient.
-  bool finite = true;             // No NaN or Inf anywhere.
-  uint64_t non_finite_key = 0;    // The first block with one, if any.
+  bool finite = true;               // No NaN or Inf anywhere.
+  uint64_t non_finite_key = 0;      // The first block with one, if any.
 };
 
 // Thread-compatible: the owning ServerJob calls every method under its lock,

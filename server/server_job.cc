@@ -36,9 +36,9 @@ ServerJob::ServerJob(const v1::Assignment& assignment, ShardStore* store,
       optimizer_(std::move(optimizer)),
       drop_non_finite_(assignment.spec().non_finite_gradients() ==
                        v1::NON_FINITE_DROP),
-      clocks_(assignment.num_workers(), staleness,
-              assignment.spec().consistency().model() ==
-                  v1::ConsistencySpec::BSP),
+      clocks_(
+          assignment.num_workers(), staleness,
+          assignment.spec().consistency().model() == v1::ConsistencySpec::BSP),
       waiting_(assignment.job_id()),
       durability_(options.snapshot_log_bytes, assignment.num_workers()) {}
 
@@ -92,10 +92,10 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
     const int64_t snapshot = stored->log_sequence;
     const size_t replayed = stored->log.size();
     if (auto s = job->Restore(*std::move(stored)); !s.ok()) return s;
-    PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ",
-                job->table_->size(), " blocks from the snapshot at update ",
-                snapshot, " and ", replayed, " logged updates after it, ",
-                "worker clocks ", job->ClocksString());
+    PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ", job->table_->size(),
+                " blocks from the snapshot at update ", snapshot, " and ",
+                replayed, " logged updates after it, ", "worker clocks ",
+                job->ClocksString());
     return job;
   }
   if (!absl::IsNotFound(stored.status())) return stored.status();
@@ -114,8 +114,8 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
 absl::Status ServerJob::Restore(StoredJob stored) {
   absl::MutexLock lock(&mu_);
   if (auto s = table_->Restore(std::move(stored.blocks)); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("job ", job_id_, ": ",
-                                               s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("job ", job_id_, ": ", s.message()));
   }
   std::vector<int64_t> clocks(clocks_.num_workers(), 0);
   for (const auto& [worker, clock] : stored.worker_clocks) {
@@ -442,9 +442,8 @@ void ServerJob::CollectReady(ReadyCallbacks* ready) {
     };
   };
   waiting_.ReleasePulls(
-      [this](int64_t clock, bool final) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return CanRead(clock, final);
-      },
+      [this](int64_t clock, bool final)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS { return CanRead(clock, final); },
       [this](const std::vector<uint64_t>& keys, const ReplyAllocator& allocate)
           ABSL_NO_THREAD_SAFETY_ANALYSIS { return BuildReply(keys, allocate); },
       observe(metrics_->pull_wait_seconds), ready);
@@ -507,8 +506,7 @@ void ServerJob::Seed(const v1::SeedRequest& request, SeedCallback done) {
 }
 
 std::optional<absl::StatusOr<v1::SeedResponse>> ServerJob::SeedLocked(
-    const v1::SeedRequest& request, SeedCallback& done,
-    ReadyCallbacks* ready) {
+    const v1::SeedRequest& request, SeedCallback& done, ReadyCallbacks* ready) {
   if (request.worker_index() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "worker_index: only worker 0 seeds the initial values, not worker ",

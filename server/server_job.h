@@ -192,8 +192,8 @@ class ServerJob {
   // Seed under the lock: the reply now, or nullopt if `done` was parked until
   // the seed's record is durable.
   std::optional<absl::StatusOr<v1::SeedResponse>> SeedLocked(
-      const v1::SeedRequest& request, SeedCallback& done,
-      ReadyCallbacks* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      const v1::SeedRequest& request, SeedCallback& done, ReadyCallbacks* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when a read at `clock` may be answered now: seeded, and the
   // consistency bound, or for a final read every worker's pushes below
   // `clock`.

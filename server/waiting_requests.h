@@ -31,10 +31,8 @@ using SeedCallback = std::function<void(absl::StatusOr<v1::SeedResponse>)>;
 // Callbacks made ready under a job's lock, run after it is released.
 struct ReadyCallbacks {
   std::vector<std::pair<PullWireCallback, absl::StatusOr<WireMessage>>> pulls;
-  std::vector<std::pair<PushCallback, absl::StatusOr<v1::PushResponse>>>
-      pushes;
-  std::vector<std::pair<SeedCallback, absl::StatusOr<v1::SeedResponse>>>
-      seeds;
+  std::vector<std::pair<PushCallback, absl::StatusOr<v1::PushResponse>>> pushes;
+  std::vector<std::pair<SeedCallback, absl::StatusOr<v1::SeedResponse>>> seeds;
   // Runs every callback, pulls first; call with no lock held.
   void Run();
 };

@@ -111,10 +111,10 @@ std::string SpecLine(const std::string& json) {
   std::vector<std::string> tensor_json;
   tensor_json.reserve(tensors->size());
   for (const TensorSpec& t : *tensors) {
-    tensor_json.push_back(absl::StrCat(
-        "{\"name\": ", JsonString(t.name), ", \"shape\": [",
-        absl::StrJoin(t.shape, ", "), "], \"from_worker\": ",
-        t.init == InitKind::kFromWorker ? "true" : "false", "}"));
+    tensor_json.push_back(
+        absl::StrCat("{\"name\": ", JsonString(t.name), ", \"shape\": [",
+                     absl::StrJoin(t.shape, ", "), "], \"from_worker\": ",
+                     t.init == InitKind::kFromWorker ? "true" : "false", "}"));
   }
   std::vector<std::string> block_json;
   block_json.reserve(blocks.size());

@@ -34,7 +34,8 @@ v1::Assignment Tiny(const std::string& job_id) {
 // initialisation is, for seconds).
 class GatedStore : public ShardStore {
  public:
-  explicit GatedStore(std::string gated_job) : gated_job_(std::move(gated_job)) {}
+  explicit GatedStore(std::string gated_job)
+      : gated_job_(std::move(gated_job)) {}
 
   absl::Status Write(const ShardWrite& write) override {
     return store_->Write(write);
@@ -125,7 +126,8 @@ TEST_F(AssignmentLoaderTest, OnlyTheLatestOfferedDuringASyncIsApplied) {
   EXPECT_THAT(*stored, ElementsAre("job-a", "job-c"));
 }
 
-TEST_F(AssignmentLoaderTest, StopFinishesTheSyncInProgressAndIgnoresLaterOffers) {
+TEST_F(AssignmentLoaderTest,
+       StopFinishesTheSyncInProgressAndIgnoresLaterOffers) {
   AssignmentLoader loader(&manager_);
   loader.Offer({Tiny("job-a")});
   store_.WaitEntered();

@@ -344,8 +344,8 @@ class ServerJobTest : public testing::ServerJobStoreFixture {
         .model = bsp ? v1::ConsistencySpec::BSP : v1::ConsistencySpec::SSP,
         .staleness = bsp ? 0 : 3,
         .num_workers = 2,
-        .non_finite = bsp ? v1::NON_FINITE_POLICY_UNSPECIFIED
-                          : v1::NON_FINITE_DROP,
+        .non_finite =
+            bsp ? v1::NON_FINITE_POLICY_UNSPECIFIED : v1::NON_FINITE_DROP,
         .adam = !lamb,
         .lamb = lamb};
     auto served = Open(options, {.snapshot_log_bytes = interval});
@@ -357,8 +357,7 @@ class ServerJobTest : public testing::ServerJobStoreFixture {
         if (!bsp && clock == 2 && worker == 1) {
           g.begin()->second[0] = std::numeric_limits<float>::quiet_NaN();
         }
-        const v1::Precision encoding =
-            bsp || worker == 0 ? v1::FP32 : v1::BF16;
+        const v1::Precision encoding = bsp || worker == 0 ? v1::FP32 : v1::BF16;
         pushes.push_back(StartPush(
             *served, encoding == v1::FP32
                          ? MakePush(worker, clock, g)

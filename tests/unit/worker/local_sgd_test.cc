@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/model/cpu/cpu_backend.h"
 #include "worker/gradient_clipping.h"
+#include "worker/model/cpu/cpu_backend.h"
 #include "worker/model/model.h"
 
 namespace ps {
