@@ -5,18 +5,28 @@
 namespace ps {
 namespace {
 
-// The oldest of `worker`'s entries in `held` once kMaxPerWorker of them are
-// held, else held.end().
-template <typename T>
-typename std::vector<T>::iterator OldestOverLimit(std::vector<T>& held,
-                                                  int worker) {
-  auto first = held.end();
+// Holds `entry` in `held`; first, if kMaxPerWorker entries of its worker
+// are held already, moves the oldest of them into `failed` with
+// RESOURCE_EXHAUSTED (`what`: "pulls" or "pushes").
+template <typename T, typename Failed>
+void HoldBounded(T entry, std::vector<T>& held, const char* what,
+                 const std::string& job_id, Failed& failed) {
+  auto oldest = held.end();
   int count = 0;
   for (auto it = held.begin(); it != held.end(); ++it) {
-    if (it->worker != worker) continue;
-    if (count++ == 0) first = it;
+    if (it->worker != entry.worker) continue;
+    if (count++ == 0) oldest = it;
   }
-  return count < WaitingRequests::kMaxPerWorker ? held.end() : first;
+  if (count >= WaitingRequests::kMaxPerWorker) {
+    failed.emplace_back(
+        std::move(oldest->done),
+        absl::ResourceExhaustedError(absl::StrCat(
+            "worker_index: worker ", entry.worker, " has more than ",
+            WaitingRequests::kMaxPerWorker, " waiting ", what, " on job ",
+            job_id, " on this server; the oldest was dropped")));
+    held.erase(oldest);
+  }
+  held.push_back(std::move(entry));
 }
 
 // Moves the entries `release` takes out of `held`, keeping the others in
@@ -41,31 +51,11 @@ void ReadyCallbacks::Run() {
 }
 
 void WaitingRequests::ParkPull(WaitingPull pull, ReadyCallbacks* ready) {
-  if (auto oldest = OldestOverLimit(pulls_, pull.worker);
-      oldest != pulls_.end()) {
-    ready->pulls.emplace_back(
-        std::move(oldest->done),
-        absl::ResourceExhaustedError(absl::StrCat(
-            "worker_index: worker ", pull.worker, " has more than ",
-            kMaxPerWorker, " waiting pulls on job ", job_id_,
-            " on this server; the oldest was dropped")));
-    pulls_.erase(oldest);
-  }
-  pulls_.push_back(std::move(pull));
+  HoldBounded(std::move(pull), pulls_, "pulls", job_id_, ready->pulls);
 }
 
 void WaitingRequests::ParkPush(ParkedPush push, ReadyCallbacks* ready) {
-  if (auto oldest = OldestOverLimit(pushes_, push.worker);
-      oldest != pushes_.end()) {
-    ready->pushes.emplace_back(
-        std::move(oldest->done),
-        absl::ResourceExhaustedError(absl::StrCat(
-            "worker_index: worker ", push.worker, " has more than ",
-            kMaxPerWorker, " waiting pushes on job ", job_id_,
-            " on this server; the oldest was dropped")));
-    pushes_.erase(oldest);
-  }
-  pushes_.push_back(std::move(push));
+  HoldBounded(std::move(push), pushes_, "pushes", job_id_, ready->pushes);
 }
 
 void WaitingRequests::ParkSeed(SeedCallback done, bool duplicate) {
