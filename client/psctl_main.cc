@@ -10,6 +10,7 @@
 //         list | cancel ID
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -42,6 +43,9 @@ constexpr char kDefaultTestLabels[] =
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");
 ABSL_FLAG(int, timeout_ms, 10000, "deadline of each call");
+ABSL_FLAG(int, submit_retry_ms, 30000,
+          "how long submit retries an unavailable coordinator (with the same "
+          "request id, so a retry never makes a second job); 0: one attempt");
 ABSL_FLAG(bool, watch, false,
           "submit: follow the job's progress until it ends");
 ABSL_FLAG(bool, json, false, "sweep get: print the status as JSON");
@@ -262,6 +266,8 @@ std::optional<int> OptionsFromFlags(ps::JobClientOptions* options) {
   if (!credentials.ok()) return Fail(credentials.status());
   options->coordinator = absl::GetFlag(FLAGS_coordinator);
   options->timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  options->submit_retry_window =
+      absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_submit_retry_ms)));
   options->channel = credentials->ClientChannel();
   options->token = absl::GetFlag(FLAGS_token);
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {

@@ -14,7 +14,7 @@ status=0
 for spec in "$SOURCE_DIR"/deploy/jobs/*.json "$SOURCE_DIR"/deploy/k8s/base/job.json; do
   n=$((n + 1))
   rc=0
-  out=$("$PSCTL" --coordinator=127.0.0.1:1 --timeout_ms=2000 submit "$spec" 2>&1) || rc=$?
+  out=$("$PSCTL" --coordinator=127.0.0.1:1 --timeout_ms=2000 --submit_retry_ms=0 submit "$spec" 2>&1) || rc=$?
   if [ "$rc" -eq 1 ] && [[ $out == *"(UNAVAILABLE)"* ]]; then
     echo "ok $n - ${spec#"$SOURCE_DIR"/} is a valid job spec"
   else
