@@ -315,6 +315,15 @@ class JobManager {
               JobStoreWriter::Done durable = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Schedule(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a pending job waits for among the registered nodes ("2 servers
+  // with a data directory ..."); empty when enough are registered.
+  std::vector<std::string> MissingNodes(const Job& job, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives a pending job these free nodes' places, plans its shard map and
+  // makes it RUNNING (or FAILED if no map can be planned).
+  void StartJob(Job& job, const std::vector<std::string>& servers,
+                const std::vector<std::string>& workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills vacant worker places with free workers; fails jobs whose places
   // stayed vacant longer than the grace.
   void Recover(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

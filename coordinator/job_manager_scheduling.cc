@@ -82,43 +82,8 @@ void JobManager::Schedule(absl::Time now) {
   for (auto& [id, job] : jobs_) {
     if (job.status.state() != v1::PENDING) continue;
     const v1::JobSpec& spec = job.status.spec();
-    const bool durable = spec.durability() != v1::MEMORY;
-    const NodeRegistry::Filter server_filter = PlaceFilter(v1::SERVER, durable);
-    const NodeRegistry::Filter worker_filter =
-        PlaceFilter(v1::WORKER, /*durable_only=*/false, &job);
-    const int servers_registered = nodes_.CountLive(server_filter, now);
-    const int workers_registered = nodes_.CountLive(worker_filter, now);
-    std::vector<std::string> missing;
-    if (servers_registered < spec.num_servers()) {
-      std::string servers = Count(spec.num_servers(), "server");
-      if (durable) {
-        const v1::Durability durability =
-            spec.durability() == v1::DURABILITY_UNSPECIFIED ? v1::WAL
-                                                            : spec.durability();
-        absl::StrAppend(
-            &servers, " with a data directory (durability ",
-            v1::Durability_Name(durability), "), ", servers_registered,
-            " registered (",
-            Count(nodes_.CountLive(PlaceFilter(v1::SERVER), now), "server"),
-            " in all)");
-      } else {
-        absl::StrAppend(&servers, ", ", servers_registered, " registered");
-      }
-      missing.push_back(std::move(servers));
-    }
-    if (workers_registered < spec.num_workers()) {
-      if (spec.model().kind() == v1::ModelSpec::EXTERNAL) {
-        // Only Python workers whose module matches count (WorkerFits).
-        missing.push_back(absl::StrCat(
-            Count(spec.num_workers(), "Python worker"), " with model ",
-            job.model_digest, ", ", workers_registered, " registered"));
-      } else {
-        missing.push_back(absl::StrCat(Count(spec.num_workers(), "worker"),
-                                       ", ", workers_registered,
-                                       " registered"));
-      }
-    }
-    if (!missing.empty()) {
+    if (std::vector<std::string> missing = MissingNodes(job, now);
+        !missing.empty()) {
       SetPendingMessage(
           job, absl::StrCat("waiting for ", absl::StrJoin(missing, " and ")));
       continue;
@@ -128,8 +93,11 @@ void JobManager::Schedule(absl::Time now) {
                                           ", which waits for busy nodes"));
       continue;
     }
-    std::vector<std::string> servers = nodes_.Free(server_filter, now);
-    std::vector<std::string> workers = nodes_.Free(worker_filter, now);
+    const bool durable = spec.durability() != v1::MEMORY;
+    std::vector<std::string> servers =
+        nodes_.Free(PlaceFilter(v1::SERVER, durable), now);
+    std::vector<std::string> workers =
+        nodes_.Free(PlaceFilter(v1::WORKER, /*durable_only=*/false, &job), now);
     if (static_cast<int>(servers.size()) < spec.num_servers() ||
         static_cast<int>(workers.size()) < spec.num_workers()) {
       SetPendingMessage(
@@ -143,34 +111,79 @@ void JobManager::Schedule(absl::Time now) {
     }
     servers.resize(spec.num_servers());
     workers.resize(spec.num_workers());
-    std::vector<std::string> addresses;
-    addresses.reserve(servers.size());
-    for (const std::string& s : servers) {
-      addresses.push_back(nodes_.Find(s)->address);
-    }
-    auto map = PlanShards(spec, addresses, /*version=*/1);
-    if (!map.ok()) {
-      Finish(job, v1::FAILED, std::string(map.status().message()));
-      continue;
-    }
-    *job.status.mutable_shard_map() = *std::move(map);
-    job.servers.assign(servers.size(), Slot());
-    job.workers.assign(workers.size(), Slot());
-    for (size_t i = 0; i < servers.size(); ++i) {
-      Attach(job, v1::SERVER, i, servers[i]);
-    }
-    for (size_t i = 0; i < workers.size(); ++i) {
-      Attach(job, v1::WORKER, i, workers[i]);
-    }
-    job.reports.assign(workers.size(), v1::ProgressReport());
-    for (auto& r : job.reports) r.set_test_accuracy(-1);
-    job.status.set_state(v1::RUNNING);
-    job.status.clear_message();
-    job.status.set_start_time_ms(NowMs());
-    PS_LOG_INFO("job ", id, " running on ", servers.size(), " servers and ",
-                workers.size(), " workers");
-    Changed(job);
+    StartJob(job, servers, workers);
   }
+}
+
+std::vector<std::string> JobManager::MissingNodes(const Job& job,
+                                                  absl::Time now) const {
+  const v1::JobSpec& spec = job.status.spec();
+  const bool durable = spec.durability() != v1::MEMORY;
+  const int servers_registered =
+      nodes_.CountLive(PlaceFilter(v1::SERVER, durable), now);
+  const int workers_registered = nodes_.CountLive(
+      PlaceFilter(v1::WORKER, /*durable_only=*/false, &job), now);
+  std::vector<std::string> missing;
+  if (servers_registered < spec.num_servers()) {
+    std::string servers = Count(spec.num_servers(), "server");
+    if (durable) {
+      const v1::Durability durability =
+          spec.durability() == v1::DURABILITY_UNSPECIFIED ? v1::WAL
+                                                          : spec.durability();
+      absl::StrAppend(
+          &servers, " with a data directory (durability ",
+          v1::Durability_Name(durability), "), ", servers_registered,
+          " registered (",
+          Count(nodes_.CountLive(PlaceFilter(v1::SERVER), now), "server"),
+          " in all)");
+    } else {
+      absl::StrAppend(&servers, ", ", servers_registered, " registered");
+    }
+    missing.push_back(std::move(servers));
+  }
+  if (workers_registered < spec.num_workers()) {
+    if (spec.model().kind() == v1::ModelSpec::EXTERNAL) {
+      // Only Python workers whose module matches count (WorkerFits).
+      missing.push_back(absl::StrCat(Count(spec.num_workers(), "Python worker"),
+                                     " with model ", job.model_digest, ", ",
+                                     workers_registered, " registered"));
+    } else {
+      missing.push_back(absl::StrCat(Count(spec.num_workers(), "worker"), ", ",
+                                     workers_registered, " registered"));
+    }
+  }
+  return missing;
+}
+
+void JobManager::StartJob(Job& job, const std::vector<std::string>& servers,
+                          const std::vector<std::string>& workers) {
+  std::vector<std::string> addresses;
+  addresses.reserve(servers.size());
+  for (const std::string& s : servers) {
+    addresses.push_back(nodes_.Find(s)->address);
+  }
+  auto map = PlanShards(job.status.spec(), addresses, /*version=*/1);
+  if (!map.ok()) {
+    Finish(job, v1::FAILED, std::string(map.status().message()));
+    return;
+  }
+  *job.status.mutable_shard_map() = *std::move(map);
+  job.servers.assign(servers.size(), Slot());
+  job.workers.assign(workers.size(), Slot());
+  for (size_t i = 0; i < servers.size(); ++i) {
+    Attach(job, v1::SERVER, i, servers[i]);
+  }
+  for (size_t i = 0; i < workers.size(); ++i) {
+    Attach(job, v1::WORKER, i, workers[i]);
+  }
+  job.reports.assign(workers.size(), v1::ProgressReport());
+  for (auto& r : job.reports) r.set_test_accuracy(-1);
+  job.status.set_state(v1::RUNNING);
+  job.status.clear_message();
+  job.status.set_start_time_ms(NowMs());
+  PS_LOG_INFO("job ", job.status.job_id(), " running on ", servers.size(),
+              " servers and ", workers.size(), " workers");
+  Changed(job);
 }
 
 void JobManager::SetPendingMessage(Job& job, const std::string& message) {
