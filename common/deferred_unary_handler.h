@@ -14,34 +14,10 @@
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/metrics.h"
+#include "common/unary_handler.h"
 #include "grpcpp/grpcpp.h"
 
 namespace ps {
-
-// Bounds and parses a raw request as FinishRawUnary does: RESOURCE_EXHAUSTED
-// for more than `max_request_bytes`, INVALID_ARGUMENT for bytes that do not
-// parse as a `Request`, both naming the request type.
-template <typename Request>
-absl::Status ParseRawRequest(const std::string& method,
-                             size_t max_request_bytes,
-                             const grpc::ByteBuffer* raw_request,
-                             Request* request) {
-  const size_t request_bytes = raw_request->Length();
-  if (request_bytes > max_request_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(Request::descriptor()->name(), ": ", request_bytes,
-                     " bytes, more than the ", max_request_bytes, " that ",
-                     method, " accepts"));
-  }
-  // A copy of a ByteBuffer shares its slices; Deserialize consumes it.
-  grpc::ByteBuffer bytes(*raw_request);
-  if (!grpc::SerializationTraits<Request>::Deserialize(&bytes, request).ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Request::descriptor()->name(),
-                     ": not a valid message (Protocol Buffers binary)"));
-  }
-  return absl::OkStatus();
-}
 
 // A raw unary method answered later: parses the request (ParseRawRequest),
 // then calls `start(const Request&, Reply reply)`, where Reply is
@@ -64,20 +40,8 @@ grpc::ServerUnaryReactor* DeferRawUnary(grpc::CallbackServerContext* ctx,
   std::function<void(absl::StatusOr<Response>)> reply =
       [reactor, metrics, method, request_bytes, raw_response,
        begin](absl::StatusOr<Response> result) {
-        grpc::Status status = grpc::Status::OK;
-        size_t response_bytes = 0;
-        if (result.ok()) {
-          bool own_buffer = false;
-          status = grpc::SerializationTraits<Response>::Serialize(
-              *result, raw_response, &own_buffer);
-          response_bytes = raw_response->Length();
-        } else {
-          status = ToGrpcStatus(result.status());
-        }
-        metrics->Record(method, status.error_code(), request_bytes,
-                        response_bytes,
-                        absl::ToDoubleSeconds(absl::Now() - begin));
-        reactor->Finish(status);
+        FinishWithResult(reactor, method, metrics, request_bytes, begin, result,
+                         raw_response);
       };
   Request request;
   absl::Status started =
