@@ -143,6 +143,13 @@ struct WireBlock {
   WireBytes data;
 };
 
+// One SparseRows of a push or a reply, as received: views into the buffers.
+struct WireSparseRows {
+  uint32_t table = 0;
+  WireBytes keys;    // Little-endian uint64 ids.
+  WireBytes values;  // Rows in keys' order (push: gradient_encoding).
+};
+
 // A PushRequest whose gradient bytes are views into the received buffers.
 struct PushView {
   std::string job_id;
@@ -152,6 +159,8 @@ struct PushView {
   std::vector<WireBlock> gradients;
   // As received: possibly a value that is no encoding (ServerJob refuses it).
   v1::Precision gradient_encoding = v1::FP32;
+  // Row gradients of sparse tables.
+  std::vector<WireSparseRows> sparse;
 
   // The request without its gradients (what logs and fault injection see).
   v1::PushRequest Header() const;
@@ -171,9 +180,9 @@ PushView ViewOf(const v1::PushRequest& request);
 // Builds the wire bytes of a PushRequest around gradient memory that is not
 // copied: Header() is the request's fields before gradients; then, for each
 // block, BlockPrefix(key, n) followed by the block's n data bytes; then
-// Trailer(), the fields after gradients (gradient_encoding; empty for FP32).
-// The concatenation equals v1::PushRequest::SerializeAsString() of the same
-// request.
+// Trailer(), the fields after gradients (gradient_encoding; empty for FP32);
+// then, for each sparse table, SparseRowsField(...). The concatenation equals
+// v1::PushRequest::SerializeAsString() of the same request.
 class PushFramer {
  public:
   PushFramer(const std::string& job_id, int32_t worker_index, int64_t clock,
@@ -182,6 +191,9 @@ class PushFramer {
   const std::string& Trailer() const { return trailer_; }
   // Framing of one block of `data_bytes` bytes (at most 24 bytes).
   static std::string BlockPrefix(uint64_t key, size_t data_bytes);
+  // One PushRequest.sparse entry, whole (its bytes copied: rows are small).
+  static std::string SparseRowsField(uint32_t table, std::string_view keys,
+                                     std::string_view values);
 
  private:
   std::string header_;
@@ -191,6 +203,7 @@ class PushFramer {
 // A PullResponse whose block bytes are views into the received buffers.
 struct PullView {
   std::vector<WireBlock> blocks;
+  std::vector<WireSparseRows> sparse;  // Rows in the request's order.
   int64_t min_clock = 0;
   std::vector<int64_t> worker_clocks;
 };
@@ -211,15 +224,22 @@ struct ReplyBlock {
 // Where a reply is written: a message of exactly the size asked for.
 using ReplyAllocator = std::function<WireMessage(size_t size)>;
 
-// The bytes of the PullResponse {blocks, min_clock, worker_clocks}, written
-// in one pass (the values copied once): equal to SerializeAsString() of that
-// message. The buffer comes from `allocate` if set, else from `pool` if not
-// null.
+// The rows of one sparse table in a reply.
+struct ReplyRows {
+  uint32_t table;
+  std::span<const float> values;
+};
+
+// The bytes of the PullResponse {blocks, min_clock, worker_clocks, sparse},
+// written in one pass (the values copied once): equal to SerializeAsString()
+// of that message. The buffer comes from `allocate` if set, else from `pool`
+// if not null.
 WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
                                int64_t min_clock,
                                std::span<const int64_t> worker_clocks,
                                WireBufferPool* pool = nullptr,
-                               const ReplyAllocator& allocate = nullptr);
+                               const ReplyAllocator& allocate = nullptr,
+                               std::span<const ReplyRows> sparse = {});
 
 }  // namespace ps
 

@@ -221,6 +221,57 @@ absl::Status ParseNestedBlock(CodedInputStream* in,
   return absl::OkStatus();
 }
 
+// Parses one SparseRows from `in`, limited to its bytes.
+absl::Status ParseSparseRows(CodedInputStream* in, WireSparseRows* rows,
+                             absl::string_view message) {
+  while (!AtEnd(in)) {
+    uint32_t tag;
+    if (!ReadTag(in, &tag)) return Malformed("sparse: bad tag", message);
+    switch (tag) {
+      case Tag(kSparseTableField, WireFormatLite::WIRETYPE_VARINT): {
+        uint64_t table;
+        if (!ReadVarint64(in, &table)) {
+          return Malformed("sparse.table", message);
+        }
+        rows->table = static_cast<uint32_t>(table);
+        break;
+      }
+      case Tag(kSparseKeysField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
+        if (!ReadBytesInPlace(in, &rows->keys)) {
+          return Malformed("sparse.keys", message);
+        }
+        break;
+      case Tag(kSparseValuesField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
+        if (!ReadBytesInPlace(in, &rows->values)) {
+          return Malformed("sparse.values", message);
+        }
+        break;
+      default:
+        if (!SkipUnknown(in, tag, 2)) {
+          return Malformed("sparse: bad field", message);
+        }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Parses one length-delimited SparseRows at `in` into a new element of
+// `rows`.
+absl::Status ParseNestedSparseRows(CodedInputStream* in,
+                                   std::vector<WireSparseRows>* rows,
+                                   absl::string_view message) {
+  int length;
+  if (!ReadLength(in, &length)) return Malformed("sparse", message);
+  auto [limit, depth] = in->IncrementRecursionDepthAndPushLimit(length);
+  if (depth < 0) return Malformed("sparse: nested too deeply", message);
+  PS_RETURN_IF_ERROR(ParseSparseRows(in, &rows->emplace_back(), message));
+  if (in->BytesUntilLimit() != 0) {
+    return Malformed("sparse: truncated", message);
+  }
+  in->DecrementRecursionDepthAndPopLimit(limit);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<PushView> ParsePushRequest(
@@ -273,6 +324,10 @@ absl::StatusOr<PushView> ParsePushRequest(
             static_cast<v1::Precision>(static_cast<int32_t>(v));
         break;
       }
+      case Tag(kPushSparseField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
+        PS_RETURN_IF_ERROR(
+            ParseNestedSparseRows(&in, &out.sparse, "PushRequest"));
+        break;
       default:
         if (!SkipUnknown(&in, tag, 1)) return Malformed("bad field");
     }
@@ -326,6 +381,9 @@ absl::StatusOr<PullView> ParsePullResponse(
         in.PopLimit(limit);
         break;
       }
+      case Tag(kPullSparseField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
+        PS_RETURN_IF_ERROR(ParseNestedSparseRows(&in, &out.sparse, kMessage));
+        break;
       default:
         if (!SkipUnknown(&in, tag, 1)) return Malformed("bad field", kMessage);
     }
@@ -345,6 +403,13 @@ PushView ViewOf(const v1::PushRequest& request) {
     WireBlock& block = view.gradients.emplace_back();
     block.key = g.key();
     block.data.Append(g.data());
+  }
+  view.sparse.reserve(request.sparse_size());
+  for (const v1::SparseRows& r : request.sparse()) {
+    WireSparseRows& rows = view.sparse.emplace_back();
+    rows.table = r.table();
+    rows.keys.Append(r.keys());
+    rows.values.Append(r.values());
   }
   return view;
 }

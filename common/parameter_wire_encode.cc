@@ -37,6 +37,51 @@ size_t BlockBodySize(uint64_t key, size_t data_bytes) {
   return n;
 }
 
+// Bytes of a SparseRows {table, keys, values} without its own tag and length.
+size_t SparseRowsBodySize(uint32_t table, size_t keys_bytes,
+                          size_t values_bytes) {
+  size_t n = 0;
+  if (table != 0) n += 1 + VarintSize(table);
+  if (keys_bytes != 0) n += 1 + VarintSize(keys_bytes) + keys_bytes;
+  if (values_bytes != 0) n += 1 + VarintSize(values_bytes) + values_bytes;
+  return n;
+}
+
+// Writes a length-delimited field's tag, length and bytes.
+char* WriteBytesField(int field, std::string_view bytes, char* p) {
+  if (bytes.empty()) return p;
+  p = WriteVarint(Tag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
+  p = WriteVarint(bytes.size(), p);
+  std::memcpy(p, bytes.data(), bytes.size());
+  return p + bytes.size();
+}
+
+// Writes a whole SparseRows field (tag `field`) with its body.
+char* WriteSparseRows(int field, uint32_t table, std::string_view keys,
+                      std::string_view values, char* p) {
+  p = WriteVarint(Tag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
+  p = WriteVarint(SparseRowsBodySize(table, keys.size(), values.size()), p);
+  if (table != 0) {
+    p = WriteVarint(Tag(kSparseTableField, WireFormatLite::WIRETYPE_VARINT),
+                    p);
+    p = WriteVarint(table, p);
+  }
+  p = WriteBytesField(kSparseKeysField, keys, p);
+  return WriteBytesField(kSparseValuesField, values, p);
+}
+
+// Bytes of a whole SparseRows field (tag `field`).
+size_t SparseRowsFieldSize(int field, uint32_t table, size_t keys_bytes,
+                           size_t values_bytes) {
+  const size_t body = SparseRowsBodySize(table, keys_bytes, values_bytes);
+  return VarintSize(Tag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) +
+         VarintSize(body) + body;
+}
+
+std::string_view BytesOfFloats(std::span<const float> values) {
+  return {reinterpret_cast<const char*>(values.data()), values.size_bytes()};
+}
+
 }  // namespace
 
 PushFramer::PushFramer(const std::string& job_id, int32_t worker_index,
@@ -80,7 +125,8 @@ WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
                                int64_t min_clock,
                                std::span<const int64_t> worker_clocks,
                                WireBufferPool* pool,
-                               const ReplyAllocator& allocate) {
+                               const ReplyAllocator& allocate,
+                               std::span<const ReplyRows> sparse) {
   // Sizes first, then one pass of writes into a buffer of exactly that size;
   // fields in number order and zeros left out, as Protobuf writes them.
   const uint32_t block_tag =
@@ -99,6 +145,10 @@ WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
   }
   if (!worker_clocks.empty()) {
     size += 1 + VarintSize(clocks_bytes) + clocks_bytes;
+  }
+  for (const ReplyRows& r : sparse) {
+    size += SparseRowsFieldSize(kPullSparseField, r.table, 0,
+                                r.values.size_bytes());
   }
   WireMessage out = allocate          ? allocate(size)
                     : pool != nullptr ? pool->Take(size)
@@ -133,6 +183,10 @@ WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
       p = WriteVarint(static_cast<uint64_t>(c), p);
     }
   }
+  for (const ReplyRows& r : sparse) {
+    p = WriteSparseRows(kPullSparseField, r.table, {}, BytesOfFloats(r.values),
+                        p);
+  }
   PS_CHECK(p == out.data() + size);
   return out;
 }
@@ -154,6 +208,17 @@ std::string PushFramer::BlockPrefix(uint64_t key, size_t data_bytes) {
   AppendVarint(block.size() + data_bytes, &prefix);
   prefix.append(block);
   return prefix;
+}
+
+std::string PushFramer::SparseRowsField(uint32_t table, std::string_view keys,
+                                        std::string_view values) {
+  std::string field(
+      SparseRowsFieldSize(kPushSparseField, table, keys.size(), values.size()),
+      '\0');
+  char* end = WriteSparseRows(kPushSparseField, table, keys, values,
+                              field.data());
+  PS_CHECK(end == field.data() + field.size());
+  return field;
 }
 
 }  // namespace ps

@@ -1,5 +1,5 @@
-// Protobuf field numbers and tags of ps.v1's PushRequest, PullResponse and
-// Block, shared by the parameter wire's encoder and decoder
+// Protobuf field numbers and tags of ps.v1's PushRequest, PullResponse,
+// Block and SparseRows, shared by the parameter wire's encoder and decoder
 // (parameter_wire_encode.cc, parameter_wire_decode.cc); included by nothing
 // else.
 #ifndef PS_COMMON_PARAMETER_WIRE_FIELDS_H_
@@ -25,6 +25,11 @@ constexpr int kGradientEncodingField =
 constexpr int kBlocksField = v1::PullResponse::kBlocksFieldNumber;
 constexpr int kMinClockField = v1::PullResponse::kMinClockFieldNumber;
 constexpr int kWorkerClocksField = v1::PullResponse::kWorkerClocksFieldNumber;
+constexpr int kPushSparseField = v1::PushRequest::kSparseFieldNumber;
+constexpr int kPullSparseField = v1::PullResponse::kSparseFieldNumber;
+constexpr int kSparseTableField = v1::SparseRows::kTableFieldNumber;
+constexpr int kSparseKeysField = v1::SparseRows::kKeysFieldNumber;
+constexpr int kSparseValuesField = v1::SparseRows::kValuesFieldNumber;
 constexpr int kKeyField = v1::Block::kKeyFieldNumber;
 constexpr int kDataField = v1::Block::kDataFieldNumber;
 

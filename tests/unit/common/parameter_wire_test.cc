@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -68,6 +69,30 @@ void ExpectSame(const v1::PushRequest& message, const PushView& view) {
     EXPECT_EQ(view.gradients[i].key, message.gradients(i).key());
     EXPECT_EQ(view.gradients[i].data.ToString(), message.gradients(i).data());
   }
+  ASSERT_EQ(view.sparse.size(), message.sparse_size());
+  for (int i = 0; i < message.sparse_size(); ++i) {
+    EXPECT_EQ(view.sparse[i].table, message.sparse(i).table());
+    EXPECT_EQ(view.sparse[i].keys.ToString(), message.sparse(i).keys());
+    EXPECT_EQ(view.sparse[i].values.ToString(), message.sparse(i).values());
+  }
+}
+
+// `r` with rows of sparse tables: (table, ids, dim) each.
+v1::PushRequest WithSparse(
+    v1::PushRequest r,
+    const std::vector<std::tuple<uint32_t, std::vector<uint64_t>, int>>&
+        tables) {
+  float next = 0.125f;
+  for (const auto& [table, ids, dim] : tables) {
+    v1::SparseRows* rows = r.add_sparse();
+    rows->set_table(table);
+    rows->set_keys(std::string(reinterpret_cast<const char*>(ids.data()),
+                               ids.size() * sizeof(uint64_t)));
+    std::vector<float> values(ids.size() * dim);
+    for (float& v : values) v = (next += 0.5f);
+    rows->set_values(FloatBytes(values));
+  }
+  return r;
 }
 
 // A request whose gradients are in `encoding`, 2 bytes a value.
@@ -93,6 +118,13 @@ TEST(PushWireTest, FramerWritesWhatProtobufWrites) {
         Encoded(requests[0], static_cast<v1::Precision>(encoding)));
   }
   requests.push_back(Encoded(Request("j", 1, 1, 1, {}), v1::BF16));
+  // Sparse rows follow everything else; table 0 and empty ids are left out
+  // of the entry as Protobuf leaves them out.
+  requests.push_back(WithSparse(requests[0], {{0, {1, 99, UINT64_MAX}, 4},
+                                              {3, {}, 16},
+                                              {1023, {1ull << 40}, 1}}));
+  requests.push_back(
+      WithSparse(Encoded(Request("j", 1, 1, 1, {}), v1::FP16), {{2, {5}, 8}}));
   for (const v1::PushRequest& r : requests) {
     const PushFramer framer(r.job_id(), r.worker_index(), r.clock(),
                             r.map_version(), r.gradient_encoding());
@@ -105,6 +137,10 @@ TEST(PushWireTest, FramerWritesWhatProtobufWrites) {
       framed += b.data();
     }
     framed += framer.Trailer();
+    for (const v1::SparseRows& rows : r.sparse()) {
+      framed +=
+          PushFramer::SparseRowsField(rows.table(), rows.keys(), rows.values());
+    }
     EXPECT_EQ(framed, r.SerializeAsString()) << r.ShortDebugString();
   }
   EXPECT_EQ(PushFramer("j", 1, 1, 1).Trailer(), "");  // FP32: as before.
@@ -343,7 +379,9 @@ TEST(PushWireTest, AgreesWithProtobufOnMutatedInput) {
       Request("job-a", 1, 9, 2, {{1, 3}, {2, 1}}).SerializeAsString(),
       Request("", 0, 0, 0, {{0, 0}}).SerializeAsString(),
       Request("x", -3, 1ll << 40, 7, {{UINT64_MAX, 2}}).SerializeAsString(),
-      Encoded(Request("y", 2, 5, 1, {{3, 4}}), v1::BF16).SerializeAsString()};
+      Encoded(Request("y", 2, 5, 1, {{3, 4}}), v1::BF16).SerializeAsString(),
+      WithSparse(Request("z", 1, 2, 3, {{1, 2}}), {{0, {7, 8}, 2}, {5, {9}, 3}})
+          .SerializeAsString()};
   int parsed = 0;
   for (int trial = 0; trial < 20000; ++trial) {
     const std::string bytes = Mutated(seeds[rng() % seeds.size()], rng);
@@ -366,6 +404,20 @@ TEST(PushWireTest, AgreesWithProtobufOnMutatedInput) {
 TEST(PushWireTest, ViewOfAMessage) {
   const v1::PushRequest r = Request("job", 1, 2, 3, {{4, 2}, {5, 1}});
   ExpectSame(r, ViewOf(r));
+  const v1::PushRequest sparse = WithSparse(r, {{2, {3, 4}, 5}});
+  ExpectSame(sparse, ViewOf(sparse));
+}
+
+TEST(PushWireTest, ParsesSparseRowsWhateverTheSplit) {
+  const v1::PushRequest r = WithSparse(Request("job", 1, 2, 3, {{4, 2}}),
+                                       {{1, {10, 20, 30}, 4}, {0, {5}, 4}});
+  const std::string bytes = r.SerializeAsString();
+  for (size_t cut = 0; cut <= bytes.size(); ++cut) {
+    const std::vector<std::string_view> segments = Split(bytes, {cut});
+    absl::StatusOr<PushView> view = ParsePushRequest(segments);
+    ASSERT_TRUE(view.ok()) << view.status();
+    ExpectSame(r, *view);
+  }
 }
 
 TEST(PushWireTest, FloatRunsCoverEveryValueWhateverTheSplit) {
@@ -469,6 +521,37 @@ void ExpectSamePull(const v1::PullResponse& message, const PullView& view) {
     EXPECT_EQ(view.blocks[i].key, message.blocks(i).key());
     EXPECT_EQ(view.blocks[i].data.ToString(), message.blocks(i).data());
   }
+  ASSERT_EQ(view.sparse.size(), message.sparse_size());
+  for (int i = 0; i < message.sparse_size(); ++i) {
+    EXPECT_EQ(view.sparse[i].table, message.sparse(i).table());
+    EXPECT_EQ(view.sparse[i].values.ToString(), message.sparse(i).values());
+  }
+}
+
+TEST(PullWireTest, EncoderWritesSparseRowsAsProtobufDoes) {
+  v1::PullResponse r = PullReply({{0, 4}, {1, 3}}, 5, {5, 6});
+  const std::vector<std::vector<float>> rows = {
+      {1.5f, -2.0f, 3.25f, 4.0f}, {}, {0.5f}};
+  const std::vector<uint32_t> tables = {0, 7, 1023};
+  std::vector<ReplyRows> sparse;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    v1::SparseRows* entry = r.add_sparse();
+    entry->set_table(tables[i]);
+    entry->set_values(FloatBytes(rows[i]));
+    sparse.push_back({tables[i], rows[i]});
+  }
+  std::vector<std::vector<float>> values;
+  for (const v1::Block& b : r.blocks()) values.push_back(Floats(b.data()));
+  const std::vector<ReplyBlock> blocks = {{0, values[0]}, {1, values[1]}};
+  const std::vector<int64_t> clocks = {5, 6};
+  const WireMessage wire =
+      EncodePullResponse(blocks, 5, clocks, nullptr, nullptr, sparse);
+  EXPECT_EQ(wire.view(), r.SerializeAsString());
+  const std::string_view segment = wire.view();
+  absl::StatusOr<PullView> view =
+      ParsePullResponse(std::span<const std::string_view>(&segment, 1));
+  ASSERT_TRUE(view.ok()) << view.status();
+  ExpectSamePull(r, *view);
 }
 
 TEST(PullWireTest, EncoderWritesWhatProtobufWrites) {
