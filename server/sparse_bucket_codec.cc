@@ -25,9 +25,9 @@ T ReadRaw(const char* data) {
   return value;
 }
 
-constexpr size_t kRowFixedBytes = 24;      // id, clock, count.
-constexpr size_t kPendingBytes = 16;       // id, count.
-constexpr uint32_t kMaxDim = 1024;         // SparseTableSpec.dim.
+constexpr size_t kRowFixedBytes = 24;  // id, clock, count.
+constexpr size_t kPendingBytes = 16;   // id, count.
+constexpr uint32_t kMaxDim = 1024;     // SparseTableSpec.dim.
 
 }  // namespace
 
@@ -63,14 +63,14 @@ void AppendSparseBucketPending(uint64_t id, int64_t count, std::string* out) {
 
 absl::StatusOr<SparseBucket> DecodeSparseBucket(std::string_view bytes) {
   if (bytes.size() < kSparseBucketHeaderBytes) {
-    return absl::DataLossError(absl::StrCat(
-        "sparse bucket of ", bytes.size(), " bytes is shorter than a header"));
+    return absl::DataLossError(absl::StrCat("sparse bucket of ", bytes.size(),
+                                            " bytes is shorter than a header"));
   }
   const auto version = static_cast<uint8_t>(bytes[0]);
   if (version != kSparseBucketVersion) {
-    return absl::DataLossError(absl::StrCat(
-        "sparse bucket has format version ", version, "; this build reads ",
-        kSparseBucketVersion));
+    return absl::DataLossError(absl::StrCat("sparse bucket has format version ",
+                                            version, "; this build reads ",
+                                            kSparseBucketVersion));
   }
   SparseBucket bucket;
   bucket.optimizer_kind = static_cast<uint8_t>(bytes[1]);

@@ -35,8 +35,8 @@ absl::Status Zero(float value, absl::string_view field) {
 
 absl::Status Beta(float value, absl::string_view field) {
   if (!(value >= 0 && value < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer.", field, " must be in [0, 1), got ", value));
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.", field, " must be in [0, 1), got ", value));
   }
   return absl::OkStatus();
 }
@@ -64,15 +64,15 @@ absl::StatusOr<SparseOptimizer> SparseOptimizer::Create(
       const v1::AdagradOptions& a =
           rowwise ? spec.rowwise_adagrad() : spec.adagrad();
       const char* name = rowwise ? "rowwise_adagrad" : "adagrad";
-      PS_RETURN_IF_ERROR(Positive(a.learning_rate(),
-                               absl::StrCat(name, ".learning_rate")));
+      PS_RETURN_IF_ERROR(
+          Positive(a.learning_rate(), absl::StrCat(name, ".learning_rate")));
       PS_RETURN_IF_ERROR(
           NonNegative(a.epsilon(), absl::StrCat(name, ".epsilon")));
-      PS_RETURN_IF_ERROR(NonNegative(
-          a.weight_decay(), absl::StrCat(name, ".weight_decay")));
-      PS_RETURN_IF_ERROR(NonNegative(
-          a.initial_accumulator_value(),
-          absl::StrCat(name, ".initial_accumulator_value")));
+      PS_RETURN_IF_ERROR(
+          NonNegative(a.weight_decay(), absl::StrCat(name, ".weight_decay")));
+      PS_RETURN_IF_ERROR(
+          NonNegative(a.initial_accumulator_value(),
+                      absl::StrCat(name, ".initial_accumulator_value")));
       o.kind_ = rowwise ? Kind::kRowwiseAdagrad : Kind::kAdagrad;
       o.state_floats_ = rowwise ? 1 : dim;
       o.lr_ = a.learning_rate();
@@ -83,7 +83,8 @@ absl::StatusOr<SparseOptimizer> SparseOptimizer::Create(
     }
     case v1::SparseOptimizerSpec::kLazyAdam: {
       const v1::AdamOptions& a = spec.lazy_adam();
-      PS_RETURN_IF_ERROR(Positive(a.learning_rate(), "lazy_adam.learning_rate"));
+      PS_RETURN_IF_ERROR(
+          Positive(a.learning_rate(), "lazy_adam.learning_rate"));
       PS_RETURN_IF_ERROR(Beta(a.beta1(), "lazy_adam.beta1"));
       PS_RETURN_IF_ERROR(Beta(a.beta2(), "lazy_adam.beta2"));
       PS_RETURN_IF_ERROR(NonNegative(a.epsilon(), "lazy_adam.epsilon"));

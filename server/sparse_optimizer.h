@@ -61,10 +61,10 @@ class SparseOptimizer {
   int dim_ = 0;
   int state_floats_ = 0;
   float lr_ = 0;
-  float epsilon_ = 0;       // Adagrads, Adam.
-  float weight_decay_ = 0;  // Adagrads.
-  float initial_ = 0;       // Adagrads: initial_accumulator_value.
-  float beta1_ = 0, beta2_ = 0;  // Adam.
+  float epsilon_ = 0;                 // Adagrads, Adam.
+  float weight_decay_ = 0;            // Adagrads.
+  float initial_ = 0;                 // Adagrads: initial_accumulator_value.
+  float beta1_ = 0, beta2_ = 0;       // Adam.
   float beta_ = 0, l1_ = 0, l2_ = 0;  // FTRL.
 };
 

@@ -48,8 +48,8 @@ absl::StatusOr<SparseRowInit> SparseRowInit::Create(const v1::SparseInit& init,
                                                     uint32_t table_index) {
   const float scale = init.scale();
   if (!std::isfinite(scale) || scale < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "init.scale must be finite and >= 0, got ", scale));
+    return absl::InvalidArgumentError(
+        absl::StrCat("init.scale must be finite and >= 0, got ", scale));
   }
   v1::SparseInit::Kind kind = init.kind();
   double resolved = scale;

@@ -37,8 +37,8 @@ absl::Status ValidateSpec(const v1::SparseTableSpec& spec) {
   }
   const float p = admission.probability();
   if (!(p >= 0 && p <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "admission.probability must be in [0, 1], got ", p));
+    return absl::InvalidArgumentError(
+        absl::StrCat("admission.probability must be in [0, 1], got ", p));
   }
   if (p > 0 && admission.min_count() > 1) {
     return absl::InvalidArgumentError(
@@ -55,9 +55,8 @@ absl::Status ValidateSpec(const v1::SparseTableSpec& spec) {
 
 absl::Status WithTable(const absl::Status& status,
                        const v1::SparseTableSpec& spec) {
-  return absl::Status(status.code(),
-                      absl::StrCat("sparse table ", spec.name(), ": ",
-                                   status.message()));
+  return absl::Status(status.code(), absl::StrCat("sparse table ", spec.name(),
+                                                  ": ", status.message()));
 }
 
 }  // namespace
@@ -78,9 +77,8 @@ absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(
       spec, table_index, job_seed, accumulate, *init, *optimizer));
 }
 
-SparseTable::SparseTable(const v1::SparseTableSpec& spec,
-                         uint32_t table_index, uint64_t job_seed,
-                         bool accumulate, SparseRowInit init,
+SparseTable::SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
+                         uint64_t job_seed, bool accumulate, SparseRowInit init,
                          SparseOptimizer optimizer)
     : table_index_(table_index),
       dim_(spec.dim()),
@@ -99,12 +97,23 @@ SparseTable::SparseTable(const v1::SparseTableSpec& spec,
 
 float* SparseTable::RowAt(uint32_t slot) {
   return chunks_[slot >> kRowsPerChunkLog2].get() +
-         (slot & (kRowsPerChunk - 1)) * stride();
+         (slot & (kRowsPerChunk - 1)) * slot_floats() + kMetaFloats;
 }
 
 const float* SparseTable::RowAt(uint32_t slot) const {
   return chunks_[slot >> kRowsPerChunkLog2].get() +
-         (slot & (kRowsPerChunk - 1)) * stride();
+         (slot & (kRowsPerChunk - 1)) * slot_floats() + kMetaFloats;
+}
+
+SparseTable::RowMeta SparseTable::Meta(uint32_t slot) const {
+  RowMeta meta;
+  std::memcpy(static_cast<void*>(&meta), RowAt(slot) - kMetaFloats,
+              sizeof(meta));
+  return meta;
+}
+
+void SparseTable::SetMeta(uint32_t slot, const RowMeta& meta) {
+  std::memcpy(RowAt(slot) - kMetaFloats, &meta, sizeof(meta));
 }
 
 void SparseTable::MarkHeld(uint64_t id) {
@@ -192,16 +201,14 @@ uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
   } else {
     slot = next_slot_++;
     if ((slot >> kRowsPerChunkLog2) >= chunks_.size()) {
-      chunks_.push_back(std::make_unique<float[]>(kRowsPerChunk * stride()));
+      chunks_.push_back(
+          std::make_unique<float[]>(kRowsPerChunk * slot_floats()));
     }
-    slot_clock_.push_back(0);
-    slot_updates_.push_back(0);
   }
   float* row = RowAt(slot);
   init_.Fill(id, std::span<float>(row, static_cast<size_t>(dim_)));
   std::fill(row + dim_, row + stride(), 0.0f);
-  slot_clock_[slot] = clock;
-  slot_updates_[slot] = 0;
+  SetMeta(slot, {.clock = clock, .updates = 0});
   slots_.emplace(id, slot);
   MarkHeld(id);
   return slot;
@@ -214,13 +221,13 @@ void SparseTable::Evict(uint64_t id) {
   ++evictions_;
 }
 
-void SparseTable::Track(uint64_t id, uint32_t slot) {
+void SparseTable::Track(uint64_t id, const RowMeta& meta) {
   if (max_idle_clocks_ > 0 || (max_rows_ > 0 && !lfu_)) {
-    by_clock_[{0, slot_clock_[slot]}].push_back(id);
+    by_clock_[{0, meta.clock}].push_back(id);
     ++order_entries_;
   }
   if (max_rows_ > 0 && lfu_) {
-    by_count_[{slot_updates_[slot], slot_clock_[slot]}].push_back(id);
+    by_count_[{meta.updates, meta.clock}].push_back(id);
     ++order_entries_;
   }
 }
@@ -231,24 +238,44 @@ void SparseTable::Apply(std::span<const uint64_t> keys,
   const size_t dim = static_cast<size_t>(dim_);
   PS_CHECK(grads.size() == keys.size() * dim, "sparse table: ", grads.size(),
            " gradient floats for ", keys.size(), " rows of dim ", dim);
+  // Two passes, for memory-level parallelism over a large table: the slots
+  // of the rows that exist, then the steps in key order, fetching rows ahead.
+  // Slots found stay valid: nothing is evicted before the steps end.
+  constexpr size_t kAhead = 8;
+  found_.resize(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + kAhead < keys.size()) slots_.prefetch(keys[i + kAhead]);
+    auto it = slots_.find(keys[i]);
+    found_[i] = it == slots_.end() ? kNoSlot : it->second;
+  }
+  const bool tracked = max_idle_clocks_ > 0 || max_rows_ > 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + kAhead < keys.size() && found_[i + kAhead] != kNoSlot) {
+      const float* ahead = RowAt(found_[i + kAhead]) - kMetaFloats;
+      __builtin_prefetch(ahead, 1);
+      __builtin_prefetch(ahead + slot_floats() - 1, 1);
+    }
     const uint64_t id = keys[i];
-    uint32_t slot;
-    if (auto it = slots_.find(id); it != slots_.end()) {
-      slot = it->second;
-    } else if (Admit(id, clock)) {
-      slot = NewRow(id, clock);
-      ++admissions_;
-    } else {
-      ++rejections_;
-      continue;
+    uint32_t slot = found_[i];
+    if (slot == kNoSlot) {
+      if (auto it = slots_.find(id); it != slots_.end()) {
+        slot = it->second;  // Created earlier in this call (a repeated id).
+      } else if (Admit(id, clock)) {
+        slot = NewRow(id, clock);
+        ++admissions_;
+      } else {
+        ++rejections_;
+        continue;
+      }
     }
     float* row = RowAt(slot);
-    const int64_t updates = ++slot_updates_[slot];
-    optimizer_.Step(row, row + dim, grads.data() + i * dim, updates,
+    RowMeta meta = Meta(slot);
+    ++meta.updates;
+    meta.clock = std::max(meta.clock, clock);
+    optimizer_.Step(row, row + dim, grads.data() + i * dim, meta.updates,
                     lr_factor);
-    slot_clock_[slot] = std::max(slot_clock_[slot], clock);
-    Track(id, slot);
+    SetMeta(slot, meta);
+    if (tracked) Track(id, meta);
   }
   EvictIdle(clock);
   EvictOverCapacity();
@@ -262,8 +289,10 @@ std::vector<uint64_t> SparseTable::LiveCandidates(const OrderKey& key,
   live.reserve(group.size());
   for (uint64_t id : group) {
     auto it = slots_.find(id);
-    if (it == slots_.end() || slot_clock_[it->second] != key.second) continue;
-    if (by_count && slot_updates_[it->second] != key.first) continue;
+    if (it == slots_.end()) continue;
+    const RowMeta meta = Meta(it->second);
+    if (meta.clock != key.second) continue;
+    if (by_count && meta.updates != key.first) continue;
     live.push_back(id);
   }
   std::sort(live.begin(), live.end());
@@ -290,8 +319,8 @@ void SparseTable::EvictOverCapacity() {
   while (num_rows() > max_rows_ && !order.empty()) {
     auto group = order.begin();
     order_entries_ -= group->second.size();
-    std::vector<uint64_t> live = LiveCandidates(group->first, group->second,
-                                                lfu_);
+    std::vector<uint64_t> live =
+        LiveCandidates(group->first, group->second, lfu_);
     size_t evicted = 0;
     while (evicted < live.size() && num_rows() > max_rows_) {
       Evict(live[evicted++]);
@@ -311,7 +340,7 @@ void SparseTable::MaybeCompactOrders() {
   by_clock_.clear();
   by_count_.clear();
   order_entries_ = 0;
-  for (const auto& [id, slot] : slots_) Track(id, slot);
+  for (const auto& [id, slot] : slots_) Track(id, Meta(slot));
 }
 
 std::vector<StoredBlock> SparseTable::Snapshot() const {
@@ -337,16 +366,16 @@ std::vector<StoredBlock> SparseTable::Snapshot() const {
     if (contents.rows.empty() && contents.pending.empty()) continue;
     std::sort(contents.rows.begin(), contents.rows.end());
     std::sort(contents.pending.begin(), contents.pending.end());
-    AppendSparseBucketHeader(static_cast<uint8_t>(optimizer_.kind()),
-                             static_cast<uint32_t>(dim_),
-                             static_cast<uint32_t>(state_floats_),
-                             static_cast<uint32_t>(contents.rows.size()),
-                             static_cast<uint32_t>(contents.pending.size()),
-                             &block.rows);
+    AppendSparseBucketHeader(
+        static_cast<uint8_t>(optimizer_.kind()), static_cast<uint32_t>(dim_),
+        static_cast<uint32_t>(state_floats_),
+        static_cast<uint32_t>(contents.rows.size()),
+        static_cast<uint32_t>(contents.pending.size()), &block.rows);
     for (uint64_t id : contents.rows) {
       const uint32_t slot = slots_.at(id);
-      AppendSparseBucketRow(id, slot_clock_[slot], slot_updates_[slot],
-                            RowAt(slot), stride(), &block.rows);
+      const RowMeta meta = Meta(slot);
+      AppendSparseBucketRow(id, meta.clock, meta.updates, RowAt(slot), stride(),
+                            &block.rows);
     }
     for (uint64_t id : contents.pending) {
       AppendSparseBucketPending(id, pending_.at(id), &block.rows);
@@ -360,12 +389,12 @@ absl::Status SparseTable::CheckBucket(uint32_t bucket,
   if (contents.optimizer_kind != static_cast<uint8_t>(optimizer_.kind()) ||
       contents.dim != static_cast<uint32_t>(dim_) ||
       contents.state_floats != static_cast<uint32_t>(state_floats_)) {
-    return absl::DataLossError(absl::StrCat(
-        "holds rows of optimizer kind ", contents.optimizer_kind, ", dim ",
-        contents.dim, " and ", contents.state_floats,
-        " state floats; the table has kind ",
-        static_cast<int>(optimizer_.kind()), ", dim ", dim_, " and ",
-        state_floats_));
+    return absl::DataLossError(
+        absl::StrCat("holds rows of optimizer kind ", contents.optimizer_kind,
+                     ", dim ", contents.dim, " and ", contents.state_floats,
+                     " state floats; the table has kind ",
+                     static_cast<int>(optimizer_.kind()), ", dim ", dim_,
+                     " and ", state_floats_));
   }
   const std::vector<uint64_t>& ids = contents.ids;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -391,7 +420,8 @@ absl::Status SparseTable::CheckBucket(uint32_t bucket,
       return absl::DataLossError(absl::StrCat(
           "pending id ", pending[i], " (count ", count,
           ") is out of order, of another bucket, also a row, or has a count "
-          "outside 1 to min_count - 1 = ", min_count_ - 1));
+          "outside 1 to min_count - 1 = ",
+          min_count_ - 1));
     }
   }
   return absl::OkStatus();
@@ -429,9 +459,10 @@ absl::Status SparseTable::Restore(const StoredBlock& block) {
         it != slots_.end() ? it->second : NewRow(id, contents->last_clocks[i]);
     std::memcpy(RowAt(slot), contents->floats.data() + i * stride(),
                 stride() * sizeof(float));
-    slot_clock_[slot] = contents->last_clocks[i];
-    slot_updates_[slot] = contents->update_counts[i];
-    Track(id, slot);
+    const RowMeta meta{.clock = contents->last_clocks[i],
+                       .updates = contents->update_counts[i]};
+    SetMeta(slot, meta);
+    Track(id, meta);
   }
   for (size_t i = 0; i < contents->pending_ids.size(); ++i) {
     if (auto it = slots_.find(contents->pending_ids[i]); it != slots_.end()) {

@@ -118,16 +118,31 @@ class SparseTable {
   bool unconditional_admission() const {
     return min_count_ <= 1 && probability_ == 0;
   }
+  // A row's bookkeeping, kept inline before its floats (one cache miss for
+  // both).
+  struct RowMeta {
+    int64_t clock = 0;    // Last-updated clock.
+    int64_t updates = 0;  // Updates applied (lazy Adam's step).
+  };
+  static constexpr size_t kMetaFloats = sizeof(RowMeta) / sizeof(float);
+  static constexpr uint32_t kNoSlot = ~uint32_t{0};
+
+  // Floats of a row: values then optimizer state.
   size_t stride() const { return static_cast<size_t>(dim_) + state_floats_; }
+  // Floats of a slot: the meta, then the row.
+  size_t slot_floats() const { return kMetaFloats + stride(); }
+  // The row's floats (values, then state).
   float* RowAt(uint32_t slot);
   const float* RowAt(uint32_t slot) const;
+  RowMeta Meta(uint32_t slot) const;
+  void SetMeta(uint32_t slot, const RowMeta& meta);
   // True when `id` (no row) is admitted by this update.
   bool Admit(uint64_t id, int64_t clock);
   // A new row for `id`: the initializer's values, zero state, no updates.
   uint32_t NewRow(uint64_t id, int64_t clock);
   void Evict(uint64_t id);
   // Records the row's current (clock, count) in the eviction orders.
-  void Track(uint64_t id, uint32_t slot);
+  void Track(uint64_t id, const RowMeta& meta);
   // The valid candidates of `group`, ascending, without repeats.
   std::vector<uint64_t> LiveCandidates(const OrderKey& key,
                                        std::vector<uint64_t>& group,
@@ -139,8 +154,7 @@ class SparseTable {
   void MarkHeld(uint64_t id);
   // Restore's checks of a decoded bucket against this table; the error
   // message (without the bucket's name) for the first problem.
-  absl::Status CheckBucket(uint32_t bucket,
-                           const SparseBucket& contents) const;
+  absl::Status CheckBucket(uint32_t bucket, const SparseBucket& contents) const;
 
   const uint32_t table_index_;
   const int dim_;
@@ -150,19 +164,18 @@ class SparseTable {
   const SparseOptimizer optimizer_;
   const int state_floats_;
   const uint64_t job_seed_;
-  const int32_t min_count_;      // Admission by count when > 1.
-  const double probability_;     // Admission by draw when > 0.
+  const int32_t min_count_;        // Admission by count when > 1.
+  const double probability_;       // Admission by draw when > 0.
   const int64_t max_idle_clocks_;  // 0: no idle eviction.
   const int64_t max_rows_;         // 0: unbounded.
   const bool lfu_;                 // Capacity policy LFU (else LRU).
 
-  // Rows: id -> slot; a slot's floats (values, then optimizer state) live in
-  // chunks of kRowsPerChunk rows; freed slots are reused.
+  // Rows: id -> slot; a slot (RowMeta, values, optimizer state) lives in
+  // chunks of 4096 slots; freed slots are reused.
   absl::flat_hash_map<uint64_t, uint32_t> slots_;
   std::vector<std::unique_ptr<float[]>> chunks_;
-  std::vector<int64_t> slot_clock_;    // Per slot: last-updated clock.
-  std::vector<int64_t> slot_updates_;  // Per slot: updates applied.
   std::vector<uint32_t> free_slots_;
+  std::vector<uint32_t> found_;  // Apply's scratch: slots of its keys.
   uint32_t next_slot_ = 0;
   // Admission by count: updates seen of ids not admitted yet.
   absl::flat_hash_map<uint64_t, int64_t> pending_;

@@ -147,14 +147,13 @@ TEST(SparseOptimizerTest, FtrlMatchesTheReference) {
                           int, double f) {
     const double alpha = 0.5 * f;
     for (int i = 0; i < kDim; ++i) {
-      const double sigma = (std::sqrt(n[i] + g[i] * g[i]) - std::sqrt(n[i])) /
-                           alpha;
+      const double sigma =
+          (std::sqrt(n[i] + g[i] * g[i]) - std::sqrt(n[i])) / alpha;
       z[i] += g[i] - sigma * w[i];
       n[i] += g[i] * g[i];
-      w[i] = std::fabs(z[i]) <= l1
-                 ? 0.0
-                 : -(z[i] - std::copysign(l1, z[i])) /
-                       ((1.0 + std::sqrt(n[i])) / alpha + l2);
+      w[i] = std::fabs(z[i]) <= l1 ? 0.0
+                                   : -(z[i] - std::copysign(l1, z[i])) /
+                                         ((1.0 + std::sqrt(n[i])) / alpha + l2);
     }
   });
 }

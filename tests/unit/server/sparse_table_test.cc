@@ -95,9 +95,9 @@ TEST(SparseTableTest, InitializerIsTheSameRowWhateverTheTableHolds) {
   const std::vector<uint64_t> probe = {5, 77, 1003, 1050, 123456789};
   const std::vector<float> from_a = ReadRows(*a, probe);
   const std::vector<float> from_b = ReadRows(*b, probe);
-  EXPECT_EQ(std::memcmp(from_a.data(), from_b.data(),
-                        from_a.size() * sizeof(float)),
-            0);
+  EXPECT_EQ(
+      std::memcmp(from_a.data(), from_b.data(), from_a.size() * sizeof(float)),
+      0);
   // UNIFORM's default scale 1/sqrt(16): every value within +-0.25, spread.
   const std::vector<float> rows = ReadRows(*a, a_ids);
   float lo = 1, hi = -1;
@@ -201,8 +201,8 @@ TEST(SparseTableTest, AdmissionByCountAdmitsAtTheMinCountthUpdate) {
   auto reference = Make(Spec(2));  // Unconditional: reads the initializer.
   const std::vector<float> initial = ReadRows(*reference, {11});
   for (int64_t clock = 1; clock <= 2; ++clock) {
-    table->Apply(std::vector<uint64_t>{11}, std::vector<float>{100, 100},
-                 clock, 1.0f);
+    table->Apply(std::vector<uint64_t>{11}, std::vector<float>{100, 100}, clock,
+                 1.0f);
     EXPECT_FALSE(table->Contains(11));
     EXPECT_THAT(ReadRows(*table, {11}), ElementsAre(0.0f, 0.0f));
   }
