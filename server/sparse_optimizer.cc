@@ -189,6 +189,9 @@ void SparseOptimizer::LazyAdam(float* __restrict p, float* __restrict m,
 // w = 0 if |z| <= l1, else -(z - sign(z) l1) / ((beta + sqrt(n)) / alpha + l2).
 void SparseOptimizer::Ftrl(float* __restrict w, float* __restrict z,
                            const float* __restrict g, float alpha) const {
+  // A zero rate (a schedule's factor 0) learns nothing: sigma would divide
+  // by it. The row stays as it is.
+  if (!(alpha > 0)) return;
   float* __restrict n = z + dim_;
   for (int i = 0; i < dim_; ++i) {
     const float n_new = n[i] + g[i] * g[i];

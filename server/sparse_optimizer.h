@@ -44,7 +44,8 @@ class SparseOptimizer {
   // One step on one row: values[0..dim) and state[0..state_floats) change by
   // gradient grad[0..dim) at learning rate learning_rate() * lr_factor.
   // `step` is the row's update count including this one (>= 1; lazy Adam's
-  // bias correction).
+  // bias correction). FTRL at an effective rate of 0 leaves the row as it
+  // is (its formula divides by the rate).
   void Step(float* values, float* state, const float* grad, int64_t step,
             float lr_factor) const;
 

@@ -177,6 +177,19 @@ TEST(SparseOptimizerTest, FtrlWithL1GivesExactZeros) {
   }
 }
 
+TEST(SparseOptimizerTest, FtrlAtRateZeroLeavesTheRow) {
+  v1::SparseOptimizerSpec spec;
+  spec.mutable_ftrl()->set_alpha(0.1f);
+  auto opt = SparseOptimizer::Create(spec, 2);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  std::vector<float> w = {0.3f, -0.2f};
+  std::vector<float> state = {0.5f, 0.25f, 1.0f, 2.0f};
+  const float g[2] = {1.0f, -1.0f};
+  opt->Step(w.data(), state.data(), g, 1, 0.0f);
+  EXPECT_THAT(w, testing::ElementsAre(0.3f, -0.2f));
+  EXPECT_THAT(state, testing::ElementsAre(0.5f, 0.25f, 1.0f, 2.0f));
+}
+
 TEST(SparseOptimizerTest, BadSpecsAreInvalidNamingTheField) {
   struct Case {
     v1::SparseOptimizerSpec spec;

@@ -215,6 +215,20 @@ TEST(SparseTableTest, AdmissionByCountAdmitsAtTheMinCountthUpdate) {
               ElementsAre(initial[0] - 0.5f, initial[1] - 1.0f));
 }
 
+TEST(SparseTableTest, ARepeatedIdInOnePushCountsAndStepsEachTime) {
+  v1::SparseTableSpec spec = Spec(1);
+  spec.mutable_admission()->set_min_count(2);
+  auto table = Make(spec);
+  const float initial = ReadRows(*Make(Spec(1)), {5})[0];
+  table->Apply(std::vector<uint64_t>{5, 5, 5}, std::vector<float>{1, 2, 4}, 1,
+               1.0f);
+  // The first is counted and dropped, the second admits, the third steps.
+  EXPECT_EQ(table->rejections(), 1);
+  EXPECT_EQ(table->admissions(), 1);
+  EXPECT_THAT(ReadRows(*table, {5}),
+              ElementsAre((initial - 0.5f * 2) - 0.5f * 4));
+}
+
 TEST(SparseTableTest, AdmissionByProbabilityIsDeterministicAndAboutP) {
   v1::SparseTableSpec spec = Spec(1);
   spec.mutable_admission()->set_probability(0.25f);
