@@ -26,7 +26,8 @@ absl::Status MemoryShardStore::Write(const ShardWrite& write) {
         block.key, Block{.values = {block.values.begin(), block.values.end()},
                          .optimizer_state = {block.optimizer_state.begin(),
                                              block.optimizer_state.end()},
-                         .optimizer_step = block.optimizer_step});
+                         .optimizer_step = block.optimizer_step,
+                         .rows = std::string(block.rows)});
   }
   absl::MutexLock lock(&mu_);
   Job& job = jobs_[write.job_id];
@@ -90,6 +91,7 @@ absl::StatusOr<StoredJob> MemoryShardStore::Load(const std::string& job_id) {
     stored.values = block.values;
     stored.optimizer_state = block.optimizer_state;
     stored.optimizer_step = block.optimizer_step;
+    stored.rows = block.rows;
   }
   out.worker_clocks = job.worker_clocks;
   out.log_sequence = job.log_sequence;

@@ -50,6 +50,7 @@ class MemoryShardStore : public ShardStore {
     std::vector<float> values;
     std::vector<float> optimizer_state;
     int64_t optimizer_step = 0;
+    std::string rows;
   };
   // One job's state. An entry exists only once something is stored for it.
   struct Job {

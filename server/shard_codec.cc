@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/sparse_keys.h"
 
 namespace ps {
 namespace {
@@ -66,6 +67,10 @@ void StoredJobDecoder::SetMeta(std::string meta) {
 
 absl::Status StoredJobDecoder::AddValues(absl::string_view key,
                                          absl::string_view value) {
+  if (key.size() == prefix_.size() + kStoredBlockKeyBytes + 1 &&
+      key.back() == kStoredRowsSuffix && absl::StartsWith(key, prefix_)) {
+    return AddRows(key, value);
+  }
   if (key.size() != prefix_.size() + kStoredBlockKeyBytes ||
       !absl::StartsWith(key, prefix_)) {
     return DataLoss(
@@ -84,6 +89,20 @@ absl::Status StoredJobDecoder::AddValues(absl::string_view key,
                                  value.size(),
                                  " bytes are not whole float32s"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status StoredJobDecoder::AddRows(absl::string_view key,
+                                       absl::string_view value) {
+  const uint64_t block_key =
+      ReadBigEndian(key.data() + prefix_.size(), kStoredBlockKeyBytes);
+  // The rows record sorts right after its block's values record.
+  if (!IsBucketKey(block_key) || job_.blocks.empty() ||
+      job_.blocks.back().key != block_key || !job_.blocks.back().rows.empty()) {
+    return DataLoss(absl::StrCat(BlockName(block_key),
+                                 ": rows record without its bucket's values"));
+  }
+  job_.blocks.back().rows = std::string(value);
   return absl::OkStatus();
 }
 

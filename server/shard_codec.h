@@ -19,6 +19,9 @@ namespace ps {
 inline constexpr size_t kStoredBlockKeyBytes = 8;
 inline constexpr size_t kStoredWorkerBytes = 4;
 inline constexpr size_t kStoredInt64Bytes = 8;
+// The byte after a bucket's block key that makes the key of its rows record
+// in the "values" family (layout in server/state_store.h).
+inline constexpr char kStoredRowsSuffix = 'r';
 
 // The first key of a job's range: job_id '\0'.
 std::string StoredJobPrefix(const std::string& job_id);
@@ -34,7 +37,9 @@ class StoredJobDecoder {
 
   // The job's meta record, if there is one.
   void SetMeta(std::string meta);
-  // A "values" record: job prefix, 8-byte big-endian block key -> float32s.
+  // A "values" family record: job prefix, 8-byte big-endian block key ->
+  // float32s; or a bucket's rows record: the same key of the block added
+  // just before (a bucket key), then kStoredRowsSuffix -> opaque row bytes.
   absl::Status AddValues(absl::string_view key, absl::string_view value);
   // An "optimizer" record: the same key -> int64 step then float32 slots.
   absl::Status AddOptimizer(absl::string_view key, absl::string_view value);
@@ -55,6 +60,8 @@ class StoredJobDecoder {
 
  private:
   absl::Status DataLoss(absl::string_view what) const;
+  // AddValues for a rows record.
+  absl::Status AddRows(absl::string_view key, absl::string_view value);
 
   const std::string job_id_;
   const std::string prefix_;

@@ -11,12 +11,14 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/sparse_keys.h"
 
 namespace ps {
 
@@ -31,6 +33,11 @@ struct BlockWrite {
   std::span<const float> optimizer_state{};
   // Updates applied so far (Adam bias correction).
   int64_t optimizer_step = 0;
+  // A sparse table's bucket (IsBucketKey(key), common/sparse_keys.h) only:
+  // its rows as opaque bytes (format: server/sparse_bucket_codec.h); empty
+  // for a dense block. A bucket's write replaces its stored rows, so empty
+  // rows clear them.
+  std::string_view rows{};
 };
 
 // One atomic write for a job: block states and the worker clocks they advance.
@@ -57,6 +64,9 @@ struct StoredBlock {
   std::vector<float> values{};
   std::vector<float> optimizer_state{};
   int64_t optimizer_step = 0;
+  // A bucket's rows as written (BlockWrite::rows); empty for a dense block
+  // and for a block stored before rows existed.
+  std::string rows{};
 };
 
 // Everything stored for one job.
@@ -125,8 +135,8 @@ inline absl::Status ValidateShardStoreJobId(const std::string& job_id) {
 }
 
 // OK if `write` is acceptable to ShardStore::Write (valid job id,
-// log_sequence >= 0, worker indices >= 0); INVALID_ARGUMENT naming the problem
-// otherwise. Thread-safe.
+// log_sequence >= 0, worker indices >= 0, rows only on bucket keys);
+// INVALID_ARGUMENT naming the problem otherwise. Thread-safe.
 inline absl::Status ValidateShardWrite(const ShardWrite& write) {
   if (absl::Status status = ValidateShardStoreJobId(write.job_id);
       !status.ok()) {
@@ -136,6 +146,13 @@ inline absl::Status ValidateShardWrite(const ShardWrite& write) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard store: job ", write.job_id,
                      ": log_sequence must be >= 0, got ", write.log_sequence));
+  }
+  for (const BlockWrite& block : write.blocks) {
+    if (!block.rows.empty() && !IsBucketKey(block.key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard store: job ", write.job_id, ": block key ",
+                       block.key, " has rows but is not a bucket key"));
+    }
   }
   for (const auto& [worker, clock] : write.worker_clocks) {
     if (worker < 0) {

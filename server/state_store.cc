@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/rocksdb_status.h"
+#include "common/sparse_keys.h"
 #include "common/status_macros.h"
 #include "server/shard_codec.h"
 
@@ -235,6 +236,15 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write) {
     if (put.ok()) {
       put = batch.Put(handles_[kOptimizer], rocksdb::SliceParts(&key_part, 1),
                       rocksdb::SliceParts(value_parts, 2));
+    }
+    if (put.ok() && IsBucketKey(block.key)) {
+      // A bucket's rows record replaces (or, when empty, clears) the last.
+      const std::string rows_key = key + kStoredRowsSuffix;
+      put = block.rows.empty()
+                ? batch.Delete(handles_[kValues], rows_key)
+                : batch.Put(handles_[kValues], rows_key,
+                            rocksdb::Slice(block.rows.data(),
+                                           block.rows.size()));
     }
     PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
         put, absl::StrCat(context, "batching ", BlockName(block.key))));

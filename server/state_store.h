@@ -11,6 +11,11 @@
 // stays empty). Every key starts with the job id and a '\0', so one job's keys
 // form a contiguous range:
 //   values:    job_id '\0' key(8 bytes, big-endian) -> float32 little-endian
+//              and, for a sparse bucket's key (common/sparse_keys.h) with
+//              rows, job_id '\0' key(8 bytes, big-endian) 'r' -> the rows'
+//              opaque bytes (server/sparse_bucket_codec.h); sorts right
+//              after the bucket's (empty) values. Added within format 2:
+//              directories written before hold no such keys.
 //   optimizer: job_id '\0' key(8 bytes, big-endian) -> step (int64, 8 bytes
 //              little-endian) then float32 little-endian slots
 //   clocks:    job_id '\0' worker(4 bytes, big-endian) -> clock (int64, 8

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/sparse_keys.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -56,6 +57,44 @@ TEST(StoredJobDecoderTest, DecodesWellFormedRecords) {
   EXPECT_THAT(job->blocks[0].optimizer_state, ElementsAre(5));
   EXPECT_EQ(job->blocks[0].optimizer_step, 3);
   EXPECT_THAT(job->worker_clocks, ElementsAre(Pair(1, 9)));
+}
+
+TEST(StoredJobDecoderTest, DecodesABucketsRowsRecordAfterItsValues) {
+  const uint64_t bucket = BucketKey(2, 5);
+  const std::string rows("opaque\0bytes", 12);
+  StoredJobDecoder decoder("job");
+  ASSERT_TRUE(decoder.AddValues(Key(1), Floats({1})).ok());
+  ASSERT_TRUE(decoder.AddValues(Key(bucket), "").ok());
+  ASSERT_TRUE(decoder.AddValues(Key(bucket) + "r", rows).ok());
+  ASSERT_TRUE(decoder.AddOptimizer(Key(1), Int64(0)).ok());
+  ASSERT_TRUE(decoder.AddOptimizer(Key(bucket), Int64(0)).ok());
+  auto job = decoder.Finish();
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->blocks.size(), 2u);
+  EXPECT_EQ(job->blocks[0].rows, "");
+  EXPECT_EQ(job->blocks[1].key, bucket);
+  EXPECT_EQ(job->blocks[1].rows, rows);
+}
+
+TEST(StoredJobDecoderTest, RefusesRowsWithoutTheirBucket) {
+  const uint64_t bucket = BucketKey(2, 5);
+  {  // Rows of a dense block's key.
+    StoredJobDecoder d("job");
+    ASSERT_TRUE(d.AddValues(Key(1), "").ok());
+    EXPECT_EQ(d.AddValues(Key(1) + "r", "x").code(),
+              absl::StatusCode::kDataLoss);
+  }
+  {  // Rows before any values, then rows of another bucket, then twice.
+    StoredJobDecoder d("job");
+    EXPECT_EQ(d.AddValues(Key(bucket) + "r", "x").code(),
+              absl::StatusCode::kDataLoss);
+    ASSERT_TRUE(d.AddValues(Key(bucket), "").ok());
+    EXPECT_EQ(d.AddValues(Key(bucket + 1) + "r", "x").code(),
+              absl::StatusCode::kDataLoss);
+    ASSERT_TRUE(d.AddValues(Key(bucket) + "r", "x").ok());
+    EXPECT_EQ(d.AddValues(Key(bucket) + "r", "y").code(),
+              absl::StatusCode::kDataLoss);
+  }
 }
 
 TEST(StoredJobDecoderTest, RefusesMalformedRecordsAsDataLoss) {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/sparse_keys.h"
 #include "server/memory_shard_store.h"
 #include "server/rocksdb_shard_store.h"
 
@@ -152,6 +153,47 @@ TYPED_TEST(ShardStoreTest, BlocksLoadInKeyOrder) {
   for (const StoredBlock& block : job->blocks) loaded.push_back(block.key);
   EXPECT_THAT(loaded, ElementsAre(Key(0, 7), Key(0, 256), Key(1, 0), Key(2, 0),
                                   Key(0xffffffff, 1)));
+}
+
+TYPED_TEST(ShardStoreTest, BucketRowsRoundTripAndAreReplaced) {
+  // Opaque bytes with a NUL and a byte of each high value.
+  const std::string rows("\x01\x00rows\xff\x80", 8);
+  const std::vector<float> dense = {1.0f, 2.0f};
+  ShardWrite write{.job_id = "job"};
+  write.blocks.push_back({.key = Key(0, 1), .values = dense});
+  write.blocks.push_back({.key = BucketKey(3, 5), .rows = rows});
+  write.blocks.push_back({.key = BucketKey(3, 6), .optimizer_step = 2});
+  ASSERT_TRUE(this->store_->Write(write).ok());
+
+  absl::StatusOr<StoredJob> job = this->store_->Load("job");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->blocks.size(), 3u);
+  EXPECT_EQ(job->blocks[0].values, dense);
+  EXPECT_EQ(job->blocks[0].rows, "");
+  EXPECT_EQ(job->blocks[1].key, BucketKey(3, 5));
+  EXPECT_TRUE(job->blocks[1].values.empty());
+  EXPECT_EQ(job->blocks[1].rows, rows);
+  EXPECT_EQ(job->blocks[2].key, BucketKey(3, 6));
+  EXPECT_EQ(job->blocks[2].rows, "");
+  EXPECT_EQ(job->blocks[2].optimizer_step, 2);
+
+  // A later write of the bucket replaces its rows; empty rows clear them.
+  ShardWrite second{.job_id = "job"};
+  second.blocks.push_back({.key = BucketKey(3, 5)});
+  second.blocks.push_back({.key = BucketKey(3, 6), .rows = "new"});
+  ASSERT_TRUE(this->store_->Write(second).ok());
+  job = this->store_->Load("job");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->blocks.size(), 3u);
+  EXPECT_EQ(job->blocks[1].rows, "");
+  EXPECT_EQ(job->blocks[2].rows, "new");
+}
+
+TYPED_TEST(ShardStoreTest, RowsOnADenseKeyAreInvalid) {
+  ShardWrite write{.job_id = "job"};
+  write.blocks.push_back({.key = Key(0, 1), .rows = "x"});
+  EXPECT_EQ(this->store_->Write(write).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TYPED_TEST(ShardStoreTest, LaterWritesReplaceEarlierOnes) {
@@ -715,6 +757,16 @@ TEST_F(RocksDbShardStoreTest, MalformedValuesAreDataLoss) {
   EXPECT_EQ(job.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(job.status().message(), HasSubstr("job-7"));
   EXPECT_THAT(job.status().message(), HasSubstr("tensor 1, block 3"));
+}
+
+TEST_F(RocksDbShardStoreTest, RowsRecordWithoutItsBucketIsDataLoss) {
+  StoreOneBlock();
+  PutRaw("values", RawBlockKey("job-7", BucketKey(1, 3)) + "r", "rows");
+  std::unique_ptr<RocksDbShardStore> store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<StoredJob> job = store->Load("job-7");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(job.status().message(), HasSubstr("rows record"));
 }
 
 TEST_F(RocksDbShardStoreTest, MalformedOptimizerRecordIsDataLoss) {

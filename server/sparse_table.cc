@@ -1,0 +1,477 @@
+#include "server/sparse_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/sparse_keys.h"
+#include "common/status_macros.h"
+#include "server/sparse_bucket_codec.h"
+
+namespace ps {
+namespace {
+
+constexpr int kMaxDim = 1024;
+constexpr uint32_t kRowsPerChunkLog2 = 12;
+constexpr uint32_t kRowsPerChunk = uint32_t{1} << kRowsPerChunkLog2;
+
+absl::Status ValidateSpec(const v1::SparseTableSpec& spec) {
+  if (spec.dim() < 1 || spec.dim() > kMaxDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dim must be 1 to 1024, got ", spec.dim()));
+  }
+  const int32_t buckets = spec.num_buckets();
+  if (buckets < 1 || buckets > kMaxBucketsPerTable ||
+      (buckets & (buckets - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_buckets must be a power of two, 1 to 2^20, got ", buckets));
+  }
+  const v1::AdmissionSpec& admission = spec.admission();
+  if (admission.min_count() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "admission.min_count must be >= 0, got ", admission.min_count()));
+  }
+  const float p = admission.probability();
+  if (!(p >= 0 && p <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("admission.probability must be in [0, 1], got ", p));
+  }
+  if (p > 0 && admission.min_count() > 1) {
+    return absl::InvalidArgumentError(
+        "admission: set at most one of min_count and probability");
+  }
+  const v1::EvictionSpec& eviction = spec.eviction();
+  if (eviction.max_idle_clocks() < 0 || eviction.max_rows_per_server() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "eviction.max_idle_clocks and max_rows_per_server must be >= 0, got ",
+        eviction.max_idle_clocks(), " and ", eviction.max_rows_per_server()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WithTable(const absl::Status& status,
+                       const v1::SparseTableSpec& spec) {
+  return absl::Status(status.code(), absl::StrCat("sparse table ", spec.name(),
+                                                  ": ", status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(
+    const v1::SparseTableSpec& spec, uint32_t table_index, uint64_t job_seed,
+    bool accumulate) {
+  if (absl::Status status = ValidateSpec(spec); !status.ok()) {
+    return WithTable(status, spec);
+  }
+  absl::StatusOr<SparseRowInit> init =
+      SparseRowInit::Create(spec.init(), spec.dim(), job_seed, table_index);
+  if (!init.ok()) return WithTable(init.status(), spec);
+  absl::StatusOr<SparseOptimizer> optimizer =
+      SparseOptimizer::Create(spec.optimizer(), spec.dim());
+  if (!optimizer.ok()) return WithTable(optimizer.status(), spec);
+  return std::unique_ptr<SparseTable>(new SparseTable(
+      spec, table_index, job_seed, accumulate, *init, *optimizer));
+}
+
+SparseTable::SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
+                         uint64_t job_seed, bool accumulate, SparseRowInit init,
+                         SparseOptimizer optimizer)
+    : table_index_(table_index),
+      dim_(spec.dim()),
+      num_buckets_(static_cast<uint32_t>(spec.num_buckets())),
+      accumulate_(accumulate),
+      init_(init),
+      optimizer_(optimizer),
+      state_floats_(optimizer.state_floats()),
+      job_seed_(job_seed),
+      min_count_(spec.admission().min_count()),
+      probability_(spec.admission().probability()),
+      max_idle_clocks_(spec.eviction().max_idle_clocks()),
+      max_rows_(spec.eviction().max_rows_per_server()),
+      lfu_(spec.eviction().policy() == v1::EvictionSpec::LFU),
+      held_(num_buckets_, false) {}
+
+float* SparseTable::RowAt(uint32_t slot) {
+  return chunks_[slot >> kRowsPerChunkLog2].get() +
+         (slot & (kRowsPerChunk - 1)) * slot_floats() + kMetaFloats;
+}
+
+const float* SparseTable::RowAt(uint32_t slot) const {
+  return chunks_[slot >> kRowsPerChunkLog2].get() +
+         (slot & (kRowsPerChunk - 1)) * slot_floats() + kMetaFloats;
+}
+
+SparseTable::RowMeta SparseTable::Meta(uint32_t slot) const {
+  RowMeta meta;
+  std::memcpy(static_cast<void*>(&meta), RowAt(slot) - kMetaFloats,
+              sizeof(meta));
+  return meta;
+}
+
+void SparseTable::SetMeta(uint32_t slot, const RowMeta& meta) {
+  std::memcpy(RowAt(slot) - kMetaFloats, &meta, sizeof(meta));
+}
+
+void SparseTable::MarkHeld(uint64_t id) {
+  held_[BucketOfId(id, table_index_, num_buckets_)] = true;
+}
+
+void SparseTable::Read(std::span<const uint64_t> keys, float* out) const {
+  const size_t dim = static_cast<size_t>(dim_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    float* row = out + i * dim;
+    auto it = slots_.find(keys[i]);
+    if (it != slots_.end()) {
+      std::memcpy(row, RowAt(it->second), dim * sizeof(float));
+    } else if (unconditional_admission()) {
+      init_.Fill(keys[i], std::span<float>(row, dim));
+    } else {
+      std::fill(row, row + dim, 0.0f);
+    }
+  }
+}
+
+void SparseTable::Accumulate(std::span<const uint64_t> keys,
+                             std::span<const float> grads) {
+  PS_CHECK(accumulate_, "sparse table: Accumulate without accumulate");
+  const size_t dim = static_cast<size_t>(dim_);
+  PS_CHECK(grads.size() == keys.size() * dim, "sparse table: ", grads.size(),
+           " gradient floats for ", keys.size(), " rows of dim ", dim);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, inserted] = acc_index_.try_emplace(
+        keys[i], static_cast<uint32_t>(acc_keys_.size()));
+    if (inserted) {
+      acc_keys_.push_back(keys[i]);
+      acc_sums_.resize(acc_sums_.size() + dim, 0.0f);
+    }
+    float* sum = acc_sums_.data() + size_t{it->second} * dim;
+    const float* g = grads.data() + i * dim;
+    for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
+  }
+}
+
+SparseTable::RowsView SparseTable::AveragedRows(int num_workers) {
+  PS_CHECK(num_workers >= 1, "sparse table: num_workers ", num_workers);
+  const size_t dim = static_cast<size_t>(dim_);
+  std::vector<uint32_t> order(acc_keys_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+  std::sort(order.begin(), order.end(), [this](uint32_t a, uint32_t b) {
+    return acc_keys_[a] < acc_keys_[b];
+  });
+  avg_keys_.resize(order.size());
+  avg_values_.resize(order.size() * dim);
+  const auto n = static_cast<float>(num_workers);
+  for (size_t i = 0; i < order.size(); ++i) {
+    avg_keys_[i] = acc_keys_[order[i]];
+    const float* sum = acc_sums_.data() + size_t{order[i]} * dim;
+    float* avg = avg_values_.data() + i * dim;
+    for (size_t j = 0; j < dim; ++j) avg[j] = sum[j] / n;
+  }
+  return RowsView{.keys = avg_keys_, .values = avg_values_};
+}
+
+void SparseTable::ClearAccumulated() {
+  acc_index_.clear();
+  acc_keys_.clear();
+  acc_sums_.clear();
+}
+
+bool SparseTable::Admit(uint64_t id, int64_t clock) {
+  if (probability_ > 0) {
+    return SparseAdmissionDraw(job_seed_, table_index_, id, clock,
+                               probability_);
+  }
+  if (min_count_ <= 1) return true;
+  auto [it, inserted] = pending_.try_emplace(id, 0);
+  if (inserted) MarkHeld(id);
+  if (++it->second < min_count_) return false;
+  pending_.erase(it);
+  return true;
+}
+
+uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = next_slot_++;
+    if ((slot >> kRowsPerChunkLog2) >= chunks_.size()) {
+      chunks_.push_back(
+          std::make_unique<float[]>(kRowsPerChunk * slot_floats()));
+    }
+  }
+  float* row = RowAt(slot);
+  init_.Fill(id, std::span<float>(row, static_cast<size_t>(dim_)));
+  std::fill(row + dim_, row + stride(), 0.0f);
+  SetMeta(slot, {.clock = clock, .updates = 0});
+  slots_.emplace(id, slot);
+  MarkHeld(id);
+  return slot;
+}
+
+void SparseTable::Evict(uint64_t id) {
+  auto it = slots_.find(id);
+  free_slots_.push_back(it->second);
+  slots_.erase(it);
+  ++evictions_;
+}
+
+void SparseTable::Track(uint64_t id, const RowMeta& meta) {
+  if (max_idle_clocks_ > 0 || (max_rows_ > 0 && !lfu_)) {
+    by_clock_[{0, meta.clock}].push_back(id);
+    ++order_entries_;
+  }
+  if (max_rows_ > 0 && lfu_) {
+    by_count_[{meta.updates, meta.clock}].push_back(id);
+    ++order_entries_;
+  }
+}
+
+void SparseTable::Apply(std::span<const uint64_t> keys,
+                        std::span<const float> grads, int64_t clock,
+                        float lr_factor) {
+  const size_t dim = static_cast<size_t>(dim_);
+  PS_CHECK(grads.size() == keys.size() * dim, "sparse table: ", grads.size(),
+           " gradient floats for ", keys.size(), " rows of dim ", dim);
+  // Two passes, for memory-level parallelism over a large table: the slots
+  // of the rows that exist, then the steps in key order, fetching rows ahead.
+  // Slots found stay valid: nothing is evicted before the steps end.
+  constexpr size_t kAhead = 8;
+  found_.resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + kAhead < keys.size()) slots_.prefetch(keys[i + kAhead]);
+    auto it = slots_.find(keys[i]);
+    found_[i] = it == slots_.end() ? kNoSlot : it->second;
+  }
+  const bool tracked = max_idle_clocks_ > 0 || max_rows_ > 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + kAhead < keys.size() && found_[i + kAhead] != kNoSlot) {
+      const float* ahead = RowAt(found_[i + kAhead]) - kMetaFloats;
+      __builtin_prefetch(ahead, 1);
+      __builtin_prefetch(ahead + slot_floats() - 1, 1);
+    }
+    const uint64_t id = keys[i];
+    uint32_t slot = found_[i];
+    if (slot == kNoSlot) {
+      if (auto it = slots_.find(id); it != slots_.end()) {
+        slot = it->second;  // Created earlier in this call (a repeated id).
+      } else if (Admit(id, clock)) {
+        slot = NewRow(id, clock);
+        ++admissions_;
+      } else {
+        ++rejections_;
+        continue;
+      }
+    }
+    float* row = RowAt(slot);
+    RowMeta meta = Meta(slot);
+    ++meta.updates;
+    meta.clock = std::max(meta.clock, clock);
+    optimizer_.Step(row, row + dim, grads.data() + i * dim, meta.updates,
+                    lr_factor);
+    SetMeta(slot, meta);
+    if (tracked) Track(id, meta);
+  }
+  EvictIdle(clock);
+  EvictOverCapacity();
+  MaybeCompactOrders();
+}
+
+std::vector<uint64_t> SparseTable::LiveCandidates(const OrderKey& key,
+                                                  std::vector<uint64_t>& group,
+                                                  bool by_count) const {
+  std::vector<uint64_t> live;
+  live.reserve(group.size());
+  for (uint64_t id : group) {
+    auto it = slots_.find(id);
+    if (it == slots_.end()) continue;
+    const RowMeta meta = Meta(it->second);
+    if (meta.clock != key.second) continue;
+    if (by_count && meta.updates != key.first) continue;
+    live.push_back(id);
+  }
+  std::sort(live.begin(), live.end());
+  live.erase(std::unique(live.begin(), live.end()), live.end());
+  return live;
+}
+
+void SparseTable::EvictIdle(int64_t clock) {
+  if (max_idle_clocks_ <= 0) return;
+  const int64_t threshold = clock - max_idle_clocks_;
+  while (!by_clock_.empty() && by_clock_.begin()->first.second < threshold) {
+    auto group = by_clock_.begin();
+    order_entries_ -= group->second.size();
+    for (uint64_t id : LiveCandidates(group->first, group->second, false)) {
+      Evict(id);
+    }
+    by_clock_.erase(group);
+  }
+}
+
+void SparseTable::EvictOverCapacity() {
+  if (max_rows_ <= 0) return;
+  EvictionOrder& order = lfu_ ? by_count_ : by_clock_;
+  while (num_rows() > max_rows_ && !order.empty()) {
+    auto group = order.begin();
+    order_entries_ -= group->second.size();
+    std::vector<uint64_t> live =
+        LiveCandidates(group->first, group->second, lfu_);
+    size_t evicted = 0;
+    while (evicted < live.size() && num_rows() > max_rows_) {
+      Evict(live[evicted++]);
+    }
+    if (evicted == live.size()) {
+      order.erase(group);
+    } else {
+      live.erase(live.begin(), live.begin() + static_cast<ptrdiff_t>(evicted));
+      order_entries_ += live.size();
+      group->second = std::move(live);
+    }
+  }
+}
+
+void SparseTable::MaybeCompactOrders() {
+  if (order_entries_ <= 2 * slots_.size() + 4096) return;
+  by_clock_.clear();
+  by_count_.clear();
+  order_entries_ = 0;
+  for (const auto& [id, slot] : slots_) Track(id, Meta(slot));
+}
+
+std::vector<StoredBlock> SparseTable::Snapshot() const {
+  struct Contents {
+    std::vector<uint64_t> rows;
+    std::vector<uint64_t> pending;
+  };
+  std::map<uint32_t, Contents> buckets;
+  for (uint32_t b = 0; b < num_buckets_; ++b) {
+    if (held_[b]) buckets[b];
+  }
+  for (const auto& [id, slot] : slots_) {
+    buckets[BucketOfId(id, table_index_, num_buckets_)].rows.push_back(id);
+  }
+  for (const auto& [id, count] : pending_) {
+    buckets[BucketOfId(id, table_index_, num_buckets_)].pending.push_back(id);
+  }
+  std::vector<StoredBlock> blocks;
+  blocks.reserve(buckets.size());
+  for (auto& [bucket, contents] : buckets) {
+    StoredBlock& block = blocks.emplace_back();
+    block.key = BucketKey(table_index_, bucket);
+    if (contents.rows.empty() && contents.pending.empty()) continue;
+    std::sort(contents.rows.begin(), contents.rows.end());
+    std::sort(contents.pending.begin(), contents.pending.end());
+    AppendSparseBucketHeader(
+        static_cast<uint8_t>(optimizer_.kind()), static_cast<uint32_t>(dim_),
+        static_cast<uint32_t>(state_floats_),
+        static_cast<uint32_t>(contents.rows.size()),
+        static_cast<uint32_t>(contents.pending.size()), &block.rows);
+    for (uint64_t id : contents.rows) {
+      const uint32_t slot = slots_.at(id);
+      const RowMeta meta = Meta(slot);
+      AppendSparseBucketRow(id, meta.clock, meta.updates, RowAt(slot), stride(),
+                            &block.rows);
+    }
+    for (uint64_t id : contents.pending) {
+      AppendSparseBucketPending(id, pending_.at(id), &block.rows);
+    }
+  }
+  return blocks;
+}
+
+absl::Status SparseTable::CheckBucket(uint32_t bucket,
+                                      const SparseBucket& contents) const {
+  if (contents.optimizer_kind != static_cast<uint8_t>(optimizer_.kind()) ||
+      contents.dim != static_cast<uint32_t>(dim_) ||
+      contents.state_floats != static_cast<uint32_t>(state_floats_)) {
+    return absl::DataLossError(
+        absl::StrCat("holds rows of optimizer kind ", contents.optimizer_kind,
+                     ", dim ", contents.dim, " and ", contents.state_floats,
+                     " state floats; the table has kind ",
+                     static_cast<int>(optimizer_.kind()), ", dim ", dim_,
+                     " and ", state_floats_));
+  }
+  const std::vector<uint64_t>& ids = contents.ids;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0 && ids[i] <= ids[i - 1]) {
+      return absl::DataLossError(absl::StrCat("row ids not ascending at ", i));
+    }
+    if (BucketOfId(ids[i], table_index_, num_buckets_) != bucket) {
+      return absl::DataLossError(
+          absl::StrCat("row id ", ids[i], " belongs to another bucket"));
+    }
+    if (contents.update_counts[i] < 1) {
+      return absl::DataLossError(absl::StrCat(
+          "row id ", ids[i], " has update count ", contents.update_counts[i]));
+    }
+  }
+  const std::vector<uint64_t>& pending = contents.pending_ids;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const int64_t count = contents.pending_counts[i];
+    if ((i > 0 && pending[i] <= pending[i - 1]) ||
+        BucketOfId(pending[i], table_index_, num_buckets_) != bucket ||
+        count < 1 || count >= min_count_ ||
+        std::binary_search(ids.begin(), ids.end(), pending[i])) {
+      return absl::DataLossError(absl::StrCat(
+          "pending id ", pending[i], " (count ", count,
+          ") is out of order, of another bucket, also a row, or has a count "
+          "outside 1 to min_count - 1 = ",
+          min_count_ - 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseTable::Restore(const StoredBlock& block) {
+  if (!IsBucketKey(block.key) || BucketTable(block.key) != table_index_ ||
+      BucketIndex(block.key) >= num_buckets_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sparse table ", table_index_, ": key ", block.key,
+                     " is not one of its ", num_buckets_, " buckets"));
+  }
+  const uint32_t bucket = BucketIndex(block.key);
+  const std::string context =
+      absl::StrCat("sparse table ", table_index_, ", bucket ", bucket, ": ");
+  if (!block.values.empty() || !block.optimizer_state.empty()) {
+    return absl::DataLossError(
+        absl::StrCat(context, "a bucket holds no dense values or state"));
+  }
+  if (block.rows.empty()) return absl::OkStatus();
+  absl::StatusOr<SparseBucket> contents = DecodeSparseBucket(block.rows);
+  if (!contents.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(context, contents.status().message()));
+  }
+  if (absl::Status status = CheckBucket(bucket, *contents); !status.ok()) {
+    return absl::DataLossError(absl::StrCat(context, status.message()));
+  }
+  held_[bucket] = true;
+  for (size_t i = 0; i < contents->ids.size(); ++i) {
+    const uint64_t id = contents->ids[i];
+    pending_.erase(id);
+    auto it = slots_.find(id);
+    const uint32_t slot =
+        it != slots_.end() ? it->second : NewRow(id, contents->last_clocks[i]);
+    std::memcpy(RowAt(slot), contents->floats.data() + i * stride(),
+                stride() * sizeof(float));
+    const RowMeta meta{.clock = contents->last_clocks[i],
+                       .updates = contents->update_counts[i]};
+    SetMeta(slot, meta);
+    Track(id, meta);
+  }
+  for (size_t i = 0; i < contents->pending_ids.size(); ++i) {
+    if (auto it = slots_.find(contents->pending_ids[i]); it != slots_.end()) {
+      free_slots_.push_back(it->second);  // Replaced: not an eviction.
+      slots_.erase(it);
+    }
+    pending_[contents->pending_ids[i]] = contents->pending_counts[i];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps

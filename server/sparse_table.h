@@ -1,0 +1,203 @@
+// One sparse embedding table's rows on one parameter server (docs/sparse.md,
+// "Rows, optimizers, admission and eviction"): rows of `dim` float32 values
+// keyed by uint64 ids, created on first admitted update from a counter-based
+// initializer, changed by a lazy optimizer whose state lives inline after
+// each row's values, deleted by idle time or by capacity (LRU or LFU).
+#ifndef PS_SERVER_SPARSE_TABLE_H_
+#define PS_SERVER_SPARSE_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ps/v1/job.pb.h"
+#include "server/shard_store.h"
+#include "server/sparse_bucket_codec.h"
+#include "server/sparse_optimizer.h"
+#include "server/sparse_row_init.h"
+
+namespace ps {
+
+// Thread-compatible: the owning ServerJob calls everything under its lock.
+class SparseTable {
+ public:
+  // `spec` as submitted (defaults filled: a 0 is a 0, except init.scale 0,
+  // which means the documented default); `table_index` its index in the
+  // job's sparse_tables; `job_seed` the job's seed; `accumulate`: keep BSP
+  // sums (Accumulate / AveragedRows). Errors: INVALID_ARGUMENT naming the
+  // field (dim out of 1..1024, no or a bad optimizer, num_buckets not a power
+  // of two in 1..2^20, admission min_count < 0 or probability outside [0, 1]
+  // or both set, a negative eviction bound, a bad init).
+  static absl::StatusOr<std::unique_ptr<SparseTable>> Create(
+      const v1::SparseTableSpec& spec, uint32_t table_index, uint64_t job_seed,
+      bool accumulate);
+
+  SparseTable(const SparseTable&) = delete;
+  SparseTable& operator=(const SparseTable&) = delete;
+
+  uint32_t table_index() const { return table_index_; }
+  int dim() const { return dim_; }
+  uint32_t num_buckets() const { return num_buckets_; }
+
+  // Pull: the rows of `keys` into out[keys.size() * dim]: a row that exists;
+  // else, when admission is unconditional (min_count <= 1, no probability),
+  // the initializer's row (not stored: reads never change state); else zeros
+  // (not admitted yet).
+  void Read(std::span<const uint64_t> keys, float* out) const;
+
+  // BSP: adds one worker's row gradients (keys.size() * dim floats) to the
+  // clock's sums. Requires `accumulate` at Create (PS_CHECK).
+  void Accumulate(std::span<const uint64_t> keys, std::span<const float> grads);
+
+  // The clock's rows averaged: keys ascending, values[i * dim ...] the row's
+  // sum / num_workers (a worker that did not push a row counts as zero).
+  struct RowsView {
+    std::span<const uint64_t> keys;
+    std::span<const float> values;
+  };
+  // Valid until ClearAccumulated or the next AveragedRows. num_workers >= 1.
+  RowsView AveragedRows(int num_workers);
+  // Forgets the clock's sums.
+  void ClearAccumulated();
+
+  // THE one function that changes rows (the live path and log replay call it
+  // alike). For each key in order: admission (count or probability), a row
+  // created from the initializer when admitted, the optimizer step at the
+  // optimizer's learning rate * lr_factor, the row's last-updated clock (the
+  // largest clock that updated it) and update count. Then eviction: rows
+  // last updated before clock - max_idle_clocks, then rows past
+  // max_rows_per_server by the policy. Deterministic: the same sequence of
+  // calls gives the same rows bit for bit, independent of hash-map order.
+  // grads.size() must be keys.size() * dim (PS_CHECK).
+  void Apply(std::span<const uint64_t> keys, std::span<const float> grads,
+             int64_t clock, float lr_factor);
+
+  // One StoredBlock per bucket that holds anything (rows, or admission counts
+  // of ids not admitted yet), key BucketKey(table_index, bucket), `rows` in
+  // the format of server/sparse_bucket_codec.h; plus a block with empty rows
+  // for each bucket that held something since Create (or a Restore) and
+  // holds nothing now, so that writing the snapshot clears its stored rows.
+  // Buckets ascending.
+  std::vector<StoredBlock> Snapshot() const;
+
+  // Takes back one block of Snapshot (any order, one at a time) into this
+  // table; a row or pending count of an id it already holds is replaced.
+  // Checked before anything changes. Errors: INVALID_ARGUMENT for a key that
+  // is not one of this table's buckets; DATA_LOSS for malformed bytes (the
+  // format, another optimizer or dim, ids not ascending or not of this
+  // bucket, bad counts).
+  absl::Status Restore(const StoredBlock& bucket);
+
+  // True when `id` has a row now.
+  bool Contains(uint64_t id) const { return slots_.contains(id); }
+  // Rows held now.
+  int64_t num_rows() const { return static_cast<int64_t>(slots_.size()); }
+  // Since Create: rows created by admission, gradients dropped because their
+  // id was not admitted, rows evicted.
+  int64_t admissions() const { return admissions_; }
+  int64_t rejections() const { return rejections_; }
+  int64_t evictions() const { return evictions_; }
+
+ private:
+  // Eviction candidates grouped by an ordered key ((0, clock) for LRU and
+  // idle time, (update count, clock) for LFU). Entries go stale as rows move
+  // on; a candidate counts only if its row still has the group's key.
+  using OrderKey = std::pair<int64_t, int64_t>;
+  using EvictionOrder = std::map<OrderKey, std::vector<uint64_t>>;
+
+  SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
+              uint64_t job_seed, bool accumulate, SparseRowInit init,
+              SparseOptimizer optimizer);
+
+  bool unconditional_admission() const {
+    return min_count_ <= 1 && probability_ == 0;
+  }
+  // A row's bookkeeping, kept inline before its floats (one cache miss for
+  // both).
+  struct RowMeta {
+    int64_t clock = 0;    // Last-updated clock.
+    int64_t updates = 0;  // Updates applied (lazy Adam's step).
+  };
+  static constexpr size_t kMetaFloats = sizeof(RowMeta) / sizeof(float);
+  static constexpr uint32_t kNoSlot = ~uint32_t{0};
+
+  // Floats of a row: values then optimizer state.
+  size_t stride() const { return static_cast<size_t>(dim_) + state_floats_; }
+  // Floats of a slot: the meta, then the row.
+  size_t slot_floats() const { return kMetaFloats + stride(); }
+  // The row's floats (values, then state).
+  float* RowAt(uint32_t slot);
+  const float* RowAt(uint32_t slot) const;
+  RowMeta Meta(uint32_t slot) const;
+  void SetMeta(uint32_t slot, const RowMeta& meta);
+  // True when `id` (no row) is admitted by this update.
+  bool Admit(uint64_t id, int64_t clock);
+  // A new row for `id`: the initializer's values, zero state, no updates.
+  uint32_t NewRow(uint64_t id, int64_t clock);
+  void Evict(uint64_t id);
+  // Records the row's current (clock, count) in the eviction orders.
+  void Track(uint64_t id, const RowMeta& meta);
+  // The valid candidates of `group`, ascending, without repeats.
+  std::vector<uint64_t> LiveCandidates(const OrderKey& key,
+                                       std::vector<uint64_t>& group,
+                                       bool by_count) const;
+  void EvictIdle(int64_t clock);
+  void EvictOverCapacity();
+  // Rebuilds the orders from the rows when stale entries pile up.
+  void MaybeCompactOrders();
+  void MarkHeld(uint64_t id);
+  // Restore's checks of a decoded bucket against this table; the error
+  // message (without the bucket's name) for the first problem.
+  absl::Status CheckBucket(uint32_t bucket, const SparseBucket& contents) const;
+
+  const uint32_t table_index_;
+  const int dim_;
+  const uint32_t num_buckets_;
+  const bool accumulate_;
+  const SparseRowInit init_;
+  const SparseOptimizer optimizer_;
+  const int state_floats_;
+  const uint64_t job_seed_;
+  const int32_t min_count_;        // Admission by count when > 1.
+  const double probability_;       // Admission by draw when > 0.
+  const int64_t max_idle_clocks_;  // 0: no idle eviction.
+  const int64_t max_rows_;         // 0: unbounded.
+  const bool lfu_;                 // Capacity policy LFU (else LRU).
+
+  // Rows: id -> slot; a slot (RowMeta, values, optimizer state) lives in
+  // chunks of 4096 slots; freed slots are reused.
+  absl::flat_hash_map<uint64_t, uint32_t> slots_;
+  std::vector<std::unique_ptr<float[]>> chunks_;
+  std::vector<uint32_t> free_slots_;
+  std::vector<uint32_t> found_;  // Apply's scratch: slots of its keys.
+  uint32_t next_slot_ = 0;
+  // Admission by count: updates seen of ids not admitted yet.
+  absl::flat_hash_map<uint64_t, int64_t> pending_;
+  // Per bucket: held something since Create or a Restore.
+  std::vector<bool> held_;
+
+  EvictionOrder by_clock_;  // Used for idle eviction and LRU.
+  EvictionOrder by_count_;  // Used for LFU.
+  size_t order_entries_ = 0;
+
+  // BSP sums: key -> index into acc_keys_ (rows of acc_sums_).
+  absl::flat_hash_map<uint64_t, uint32_t> acc_index_;
+  std::vector<uint64_t> acc_keys_;
+  std::vector<float> acc_sums_;
+  std::vector<uint64_t> avg_keys_;
+  std::vector<float> avg_values_;
+
+  int64_t admissions_ = 0;
+  int64_t rejections_ = 0;
+  int64_t evictions_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_SPARSE_TABLE_H_

@@ -1,0 +1,458 @@
+// SparseTable: rows created from the initializer, admission, eviction, BSP
+// averaging, and the bucket snapshot round trip.
+#include "server/sparse_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "common/sparse_keys.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/memory_shard_store.h"
+
+namespace ps {
+namespace {
+
+using testing::ElementsAre;
+using testing::HasSubstr;
+
+constexpr uint64_t kSeed = 42;
+
+v1::SparseTableSpec Spec(int dim, int num_buckets = 8) {
+  v1::SparseTableSpec spec;
+  spec.set_name("emb");
+  spec.set_dim(dim);
+  spec.set_num_buckets(num_buckets);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.5f);
+  return spec;
+}
+
+std::unique_ptr<SparseTable> Make(const v1::SparseTableSpec& spec,
+                                  uint32_t table_index = 3,
+                                  uint64_t seed = kSeed) {
+  auto table = SparseTable::Create(spec, table_index, seed, true);
+  EXPECT_TRUE(table.ok()) << table.status();
+  return table.ok() ? std::move(*table) : nullptr;
+}
+
+std::vector<float> ReadRows(const SparseTable& table,
+                            const std::vector<uint64_t>& keys) {
+  std::vector<float> out(keys.size() * static_cast<size_t>(table.dim()));
+  table.Read(keys, out.data());
+  return out;
+}
+
+// Applies gradient `g` to every value of the rows of `keys`.
+void ApplyConst(SparseTable& table, const std::vector<uint64_t>& keys,
+                int64_t clock, float g = 1.0f) {
+  std::vector<float> grads(keys.size() * static_cast<size_t>(table.dim()), g);
+  table.Apply(keys, grads, clock, 1.0f);
+}
+
+TEST(SparseTableTest, BadSpecsAreInvalidNamingTheField) {
+  struct Case {
+    v1::SparseTableSpec spec;
+    const char* field;
+  };
+  std::vector<Case> cases;
+  cases.push_back({Spec(0), "dim"});
+  cases.push_back({Spec(1025), "dim"});
+  cases.push_back({Spec(4, 3), "num_buckets"});
+  cases.push_back({Spec(4, 0), "num_buckets"});
+  Case no_optimizer{Spec(4), "optimizer"};
+  no_optimizer.spec.clear_optimizer();
+  cases.push_back(no_optimizer);
+  Case both{Spec(4), "at most one"};
+  both.spec.mutable_admission()->set_min_count(2);
+  both.spec.mutable_admission()->set_probability(0.5f);
+  cases.push_back(both);
+  Case scale{Spec(4), "init.scale"};
+  scale.spec.mutable_init()->set_scale(-1.0f);
+  cases.push_back(scale);
+  for (const Case& c : cases) {
+    auto table = SparseTable::Create(c.spec, 0, kSeed, false);
+    ASSERT_FALSE(table.ok()) << c.field;
+    EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(table.status().message(), HasSubstr(c.field));
+  }
+}
+
+TEST(SparseTableTest, InitializerIsTheSameRowWhateverTheTableHolds) {
+  v1::SparseTableSpec spec = Spec(16);
+  auto a = Make(spec);
+  auto b = Make(spec);
+  // a holds ids 0..199, b ids 1000..1099: different buckets and orders.
+  std::vector<uint64_t> a_ids, b_ids;
+  for (uint64_t id = 0; id < 200; ++id) a_ids.push_back(id);
+  for (uint64_t id = 1099; id >= 1000; --id) b_ids.push_back(id);
+  ApplyConst(*a, a_ids, 1, 0.0f);  // Zero gradients: rows stay initial.
+  ApplyConst(*b, b_ids, 1, 0.0f);
+  const std::vector<uint64_t> probe = {5, 77, 1003, 1050, 123456789};
+  const std::vector<float> from_a = ReadRows(*a, probe);
+  const std::vector<float> from_b = ReadRows(*b, probe);
+  EXPECT_EQ(
+      std::memcmp(from_a.data(), from_b.data(), from_a.size() * sizeof(float)),
+      0);
+  // UNIFORM's default scale 1/sqrt(16): every value within +-0.25, spread.
+  const std::vector<float> rows = ReadRows(*a, a_ids);
+  float lo = 1, hi = -1;
+  for (float v : rows) {
+    EXPECT_LE(std::fabs(v), 0.25f);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  EXPECT_LT(lo, -0.2f);
+  EXPECT_GT(hi, 0.2f);
+  // Another table index or seed gives other rows.
+  auto other_index = Make(spec, 4);
+  auto other_seed = Make(spec, 3, kSeed + 1);
+  EXPECT_NE(ReadRows(*other_index, probe), from_a);
+  EXPECT_NE(ReadRows(*other_seed, probe), from_a);
+}
+
+TEST(SparseTableTest, NormalInitializerHasTheScale) {
+  v1::SparseTableSpec spec = Spec(64);
+  spec.mutable_init()->set_kind(v1::SparseInit::NORMAL);
+  spec.mutable_init()->set_scale(0.5f);
+  auto table = Make(spec);
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 0; id < 500; ++id) ids.push_back(id * 7919);
+  const std::vector<float> rows = ReadRows(*table, ids);  // 32000 values.
+  double sum = 0, squares = 0;
+  for (float v : rows) {
+    sum += v;
+    squares += double{v} * v;
+  }
+  const double mean = sum / rows.size();
+  const double sd = std::sqrt(squares / rows.size() - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.02);
+  EXPECT_NEAR(sd, 0.5, 0.02);
+  EXPECT_EQ(table->num_rows(), 0);  // Reads never create rows.
+}
+
+TEST(SparseTableTest, ApplyCreatesTheRowThenSteps) {
+  v1::SparseTableSpec spec = Spec(4);
+  auto table = Make(spec);
+  const std::vector<float> initial = ReadRows(*table, {9});
+  table->Apply(std::vector<uint64_t>{9}, std::vector<float>{1, 2, 3, 4}, 1,
+               0.5f);
+  const std::vector<float> row = ReadRows(*table, {9});
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(row[i], initial[i] - 0.5f * 0.5f * static_cast<float>(i + 1));
+  }
+  EXPECT_EQ(table->num_rows(), 1);
+  EXPECT_EQ(table->admissions(), 1);
+}
+
+TEST(SparseTableTest, LazyAdamChangesOnlyTheRowsNamed) {
+  v1::SparseTableSpec spec = Spec(8);
+  auto* adam = spec.mutable_optimizer()->mutable_lazy_adam();
+  adam->set_learning_rate(0.01f);
+  adam->set_beta1(0.9f);
+  adam->set_beta2(0.999f);
+  adam->set_epsilon(1e-8f);
+  auto table = Make(spec);
+  ApplyConst(*table, {1, 2}, 1, 0.5f);
+  const std::vector<float> row1 = ReadRows(*table, {1});
+  ApplyConst(*table, {2}, 2, 0.5f);
+  ApplyConst(*table, {2}, 3, 0.5f);
+  EXPECT_EQ(ReadRows(*table, {1}), row1);  // No decay, no momentum.
+  // Row 1's next step is its own step 2 (bias correction), as row 2's was.
+  auto fresh = Make(spec);
+  ApplyConst(*fresh, {2}, 1, 0.5f);
+  ApplyConst(*fresh, {2}, 2, 0.5f);
+  ApplyConst(*table, {1}, 4, 0.5f);
+  const std::vector<float> row1_after = ReadRows(*table, {1});
+  const std::vector<float> init1 = ReadRows(*Make(spec), {1});
+  const std::vector<float> init2 = ReadRows(*Make(spec), {2});
+  const std::vector<float> fresh2 = ReadRows(*fresh, {2});
+  for (int i = 0; i < 8; ++i) {
+    // Same gradients and steps: the same change from each initial value.
+    EXPECT_NEAR(row1_after[i] - init1[i], fresh2[i] - init2[i], 1e-6);
+  }
+}
+
+TEST(SparseTableTest, FtrlWithL1ReadsExactZeros) {
+  v1::SparseTableSpec spec = Spec(4);
+  spec.mutable_init()->set_kind(v1::SparseInit::ZEROS);
+  auto* ftrl = spec.mutable_optimizer()->mutable_ftrl();
+  ftrl->set_alpha(0.1f);
+  ftrl->set_beta(1.0f);
+  ftrl->set_l1(0.5f);
+  auto table = Make(spec);
+  table->Apply(std::vector<uint64_t>{7}, std::vector<float>{0.1f, -0.2f, 3, -3},
+               1, 1.0f);
+  const std::vector<float> row = ReadRows(*table, {7});
+  EXPECT_EQ(row[0], 0.0f);
+  EXPECT_EQ(row[1], 0.0f);
+  EXPECT_LT(row[2], 0.0f);
+  EXPECT_GT(row[3], 0.0f);
+}
+
+TEST(SparseTableTest, AdmissionByCountAdmitsAtTheMinCountthUpdate) {
+  v1::SparseTableSpec spec = Spec(2);
+  spec.mutable_admission()->set_min_count(3);
+  auto table = Make(spec);
+  auto reference = Make(Spec(2));  // Unconditional: reads the initializer.
+  const std::vector<float> initial = ReadRows(*reference, {11});
+  for (int64_t clock = 1; clock <= 2; ++clock) {
+    table->Apply(std::vector<uint64_t>{11}, std::vector<float>{100, 100}, clock,
+                 1.0f);
+    EXPECT_FALSE(table->Contains(11));
+    EXPECT_THAT(ReadRows(*table, {11}), ElementsAre(0.0f, 0.0f));
+  }
+  EXPECT_EQ(table->rejections(), 2);
+  table->Apply(std::vector<uint64_t>{11}, std::vector<float>{1, 2}, 3, 1.0f);
+  EXPECT_TRUE(table->Contains(11));
+  EXPECT_EQ(table->admissions(), 1);
+  // Only the third gradient reached the row.
+  EXPECT_THAT(ReadRows(*table, {11}),
+              ElementsAre(initial[0] - 0.5f, initial[1] - 1.0f));
+}
+
+TEST(SparseTableTest, ARepeatedIdInOnePushCountsAndStepsEachTime) {
+  v1::SparseTableSpec spec = Spec(1);
+  spec.mutable_admission()->set_min_count(2);
+  auto table = Make(spec);
+  const float initial = ReadRows(*Make(Spec(1)), {5})[0];
+  table->Apply(std::vector<uint64_t>{5, 5, 5}, std::vector<float>{1, 2, 4}, 1,
+               1.0f);
+  // The first is counted and dropped, the second admits, the third steps.
+  EXPECT_EQ(table->rejections(), 1);
+  EXPECT_EQ(table->admissions(), 1);
+  EXPECT_THAT(ReadRows(*table, {5}),
+              ElementsAre((initial - 0.5f * 2) - 0.5f * 4));
+}
+
+TEST(SparseTableTest, AdmissionByProbabilityIsDeterministicAndAboutP) {
+  v1::SparseTableSpec spec = Spec(1);
+  spec.mutable_admission()->set_probability(0.25f);
+  auto a = Make(spec);
+  auto b = Make(spec);
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 0; id < 8000; ++id) ids.push_back(id * 1000003);
+  ApplyConst(*a, ids, 5);
+  std::vector<uint64_t> reversed(ids.rbegin(), ids.rend());
+  ApplyConst(*b, reversed, 5);
+  EXPECT_EQ(a->num_rows(), b->num_rows());
+  for (uint64_t id : ids) ASSERT_EQ(a->Contains(id), b->Contains(id)) << id;
+  // 8000 draws at p = 0.25: 2000 expected, sd about 39.
+  EXPECT_GT(a->num_rows(), 1800);
+  EXPECT_LT(a->num_rows(), 2200);
+  EXPECT_EQ(a->admissions() + a->rejections(), 8000);
+  // Not admitted: reads zeros.
+  for (uint64_t id : ids) {
+    if (!a->Contains(id)) {
+      EXPECT_THAT(ReadRows(*a, {id}), ElementsAre(0.0f));
+      break;
+    }
+  }
+}
+
+TEST(SparseTableTest, IdleRowsAreEvicted) {
+  v1::SparseTableSpec spec = Spec(2);
+  spec.mutable_eviction()->set_max_idle_clocks(2);
+  auto table = Make(spec);
+  ApplyConst(*table, {1}, 1);
+  ApplyConst(*table, {2}, 2);
+  ApplyConst(*table, {3}, 3);
+  EXPECT_EQ(table->num_rows(), 3);
+  ApplyConst(*table, {4}, 4);  // Deletes rows last updated before clock 2.
+  EXPECT_FALSE(table->Contains(1));
+  EXPECT_TRUE(table->Contains(2));
+  ApplyConst(*table, {2}, 5);  // Deletes before clock 3: none.
+  EXPECT_TRUE(table->Contains(3));
+  ApplyConst(*table, {}, 6);  // Deletes before clock 4: row 3.
+  EXPECT_TRUE(table->Contains(2));
+  EXPECT_FALSE(table->Contains(3));
+  EXPECT_TRUE(table->Contains(4));
+  EXPECT_EQ(table->evictions(), 2);
+}
+
+TEST(SparseTableTest, CapacityEvictsLeastRecentlyUpdatedThenSmallerId) {
+  v1::SparseTableSpec spec = Spec(2);
+  spec.mutable_eviction()->set_max_rows_per_server(3);
+  auto table = Make(spec);
+  ApplyConst(*table, {1, 2}, 1);
+  ApplyConst(*table, {3}, 2);
+  ApplyConst(*table, {1}, 3);
+  ApplyConst(*table, {4}, 4);  // Row 2 (clock 1) goes.
+  EXPECT_FALSE(table->Contains(2));
+  ApplyConst(*table, {5}, 5);  // Row 3 (clock 2) goes.
+  EXPECT_FALSE(table->Contains(3));
+  EXPECT_EQ(table->num_rows(), 3);
+  // A tie in clock: the smaller id goes first.
+  // Rows 1, 4 and 5 go, then of the rows of clock 6 the smallest id.
+  ApplyConst(*table, {20, 10, 40, 30}, 6);
+  EXPECT_EQ(table->num_rows(), 3);
+  EXPECT_TRUE(table->Contains(20));
+  EXPECT_TRUE(table->Contains(30));
+  EXPECT_TRUE(table->Contains(40));
+  EXPECT_FALSE(table->Contains(10));
+  EXPECT_EQ(table->evictions(), 6);  // 2, 3, then 1, 4, 5, 10.
+}
+
+TEST(SparseTableTest, CapacityEvictsLeastFrequentlyUpdatedThenLru) {
+  v1::SparseTableSpec spec = Spec(2);
+  spec.mutable_eviction()->set_max_rows_per_server(3);
+  spec.mutable_eviction()->set_policy(v1::EvictionSpec::LFU);
+  auto table = Make(spec);
+  ApplyConst(*table, {1, 2, 3}, 1);
+  ApplyConst(*table, {1, 3}, 2);
+  ApplyConst(*table, {1}, 3);  // Counts: 1 -> 3, 2 -> 1, 3 -> 2.
+  ApplyConst(*table, {4}, 4);  // 2 and 4 have one update; 2 is older.
+  EXPECT_FALSE(table->Contains(2));
+  EXPECT_TRUE(table->Contains(4));
+  ApplyConst(*table, {5}, 5);  // 4 (one update, clock 4) goes before 5.
+  EXPECT_FALSE(table->Contains(4));
+  EXPECT_TRUE(table->Contains(1));
+  EXPECT_TRUE(table->Contains(3));
+  EXPECT_TRUE(table->Contains(5));
+}
+
+TEST(SparseTableTest, AveragedRowsAreSumsOverWorkersKeysAscending) {
+  auto table = Make(Spec(2));
+  table->Accumulate(std::vector<uint64_t>{5, 3},
+                    std::vector<float>{1, 2, 3, 4});
+  table->Accumulate(std::vector<uint64_t>{5}, std::vector<float>{3, 4});
+  SparseTable::RowsView view = table->AveragedRows(2);
+  EXPECT_THAT(view.keys, ElementsAre(3u, 5u));
+  EXPECT_THAT(view.values, ElementsAre(1.5f, 2.0f, 2.0f, 3.0f));
+  table->ClearAccumulated();
+  EXPECT_TRUE(table->AveragedRows(2).keys.empty());
+  EXPECT_EQ(table->num_rows(), 0);  // Accumulating changes no rows.
+}
+
+// A table with every kind of state: Adagrad, admission counts pending, LFU
+// capacity and idle eviction.
+v1::SparseTableSpec RichSpec() {
+  v1::SparseTableSpec spec = Spec(3, 16);
+  spec.mutable_optimizer()->mutable_adagrad()->set_learning_rate(0.1f);
+  spec.mutable_optimizer()->mutable_adagrad()->set_epsilon(1e-6f);
+  spec.mutable_admission()->set_min_count(2);
+  spec.mutable_eviction()->set_max_rows_per_server(60);
+  spec.mutable_eviction()->set_max_idle_clocks(6);
+  spec.mutable_eviction()->set_policy(v1::EvictionSpec::LFU);
+  return spec;
+}
+
+void RandomPushes(SparseTable& table, int64_t first_clock, int clocks,
+                  uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<uint64_t> id(0, 150);
+  std::normal_distribution<float> grad(0, 1);
+  for (int64_t clock = first_clock; clock < first_clock + clocks; ++clock) {
+    std::vector<uint64_t> keys(40);
+    for (uint64_t& key : keys) key = id(rng) * 0x9e3779b97f4a7c15ULL;
+    std::vector<float> grads(keys.size() * 3);
+    for (float& g : grads) g = grad(rng);
+    table.Apply(keys, grads, clock, 1.0f);
+  }
+}
+
+std::vector<uint64_t> AllIds() {
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i <= 150; ++i) ids.push_back(i * 0x9e3779b97f4a7c15ULL);
+  return ids;
+}
+
+TEST(SparseTableTest, SnapshotRestoreContinuesBitForBit) {
+  auto live = Make(RichSpec());
+  RandomPushes(*live, 1, 20, 7);
+  ASSERT_GT(live->evictions(), 0);
+  std::vector<StoredBlock> blocks = live->Snapshot();
+  // Through a real store, restored in reverse order into a fresh table.
+  auto store = MemoryShardStore::Create();
+  ShardWrite write{.job_id = "job"};
+  for (const StoredBlock& block : blocks) {
+    EXPECT_EQ(BucketTable(block.key), 3u);
+    write.blocks.push_back({.key = block.key, .rows = block.rows});
+  }
+  ASSERT_TRUE(store->Write(write).ok());
+  absl::StatusOr<StoredJob> stored = store->Load("job");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  auto restored = Make(RichSpec());
+  for (auto it = stored->blocks.rbegin(); it != stored->blocks.rend(); ++it) {
+    ASSERT_TRUE(restored->Restore(*it).ok());
+  }
+  EXPECT_EQ(restored->num_rows(), live->num_rows());
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<float> a = ReadRows(*live, AllIds());
+    const std::vector<float> b = ReadRows(*restored, AllIds());
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    const std::vector<StoredBlock> sa = live->Snapshot();
+    const std::vector<StoredBlock> sb = restored->Snapshot();
+    ASSERT_EQ(sa.size(), sb.size());
+    for (size_t i = 0; i < sa.size(); ++i) {
+      EXPECT_EQ(sa[i].key, sb[i].key);
+      EXPECT_EQ(sa[i].rows, sb[i].rows);
+    }
+    RandomPushes(*live, 21, 15, 8);  // The same further pushes on both.
+    RandomPushes(*restored, 21, 15, 8);
+  }
+}
+
+TEST(SparseTableTest, EvictedBucketsSnapshotAsEmptyBlocks) {
+  v1::SparseTableSpec spec = Spec(2, 4);
+  spec.mutable_eviction()->set_max_idle_clocks(1);
+  auto table = Make(spec);
+  ApplyConst(*table, {77}, 1);
+  ApplyConst(*table, {}, 5);  // Row 77 idle: evicted.
+  EXPECT_EQ(table->num_rows(), 0);
+  std::vector<StoredBlock> blocks = table->Snapshot();
+  ASSERT_EQ(blocks.size(), 1u);
+  EXPECT_EQ(blocks[0].key, BucketKey(3, BucketOfId(77, 3, 4)));
+  EXPECT_EQ(blocks[0].rows, "");
+  auto restored = Make(spec);
+  EXPECT_TRUE(restored->Restore(blocks[0]).ok());
+  EXPECT_EQ(restored->num_rows(), 0);
+}
+
+TEST(SparseTableTest, MalformedBucketsAreDataLoss) {
+  auto live = Make(RichSpec());
+  RandomPushes(*live, 1, 5, 9);
+  StoredBlock good;
+  for (const StoredBlock& block : live->Snapshot()) {
+    if (!block.rows.empty()) good = block;
+  }
+  ASSERT_FALSE(good.rows.empty());
+  auto expect_loss = [](const StoredBlock& block, const char* what) {
+    auto table = Make(RichSpec());
+    absl::Status status = table->Restore(block);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << what;
+    EXPECT_EQ(table->num_rows(), 0) << what;  // Nothing changed.
+  };
+  StoredBlock truncated = good;
+  truncated.rows.pop_back();
+  expect_loss(truncated, "truncated");
+  StoredBlock longer = good;
+  longer.rows.push_back('\0');
+  expect_loss(longer, "one byte more");
+  StoredBlock version = good;
+  version.rows[0] = 9;
+  expect_loss(version, "version");
+  StoredBlock kind = good;
+  kind.rows[1] = 1;  // SGD's rows into an Adagrad table.
+  expect_loss(kind, "optimizer kind");
+  StoredBlock short_header = good;
+  short_header.rows.resize(5);
+  expect_loss(short_header, "short header");
+  StoredBlock other_bucket = good;  // Another bucket's key for these rows.
+  other_bucket.key = BucketKey(3, (BucketIndex(good.key) + 1) % 16);
+  expect_loss(other_bucket, "ids of another bucket");
+  StoredBlock dense = good;
+  dense.values = {1.0f};
+  expect_loss(dense, "dense values");
+  StoredBlock foreign = good;
+  foreign.key = BucketKey(4, 0);
+  EXPECT_EQ(Make(RichSpec())->Restore(foreign).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps
