@@ -129,13 +129,15 @@ WireMessage DenseTable::EncodeReply(std::span<const uint64_t> keys,
                                     int64_t min_clock,
                                     std::span<const int64_t> clocks,
                                     WireBufferPool* pool,
-                                    const ReplyAllocator& allocate) const {
+                                    const ReplyAllocator& allocate,
+                                    std::span<const ReplyRows> sparse) const {
   std::vector<ReplyBlock> blocks;
   blocks.reserve(keys.size());
   for (uint64_t key : keys) {
     blocks.push_back({key, blocks_[index_.at(key)].values});
   }
-  return EncodePullResponse(blocks, min_clock, clocks, pool, allocate);
+  return EncodePullResponse(blocks, min_clock, clocks, pool, allocate,
+                            sparse);
 }
 
 void DenseTable::Accumulate(const PushView& request, const PushCheck& check) {

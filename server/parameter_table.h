@@ -42,6 +42,26 @@ struct TableUpdate {
     WireBytes data{};     // The gradient (or, for SEED, the values).
   };
   std::vector<Block> blocks{};
+  // Row gradients of sparse tables (float32, decoded), each table once;
+  // applied by SparseTableSet::Apply (server/sparse_table_set.h).
+  struct SparseRows {
+    uint32_t table = 0;
+    std::vector<uint64_t> keys{};
+    std::vector<float> values{};  // keys.size() * dim.
+  };
+  std::vector<SparseRows> sparse{};
+};
+
+// The rows a pull reads from one sparse table (checked: unique, held here).
+struct SparseKeys {
+  uint32_t table = 0;
+  std::vector<uint64_t> ids{};
+};
+
+// What a pull reads, in reply order: dense blocks and sparse rows.
+struct PullKeys {
+  std::vector<uint64_t> blocks{};
+  std::vector<SparseKeys> sparse{};
 };
 
 // A push's gradients checked before any lock is taken.
@@ -50,6 +70,11 @@ struct PushCheck {
   std::vector<size_t> positions{};  // The table position of each gradient.
   bool finite = true;               // No NaN or Inf anywhere.
   uint64_t non_finite_key = 0;      // The first block with one, if any.
+  // The sparse rows, checked and decoded (ServerJob fills them in from
+  // SparseTableSet::CheckPush); a NaN there sets `finite` false and
+  // `non_finite_table`.
+  std::vector<TableUpdate::SparseRows> sparse{};
+  int64_t non_finite_table = -1;
 };
 
 // Thread-compatible: the owning ServerJob calls every method under its lock,
@@ -72,11 +97,13 @@ class ParameterTable {
 
   // The serialized PullResponse of `keys` (from ResolvePullKeys) with the
   // given clocks, into a buffer from `allocate` if set, else from `pool`.
+  // `sparse`: rows of sparse tables to add to the reply.
   virtual WireMessage EncodeReply(std::span<const uint64_t> keys,
                                   int64_t min_clock,
                                   std::span<const int64_t> clocks,
                                   WireBufferPool* pool,
-                                  const ReplyAllocator& allocate) const = 0;
+                                  const ReplyAllocator& allocate,
+                                  std::span<const ReplyRows> sparse) const = 0;
 
   // BSP: adds a checked push's gradients to the clock's sum.
   virtual void Accumulate(const PushView& request, const PushCheck& check) = 0;

@@ -10,7 +10,9 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/learning_rate_schedule.h"
+#include "prometheus/labels.h"
 #include "common/logging.h"
+#include "common/sparse_keys.h"
 #include "server/dense_table.h"
 
 namespace ps {
@@ -73,6 +75,11 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
       /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP);
   if (!table.ok()) return table.status();
   job->table_ = *std::move(table);
+  auto sparse = SparseTableSet::Create(
+      assignment,
+      /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP);
+  if (!sparse.ok()) return sparse.status();
+  job->sparse_ = *std::move(sparse);
   if (store == nullptr) return job;
   ServerJob* const raw = job.get();
   ABSL_TS_UNCHECKED_READ(job->durability_)
@@ -113,7 +120,17 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
 
 absl::Status ServerJob::Restore(StoredJob stored) {
   absl::MutexLock lock(&mu_);
-  if (auto s = table_->Restore(std::move(stored.blocks)); !s.ok()) {
+  // Buckets of sparse tables go to their tables, blocks to the dense one.
+  std::vector<StoredBlock> blocks;
+  for (StoredBlock& b : stored.blocks) {
+    if (!IsBucketKey(b.key)) {
+      blocks.push_back(std::move(b));
+    } else if (auto s = sparse_->Restore(b); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("job ", job_id_, ": ", s.message()));
+    }
+  }
+  if (auto s = table_->Restore(std::move(blocks)); !s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("job ", job_id_, ": ", s.message()));
   }
@@ -169,6 +186,9 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
   }
   absl::StatusOr<TableUpdate> update = table_->UpdateOfRecord(record);
   if (!update.ok()) return data_loss(update.status().message());
+  auto rows = sparse_->RowsOfRecord(record);
+  if (!rows.ok()) return data_loss(rows.status().message());
+  update->sparse = *std::move(rows);
   std::vector<int64_t> clocks(record.clocks_after().begin(),
                               record.clocks_after().end());
   for (int64_t clock : clocks) {
@@ -177,8 +197,13 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
     }
   }
   // The rate the live path took: the schedule's at the record's clock.
-  table_->Apply(*update,
-                LearningRateAt(assignment_.spec().optimizer(), update->clock));
+  const float rate =
+      LearningRateAt(assignment_.spec().optimizer(), update->clock);
+  table_->Apply(*update, rate);
+  if (update->applied) {
+    sparse_->Apply(update->sparse, update->clock,
+                   SparseRateFactor(update->clock));
+  }
   clocks_.Restore(clocks);
   return absl::OkStatus();
 }
@@ -204,10 +229,16 @@ absl::Status ServerJob::CheckRequest(int64_t map_version) const {
   return absl::OkStatus();
 }
 
-WireMessage ServerJob::BuildReply(const std::vector<uint64_t>& keys,
+WireMessage ServerJob::BuildReply(const PullKeys& keys,
                                   const ReplyAllocator& allocate) const {
-  return table_->EncodeReply(keys, clocks_.min_clock(), clocks_.clocks(),
-                             reply_buffers_.get(), allocate);
+  const std::vector<std::vector<float>> rows = sparse_->Read(keys.sparse);
+  std::vector<ReplyRows> sparse;
+  sparse.reserve(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    sparse.push_back({.table = keys.sparse[i].table, .values = rows[i]});
+  }
+  return table_->EncodeReply(keys.blocks, clocks_.min_clock(), clocks_.clocks(),
+                             reply_buffers_.get(), allocate, sparse);
 }
 
 void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
@@ -232,8 +263,19 @@ bool ServerJob::CanRead(int64_t clock, bool final) const {
 
 void ServerJob::PullWire(const v1::PullRequest& request, PullWireCallback done,
                          ReplyAllocator allocate) {
-  std::vector<uint64_t> keys;
-  absl::Status status = table_->ResolvePullKeys(request.keys(), &keys);
+  PullKeys keys;
+  absl::Status status = table_->ResolvePullKeys(request.keys(), &keys.blocks);
+  if (status.ok() && !request.sparse().empty()) {
+    auto sparse = sparse_->CheckPull(request.sparse());
+    if (sparse.ok()) {
+      keys.sparse = *std::move(sparse);
+      size_t ids = 0;
+      for (const SparseKeys& k : keys.sparse) ids += k.ids.size();
+      metrics_->sparse_pull_keys.Observe(static_cast<double>(ids));
+    } else {
+      status = sparse.status();
+    }
+  }
   absl::StatusOr<WireMessage> reply;
   if (status.ok()) {
     absl::ReleasableMutexLock lock(&mu_);
@@ -271,7 +313,7 @@ void ServerJob::Push(const v1::PushRequest& request, PushCallback done) {
 void ServerJob::Push(const PushView& request, PushCallback done) {
   // The read-only passes over the gradient bytes run before the lock, so that
   // pushes of several workers overlap them.
-  const PushCheck check = table_->CheckPush(request);
+  PushCheck check = CheckPush(request);
   ReadyCallbacks ready;
   std::optional<absl::StatusOr<v1::PushResponse>> reply;
   {
@@ -282,8 +324,30 @@ void ServerJob::Push(const PushView& request, PushCallback done) {
   if (reply.has_value()) done(*std::move(reply));
 }
 
+PushCheck ServerJob::CheckPush(const PushView& request) const {
+  PushCheck check = table_->CheckPush(request);
+  if (!check.invalid.ok() || request.sparse.empty()) return check;
+  SparsePushCheck sparse =
+      sparse_->CheckPush(request.sparse, request.gradient_encoding);
+  if (!sparse.invalid.ok()) {
+    check.invalid = sparse.invalid;
+    return check;
+  }
+  if (!sparse.finite && check.finite) {
+    check.finite = false;
+    check.non_finite_table = sparse.non_finite_table;
+  }
+  check.sparse = std::move(sparse.rows);
+  size_t ids = 0;
+  for (const TableUpdate::SparseRows& rows : check.sparse) {
+    ids += rows.keys.size();
+  }
+  metrics_->sparse_push_keys.Observe(static_cast<double>(ids));
+  return check;
+}
+
 std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
-    const PushView& request, const PushCheck& check, PushCallback& done,
+    const PushView& request, PushCheck& check, PushCallback& done,
     ReadyCallbacks* ready) {
   if (auto s = CheckRequest(request.map_version); !s.ok()) return s;
   const int worker = request.worker_index;
@@ -319,7 +383,9 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
     if (!drop_non_finite_) {
       metrics_->pushes_rejected.Increment();
       return absl::InvalidArgumentError(absl::StrCat(
-          "gradients: block ", check.non_finite_key,
+          check.non_finite_table >= 0
+              ? absl::StrCat("sparse: table ", check.non_finite_table)
+              : absl::StrCat("gradients: block ", check.non_finite_key),
           " contains NaN or Inf (the job's non_finite_gradients policy is "
           "NON_FINITE_REFUSE)"));
     }
@@ -330,19 +396,24 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
 }
 
 std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::AcceptPushLocked(
-    const PushView& request, const PushCheck& check, bool apply,
+    const PushView& request, PushCheck& check, bool apply,
     PushCallback& done, ReadyCallbacks* ready) {
   const int worker = request.worker_index;
   const int64_t clock = request.clock;
   if (clocks_.bulk_synchronous()) {
-    if (apply) table_->Accumulate(request, check);
+    if (apply) {
+      table_->Accumulate(request, check);
+      sparse_->Accumulate(check.sparse);
+    }
     if (clocks_.RecordPush(worker, clock)) {
       // The last worker of this clock: one averaged update everywhere. The
       // log gets the averaged gradient, which replays through the same Apply
       // to the same bits.
-      ApplyAndLogLocked(table_->AveragedUpdate(clocks_.num_workers(), clock),
-                        worker);
+      TableUpdate update = table_->AveragedUpdate(clocks_.num_workers(), clock);
+      update.sparse = sparse_->AveragedRows(clocks_.num_workers());
+      ApplyAndLogLocked(update, worker);
       table_->ClearAccumulated();
+      sparse_->ClearAccumulated();
     }
     // Otherwise acknowledged when the clock applies and is durable.
   } else {
@@ -357,6 +428,8 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::AcceptPushLocked(
                                .position = check.positions[i],
                                .data = request.gradients[i].data});
     }
+    // The rows the check decoded, moved: the check is not used after this.
+    if (apply) update.sparse = std::move(check.sparse);
     clocks_.RecordPush(worker, clock);
     ApplyAndLogLocked(update, worker);
   }
@@ -374,9 +447,15 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::AcceptPushLocked(
 
 void ServerJob::ApplyAndLogLocked(const TableUpdate& update, int worker) {
   const bool seed = update.kind == storage::v1::UpdateRecord::SEED;
-  table_->Apply(update, seed ? 0.0f : ScheduledRate(update.clock));
+  const float rate = seed ? 0.0f : ScheduledRate(update.clock);
+  table_->Apply(update, rate);
   if (!seed && update.applied) {
     metrics_->updates_applied.Increment(update.blocks.size());
+    if (!update.sparse.empty()) {
+      sparse_->Apply(update.sparse, update.clock,
+                     SparseRateFactor(update.clock));
+      ExportSparseCountsLocked();
+    }
   }
   storage::v1::UpdateRecord record;
   record.set_kind(update.kind);
@@ -394,9 +473,15 @@ void ServerJob::ApplyAndLogLocked(const TableUpdate& update, int worker) {
       data->reserve(b.data.size());
       for (std::string_view piece : b.data.pieces()) data->append(piece);
     }
+    SparseTableSet::LogRows(update.sparse, &record);
   }
   durability_.Log(std::move(record), clocks_.clocks());
   if (durability_.SnapshotDue()) SnapshotLocked();
+}
+
+float ServerJob::SparseRateFactor(int64_t clock) const {
+  return static_cast<float>(
+      ScheduleFactor(assignment_.spec().optimizer().schedule(), clock));
 }
 
 float ServerJob::ScheduledRate(int64_t clock) const {
@@ -406,8 +491,29 @@ float ServerJob::ScheduledRate(int64_t clock) const {
 }
 
 void ServerJob::SnapshotLocked() {
-  durability_.Snapshot(
-      {.blocks = table_->Snapshot(), .clocks = clocks_.clocks()});
+  std::vector<StoredBlock> blocks = table_->Snapshot();
+  for (StoredBlock& bucket : sparse_->Snapshot()) {
+    blocks.push_back(std::move(bucket));
+  }
+  durability_.Snapshot({.blocks = std::move(blocks), .clocks = clocks_.clocks()});
+}
+
+void ServerJob::ExportSparseCountsLocked() {
+  const auto& specs = assignment_.spec().model().sparse_tables();
+  exported_counts_.resize(sparse_->size());
+  for (size_t t = 0; t < sparse_->size(); ++t) {
+    const SparseTableCounts now = sparse_->Counts(t);
+    SparseTableCounts& before = exported_counts_[t];
+    const prometheus::Labels labels = {{"table", specs[t].name()}};
+    metrics_->sparse_rows.Add(labels).Set(static_cast<double>(now.rows));
+    metrics_->sparse_admissions.Add(labels).Increment(
+        static_cast<double>(now.admissions - before.admissions));
+    metrics_->sparse_rejections.Add(labels).Increment(
+        static_cast<double>(now.rejections - before.rejections));
+    metrics_->sparse_evictions.Add(labels).Increment(
+        static_cast<double>(now.evictions - before.evictions));
+    before = now;
+  }
 }
 
 void ServerJob::OnDurable(int64_t sequence, const absl::Status& status) {
@@ -444,7 +550,7 @@ void ServerJob::CollectReady(ReadyCallbacks* ready) {
   waiting_.ReleasePulls(
       [this](int64_t clock, bool final)
           ABSL_NO_THREAD_SAFETY_ANALYSIS { return CanRead(clock, final); },
-      [this](const std::vector<uint64_t>& keys, const ReplyAllocator& allocate)
+      [this](const PullKeys& keys, const ReplyAllocator& allocate)
           ABSL_NO_THREAD_SAFETY_ANALYSIS { return BuildReply(keys, allocate); },
       observe(metrics_->pull_wait_seconds), ready);
   waiting_.ReleasePushes(durability_.durable_clocks(),

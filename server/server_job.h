@@ -28,6 +28,7 @@
 #include "server/parameter_table.h"
 #include "server/server_metrics.h"
 #include "server/shard_store.h"
+#include "server/sparse_table_set.h"
 #include "server/waiting_requests.h"
 
 namespace ps {
@@ -173,7 +174,7 @@ class ServerJob {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRequest(int64_t map_version) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  WireMessage BuildReply(const std::vector<uint64_t>& keys,
+  WireMessage BuildReply(const PullKeys& keys,
                          const ReplyAllocator& allocate) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `update` to the table at the schedule's rate for its clock, and
@@ -181,6 +182,10 @@ class ServerJob {
   // Every update of the live path goes through here.
   void ApplyAndLogLocked(const TableUpdate& update, int worker)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Exports the sparse tables' counters that changed since the last call.
+  void ExportSparseCountsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks a push's gradients, dense and sparse, before the lock.
+  PushCheck CheckPush(const PushView& request) const;
   // Queues a snapshot of the whole state at the last logged record.
   void SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The writer's report: records up to `sequence` are durable, or the store
@@ -206,15 +211,18 @@ class ServerJob {
   // The learning rate of the update of `clock` (the job's schedule), also
   // set as ps_learning_rate.
   float ScheduledRate(int64_t clock) const;
+  // The factor the job's schedule applies at `clock` to the sparse tables'
+  // own learning rates.
+  float SparseRateFactor(int64_t clock) const;
   // Push under the lock: returns the reply now, or nullopt if `done` was
   // parked.
   std::optional<absl::StatusOr<v1::PushResponse>> PushLocked(
-      const PushView& request, const PushCheck& check, PushCallback& done,
+      const PushView& request, PushCheck& check, PushCallback& done,
       ReadyCallbacks* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PushLocked's part for a push that is new and valid: accumulates (BSP)
   // or applies it, logs, and parks `done` until durable.
   std::optional<absl::StatusOr<v1::PushResponse>> AcceptPushLocked(
-      const PushView& request, const PushCheck& check, bool apply,
+      const PushView& request, PushCheck& check, bool apply,
       PushCallback& done, ReadyCallbacks* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -230,6 +238,10 @@ class ServerJob {
   mutable absl::Mutex mu_;
   // Values, optimizer state, BSP sums; set in Open, before any request.
   std::unique_ptr<ParameterTable> table_;
+  // Sparse tables' rows (docs/sparse.md); set in Open, empty without any.
+  std::unique_ptr<SparseTableSet> sparse_;
+  // Per table, the counters last exported to metrics.
+  std::vector<SparseTableCounts> exported_counts_ ABSL_GUARDED_BY(mu_);
   // Worker clocks and the consistency bound.
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
   // Pulls, pushes and Seeds held back.

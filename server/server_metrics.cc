@@ -3,6 +3,20 @@
 #include "common/metrics.h"
 
 namespace ps {
+namespace {
+
+prometheus::Histogram& KeysHistogram(prometheus::Registry& registry,
+                                     const std::string& rpc) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      1, 10, 100, 1000, 4000, 16000, 64000, 262144};
+  return prometheus::BuildHistogram()
+      .Name("ps_sparse_keys_per_request")
+      .Help("Sparse-table ids named by one pull or push.")
+      .Register(registry)
+      .Add({{"rpc", rpc}}, kBuckets);
+}
+
+}  // namespace
 
 ServerMetrics::ServerMetrics(prometheus::Registry& registry)
     : pull_wait_seconds(
@@ -64,6 +78,27 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                               "applied: the job's schedule at the update's "
                               "clock.")
                         .Register(registry)
-                        .Add({})) {}
+                        .Add({})),
+      sparse_rows(prometheus::BuildGauge()
+                      .Name("ps_sparse_rows")
+                      .Help("Rows of a sparse table this server holds.")
+                      .Register(registry)),
+      sparse_admissions(prometheus::BuildCounter()
+                            .Name("ps_sparse_admissions_total")
+                            .Help("Ids given a row in a sparse table.")
+                            .Register(registry)),
+      sparse_rejections(
+          prometheus::BuildCounter()
+              .Name("ps_sparse_rejected_rows_total")
+              .Help("Row gradients dropped because their id was not (yet) "
+                    "admitted to the sparse table.")
+              .Register(registry)),
+      sparse_evictions(prometheus::BuildCounter()
+                           .Name("ps_sparse_evictions_total")
+                           .Help("Rows deleted from a sparse table by its "
+                                 "eviction policy.")
+                           .Register(registry)),
+      sparse_pull_keys(KeysHistogram(registry, "pull")),
+      sparse_push_keys(KeysHistogram(registry, "push")) {}
 
 }  // namespace ps

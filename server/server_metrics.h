@@ -4,6 +4,7 @@
 #define PS_SERVER_SERVER_METRICS_H_
 
 #include "prometheus/counter.h"
+#include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
@@ -28,6 +29,16 @@ struct ServerMetrics {
   // The learning rate of the latest update applied (the job's schedule at
   // the update's clock; a server serves one job at a time).
   prometheus::Gauge& learning_rate;
+  // Sparse tables (docs/sparse.md), labelled by table name: rows held, ids
+  // admitted, row gradients dropped as their id was not admitted, rows
+  // evicted.
+  prometheus::Family<prometheus::Gauge>& sparse_rows;
+  prometheus::Family<prometheus::Counter>& sparse_admissions;
+  prometheus::Family<prometheus::Counter>& sparse_rejections;
+  prometheus::Family<prometheus::Counter>& sparse_evictions;
+  // Sparse ids per request, by rpc ("pull", "push").
+  prometheus::Histogram& sparse_pull_keys;
+  prometheus::Histogram& sparse_push_keys;
 };
 
 }  // namespace ps

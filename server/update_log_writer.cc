@@ -134,9 +134,13 @@ absl::Status UpdateLogWriter::WriteSnapshot(const ShardSnapshot& snapshot) {
   write.log_sequence = snapshot.log_sequence;
   size_t bytes = 0;
   for (const StoredBlock& b : snapshot.blocks) {
-    write.blocks.push_back(
-        {b.key, b.values, b.optimizer_state, b.optimizer_step});
-    bytes += (b.values.size() + b.optimizer_state.size()) * sizeof(float);
+    write.blocks.push_back({.key = b.key,
+                            .values = b.values,
+                            .optimizer_state = b.optimizer_state,
+                            .optimizer_step = b.optimizer_step,
+                            .rows = b.rows});
+    bytes += (b.values.size() + b.optimizer_state.size()) * sizeof(float) +
+             b.rows.size();
   }
   for (int w = 0; w < static_cast<int>(snapshot.clocks.size()); ++w) {
     write.worker_clocks.emplace_back(w, snapshot.clocks[w]);

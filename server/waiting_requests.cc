@@ -64,7 +64,7 @@ void WaitingRequests::ParkSeed(SeedCallback done, bool duplicate) {
 
 void WaitingRequests::ReleasePulls(
     absl::FunctionRef<bool(int64_t, bool)> can_read,
-    absl::FunctionRef<WireMessage(const std::vector<uint64_t>&,
+    absl::FunctionRef<WireMessage(const PullKeys&,
                                   const ReplyAllocator&)>
         reply,
     absl::FunctionRef<void(absl::Duration)> observe_wait,

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/parameter_wire.h"
 #include "ps/v1/parameter.pb.h"
+#include "server/parameter_table.h"
 
 namespace ps {
 
@@ -42,7 +43,7 @@ struct WaitingPull {
   int worker = 0;
   int64_t clock = 0;
   bool final = false;  // PullRequest.final: waits for min_clock >= clock.
-  std::vector<uint64_t> keys{};
+  PullKeys keys{};
   PullWireCallback done{};
   ReplyAllocator allocate{};
   absl::Time since{};
@@ -79,7 +80,7 @@ class WaitingRequests {
   // answered by `reply(keys, allocate)`; observes their wait.
   void ReleasePulls(
       absl::FunctionRef<bool(int64_t clock, bool final)> can_read,
-      absl::FunctionRef<WireMessage(const std::vector<uint64_t>& keys,
+      absl::FunctionRef<WireMessage(const PullKeys& keys,
                                     const ReplyAllocator& allocate)>
           reply,
       absl::FunctionRef<void(absl::Duration)> observe_wait,

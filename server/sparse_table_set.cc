@@ -1,0 +1,287 @@
+#include "server/sparse_table_set.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/sparse_keys.h"
+
+namespace ps {
+namespace {
+
+std::string_view BytesOf(std::span<const uint64_t> v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size_bytes()};
+}
+std::string_view BytesOf(std::span<const float> v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size_bytes()};
+}
+
+// Copies little-endian uint64 ids out of `bytes` (a whole number of them).
+void AppendIds(const WireBytes& bytes, std::vector<uint64_t>* ids) {
+  ids->reserve(ids->size() + bytes.size() / sizeof(uint64_t));
+  ForEachRun<uint64_t>(bytes, [ids](size_t, std::span<const uint64_t> run) {
+    ids->insert(ids->end(), run.begin(), run.end());
+  });
+}
+
+// Copies `bytes` (a whole number of T) into `out`.
+template <typename T>
+bool CopyAligned(const std::string& bytes, std::vector<T>* out) {
+  if (bytes.size() % sizeof(T) != 0) return false;
+  out->resize(bytes.size() / sizeof(T));
+  if (!bytes.empty()) std::memcpy(out->data(), bytes.data(), bytes.size());
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SparseTableSet>> SparseTableSet::Create(
+    const v1::Assignment& assignment, bool accumulate) {
+  const v1::JobSpec& spec = assignment.spec();
+  std::unique_ptr<SparseTableSet> set(new SparseTableSet());
+  const auto& specs = spec.model().sparse_tables();
+  for (int t = 0; t < specs.size(); ++t) {
+    auto rows = SparseTable::Create(specs[t], static_cast<uint32_t>(t),
+                                    spec.seed(), accumulate);
+    if (!rows.ok()) {
+      return absl::Status(rows.status().code(),
+                          absl::StrCat("model.sparse_tables[", t,
+                                       "]: ", rows.status().message()));
+    }
+    Table table;
+    table.held.assign((*rows)->num_buckets(), false);
+    table.rows = *std::move(rows);
+    set->tables_.push_back(std::move(table));
+  }
+  for (const v1::BlockPlacement& p : assignment.shard_map().blocks()) {
+    if (!IsBucketKey(p.key())) continue;
+    const uint32_t t = BucketTable(p.key());
+    const uint32_t b = BucketIndex(p.key());
+    if (t >= set->tables_.size() || b >= set->tables_[t].held.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard_map: bucket key ", p.key(), " names table ", t,
+                       " bucket ", b, ", which the spec does not have"));
+    }
+    if (p.server() == assignment.index()) set->tables_[t].held[b] = true;
+  }
+  return set;
+}
+
+absl::Status SparseTableSet::CheckTables(std::span<const uint32_t> tables,
+                                         int64_t total_ids) const {
+  absl::flat_hash_set<uint32_t> seen;
+  for (uint32_t t : tables) {
+    if (t >= tables_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse: table ", t, " does not exist (the job has ",
+                       tables_.size(), " sparse tables)"));
+    }
+    if (!seen.insert(t).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse: table ", t, " appears more than once"));
+    }
+  }
+  if (total_ids > kMaxSparseKeysPerRequest) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sparse: ", total_ids, " ids in one request; at most ",
+                     kMaxSparseKeysPerRequest));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseTableSet::CheckIds(uint32_t table, const WireBytes& keys,
+                                      std::vector<uint64_t>* ids) const {
+  if (keys.size() % sizeof(uint64_t) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sparse: table ", table, ": keys hold ", keys.size(),
+                     " bytes, not a whole number of 8-byte ids"));
+  }
+  AppendIds(keys, ids);
+  const Table& t = tables_[table];
+  absl::flat_hash_set<uint64_t> seen;
+  seen.reserve(ids->size());
+  for (uint64_t id : *ids) {
+    if (!seen.insert(id).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse: table ", table, ": id ", id, " appears more than once"));
+    }
+    const uint32_t bucket = BucketOfId(id, table, t.rows->num_buckets());
+    if (!t.held[bucket]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sparse: table ", table, ": id ", id, " is in bucket ",
+                       bucket, ", which this server does not hold"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SparseKeys>> SparseTableSet::CheckPull(
+    const google::protobuf::RepeatedPtrField<v1::SparseRows>& sparse) const {
+  std::vector<uint32_t> tables;
+  int64_t total = 0;
+  for (const v1::SparseRows& r : sparse) {
+    tables.push_back(r.table());
+    total += static_cast<int64_t>(r.keys().size() / sizeof(uint64_t));
+  }
+  if (auto s = CheckTables(tables, total); !s.ok()) return s;
+  std::vector<SparseKeys> out;
+  out.reserve(sparse.size());
+  for (const v1::SparseRows& r : sparse) {
+    SparseKeys& keys = out.emplace_back();
+    keys.table = r.table();
+    if (auto s = CheckIds(r.table(), WireBytes(r.keys()), &keys.ids);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return out;
+}
+
+SparsePushCheck SparseTableSet::CheckPush(
+    std::span<const WireSparseRows> sparse, v1::Precision encoding) const {
+  SparsePushCheck check;
+  std::vector<uint32_t> tables;
+  int64_t total = 0;
+  for (const WireSparseRows& r : sparse) {
+    tables.push_back(r.table);
+    total += static_cast<int64_t>(r.keys.size() / sizeof(uint64_t));
+  }
+  check.invalid = CheckTables(tables, total);
+  const size_t value_bytes = WireValueBytes(encoding);
+  for (size_t i = 0; check.invalid.ok() && i < sparse.size(); ++i) {
+    const WireSparseRows& r = sparse[i];
+    TableUpdate::SparseRows& rows = check.rows.emplace_back();
+    rows.table = r.table;
+    check.invalid = CheckIds(r.table, r.keys, &rows.keys);
+    if (!check.invalid.ok()) break;
+    const size_t dim = static_cast<size_t>(tables_[r.table].rows->dim());
+    const size_t want = rows.keys.size() * dim * value_bytes;
+    if (r.values.size() != want) {
+      check.invalid = absl::InvalidArgumentError(absl::StrCat(
+          "sparse: table ", r.table, ": values hold ", r.values.size(),
+          " bytes; ", rows.keys.size(), " rows of dim ", dim, " take ", want));
+      break;
+    }
+    rows.values.resize(rows.keys.size() * dim);
+    ForEachGradientRun(r.values, encoding,
+                       [&rows](size_t first, std::span<const float> run) {
+                         std::memcpy(rows.values.data() + first, run.data(),
+                                     run.size_bytes());
+                       });
+    if (check.finite && !AllFinite(std::span<const float>(rows.values))) {
+      check.finite = false;
+      check.non_finite_table = r.table;
+    }
+  }
+  if (!check.invalid.ok()) check.rows.clear();
+  return check;
+}
+
+std::vector<std::vector<float>> SparseTableSet::Read(
+    std::span<const SparseKeys> keys) const {
+  std::vector<std::vector<float>> out(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const SparseTable& t = *tables_[keys[i].table].rows;
+    out[i].resize(keys[i].ids.size() * static_cast<size_t>(t.dim()));
+    t.Read(keys[i].ids, out[i].data());
+  }
+  return out;
+}
+
+void SparseTableSet::Accumulate(
+    const std::vector<TableUpdate::SparseRows>& rows) {
+  for (const TableUpdate::SparseRows& r : rows) {
+    tables_[r.table].rows->Accumulate(r.keys, r.values);
+  }
+}
+
+std::vector<TableUpdate::SparseRows> SparseTableSet::AveragedRows(
+    int num_workers) {
+  std::vector<TableUpdate::SparseRows> out;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const SparseTable::RowsView view =
+        tables_[t].rows->AveragedRows(num_workers);
+    if (view.keys.empty()) continue;
+    out.push_back({.table = static_cast<uint32_t>(t),
+                   .keys = {view.keys.begin(), view.keys.end()},
+                   .values = {view.values.begin(), view.values.end()}});
+  }
+  return out;
+}
+
+void SparseTableSet::ClearAccumulated() {
+  for (Table& t : tables_) t.rows->ClearAccumulated();
+}
+
+void SparseTableSet::Apply(const std::vector<TableUpdate::SparseRows>& rows,
+                           int64_t clock, float lr_factor) {
+  for (const TableUpdate::SparseRows& r : rows) {
+    tables_[r.table].rows->Apply(r.keys, r.values, clock, lr_factor);
+  }
+}
+
+absl::StatusOr<std::vector<TableUpdate::SparseRows>>
+SparseTableSet::RowsOfRecord(const storage::v1::UpdateRecord& record) const {
+  std::vector<TableUpdate::SparseRows> out;
+  for (const auto& logged : record.sparse()) {
+    if (logged.table() >= tables_.size()) {
+      return absl::DataLossError(absl::StrCat(
+          "names sparse table ", logged.table(), ", which the job lacks"));
+    }
+    TableUpdate::SparseRows& rows = out.emplace_back();
+    rows.table = logged.table();
+    const size_t dim = static_cast<size_t>(tables_[rows.table].rows->dim());
+    if (!CopyAligned(logged.keys(), &rows.keys) ||
+        !CopyAligned(logged.values(), &rows.values) ||
+        rows.values.size() != rows.keys.size() * dim) {
+      return absl::DataLossError(absl::StrCat(
+          "has sparse rows of table ", rows.table, " of a wrong size"));
+    }
+  }
+  return out;
+}
+
+void SparseTableSet::LogRows(const std::vector<TableUpdate::SparseRows>& rows,
+                             storage::v1::UpdateRecord* record) {
+  for (const TableUpdate::SparseRows& r : rows) {
+    auto* logged = record->add_sparse();
+    logged->set_table(r.table);
+    const std::string_view keys = BytesOf(std::span<const uint64_t>(r.keys));
+    const std::string_view values =
+        BytesOf(std::span<const float>(r.values));
+    logged->set_keys(keys.data(), keys.size());
+    logged->set_values(values.data(), values.size());
+  }
+}
+
+std::vector<StoredBlock> SparseTableSet::Snapshot() const {
+  std::vector<StoredBlock> out;
+  for (const Table& t : tables_) {
+    std::vector<StoredBlock> buckets = t.rows->Snapshot();
+    for (StoredBlock& b : buckets) out.push_back(std::move(b));
+  }
+  return out;
+}
+
+absl::Status SparseTableSet::Restore(const StoredBlock& bucket) {
+  const uint32_t t = BucketTable(bucket.key);
+  const uint32_t b = BucketIndex(bucket.key);
+  if (t >= tables_.size() || b >= tables_[t].held.size() ||
+      !tables_[t].held[b]) {
+    return absl::DataLossError(
+        absl::StrCat("stored bucket ", b, " of sparse table ", t,
+                     " is not one this server holds"));
+  }
+  return tables_[t].rows->Restore(bucket);
+}
+
+SparseTableCounts SparseTableSet::Counts(size_t table) const {
+  const SparseTable& t = *tables_[table].rows;
+  return {.rows = t.num_rows(),
+          .admissions = t.admissions(),
+          .rejections = t.rejections(),
+          .evictions = t.evictions()};
+}
+
+}  // namespace ps

@@ -1,0 +1,119 @@
+// A job's sparse embedding tables on one server (docs/sparse.md): one
+// SparseTable per table of the spec, holding the rows of the buckets the
+// shard map places here. It checks the sparse parts of pulls and pushes
+// against the map, and carries the sparse part of an update to each table's
+// Apply — the one function that changes rows, for the live path and replay.
+#ifndef PS_SERVER_SPARSE_TABLE_SET_H_
+#define PS_SERVER_SPARSE_TABLE_SET_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/parameter_wire.h"
+#include "google/protobuf/repeated_field.h"
+#include "ps/storage/v1/update_log.pb.h"
+#include "ps/v1/cluster.pb.h"
+#include "ps/v1/parameter.pb.h"
+#include "server/parameter_table.h"
+#include "server/shard_store.h"
+#include "server/sparse_table.h"
+
+namespace ps {
+
+// The sparse part of a push, checked before any lock is taken.
+struct SparsePushCheck {
+  absl::Status invalid{};  // Unknown table, bad sizes, repeated or foreign id.
+  bool finite = true;      // No NaN or Inf in any row.
+  uint32_t non_finite_table = 0;  // The first table with one, if any.
+  // The rows decoded to float32, each table once, in the request's order.
+  std::vector<TableUpdate::SparseRows> rows{};
+};
+
+// One table's counters, for metrics.
+struct SparseTableCounts {
+  int64_t rows = 0;
+  int64_t admissions = 0;
+  int64_t rejections = 0;
+  int64_t evictions = 0;
+};
+
+// The set of tables and buckets never changes after Create, so the checks
+// (documented lock-free) read them without a lock; the rest is
+// thread-compatible: the owning ServerJob calls it under its lock.
+class SparseTableSet {
+ public:
+  // The tables of `assignment`'s spec (model.sparse_tables), each holding the
+  // buckets the shard map places on this server. `accumulate`: keep BSP sums.
+  // Errors: INVALID_ARGUMENT for a bad table spec or a bucket key in the map
+  // naming an unknown table or bucket.
+  static absl::StatusOr<std::unique_ptr<SparseTableSet>> Create(
+      const v1::Assignment& assignment, bool accumulate);
+
+  // Number of tables (0 for a job without sparse tables).
+  size_t size() const { return tables_.size(); }
+
+  // Checks a pull's `sparse` (known tables, each once, whole ids, at most
+  // kMaxSparseKeysPerRequest in all, each id once and in a bucket held here)
+  // and returns the ids to read. Errors: INVALID_ARGUMENT naming what is
+  // wrong. Lock-free.
+  absl::StatusOr<std::vector<SparseKeys>> CheckPull(
+      const google::protobuf::RepeatedPtrField<v1::SparseRows>& sparse) const;
+
+  // Checks a push's sparse rows as CheckPull checks ids, plus the values'
+  // size in `encoding` and their finiteness, and decodes them. Lock-free.
+  SparsePushCheck CheckPush(std::span<const WireSparseRows> sparse,
+                            v1::Precision encoding) const;
+
+  // The rows of `keys`, one vector per entry, in order (for a reply).
+  std::vector<std::vector<float>> Read(std::span<const SparseKeys> keys) const;
+
+  // BSP: adds a checked push's rows to the clock's sums.
+  void Accumulate(const std::vector<TableUpdate::SparseRows>& rows);
+  // BSP: the clock's averaged rows of every table that has some.
+  std::vector<TableUpdate::SparseRows> AveragedRows(int num_workers);
+  // BSP: clears the sums for the next clock.
+  void ClearAccumulated();
+
+  // Applies the sparse part of an update (each table's Apply) at the
+  // schedule factor `lr_factor` of `clock`.
+  void Apply(const std::vector<TableUpdate::SparseRows>& rows, int64_t clock,
+             float lr_factor);
+
+  // The sparse part of a logged record, checked against the tables (known
+  // table, sizes). Errors: DATA_LOSS naming what does not match.
+  absl::StatusOr<std::vector<TableUpdate::SparseRows>> RowsOfRecord(
+      const storage::v1::UpdateRecord& record) const;
+  // Writes `rows` into `record` (float32).
+  static void LogRows(const std::vector<TableUpdate::SparseRows>& rows,
+                      storage::v1::UpdateRecord* record);
+
+  // Every bucket holding anything, keyed BucketKey(table, bucket).
+  std::vector<StoredBlock> Snapshot() const;
+  // Restores one stored bucket. Errors: DATA_LOSS for a bucket of an
+  // unknown table or one not held here, or malformed bytes.
+  absl::Status Restore(const StoredBlock& bucket);
+
+  // Table `table`'s counters (table < size()).
+  SparseTableCounts Counts(size_t table) const;
+
+ private:
+  struct Table {
+    std::unique_ptr<SparseTable> rows;
+    std::vector<bool> held;  // By bucket: placed on this server.
+  };
+  // Checks one table's ids (`keys`' bytes) and appends them to `ids`.
+  absl::Status CheckIds(uint32_t table, const WireBytes& keys,
+                        std::vector<uint64_t>* ids) const;
+  // Checks the entries' tables (known, each once) and their total id count.
+  absl::Status CheckTables(std::span<const uint32_t> tables,
+                           int64_t total_ids) const;
+
+  std::vector<Table> tables_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_SPARSE_TABLE_SET_H_
