@@ -43,13 +43,21 @@ const DenseTransform& Transform() {
   return *transform;
 }
 
+// Hex digits' values; 0x80 for a byte that is not one.
+constexpr std::array<uint8_t, 256> kHexDigits = [] {
+  std::array<uint8_t, 256> table{};
+  for (uint8_t& entry : table) entry = 0x80;
+  for (int c = '0'; c <= '9'; ++c) table[c] = static_cast<uint8_t>(c - '0');
+  for (int c = 'a'; c <= 'f'; ++c) {
+    table[c] = table[c - 'a' + 'A'] = static_cast<uint8_t>(c - 'a' + 10);
+  }
+  return table;
+}();
+
 // The value of hex digit `c`, or -1.
 int HexDigit(char c) {
-  const unsigned char u = static_cast<unsigned char>(c);
-  if (u >= '0' && u <= '9') return u - '0';
-  const unsigned char lower = u | 0x20;
-  if (lower >= 'a' && lower <= 'f') return lower - 'a' + 10;
-  return -1;
+  const uint8_t digit = kHexDigits[static_cast<unsigned char>(c)];
+  return digit & 0x80 ? -1 : digit;
 }
 
 // Splits `line` at tabs into `fields`; returns the number of fields (which
@@ -73,14 +81,16 @@ int SplitTabs(absl::string_view line,
 class CriteoParser {
  public:
   CriteoParser(absl::string_view name, int64_t max_samples)
-      : name_(name), max_samples_(max_samples) {
-    if (max_samples > 0) {
-      const int64_t reserve = std::min<int64_t>(max_samples, int64_t{1} << 20);
-      data_.labels.reserve(reserve);
-      data_.dense.reserve(reserve * kCriteoDenseFeatures);
-      data_.ids.reserve(reserve * kCriteoFields);
-    }
+      : name_(name), max_samples_(max_samples) {}
+
+  // Makes room for `rows` samples in all (at most max_samples).
+  void Reserve(int64_t rows) {
+    if (max_samples_ > 0) rows = std::min(rows, max_samples_);
+    data_.labels.reserve(rows);
+    data_.dense.reserve(rows * kCriteoDenseFeatures);
+    data_.ids.reserve(rows * kCriteoFields);
   }
+  int64_t rows() const { return data_.size(); }
 
   bool full() const { return max_samples_ > 0 && data_.size() >= max_samples_; }
 
@@ -101,6 +111,7 @@ class CriteoParser {
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (line.empty()) continue;
       if (line.size() > kMaxLineBytes) return LineTooLong(line_number_);
+      if (ParseWellFormedLine(line)) continue;
       if (auto s = ParseLine(line); !s.ok()) return s;
     }
     if (!full() && !at_end && chunk.size() - pos > kMaxLineBytes) {
@@ -117,6 +128,11 @@ class CriteoParser {
   }
 
  private:
+  // The fast path: parses and appends `line` when it is well formed and
+  // simple (integers of at most 18 digits), else appends nothing and
+  // returns false (ParseLine then parses it or says what is wrong).
+  bool ParseWellFormedLine(absl::string_view line);
+  // Parses and appends `line`, or says what is wrong with it.
   absl::Status ParseLine(absl::string_view line);
   absl::Status LineTooLong(int64_t line) const {
     return text_parse::LineError(
@@ -131,7 +147,67 @@ class CriteoParser {
   int64_t max_samples_;
   int64_t line_number_ = 0;
   CtrDataset data_;
+  const DenseTransform& transform_ = Transform();
 };
+
+bool CriteoParser::ParseWellFormedLine(absl::string_view line) {
+  const char* p = line.data();
+  const char* const end = p + line.size();
+  if (line.size() < 2 || (p[0] != '0' && p[0] != '1') || p[1] != '\t') {
+    return false;
+  }
+  const int32_t label = p[0] - '0';
+  p += 2;
+  std::array<float, kCriteoDenseFeatures> dense;
+  for (int j = 0; j < kCriteoDenseFeatures; ++j) {
+    int64_t x = 0;
+    const bool negative = p < end && *p == '-';
+    const char* const digits = p + (negative ? 1 : 0);
+    const char* q = digits;
+    while (q < end && static_cast<unsigned>(*q - '0') < 10) {
+      x = x * 10 + (*q - '0');
+      ++q;
+    }
+    // Ends in a tab; "-" alone or over 18 digits go the slow way.
+    if (q == end || *q != '\t' || q - digits > 18 ||
+        (negative && q == digits)) {
+      return false;
+    }
+    dense[j] = transform_(negative ? -x : x);
+    p = q + 1;
+  }
+  std::array<uint64_t, kCriteoFields> ids;
+  for (int f = 0; f < kCriteoFields; ++f) {
+    const bool last = f == kCriteoFields - 1;
+    if (end - p >= 8 && (last ? end - p == 8 : end - p > 8 && p[8] == '\t')) {
+      // The common case, 8 digits: no branch on each.
+      uint32_t value = 0;
+      uint8_t bad = 0;
+      for (int k = 0; k < 8; ++k) {
+        const uint8_t digit = kHexDigits[static_cast<unsigned char>(p[k])];
+        bad |= digit;
+        value = (value << 4) | (digit & 0xF);
+      }
+      if (bad & 0x80) return false;
+      ids[f] = CriteoId(f, value);
+      p += 9;
+      continue;
+    }
+    uint32_t value = 0;
+    const char* q = p;
+    while (q < end && q - p < 8 && HexDigit(*q) >= 0) {
+      value = (value << 4) | static_cast<uint32_t>(HexDigit(*q));
+      ++q;
+    }
+    if (last ? q != end : q == end || *q != '\t') return false;
+    ids[f] = q == p ? CriteoMissingId(f) : CriteoId(f, value);
+    p = q + 1;
+  }
+  data_.labels.push_back(label);
+  data_.dense.insert(data_.dense.end(), dense.begin(), dense.end());
+  data_.ids.insert(data_.ids.end(), ids.begin(), ids.end());
+  return true;
+}
 
 absl::Status CriteoParser::ParseLine(absl::string_view line) {
   std::array<absl::string_view, kColumns> fields;
@@ -158,7 +234,7 @@ absl::Status CriteoParser::ParseLine(absl::string_view line) {
         return Error(absl::StrCat("I", j + 1, " is not an integer"), field);
       }
     }
-    dense[j] = Transform()(x);
+    dense[j] = transform_(x);
   }
   std::array<uint64_t, kCriteoFields> ids;
   for (int f = 0; f < kCriteoFields; ++f) {
@@ -205,7 +281,7 @@ absl::StatusOr<CtrDataset> ReadCriteoFile(const std::string& path,
   CriteoParser parser(path, max_samples);
   std::string buffer(kReadChunk, '\0');
   size_t have = 0;  // Bytes of an unfinished line at the buffer's start.
-  bool at_end = false;
+  bool at_end = false, reserved = false;
   while (!at_end && !parser.full()) {
     auto got = file->Read(buffer.data() + have, buffer.size() - have);
     if (!got.ok()) return got.status();
@@ -216,6 +292,15 @@ absl::StatusOr<CtrDataset> ReadCriteoFile(const std::string& path,
     if (!consumed.ok()) return consumed.status();
     have = filled - *consumed;
     std::memmove(buffer.data(), buffer.data() + *consumed, have);
+    if (!reserved && parser.rows() > 0 && file->bytes_used() > 0) {
+      // Room for the whole file, estimated from its first chunk (its
+      // compressed bytes for gzip), saves the vectors' regrowth.
+      reserved = true;
+      const double rows_per_byte = static_cast<double>(parser.rows()) /
+                                   static_cast<double>(file->bytes_used());
+      parser.Reserve(static_cast<int64_t>(
+          1.05 * rows_per_byte * static_cast<double>(file->size_on_disk())));
+    }
   }
   return std::move(parser).Finish();
 }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -26,8 +28,12 @@ absl::StatusOr<TextFileReader> TextFileReader::Open(const std::string& path) {
     return absl::InternalError(absl::StrCat(path, ": gzopen failed"));
   }
   gzbuffer(file, 1 << 18);
-  return TextFileReader(path, file);
+  std::error_code error;
+  const auto size = std::filesystem::file_size(path, error);
+  return TextFileReader(path, file, error ? 0 : static_cast<int64_t>(size));
 }
+
+int64_t TextFileReader::bytes_used() const { return gzoffset(file_.get()); }
 
 absl::StatusOr<size_t> TextFileReader::Read(char* buffer, size_t size) {
   const unsigned want =

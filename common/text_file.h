@@ -32,16 +32,22 @@ class TextFileReader {
   absl::StatusOr<size_t> Read(char* buffer, size_t size);
 
   const std::string& path() const { return path_; }
+  // The file's size on disk (compressed, for a gzip file) when it opened,
+  // and how much of it the reads so far have used: their ratio tells how
+  // far through the file they are.
+  int64_t size_on_disk() const { return size_on_disk_; }
+  int64_t bytes_used() const;
 
  private:
   struct Closer {
     void operator()(gzFile_s* file) const;
   };
-  TextFileReader(std::string path, gzFile_s* file)
-      : path_(std::move(path)), file_(file) {}
+  TextFileReader(std::string path, gzFile_s* file, int64_t size_on_disk)
+      : path_(std::move(path)), file_(file), size_on_disk_(size_on_disk) {}
 
   std::string path_;
   std::unique_ptr<gzFile_s, Closer> file_;
+  int64_t size_on_disk_;
 };
 
 // The contents of `path` (gzip-compressed or plain; zlib tells which).

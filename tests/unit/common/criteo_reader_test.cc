@@ -143,10 +143,26 @@ TEST(CriteoReaderTest, MalformedInputNamesTheLineAndTheField) {
     EXPECT_THAT(std::string(data.status().message()), StartsWith(c.message))
         << c.text.substr(0, 80);
   }
-  // Leading zeros are not more bits; upper-case digits are hex.
-  auto padded = ParseCriteoText(Line("1", {}, {"000FFFFFFFF"}), "d.tsv");
+}
+
+TEST(CriteoReaderTest, LongButValidFieldsReadAsTheirShortForms) {
+  // Leading zeros are not more bits or more digits; upper-case digits are
+  // hex. (These lines take the reader's general path, the short forms its
+  // fast one.)
+  auto padded = ParseCriteoText(
+      Line("1", {"-0000000000000000000007", "00000000000000000000012"},
+           {"000FFFFFFFF", "0000000000a"}),
+      "d.tsv");
+  auto plain =
+      ParseCriteoText(Line("1", {"-7", "12"}, {"ffffffff", "a"}), "d.tsv");
   ASSERT_TRUE(padded.ok()) << padded.status();
+  ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(padded->ids[0], CriteoId(0, 0xffffffffu));
+  EXPECT_EQ(padded->ids[1], CriteoId(1, 0xa));
+  EXPECT_THAT(padded->dense[1], FloatEq(std::log(13.0f)));
+  EXPECT_EQ(padded->labels, plain->labels);
+  EXPECT_EQ(padded->dense, plain->dense);
+  EXPECT_EQ(padded->ids, plain->ids);
 }
 
 class CriteoFilesTest : public ::testing::Test {
