@@ -6,15 +6,22 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/text_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -163,6 +170,87 @@ TEST(CriteoReaderTest, LongButValidFieldsReadAsTheirShortForms) {
   EXPECT_EQ(padded->labels, plain->labels);
   EXPECT_EQ(padded->dense, plain->dense);
   EXPECT_EQ(padded->ids, plain->ids);
+}
+
+// A plain reference parser of one line (no '\n'): its label, dense values
+// and ids, or nullopt when the reader must refuse it.
+struct Row {
+  int32_t label;
+  std::vector<float> dense;
+  std::vector<uint64_t> ids;
+};
+std::optional<Row> ReferenceParse(std::string line) {
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  const std::vector<std::string> fields = absl::StrSplit(line, '\t');
+  if (fields.size() != 40 || (fields[0] != "0" && fields[0] != "1")) {
+    return std::nullopt;
+  }
+  Row row{fields[0] == "1" ? 1 : 0, {}, {}};
+  for (int j = 1; j <= 13; ++j) {
+    const std::string& field = fields[j];
+    int64_t x = 0;
+    const auto [ptr, ec] =
+        std::from_chars(field.data(), field.data() + field.size(), x);
+    if (!field.empty() &&
+        (ec != std::errc() || ptr != field.data() + field.size())) {
+      return std::nullopt;
+    }
+    row.dense.push_back(
+        static_cast<float>(std::log1p(std::max<int64_t>(x, 0))));
+  }
+  for (int f = 0; f < 26; ++f) {
+    const std::string& field = fields[14 + f];
+    if (field.empty()) {
+      row.ids.push_back(CriteoMissingId(f));
+      continue;
+    }
+    uint64_t value = 0;
+    for (const char c : field) {
+      if (!std::isxdigit(static_cast<unsigned char>(c))) return std::nullopt;
+      value = value * 16 + std::stoul(std::string(1, c), nullptr, 16);
+      if (value > 0xffffffffu) return std::nullopt;
+    }
+    row.ids.push_back(CriteoId(f, static_cast<uint32_t>(value)));
+  }
+  return row;
+}
+
+TEST(CriteoReaderTest, AgreesWithAReferenceParserOnMutatedLines) {
+  std::mt19937 rng(27);
+  const std::string alphabet = "0123456789abcdefABCDEFxg-+ \t\r";
+  int accepted = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string line = trial % 3 == 0
+                           ? Line("1", {"-1", "", "7"}, {"", "ab", "0"})
+                           : FullLine(trial);
+    for (int edits = 1 + static_cast<int>(rng() % 3); edits > 0; --edits) {
+      const size_t at = rng() % (line.size() + 1);
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0:
+          if (at < line.size()) line[at] = c;
+          break;
+        case 1:
+          line.insert(line.begin() + at, c);
+          break;
+        default:
+          if (at < line.size()) line.erase(at, 1);
+      }
+    }
+    const std::optional<Row> expected = ReferenceParse(line);
+    auto data = ParseCriteoText(line, "d.tsv");
+    ASSERT_EQ(data.ok(), expected.has_value())
+        << "\"" << absl::CEscape(line) << "\" " << data.status();
+    if (!expected) continue;
+    ++accepted;
+    ASSERT_EQ(data->size(), 1);
+    EXPECT_EQ(data->labels[0], expected->label) << absl::CEscape(line);
+    EXPECT_EQ(data->dense, expected->dense) << absl::CEscape(line);
+    EXPECT_EQ(data->ids, expected->ids) << absl::CEscape(line);
+  }
+  // Both outcomes were exercised.
+  EXPECT_GT(accepted, 1000);
+  EXPECT_LT(accepted, 19000);
 }
 
 class CriteoFilesTest : public ::testing::Test {
