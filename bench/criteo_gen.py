@@ -127,6 +127,9 @@ class Teacher:
 
     def __init__(self, args, cardinalities):
         rng = np.random.default_rng([args.seed, 7])
+        # Where the training rows end along the rows (train, then test).
+        self.train_fraction = args.train_rows / (args.train_rows +
+                                                 args.test_rows)
         self.cardinalities = np.asarray(cardinalities, dtype=np.int64)
         self.zipf_s = args.zipf_s
         self.drift = args.drift
@@ -249,7 +252,7 @@ def format_rows(labels, dense, dense_missing, values, missing):
 
 def binary_auc(p, y):
     """Area under the ROC curve, ties counted half (as common/
-    binary_metrics.cc computes it); NaN with one class absent."""
+    binary_metrics.cc computes it); None with one class absent."""
     order = np.argsort(p, kind="stable")
     ps, ys = p[order], y[order].astype(np.int64)
     starts = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
@@ -259,7 +262,7 @@ def binary_auc(p, y):
     neg_below = np.cumsum(neg) - neg
     n_pos, n_neg = pos.sum(), neg.sum()
     if n_pos == 0 or n_neg == 0:
-        return float("nan")
+        return None  # Undefined (JSON null).
     return float((pos * neg_below + 0.5 * pos * neg).sum() / (n_pos * n_neg))
 
 
@@ -357,7 +360,6 @@ def main(argv):
     os.makedirs(args.out, exist_ok=True)
     teacher = Teacher(args, cards)
     total = args.train_rows + args.test_rows
-    teacher.train_fraction = args.train_rows / total
     teacher.calibrate(args.seed, args.train_rows, args.positive_rate)
     seen = [np.zeros(c, dtype=bool) for c in cards]
     train_p, train_y, _ = write_split("train", teacher, args, 0,

@@ -90,8 +90,9 @@ class CriteoParser {
     data_.dense.reserve(rows * kCriteoDenseFeatures);
     data_.ids.reserve(rows * kCriteoFields);
   }
+  // Samples parsed so far.
   int64_t rows() const { return data_.size(); }
-
+  // Whether max_samples samples have been parsed.
   bool full() const { return max_samples_ > 0 && data_.size() >= max_samples_; }
 
   // Parses the lines of `chunk` that end in '\n' (all of them, the last
@@ -102,7 +103,7 @@ class CriteoParser {
     while (pos < chunk.size() && !full()) {
       const void* nl =
           std::memchr(chunk.data() + pos, '\n', chunk.size() - pos);
-      size_t end = nl == nullptr ? chunk.size()
+      const size_t end = nl == nullptr ? chunk.size()
                                  : static_cast<const char*>(nl) - chunk.data();
       if (nl == nullptr && !at_end) break;
       absl::string_view line = chunk.substr(pos, end - pos);
@@ -120,6 +121,7 @@ class CriteoParser {
     return pos;
   }
 
+  // The samples parsed. Errors: INVALID_ARGUMENT "NAME: no samples".
   absl::StatusOr<CtrDataset> Finish() && {
     if (data_.size() == 0) {
       return absl::InvalidArgumentError(absl::StrCat(name_, ": no samples"));
