@@ -264,7 +264,7 @@ class CriteoFilesTest : public ::testing::Test {
 
   std::string Write(const std::string& name, const std::string& text,
                     bool gzip) {
-    const std::string path = (dir_ / name).string();
+    std::string path = (dir_ / name).string();
     if (gzip) {
       gzFile f = gzopen(path.c_str(), "wb1");
       EXPECT_NE(f, nullptr);
