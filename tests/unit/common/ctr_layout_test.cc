@@ -184,18 +184,22 @@ TEST(CtrLayoutTest, ValidationErrorsNameTheField) {
        "model.sparse_tables[0].dim:"},
       {"dims differ", [](auto* m) { m->mutable_sparse_tables(2)->set_dim(8); },
        "model.sparse_tables[2].dim:"},
-      {"bottom width 0", [](auto* m) { m->mutable_ctr()->set_bottom_mlp(0, 0); },
+      {"bottom width 0",
+       [](auto* m) { m->mutable_ctr()->set_bottom_mlp(0, 0); },
        "model.ctr.bottom_mlp[0]:"},
       {"bottom last != dim",
        [](auto* m) { m->mutable_ctr()->set_bottom_mlp(1, 5); },
        "model.ctr.bottom_mlp[1]:"},
       {"top width 0", [](auto* m) { m->mutable_ctr()->set_top_mlp(0, -2); },
        "model.ctr.top_mlp[0]:"},
-      {"pooling", [](auto* m) {
-         m->mutable_ctr()->set_pooling(static_cast<v1::CtrModelSpec::Pooling>(9));
+      {"pooling",
+       [](auto* m) {
+         m->mutable_ctr()->set_pooling(
+             static_cast<v1::CtrModelSpec::Pooling>(9));
        },
        "model.ctr.pooling:"},
-      {"interaction", [](auto* m) {
+      {"interaction",
+       [](auto* m) {
          m->mutable_ctr()->set_interaction(
              static_cast<v1::CtrModelSpec::Interaction>(9));
        },
