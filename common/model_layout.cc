@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/ctr_layout.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -295,7 +296,7 @@ absl::StatusOr<std::vector<int64_t>> DenseWidths(
       break;
     default:
       return absl::InvalidArgumentError(
-          "model.kind: must be MLP, SOFTMAX_REGRESSION, CNN or EXTERNAL");
+          "model.kind: must be MLP, SOFTMAX_REGRESSION, CNN, CTR or EXTERNAL");
   }
   widths.push_back(model.num_classes());
   return widths;
@@ -325,6 +326,10 @@ absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
     const v1::ModelSpec& model) {
   if (model.kind() == v1::ModelSpec::EXTERNAL) {
     return ExternalModelTensors(model);
+  }
+  if (model.kind() == v1::ModelSpec::CTR) return CtrModelTensors(model);
+  if (model.has_ctr()) {
+    return absl::InvalidArgumentError("model.ctr: only a CTR model uses it");
   }
   if (model.tensors_size() > 0) {
     return absl::InvalidArgumentError(

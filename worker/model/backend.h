@@ -172,6 +172,53 @@ class Backend {
                               const float* grad_y, int batch, int height,
                               int width, int channels, float* grad_x) = 0;
 
+  // --- The CTR model's operations (docs/sparse.md, "The CTR model"). ---
+
+  // Gathers embedding rows: for b < batch and f < fields,
+  // out[b * out_ld + f * dim + k] = table[host_rows[b * fields + f] * dim + k]
+  // for k < dim. `table` holds the rows (device), `host_rows` their indices
+  // (host memory, each a valid row), `out` a matrix with row stride out_ld
+  // >= fields * dim (device).
+  virtual void GatherRows(const float* table, const int32_t* host_rows,
+                          int batch, int fields, int dim, float* out,
+                          int64_t out_ld) = 0;
+
+  // The adjoint of GatherRows: zeroes table_grad [num_rows x dim], then adds
+  // grad[b * grad_ld + f * dim + k] into row host_rows[b * fields + f] of
+  // it. Each row's terms are added in (b, f) order on every backend, so the
+  // result does not depend on thread timing.
+  virtual void ScatterAddRows(const float* grad, int64_t grad_ld,
+                              const int32_t* host_rows, int batch, int fields,
+                              int dim, int64_t num_rows, float* table_grad) = 0;
+
+  // Pairwise dot products of each sample's vectors: z is [batch x vectors x
+  // dim] (row stride vectors * dim); writes out[b * out_ld + p] = the dot
+  // product of vectors i and j of sample b, for the pairs i < j in the order
+  // (0,1), (0,2), ..., (0,V-1), (1,2), ..., p = 0 .. V(V-1)/2 - 1.
+  virtual void PairwiseDots(const float* z, int batch, int vectors, int dim,
+                            float* out, int64_t out_ld) = 0;
+
+  // The gradient of PairwiseDots: given grad_out (the gradients of its
+  // outputs, row stride grad_ld), writes grad_z[b, i, :] = sum over j != i
+  // of grad_out[b, pair(i, j)] * z[b, j, :] (overwrites grad_z, [batch x
+  // vectors x dim]; must not alias z or grad_out).
+  virtual void PairwiseDotsGrad(const float* z, const float* grad_out,
+                                int64_t grad_ld, int batch, int vectors,
+                                int dim, float* grad_z) = 0;
+
+  // Copies a rows x cols block: dst[r * dst_ld + c] = src[r * src_ld + c],
+  // or += when `accumulate`. The blocks must not overlap.
+  virtual void CopyMatrix(const float* src, int64_t src_ld, int rows, int cols,
+                          float* dst, int64_t dst_ld, bool accumulate) = 0;
+
+  // Sigmoid binary cross-entropy of `rows` logits with one label per row in
+  // host memory (each 0 or 1): loss = max(x, 0) - x * y + log(1 + exp(-|x|))
+  // (stable for any x). Writes d(mean loss) / d(logits) = (sigmoid(x) - y) /
+  // rows into grad_logits (may equal logits) and returns the mean loss.
+  virtual float SigmoidCrossEntropy(const float* logits,
+                                    const int32_t* host_labels, int rows,
+                                    float* grad_logits) = 0;
+
   // Waits until the kernels and copies issued so far have finished, except
   // those started by CopyToHostAsync, which may still run. Used to split a
   // step's time into compute and the copies that outlast it.

@@ -59,6 +59,20 @@ class CpuBackend : public Backend {
   void MaxPool2x2Grad(const float* x, const float* y, const float* grad_y,
                       int batch, int height, int width, int channels,
                       float* grad_x) override;
+  void GatherRows(const float* table, const int32_t* host_rows, int batch,
+                  int fields, int dim, float* out, int64_t out_ld) override;
+  void ScatterAddRows(const float* grad, int64_t grad_ld,
+                      const int32_t* host_rows, int batch, int fields, int dim,
+                      int64_t num_rows, float* table_grad) override;
+  void PairwiseDots(const float* z, int batch, int vectors, int dim, float* out,
+                    int64_t out_ld) override;
+  void PairwiseDotsGrad(const float* z, const float* grad_out, int64_t grad_ld,
+                        int batch, int vectors, int dim,
+                        float* grad_z) override;
+  void CopyMatrix(const float* src, int64_t src_ld, int rows, int cols,
+                  float* dst, int64_t dst_ld, bool accumulate) override;
+  float SigmoidCrossEntropy(const float* logits, const int32_t* host_labels,
+                            int rows, float* grad_logits) override;
   void SynchronizeCompute() override {}
   void Synchronize() override {}
 

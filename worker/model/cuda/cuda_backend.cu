@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "worker/model/backend.h"
+#include "worker/model/cuda/ctr_kernels.h"
 
 namespace ps {
 namespace {
@@ -322,6 +323,20 @@ class CudaBackend final : public Backend {
   void MaxPool2x2Grad(const float* x, const float* y, const float* grad_y,
                       int batch, int height, int width, int channels,
                       float* grad_x) override;
+  void GatherRows(const float* table, const int32_t* host_rows, int batch,
+                  int fields, int dim, float* out, int64_t out_ld) override;
+  void ScatterAddRows(const float* grad, int64_t grad_ld,
+                      const int32_t* host_rows, int batch, int fields, int dim,
+                      int64_t num_rows, float* table_grad) override;
+  void PairwiseDots(const float* z, int batch, int vectors, int dim, float* out,
+                    int64_t out_ld) override;
+  void PairwiseDotsGrad(const float* z, const float* grad_out, int64_t grad_ld,
+                        int batch, int vectors, int dim,
+                        float* grad_z) override;
+  void CopyMatrix(const float* src, int64_t src_ld, int rows, int cols,
+                  float* dst, int64_t dst_ld, bool accumulate) override;
+  float SigmoidCrossEntropy(const float* logits, const int32_t* host_labels,
+                            int rows, float* grad_logits) override;
   void SynchronizeCompute() override;
   void Synchronize() override;
 
@@ -341,6 +356,9 @@ class CudaBackend final : public Backend {
   // Device scratch of at least `bytes`, reused across calls (stream-ordered,
   // so growing it is safe while earlier work still reads the old one).
   void* Scratch(int slot, int64_t bytes);
+  // Copies n int32 values from the host into scratch `slot` (through the
+  // staging buffers, stream-ordered); returns the device pointer.
+  const int32_t* UploadInts(int slot, const int32_t* host, int64_t n);
   // Pinned space for `n` floats from the CopyToHostAsync pool.
   void* AsyncPinned(int64_t n);
 
@@ -362,10 +380,12 @@ class CudaBackend final : public Backend {
   std::vector<PendingCopy> pending_;
   cudaEvent_t compute_done_ = nullptr;  // Orders copy_stream_ after stream_.
   // Device scratch: 0 and 1 for the GEMM's converted inputs, 2 for labels,
-  // 3 for per-row results.
-  static constexpr int kScratchSlots = 4;
+  // 3 for per-row results, 4 for GatherRows' row indices, 5 for
+  // ScatterAddRows' rows sorted by row (offsets, then positions).
+  static constexpr int kScratchSlots = 6;
   void* scratch_[kScratchSlots] = {};
   int64_t scratch_bytes_[kScratchSlots] = {};
+  std::vector<int32_t> scatter_csr_;  // ScatterAddRows' host side.
 };
 
 bool CudaBackend::Init(std::string* error) {
@@ -701,6 +721,114 @@ void CudaBackend::MaxPool2x2Grad(const float* x, const float* y,
   MaxPoolGradKernel<<<Blocks(n), kThreads, 0, stream_>>>(
       x, y, grad_y, batch, height, width, channels, grad_x);
   PS_CUDA_CHECK(cudaGetLastError());
+}
+
+const int32_t* CudaBackend::UploadInts(int slot, const int32_t* host,
+                                       int64_t n) {
+  auto* device = static_cast<int32_t*>(Scratch(slot, n * 4));
+  // int32 and float have the same size: copy the bits through CopyToDevice.
+  static_assert(sizeof(int32_t) == sizeof(float));
+  CopyToDevice(reinterpret_cast<const float*>(host), n,
+               reinterpret_cast<float*>(device));
+  return device;
+}
+
+void CudaBackend::GatherRows(const float* table, const int32_t* host_rows,
+                             int batch, int fields, int dim, float* out,
+                             int64_t out_ld) {
+  const int64_t n = int64_t{batch} * fields;
+  if (n <= 0 || dim <= 0) return;
+  Activate();
+  const int32_t* rows = UploadInts(4, host_rows, n);
+  PS_CUDA_CHECK(cuda_ctr::LaunchGatherRows(stream_, table, rows, batch, fields,
+                                           dim, out, out_ld));
+}
+
+void CudaBackend::ScatterAddRows(const float* grad, int64_t grad_ld,
+                                 const int32_t* host_rows, int batch,
+                                 int fields, int dim, int64_t num_rows,
+                                 float* table_grad) {
+  if (num_rows <= 0 || dim <= 0) return;
+  Activate();
+  // A counting sort of the positions by row on the host (stable, so each
+  // row's positions stay in (b, f) order): offsets [num_rows + 1], then the
+  // positions, in one upload.
+  const int64_t n = int64_t{batch} * fields;
+  scatter_csr_.assign(num_rows + 1 + n, 0);
+  int32_t* offsets = scatter_csr_.data();
+  int32_t* positions = offsets + num_rows + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (host_rows[i] < 0 || host_rows[i] >= num_rows) {
+      std::fprintf(stderr, "ScatterAddRows: row %d out of [0, %lld)\n",
+                   host_rows[i], static_cast<long long>(num_rows));
+      std::abort();
+    }
+    ++offsets[host_rows[i] + 1];
+  }
+  for (int64_t r = 0; r < num_rows; ++r) offsets[r + 1] += offsets[r];
+  // Fill positions using offsets[r] as a cursor, then shift them back.
+  for (int64_t i = 0; i < n; ++i) {
+    positions[offsets[host_rows[i]]++] = static_cast<int32_t>(i);
+  }
+  for (int64_t r = num_rows; r > 0; --r) offsets[r] = offsets[r - 1];
+  offsets[0] = 0;
+  const int32_t* csr = UploadInts(5, scatter_csr_.data(), scatter_csr_.size());
+  PS_CUDA_CHECK(cuda_ctr::LaunchScatterRows(stream_, grad, grad_ld, csr,
+                                            csr + num_rows + 1, fields, dim,
+                                            num_rows, table_grad));
+}
+
+void CudaBackend::PairwiseDots(const float* z, int batch, int vectors, int dim,
+                               float* out, int64_t out_ld) {
+  Activate();
+  PS_CUDA_CHECK(cuda_ctr::LaunchPairwiseDots(stream_, z, batch, vectors, dim,
+                                             out, out_ld));
+}
+
+void CudaBackend::PairwiseDotsGrad(const float* z, const float* grad_out,
+                                   int64_t grad_ld, int batch, int vectors,
+                                   int dim, float* grad_z) {
+  Activate();
+  PS_CUDA_CHECK(cuda_ctr::LaunchPairwiseDotsGrad(stream_, z, grad_out, grad_ld,
+                                                 batch, vectors, dim, grad_z));
+}
+
+void CudaBackend::CopyMatrix(const float* src, int64_t src_ld, int rows,
+                             int cols, float* dst, int64_t dst_ld,
+                             bool accumulate) {
+  if (rows <= 0 || cols <= 0) return;
+  Activate();
+  if (accumulate) {
+    PS_CUDA_CHECK(cuda_ctr::LaunchAddMatrix(stream_, src, src_ld, rows, cols,
+                                            dst, dst_ld));
+    return;
+  }
+  PS_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_ld * sizeof(float), src,
+                                  src_ld * sizeof(float), cols * sizeof(float),
+                                  rows, cudaMemcpyDeviceToDevice, stream_));
+}
+
+float CudaBackend::SigmoidCrossEntropy(const float* logits,
+                                       const int32_t* host_labels, int rows,
+                                       float* grad_logits) {
+  if (rows <= 0) return 0.0f;
+  Activate();
+  for (int r = 0; r < rows; ++r) {
+    if (host_labels[r] != 0 && host_labels[r] != 1) {
+      std::fprintf(stderr, "SigmoidCrossEntropy: label %d is not 0 or 1\n",
+                   host_labels[r]);
+      std::abort();
+    }
+  }
+  const int32_t* labels = UploadInts(2, host_labels, rows);
+  auto* row_loss = static_cast<float*>(Scratch(3, int64_t{rows} * 4));
+  PS_CUDA_CHECK(cuda_ctr::LaunchSigmoidCrossEntropy(
+      stream_, logits, labels, rows, grad_logits, row_loss));
+  std::vector<float> losses(rows);
+  CopyToHost(row_loss, rows, losses.data());
+  double total = 0.0;
+  for (float loss : losses) total += loss;
+  return static_cast<float>(total / rows);
 }
 
 }  // namespace
