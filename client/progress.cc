@@ -124,10 +124,10 @@ std::string FormatSummary(const v1::JobStatus& job) {
   const v1::JobProgress& p = job.progress();
   if (IsCtr(job)) {
     if (p.test_auc() >= 0 || p.test_log_loss() >= 0) {
-      absl::StrAppend(
-          &out, "\ntest ", FormatBinaryMetrics(p.test_auc(), p.test_log_loss()),
-          absl::StrFormat(" (after epoch %d of %d)", p.accuracy_epoch(),
-                          p.total_epochs()));
+      absl::StrAppend(&out, "\ntest ",
+                      FormatBinaryMetrics(p.test_auc(), p.test_log_loss()),
+                      absl::StrFormat(" (after epoch %d of %d)",
+                                      p.accuracy_epoch(), p.total_epochs()));
     }
   } else if (job.progress().test_accuracy() >= 0) {
     absl::StrAppend(
@@ -163,8 +163,9 @@ std::string FormatEpochTimes(const v1::JobStatus& job) {
     const std::string test =
         IsCtr(job) ? FormatBinaryMetrics(r.test_auc(), r.test_log_loss())
                    : absl::StrFormat("acc %.4f", r.test_accuracy());
-    absl::StrAppend(&out, absl::StrFormat("\n  epoch %2d at %s  test %s  loss %.4f",
-                                          r.epoch(), time, test, r.loss()));
+    absl::StrAppend(&out,
+                    absl::StrFormat("\n  epoch %2d at %s  test %s  loss %.4f",
+                                    r.epoch(), time, test, r.loss()));
   }
   return out;
 }

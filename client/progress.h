@@ -38,9 +38,9 @@ std::string FormatSummary(const v1::JobStatus& job);
 // header line, then one line per epoch with the seconds since the job
 // started running, the test accuracy (a CTR model: AUC and log loss) and
 // worker 0's loss, e.g. "epoch  2 at    6.3 s  test acc 0.8501  loss 0.3890"
-// or "epoch  2 at   61.0 s  test auc 0.7712 logloss 0.4561  loss 0.4620". Past 20 records, the
-// first and last 10 with a line saying how many are left out. "" when there
-// are none.
+// or "epoch  2 at   61.0 s  test auc 0.7712 logloss 0.4561  loss 0.4620". Past
+// 20 records, the first and last 10 with a line saying how many are left out.
+// "" when there are none.
 std::string FormatEpochTimes(const v1::JobStatus& job);
 
 // One row of `psctl list`: id, state, name, epoch and the test accuracy (a

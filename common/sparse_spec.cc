@@ -64,7 +64,8 @@ absl::Status ValidateSparseOptimizer(const std::string& at,
   switch (optimizer.kind_case()) {
     case v1::SparseOptimizerSpec::kSgd: {
       const v1::SgdOptions& o = optimizer.sgd();
-      PS_RETURN_IF_ERROR(Positive(at + ".sgd.learning_rate", o.learning_rate()));
+      PS_RETURN_IF_ERROR(
+          Positive(at + ".sgd.learning_rate", o.learning_rate()));
       PS_RETURN_IF_ERROR(Zero(at + ".sgd.momentum", o.momentum(),
                               "a sparse table's SGD has no momentum"));
       return Zero(at + ".sgd.weight_decay", o.weight_decay(),
@@ -105,8 +106,8 @@ absl::Status ValidateSparseOptimizer(const std::string& at,
 absl::Status ValidateTableName(const std::string& at, const std::string& name) {
   if (name.empty()) return Invalid(at, "required");
   if (name.size() > kMaxSparseTableNameBytes) {
-    return Invalid(at, absl::StrCat("longer than ", kMaxSparseTableNameBytes,
-                                    " bytes"));
+    return Invalid(
+        at, absl::StrCat("longer than ", kMaxSparseTableNameBytes, " bytes"));
   }
   for (char c : name) {
     const auto byte = static_cast<unsigned char>(c);
@@ -184,11 +185,11 @@ absl::Status ValidateTable(int i, const v1::SparseTableSpec& table) {
   const int32_t buckets = table.num_buckets();
   if (buckets < 1 || buckets > kMaxBucketsPerTable ||
       !std::has_single_bit(static_cast<uint32_t>(buckets))) {
-    return Invalid(at + ".num_buckets",
-                   absl::StrCat("must be a power of two in [1, ",
-                                kMaxBucketsPerTable, "] (0: ",
-                                kDefaultBucketsPerServer,
-                                " per server), got ", buckets));
+    return Invalid(
+        at + ".num_buckets",
+        absl::StrCat("must be a power of two in [1, ", kMaxBucketsPerTable,
+                     "] (0: ", kDefaultBucketsPerServer, " per server), got ",
+                     buckets));
   }
   if (table.expected_rows() < 0 || table.expected_rows() > kMaxExpectedRows) {
     return Invalid(at + ".expected_rows",
@@ -228,9 +229,9 @@ absl::Status ValidateTables(const v1::ModelSpec& model) {
     const v1::SparseTableSpec& table = model.sparse_tables(i);
     PS_RETURN_IF_ERROR(ValidateTable(i, table));
     if (!names.insert(table.name()).second) {
-      return Invalid(absl::StrCat("model.sparse_tables[", i, "].name"),
-                     absl::StrCat("\"", table.name(),
-                                  "\" names an earlier table too"));
+      return Invalid(
+          absl::StrCat("model.sparse_tables[", i, "].name"),
+          absl::StrCat("\"", table.name(), "\" names an earlier table too"));
     }
     buckets += table.num_buckets();
     if (buckets > kMaxBucketsPerJob) {
@@ -353,10 +354,9 @@ int64_t SparseStateFloatsPerRow(const v1::SparseTableSpec& table) {
 
 int64_t BucketLoad(const v1::SparseTableSpec& table) {
   if (table.num_buckets() < 1) return 0;
-  const int64_t rows =
-      std::clamp<int64_t>(table.expected_rows() == 0 ? kDefaultExpectedRows
-                                                     : table.expected_rows(),
-                          0, kMaxExpectedRows);
+  const int64_t rows = std::clamp<int64_t>(
+      table.expected_rows() == 0 ? kDefaultExpectedRows : table.expected_rows(),
+      0, kMaxExpectedRows);
   const int64_t per_bucket =
       (rows + table.num_buckets() - 1) / table.num_buckets();
   const int64_t floats = std::clamp<int64_t>(table.dim(), 0, kMaxSparseDim) +

@@ -40,8 +40,9 @@ void AggregateProgress(const std::vector<v1::ProgressReport>& reports,
                        v1::JobProgress* progress);
 
 // Appends worker 0's end-of-epoch report to `progress`'s epoch records, at
-// `now_ms` (its test AUC and log loss when they are >= 0). A repeated epoch (a replacement worker 0 redoing it) replaces the
-// records from that epoch on; past kMaxEpochRecords the last one is replaced.
+// `now_ms` (its test AUC and log loss when they are >= 0). A repeated epoch (a
+// replacement worker 0 redoing it) replaces the records from that epoch on;
+// past kMaxEpochRecords the last one is replaced.
 void RecordEpoch(const v1::ProgressReport& report, int64_t now_ms,
                  v1::JobProgress* progress);
 

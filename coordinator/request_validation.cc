@@ -245,8 +245,8 @@ absl::Status ValidateUploadModelRequest(const v1::UploadModelRequest& request) {
   PS_RETURN_IF_ERROR(ValidateNonNegative("model.clock", model.clock()));
   PS_RETURN_IF_ERROR(
       ValidateAccuracy("model.test_accuracy", model.test_accuracy()));
-  PS_RETURN_IF_ERROR(ValidateBinaryMetrics("model.", model.test_auc(),
-                                           model.test_log_loss()));
+  PS_RETURN_IF_ERROR(
+      ValidateBinaryMetrics("model.", model.test_auc(), model.test_log_loss()));
   PS_RETURN_IF_ERROR(
       ValidateNonNegative("model.test_samples", model.test_samples()));
   if (model.tensors_size() > kMaxModelTensors) {

@@ -33,7 +33,8 @@ v1::JobStatus CtrJob() {
 }
 
 TEST(FormatBinaryMetricsTest, ShowsBothOrADash) {
-  EXPECT_EQ(FormatBinaryMetrics(0.77123f, 0.45611f), "auc 0.7712 logloss 0.4561");
+  EXPECT_EQ(FormatBinaryMetrics(0.77123f, 0.45611f),
+            "auc 0.7712 logloss 0.4561");
   EXPECT_EQ(FormatBinaryMetrics(-1, 0.5f), "auc - logloss 0.5000");
   EXPECT_EQ(FormatBinaryMetrics(0.5f, -1), "auc 0.5000 logloss -");
 }

@@ -150,10 +150,14 @@ TEST(SparseSpecDefaultsTest, OptimizerDefaults) {
       ->mutable_optimizer()
       ->mutable_lazy_adam()
       ->set_learning_rate(0.001f);
-  AddTable(model, "ftrl", 1)->mutable_optimizer()->mutable_ftrl()->set_alpha(
-      0.05f);
-  AddTable(model, "sgd", 4)->mutable_optimizer()->mutable_sgd()->set_learning_rate(
-      0.5f);
+  AddTable(model, "ftrl", 1)
+      ->mutable_optimizer()
+      ->mutable_ftrl()
+      ->set_alpha(0.05f);
+  AddTable(model, "sgd", 4)
+      ->mutable_optimizer()
+      ->mutable_sgd()
+      ->set_learning_rate(0.5f);
   ApplyJobSpecDefaults(&spec);
   EXPECT_FLOAT_EQ(spec.model().sparse_tables(0).optimizer().adagrad().epsilon(),
                   1e-10f);
@@ -319,8 +323,8 @@ std::vector<Rule> TableRules() {
       {"model.sparse_tables: more than 1024 tables",
        [](auto& s) {
          for (int i = 0; i < kMaxSparseTables; ++i) {
-           v1::SparseTableSpec* t = AddTable(s.mutable_model(),
-                                             "t" + std::to_string(i), 1);
+           v1::SparseTableSpec* t =
+               AddTable(s.mutable_model(), "t" + std::to_string(i), 1);
            t->set_num_buckets(1);
            t->set_expected_rows(1);
          }

@@ -54,8 +54,10 @@ v1::JobSpec SparseSpec(int servers) {
     table->set_expected_rows(t.rows);
   }
   auto* tables = model->mutable_sparse_tables();
-  (*tables)[0].mutable_optimizer()->mutable_rowwise_adagrad()->set_learning_rate(
-      0.1f);
+  (*tables)[0]
+      .mutable_optimizer()
+      ->mutable_rowwise_adagrad()
+      ->set_learning_rate(0.1f);
   (*tables)[1].mutable_optimizer()->mutable_lazy_adam()->set_learning_rate(
       0.01f);
   (*tables)[2].mutable_optimizer()->mutable_ftrl()->set_alpha(0.1f);
@@ -102,8 +104,7 @@ TEST(ShardPlannerSparseTest, PlacesEveryBucketOnceWithItsExpectedLoad) {
     }
     EXPECT_EQ(keys, expected_keys);
     EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end()));
-    EXPECT_EQ(std::set<uint64_t>(keys.begin(), keys.end()).size(),
-              keys.size());
+    EXPECT_EQ(std::set<uint64_t>(keys.begin(), keys.end()).size(), keys.size());
   }
   // users: 64 buckets a server by default; 50000 rows over 64 buckets is
   // 782 a bucket (rounded up) of 16 values and 1 of row-wise Adagrad state.
