@@ -10,6 +10,21 @@
 #include "common/learning_rate_schedule.h"
 
 namespace ps {
+namespace {
+
+bool IsCtr(const v1::JobStatus& job) {
+  return job.spec().model().kind() == v1::ModelSpec::CTR;
+}
+
+}  // namespace
+
+std::string FormatBinaryMetrics(float auc, float log_loss) {
+  std::string out = auc >= 0 ? absl::StrFormat("auc %.4f", auc) : "auc -";
+  absl::StrAppend(&out, log_loss >= 0
+                            ? absl::StrFormat(" logloss %.4f", log_loss)
+                            : std::string(" logloss -"));
+  return out;
+}
 
 std::string FormatVacancies(const v1::JobStatus& job, absl::Time now) {
   std::vector<std::string> places;
@@ -75,7 +90,13 @@ std::string FormatProgressLine(const v1::JobStatus& job, int bar_width,
                                                       p.clock() - 1)));
     }
   }
-  if (p.test_accuracy() >= 0) {
+  if (IsCtr(job)) {
+    if (p.test_auc() >= 0 || p.test_log_loss() >= 0) {
+      absl::StrAppend(&line, "  test ",
+                      FormatBinaryMetrics(p.test_auc(), p.test_log_loss()),
+                      absl::StrFormat(" (epoch %d)", p.accuracy_epoch()));
+    }
+  } else if (p.test_accuracy() >= 0) {
     absl::StrAppend(
         &line, absl::StrFormat("  test acc %.4f (epoch %d)", p.test_accuracy(),
                                p.accuracy_epoch()));
@@ -100,7 +121,15 @@ std::string FormatSummary(const v1::JobStatus& job) {
       !vacant.empty()) {
     absl::StrAppend(&out, "\n", vacant);
   }
-  if (job.progress().test_accuracy() >= 0) {
+  const v1::JobProgress& p = job.progress();
+  if (IsCtr(job)) {
+    if (p.test_auc() >= 0 || p.test_log_loss() >= 0) {
+      absl::StrAppend(&out, "\ntest ",
+                      FormatBinaryMetrics(p.test_auc(), p.test_log_loss()),
+                      absl::StrFormat(" (after epoch %d of %d)",
+                                      p.accuracy_epoch(), p.total_epochs()));
+    }
+  } else if (job.progress().test_accuracy() >= 0) {
     absl::StrAppend(
         &out, absl::StrFormat("\ntest accuracy: %.4f (after epoch %d of %d)",
                               job.progress().test_accuracy(),
@@ -131,19 +160,29 @@ std::string FormatEpochTimes(const v1::JobStatus& job) {
             ? absl::StrFormat("%6.1f s",
                               (r.end_time_ms() - job.start_time_ms()) / 1000.0)
             : std::string("     - s");
-    absl::StrAppend(
-        &out, absl::StrFormat("\n  epoch %2d at %s  test acc %.4f  loss %.4f",
-                              r.epoch(), time, r.test_accuracy(), r.loss()));
+    const std::string test =
+        IsCtr(job) ? FormatBinaryMetrics(r.test_auc(), r.test_log_loss())
+                   : absl::StrFormat("acc %.4f", r.test_accuracy());
+    absl::StrAppend(&out,
+                    absl::StrFormat("\n  epoch %2d at %s  test %s  loss %.4f",
+                                    r.epoch(), time, test, r.loss()));
   }
   return out;
 }
 
 std::string FormatListRow(const v1::JobStatus& job) {
   const float acc = job.progress().test_accuracy();
+  const float auc = job.progress().test_auc();
+  std::string metric;
+  if (IsCtr(job)) {
+    if (auc >= 0) metric = absl::StrFormat("auc %.4f", auc);
+  } else if (acc >= 0) {
+    metric = absl::StrFormat("acc %.4f", acc);
+  }
   return absl::StrFormat("%-12s %-10s %-24s epoch %3d/%-3d %s", job.job_id(),
                          v1::JobState_Name(job.state()), job.spec().name(),
                          job.progress().epoch(), job.progress().total_epochs(),
-                         acc >= 0 ? absl::StrFormat("acc %.4f", acc) : "");
+                         metric);
 }
 
 }  // namespace ps

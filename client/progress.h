@@ -10,12 +10,17 @@
 
 namespace ps {
 
+// A CTR model's test metrics, e.g. "auc 0.7712 logloss 0.4561"; a negative
+// value (not measured) shows as "-".
+std::string FormatBinaryMetrics(float auc, float log_loss);
+
 // One line: id, state, epoch, a progress bar of `bar_width` cells, loss,
 // samples/s, the learning rate of the slowest worker's latest update (the
 // spec's schedule at progress.clock - 1; when the spec names an optimizer)
-// and the latest test accuracy, e.g.
+// and the latest test accuracy (a CTR model: its AUC and log loss), e.g.
 // "job-000001 RUNNING epoch 3/15 [#####-----]  20%  loss 0.4120  5321 samples/s
-// lr 0.0009511  test acc 0.8512 (epoch 3)".
+// lr 0.0009511  test acc 0.8512 (epoch 3)", or for a CTR model "...  test auc
+// 0.7712 logloss 0.4561 (epoch 3)".
 // A pending job shows what it waits for (its message); a running job with
 // vacant places ends with FormatVacancies.
 std::string FormatProgressLine(const v1::JobStatus& job, int bar_width = 24,
@@ -26,18 +31,20 @@ std::string FormatProgressLine(const v1::JobStatus& job, int bar_width = 24,
 std::string FormatVacancies(const v1::JobStatus& job, absl::Time now);
 
 // The closing summary of a job: state, message, wall time, vacant places,
-// accuracy and FormatEpochTimes.
+// accuracy (a CTR model: AUC and log loss) and FormatEpochTimes.
 std::string FormatSummary(const v1::JobStatus& job);
 
 // Time to each epoch from the job's epoch records (JobProgress.epochs): a
 // header line, then one line per epoch with the seconds since the job
-// started running, the test accuracy and worker 0's loss, e.g.
-// "epoch  2 at    6.3 s  test acc 0.8501  loss 0.3890". Past 20 records, the
-// first and last 10 with a line saying how many are left out. "" when there
-// are none.
+// started running, the test accuracy (a CTR model: AUC and log loss) and
+// worker 0's loss, e.g. "epoch  2 at    6.3 s  test acc 0.8501  loss 0.3890"
+// or "epoch  2 at   61.0 s  test auc 0.7712 logloss 0.4561  loss 0.4620". Past
+// 20 records, the first and last 10 with a line saying how many are left out.
+// "" when there are none.
 std::string FormatEpochTimes(const v1::JobStatus& job);
 
-// One row of `psctl list`.
+// One row of `psctl list`: id, state, name, epoch and the test accuracy (a
+// CTR model: its AUC).
 std::string FormatListRow(const v1::JobStatus& job);
 
 }  // namespace ps

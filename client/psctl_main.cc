@@ -219,11 +219,16 @@ int Export(ps::JobClient& client, const std::string& job_id) {
   if (auto s = ps::WriteModelFile(*model, path); !s.ok()) return Fail(s);
   int64_t values = 0;
   for (const auto& t : model->tensors()) values += t.data().size() / 4;
+  // A CTR model's quality is its AUC and log loss, not its accuracy.
+  const std::string quality =
+      model->model().kind() == ps::v1::ModelSpec::CTR
+          ? ps::FormatBinaryMetrics(model->test_auc(), model->test_log_loss())
+          : absl::StrFormat("accuracy %.4f", model->test_accuracy());
   std::cout << absl::StrFormat(
-                   "wrote %s to %s: %d tensors, %d values, clock %d, test "
-                   "accuracy %.4f (%d samples)",
+                   "wrote %s to %s: %d tensors, %d values, clock %d, test %s "
+                   "(%d samples)",
                    job_id, path, model->tensors_size(), values, model->clock(),
-                   model->test_accuracy(), model->test_samples())
+                   quality, model->test_samples())
             << std::endl;
   return 0;
 }

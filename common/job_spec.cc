@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/model_layout.h"
 #include "common/optimizer_spec.h"
+#include "common/sparse_spec.h"
 #include "common/status_macros.h"
 #include "common/training_spec.h"
 #include "google/protobuf/descriptor.h"
@@ -86,8 +87,9 @@ absl::Status CheckFiniteFloats(const google::protobuf::Message& message,
 absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
   const bool idx = dataset.format() == v1::DatasetSpec::IDX;
   if (!idx && dataset.format() != v1::DatasetSpec::CSV &&
-      dataset.format() != v1::DatasetSpec::LIBSVM) {
-    return Invalid("dataset.format", "must be IDX, CSV or LIBSVM");
+      dataset.format() != v1::DatasetSpec::LIBSVM &&
+      dataset.format() != v1::DatasetSpec::CRITEO) {
+    return Invalid("dataset.format", "must be IDX, CSV, LIBSVM or CRITEO");
   }
   // IDX keeps images and labels apart; the text formats hold both in one
   // file each.
@@ -107,7 +109,7 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
   }
   for (const auto& [field, path] : idx ? text_paths : idx_paths) {
     if (!path->empty()) {
-      return Invalid(field, idx ? "only CSV and LIBSVM data use it"
+      return Invalid(field, idx ? "only CSV, LIBSVM and CRITEO data use it"
                                 : "only IDX data uses it (use train_file and "
                                   "test_file)");
     }
@@ -272,6 +274,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   }
   // A missing optimizer stays missing, so that validation says so.
   if (spec->has_optimizer()) ApplyOptimizerDefaults(spec->mutable_optimizer());
+  ApplySparseDefaults(spec);
 }
 
 namespace {
@@ -446,6 +449,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   }
   if (auto s = CheckFiniteFloats(spec, ""); !s.ok()) return s;
   if (!spec.has_model()) return Invalid("model", "required");
+  // Before the model's dense shapes: a CTR model's depend on its tables.
+  if (auto s = ValidateSparseSpec(spec); !s.ok()) return s;
   auto tensors = ModelTensors(spec.model());
   if (!tensors.ok()) return tensors.status();
   const bool external = spec.model().kind() == v1::ModelSpec::EXTERNAL;

@@ -76,11 +76,13 @@ int32_t DeriveBlockElems(const std::vector<TensorSpec>& tensors,
 // Fills the documented defaults of unset fields (block_elems, derived from
 // the model and num_servers by DeriveBlockElems, or kDefaultBlockElems when
 // the model is missing or invalid; consistency model, durability,
-// non_finite_gradients, activation, the optimizer's: ApplyOptimizerDefaults).
+// non_finite_gradients, activation, the optimizer's: ApplyOptimizerDefaults;
+// the sparse tables': ApplySparseDefaults).
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
 // Checks a spec (after ApplyJobSpecDefaults), including the hard limits above
-// (nodes, blocks, batch size, path lengths). Errors: INVALID_ARGUMENT whose
+// (nodes, blocks, batch size, path lengths) and the sparse tables
+// (ValidateSparseSpec). Errors: INVALID_ARGUMENT whose
 // message starts with the offending field's path, e.g. "batch_size: must be >=
 // 1".
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);

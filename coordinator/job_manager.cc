@@ -95,8 +95,7 @@ absl::Status JobManager::Load() {
         job.servers[i].last_address = job.status.shard_map().servers(i);
       }
       PublishVacancies(job);
-      job.reports.assign(job.workers.size(), v1::ProgressReport());
-      for (auto& r : job.reports) r.set_test_accuracy(-1);
+      job.reports.assign(job.workers.size(), NoReport());
       PS_LOG_INFO("job ", job.status.job_id(),
                   " was running: waiting for its nodes to register again");
     }
@@ -132,6 +131,8 @@ absl::Status JobManager::SubmitAsync(v1::JobSpec spec,
   status.set_create_time_ms(NowMs());
   status.mutable_progress()->set_total_epochs(status.spec().epochs());
   status.mutable_progress()->set_test_accuracy(-1);
+  status.mutable_progress()->set_test_auc(-1);
+  status.mutable_progress()->set_test_log_loss(-1);
   std::optional<absl::StatusOr<std::string>> answer;
   {
     absl::MutexLock lock(&mu_);
@@ -354,16 +355,14 @@ absl::Status JobManager::ReportProgressAsync(const v1::ProgressReport& report,
 
 bool JobManager::RecordProgress(Job& job, const v1::ProgressReport& report) {
   const int w = report.worker_index();
-  // Keep the latest accuracy even when this report carries none.
-  v1::ProgressReport& latest = job.reports[w];
-  const float accuracy = report.test_accuracy() >= 0 ? report.test_accuracy()
-                                                     : latest.test_accuracy();
-  latest = report;
-  latest.set_test_accuracy(accuracy);
+  const v1::ProgressReport own = OwnMetrics(
+      report, job.status.spec().model().kind() == v1::ModelSpec::CTR);
+  // Keep the latest evaluation even when this report carries none.
+  job.reports[w] = WithLatestEvaluation(job.reports[w], own);
   AggregateProgress(job.reports, job.status.mutable_progress());
   // Worker 0 evaluates after each epoch: its report with an accuracy ends one.
-  if (w == 0 && report.test_accuracy() >= 0) {
-    RecordEpoch(report, NowMs(), job.status.mutable_progress());
+  if (w == 0 && own.test_accuracy() >= 0) {
+    RecordEpoch(own, NowMs(), job.status.mutable_progress());
   }
   return std::all_of(job.reports.begin(), job.reports.end(),
                      [](const v1::ProgressReport& r) { return r.finished(); });

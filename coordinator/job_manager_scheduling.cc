@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/job_progress.h"
 #include "coordinator/shard_planner.h"
 
 namespace ps {
@@ -176,8 +177,7 @@ void JobManager::StartJob(Job& job, const std::vector<std::string>& servers,
   for (size_t i = 0; i < workers.size(); ++i) {
     Attach(job, v1::WORKER, i, workers[i]);
   }
-  job.reports.assign(workers.size(), v1::ProgressReport());
-  for (auto& r : job.reports) r.set_test_accuracy(-1);
+  job.reports.assign(workers.size(), NoReport());
   job.status.set_state(v1::RUNNING);
   job.status.clear_message();
   job.status.set_start_time_ms(NowMs());

@@ -5,6 +5,34 @@
 
 namespace ps {
 
+v1::ProgressReport NoReport() {
+  v1::ProgressReport report;
+  report.set_test_accuracy(-1);
+  report.set_test_auc(-1);
+  report.set_test_log_loss(-1);
+  return report;
+}
+
+v1::ProgressReport OwnMetrics(v1::ProgressReport report, bool ctr) {
+  if (!ctr) {
+    report.set_test_auc(-1);
+    report.set_test_log_loss(-1);
+  }
+  return report;
+}
+
+v1::ProgressReport WithLatestEvaluation(const v1::ProgressReport& previous,
+                                        v1::ProgressReport report) {
+  if (report.test_accuracy() < 0) {
+    report.set_test_accuracy(previous.test_accuracy());
+  }
+  if (report.test_auc() < 0) report.set_test_auc(previous.test_auc());
+  if (report.test_log_loss() < 0) {
+    report.set_test_log_loss(previous.test_log_loss());
+  }
+  return report;
+}
+
 void AggregateProgress(const std::vector<v1::ProgressReport>& reports,
                        v1::JobProgress* progress) {
   int32_t epoch = INT32_MAX;
@@ -30,6 +58,11 @@ void AggregateProgress(const std::vector<v1::ProgressReport>& reports,
     progress->set_test_accuracy(evaluator.test_accuracy());
     progress->set_accuracy_epoch(evaluator.epoch());
   }
+  // CTR models: measured with the accuracy, kept like it (-1 until then).
+  if (evaluator.test_auc() >= 0) progress->set_test_auc(evaluator.test_auc());
+  if (evaluator.test_log_loss() >= 0) {
+    progress->set_test_log_loss(evaluator.test_log_loss());
+  }
 }
 
 void RecordEpoch(const v1::ProgressReport& report, int64_t now_ms,
@@ -44,6 +77,11 @@ void RecordEpoch(const v1::ProgressReport& report, int64_t now_ms,
   record->set_epoch(report.epoch());
   record->set_end_time_ms(now_ms);
   record->set_test_accuracy(report.test_accuracy());
+  // Left out (0) for models that measure neither.
+  if (report.test_auc() >= 0) record->set_test_auc(report.test_auc());
+  if (report.test_log_loss() >= 0) {
+    record->set_test_log_loss(report.test_log_loss());
+  }
   record->set_loss(report.loss());
 }
 

@@ -66,6 +66,21 @@ absl::Status ValidateAccuracy(absl::string_view field, float accuracy) {
   return absl::OkStatus();
 }
 
+// A CTR model's test AUC and log loss: NaN, an AUC above 1 and an infinite
+// log loss are refused; a negative value means not measured.
+absl::Status ValidateBinaryMetrics(const std::string& prefix, float auc,
+                                   float log_loss) {
+  if (std::isnan(auc) || auc > 1) {
+    return Invalid(prefix + "test_auc",
+                   "must be in [0, 1], or -1 when not measured");
+  }
+  if (std::isnan(log_loss) || std::isinf(log_loss)) {
+    return Invalid(prefix + "test_log_loss",
+                   "must be finite and >= 0, or -1 when not measured");
+  }
+  return absl::OkStatus();
+}
+
 // INVALID_ARGUMENT naming the first field `message` (at `path`) holds that
 // its type does not define: an option of a newer client, or a field sent
 // with the wrong wire type. They would be stored and sent to every node.
@@ -213,6 +228,8 @@ absl::Status ValidateProgressReport(const v1::ProgressReport& report) {
     return Invalid("samples_per_second", "must be finite and >= 0");
   }
   PS_RETURN_IF_ERROR(ValidateAccuracy("test_accuracy", report.test_accuracy()));
+  PS_RETURN_IF_ERROR(
+      ValidateBinaryMetrics("", report.test_auc(), report.test_log_loss()));
   if (report.error().size() > kMaxReportedErrorBytes) {
     return Invalid("error", absl::StrCat("longer than ", kMaxReportedErrorBytes,
                                          " bytes"));
@@ -228,6 +245,8 @@ absl::Status ValidateUploadModelRequest(const v1::UploadModelRequest& request) {
   PS_RETURN_IF_ERROR(ValidateNonNegative("model.clock", model.clock()));
   PS_RETURN_IF_ERROR(
       ValidateAccuracy("model.test_accuracy", model.test_accuracy()));
+  PS_RETURN_IF_ERROR(
+      ValidateBinaryMetrics("model.", model.test_auc(), model.test_log_loss()));
   PS_RETURN_IF_ERROR(
       ValidateNonNegative("model.test_samples", model.test_samples()));
   if (model.tensors_size() > kMaxModelTensors) {

@@ -2,9 +2,16 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <queue>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/model_layout.h"
+#include "common/sparse_keys.h"
+#include "common/sparse_spec.h"
 #include "common/status_macros.h"
 
 namespace ps {
@@ -14,12 +21,66 @@ namespace {
 // it ends by itself; the bound keeps a huge map's planning time small.
 constexpr int kMaxRefineRounds = 256;
 
+// A placement unit: a dense block or a sparse table's bucket.
+struct Unit {
+  uint64_t key;
+  int64_t num_elems;  // A block's values; a bucket's expected load.
+};
+
+// The job's units in map order: the dense blocks in key order, then each
+// table's buckets in (table, bucket) order, whose keys (top bit set) follow
+// every block's, so the whole list is in key order.
+absl::StatusOr<std::vector<Unit>> PlacementUnits(
+    const v1::JobSpec& spec, const std::vector<TensorSpec>& tensors) {
+  std::vector<Unit> units;
+  for (const BlockSpec& b : SplitIntoBlocks(tensors, spec.block_elems())) {
+    units.push_back({b.key, b.num_elems});
+  }
+  const auto& tables = spec.model().sparse_tables();
+  for (int t = 0; t < tables.size(); ++t) {
+    if (tables[t].num_buckets() < 1 ||
+        tables[t].num_buckets() > kMaxBucketsPerTable) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.sparse_tables[", t, "].num_buckets: must be in [1, ",
+          kMaxBucketsPerTable, "] (ApplyJobSpecDefaults sets it), got ",
+          tables[t].num_buckets()));
+    }
+    const int64_t load = BucketLoad(tables[t]);
+    for (int32_t b = 0; b < tables[t].num_buckets(); ++b) {
+      units.push_back({BucketKey(t, b), load});
+    }
+  }
+  return units;
+}
+
+// Places units largest first (ties in map order), each on the least-loaded
+// server (ties to the lowest index).
+void PlaceGreedily(const std::vector<Unit>& units, std::vector<int>& placement,
+                   std::vector<int64_t>& load) {
+  std::vector<size_t> order(units.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return units[a].num_elems > units[b].num_elems;
+  });
+  // (load, server), smallest first.
+  using Entry = std::pair<int64_t, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> least;
+  for (size_t s = 0; s < load.size(); ++s) least.emplace(load[s], s);
+  for (size_t i : order) {
+    const int server = least.top().second;
+    least.pop();
+    placement[i] = server;
+    load[server] += units[i].num_elems;
+    least.emplace(load[server], server);
+  }
+}
+
 // Improves a placement by moving one block, or swapping two, between the most
 // and the least loaded server (lowest indexes on ties) while that narrows
 // their gap: the change closest to half the gap wins. Neither server ends
 // above the old maximum or below the old minimum, so the largest load never
 // grows. Deterministic.
-void Refine(const std::vector<BlockSpec>& blocks, std::vector<int>& placement,
+void Refine(const std::vector<Unit>& blocks, std::vector<int>& placement,
             std::vector<int64_t>& load) {
   for (int round = 0; round < kMaxRefineRounds; ++round) {
     const int hi = std::max_element(load.begin(), load.end()) - load.begin();
@@ -86,29 +147,21 @@ absl::StatusOr<v1::ShardMap> PlanShards(const v1::JobSpec& spec,
     return absl::InvalidArgumentError(
         "block_elems: must be >= 1 (ApplyJobSpecDefaults sets it)");
   }
-  std::vector<BlockSpec> blocks = SplitIntoBlocks(tensors, block_elems);
-  std::vector<size_t> order(blocks.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return blocks[a].num_elems > blocks[b].num_elems;
-  });
+  PS_ASSIGN_OR_RETURN(const std::vector<Unit> units,
+                      PlacementUnits(spec, tensors));
   std::vector<int64_t> load(servers.size(), 0);
-  std::vector<int> placement(blocks.size(), 0);
-  for (size_t i : order) {
-    const int server =
-        std::min_element(load.begin(), load.end()) - load.begin();
-    placement[i] = server;
-    load[server] += blocks[i].num_elems;
-  }
-  Refine(blocks, placement, load);
+  std::vector<int> placement(units.size(), 0);
+  PlaceGreedily(units, placement, load);
+  Refine(units, placement, load);
   v1::ShardMap map;
   map.set_version(version);
   for (const std::string& s : servers) map.add_servers(s);
-  for (size_t i = 0; i < blocks.size(); ++i) {
+  map.mutable_blocks()->Reserve(units.size());
+  for (size_t i = 0; i < units.size(); ++i) {
     v1::BlockPlacement* p = map.add_blocks();
-    p->set_key(blocks[i].key);
+    p->set_key(units[i].key);
     p->set_server(placement[i]);
-    p->set_num_elems(blocks[i].num_elems);
+    p->set_num_elems(units[i].num_elems);
   }
   return map;
 }

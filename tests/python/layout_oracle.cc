@@ -30,6 +30,7 @@
 #include "common/half_codec.h"
 #include "common/job_spec.h"
 #include "common/model_layout.h"
+#include "common/sparse_keys.h"
 #include "coordinator/shard_planner.h"
 
 namespace ps {
@@ -68,7 +69,10 @@ absl::StatusOr<std::string> ServersJson(const v1::JobSpec& spec,
   absl::StatusOr<v1::ShardMap> map = PlanShards(spec, addresses, 1);
   if (!map.ok()) return map.status();
   absl::flat_hash_map<uint64_t, int> placement;
-  for (const auto& p : map->blocks()) placement[p.key()] = p.server();
+  for (const auto& p : map->blocks()) {
+    // Sparse tables' buckets are not blocks of the dense layout.
+    if (!IsBucketKey(p.key())) placement[p.key()] = p.server();
+  }
   if (placement.size() != blocks.size()) {
     return absl::InternalError(absl::StrCat("the shard map places ",
                                             placement.size(), " blocks of ",

@@ -294,6 +294,26 @@ TEST_F(JobManagerTest, AccuracyComesOnlyFromWorkerZero) {
   EXPECT_EQ(status->progress().test_accuracy(), -1);
 }
 
+TEST_F(JobManagerTest, OnlyACtrJobHasAucAndLogLoss) {
+  const std::string id = Submit();
+  EXPECT_EQ(Status(id).progress().test_auc(), -1);
+  EXPECT_EQ(Status(id).progress().test_log_loss(), -1);
+  StartJob(id);
+  // A softmax model's worker that predates AUC sends 0 for both.
+  v1::ProgressReport r0 = Report(id, 0);
+  r0.set_epoch(1);
+  r0.set_test_accuracy(0.7f);
+  r0.set_test_auc(0);
+  r0.set_test_log_loss(0);
+  ASSERT_TRUE(Send(r0).ok());
+  const v1::JobProgress p = Status(id).progress();
+  EXPECT_FLOAT_EQ(p.test_accuracy(), 0.7f);
+  EXPECT_EQ(p.test_auc(), -1);
+  EXPECT_EQ(p.test_log_loss(), -1);
+  ASSERT_EQ(p.epochs_size(), 1);
+  EXPECT_EQ(p.epochs(0).test_auc(), 0);  // Left out.
+}
+
 TEST_F(JobManagerTest, LossIsTheMeanOfTheReportsReceived) {
   // JobProgress.loss is "Mean training loss of the latest reports": a worker
   // that has not reported yet has no loss to average in.

@@ -1,5 +1,7 @@
 #include "coordinator/job_progress.h"
 
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -73,6 +75,81 @@ TEST(JobProgressTest, RecordsStopAtTheLimitWithTheNewestLast) {
             kMaxEpochRecords - 1);
   EXPECT_EQ(progress.epochs(kMaxEpochRecords - 1).epoch(),
             kMaxEpochRecords + 5);
+}
+
+// Worker 0's report of a CTR model's evaluation.
+v1::ProgressReport CtrReport(int epoch, float auc, float log_loss) {
+  v1::ProgressReport r = Report("worker-1", epoch, 10 * epoch, 0.47f, 1, 0.8f);
+  r.set_test_auc(auc);
+  r.set_test_log_loss(log_loss);
+  return r;
+}
+
+TEST(JobProgressTest, NoReportHasNoEvaluation) {
+  const v1::ProgressReport none = NoReport();
+  EXPECT_TRUE(none.node_id().empty());
+  EXPECT_EQ(none.test_accuracy(), -1);
+  EXPECT_EQ(none.test_auc(), -1);
+  EXPECT_EQ(none.test_log_loss(), -1);
+}
+
+TEST(JobProgressTest, OnlyCtrModelsKeepAucAndLogLoss) {
+  const v1::ProgressReport r = CtrReport(1, 0.77f, 0.45f);
+  const v1::ProgressReport ctr = OwnMetrics(r, /*ctr=*/true);
+  EXPECT_FLOAT_EQ(ctr.test_auc(), 0.77f);
+  EXPECT_FLOAT_EQ(ctr.test_log_loss(), 0.45f);
+  // Any other model: -1, even for the 0 a worker from before AUC sends.
+  const v1::ProgressReport mlp = OwnMetrics(CtrReport(1, 0, 0), false);
+  EXPECT_EQ(mlp.test_auc(), -1);
+  EXPECT_EQ(mlp.test_log_loss(), -1);
+  EXPECT_FLOAT_EQ(mlp.test_accuracy(), 0.8f);
+}
+
+TEST(JobProgressTest, TheLatestEvaluationIsKeptUntilTheNext) {
+  const v1::ProgressReport first = CtrReport(1, 0.7f, 0.5f);
+  v1::ProgressReport later = CtrReport(1, -1, -1);
+  later.set_test_accuracy(-1);
+  later.set_clock(15);
+  const v1::ProgressReport kept = WithLatestEvaluation(first, later);
+  EXPECT_EQ(kept.clock(), 15);
+  EXPECT_FLOAT_EQ(kept.test_accuracy(), 0.8f);
+  EXPECT_FLOAT_EQ(kept.test_auc(), 0.7f);
+  EXPECT_FLOAT_EQ(kept.test_log_loss(), 0.5f);
+  const v1::ProgressReport next =
+      WithLatestEvaluation(kept, CtrReport(2, 0.75f, 0.48f));
+  EXPECT_FLOAT_EQ(next.test_auc(), 0.75f);
+  EXPECT_FLOAT_EQ(next.test_log_loss(), 0.48f);
+}
+
+TEST(JobProgressTest, AucAndLogLossAreAggregatedAndRecordedPerEpoch) {
+  v1::JobProgress progress;
+  progress.set_test_auc(-1);
+  progress.set_test_log_loss(-1);
+  // Not measured yet: -1 stays.
+  AggregateProgress({NoReport()}, &progress);
+  EXPECT_EQ(progress.test_auc(), -1);
+  EXPECT_EQ(progress.test_log_loss(), -1);
+  AggregateProgress({CtrReport(2, 0.7712f, 0.4561f), NoReport()}, &progress);
+  EXPECT_FLOAT_EQ(progress.test_auc(), 0.7712f);
+  EXPECT_FLOAT_EQ(progress.test_log_loss(), 0.4561f);
+  EXPECT_EQ(progress.accuracy_epoch(), 2);
+  // Only worker 0 evaluates.
+  AggregateProgress({NoReport(), CtrReport(3, 0.9f, 0.1f)}, &progress);
+  EXPECT_FLOAT_EQ(progress.test_auc(), 0.7712f);
+
+  RecordEpoch(CtrReport(1, 0.75f, 0.47f), 1000, &progress);
+  RecordEpoch(Report("w", 2, 0, 0.4f, 0, 0.81f), 2000, &progress);  // MLP.
+  ASSERT_EQ(progress.epochs_size(), 2);
+  EXPECT_FLOAT_EQ(progress.epochs(0).test_auc(), 0.75f);
+  EXPECT_FLOAT_EQ(progress.epochs(0).test_log_loss(), 0.47f);
+  EXPECT_FLOAT_EQ(progress.epochs(0).test_accuracy(), 0.8f);
+  // A report without them leaves them out.
+  v1::ProgressReport none = Report("w", 3, 0, 0.4f, 0, 0.82f);
+  none.set_test_auc(-1);
+  none.set_test_log_loss(-1);
+  RecordEpoch(none, 3000, &progress);
+  EXPECT_EQ(progress.epochs(2).test_auc(), 0);
+  EXPECT_EQ(progress.epochs(2).test_log_loss(), 0);
 }
 
 }  // namespace

@@ -97,6 +97,19 @@ TEST(ValidateProgressReportTest, EachFieldIsChecked) {
        [](v1::ProgressReport* r) {
          r->set_test_accuracy(std::numeric_limits<float>::quiet_NaN());
        }},
+      {"test_auc", [](v1::ProgressReport* r) { r->set_test_auc(1.5f); }},
+      {"test_auc",
+       [](v1::ProgressReport* r) {
+         r->set_test_auc(std::numeric_limits<float>::quiet_NaN());
+       }},
+      {"test_log_loss",
+       [](v1::ProgressReport* r) {
+         r->set_test_log_loss(std::numeric_limits<float>::infinity());
+       }},
+      {"test_log_loss",
+       [](v1::ProgressReport* r) {
+         r->set_test_log_loss(std::numeric_limits<float>::quiet_NaN());
+       }},
       {"error",
        [](v1::ProgressReport* r) {
          r->set_error(std::string(kMaxReportedErrorBytes + 1, 'e'));
@@ -121,6 +134,17 @@ TEST(ValidateUploadModelRequestTest, IdsAndCounts) {
   bad = r;
   bad.mutable_model()->set_clock(-1);
   ExpectInvalid(ValidateUploadModelRequest(bad), "model.clock");
+  bad = r;
+  bad.mutable_model()->set_test_auc(2);
+  ExpectInvalid(ValidateUploadModelRequest(bad), "model.test_auc");
+  bad = r;
+  bad.mutable_model()->set_test_log_loss(
+      std::numeric_limits<float>::quiet_NaN());
+  ExpectInvalid(ValidateUploadModelRequest(bad), "model.test_log_loss");
+  bad = r;
+  bad.mutable_model()->set_test_auc(0.77f);
+  bad.mutable_model()->set_test_log_loss(0.45f);
+  EXPECT_TRUE(ValidateUploadModelRequest(bad).ok());
   bad = r;
   for (int i = 0; i <= kMaxModelTensors; ++i)
     bad.mutable_model()->add_tensors();
