@@ -11,12 +11,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/criteo_format.h"
 #include "absl/strings/string_view.h"
 
 namespace ps {
 
-// Integer features (I1..I13) and categorical fields (C1..C26) per sample.
-inline constexpr int kCriteoDenseFeatures = 13, kCriteoFields = 26;
 
 // Row id of categorical value `value` of field `field` (0-based, C1 is 0):
 // (uint64(field) << 33) | (1 << 32) | value. A bijection (values are 32

@@ -10,15 +10,13 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_layout.h"
+#include "common/sparse_spec.h"
 #include "ps/v1/job.pb.h"
 
 namespace ps {
 
-// Most categorical fields of a CTR model, and most sparse tables of a job.
+// Most categorical fields of a CTR model.
 inline constexpr int kMaxCtrFields = 1024;
-inline constexpr int kMaxSparseTables = 1024;
-// Largest row dimension of a sparse table.
-inline constexpr int kMaxSparseDim = 1024;
 
 // A validated CTR model's shape.
 struct CtrLayout {

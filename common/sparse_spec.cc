@@ -262,10 +262,10 @@ absl::Status ValidateCtrData(const v1::JobSpec& spec) {
                                 " for CRITEO data (its integer features), got ",
                                 spec.model().input_dim()));
   }
-  if (spec.model().ctr().num_fields() != kCriteoCategoricalFields) {
+  if (spec.model().ctr().num_fields() != kCriteoFields) {
     return Invalid(
         "model.ctr.num_fields",
-        absl::StrCat("must be ", kCriteoCategoricalFields,
+        absl::StrCat("must be ", kCriteoFields,
                      " for CRITEO data (its categorical features), got ",
                      spec.model().ctr().num_fields()));
   }

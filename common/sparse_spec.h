@@ -8,6 +8,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/criteo_format.h"
+#include "common/sparse_keys.h"
 #include "ps/v1/job.pb.h"
 
 namespace ps {
@@ -26,10 +28,6 @@ inline constexpr int64_t kDefaultExpectedRows = 1000000;
 // Largest SparseTableSpec.expected_rows (2^40, about 10^12 rows): keeps every
 // bucket load and their sum within int64.
 inline constexpr int64_t kMaxExpectedRows = int64_t{1} << 40;
-// The Criteo format's fields (DatasetSpec.CRITEO): after the label, this many
-// integer (dense) features, then this many categorical ones.
-inline constexpr int32_t kCriteoDenseFeatures = 13;
-inline constexpr int32_t kCriteoCategoricalFields = 26;
 
 // The num_buckets a table of a job with `num_servers` servers (clamped to
 // [1, 1024]) and `num_tables` tables gets when its spec leaves it unset:

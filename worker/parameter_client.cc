@@ -16,8 +16,10 @@
 #include "common/logging.h"
 #include "common/net_address.h"
 #include "common/parameter_wire.h"
+#include "common/sparse_keys.h"
 #include "common/status_macros.h"
 #include "grpcpp/alarm.h"
+#include "worker/gradient_accumulation.h"
 
 namespace ps {
 namespace {
@@ -97,18 +99,49 @@ class PushInFlight {
 // A pull in flight: its request and what the servers' replies carry. Per
 // server, so the callbacks (one call per server at a time) never share.
 struct PullInFlight {
-  PullInFlight(v1::PullRequest message, size_t servers)
-      : request(std::move(message)),
+  PullInFlight(const v1::PullRequest& message,
+               std::vector<std::vector<SparsePart>> sparse_parts,
+               size_t servers)
+      : parts(std::move(sparse_parts)),
         slots(servers),
         min_clocks(servers, INT64_MAX),
         own_clocks(servers, INT64_MAX),
-        reply_bytes(servers, 0) {}
-  const PullRequestBytes request;
+        reply_bytes(servers, 0) {
+    parts.resize(servers);
+    requests.reserve(servers);
+    for (size_t s = 0; s < servers; ++s) {
+      v1::PullRequest request = message;
+      for (const SparsePart& part : parts[s]) {
+        v1::SparseRows* rows = request.add_sparse();
+        rows->set_table(part.table);
+        rows->set_keys(reinterpret_cast<const char*>(part.ids.data()),
+                       part.ids.size() * sizeof(uint64_t));
+      }
+      requests.emplace_back(std::move(request));
+    }
+  }
+  // Per server: the sparse rows asked of it, and its request.
+  std::vector<std::vector<SparsePart>> parts;
+  std::vector<PullRequestBytes> requests;
   std::vector<TransportSlot> slots;
   std::vector<int64_t> min_clocks;
   std::vector<int64_t> own_clocks;
   std::vector<int64_t> reply_bytes;
 };
+
+// The most bytes of sparse rows one pull reply may carry: a batch's ids
+// (batch_size * accumulation_steps samples, num_fields ids each for a CTR
+// model), each once, at the widest dim, bounded by what a request may name.
+size_t MaxSparseReplyBytes(const v1::JobSpec& spec,
+                           const SparseRouter& router) {
+  if (router.num_tables() == 0) return 0;
+  const int64_t ids = std::min<int64_t>(
+      kMaxSparseKeysPerRequest, int64_t{spec.batch_size()} *
+                                    AccumulationSteps(spec) *
+                                    std::max(1, spec.model().ctr().num_fields()));
+  return static_cast<size_t>(ids) * router.max_dim() * sizeof(float) +
+         32 * router.num_tables();
+}
 
 // Starts an asynchronous call and waits for its outcome.
 absl::Status Await(absl::FunctionRef<void(ParameterClient::Done)> start) {
@@ -189,11 +222,16 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     // The block's values and, at most, its tag, length and key.
     server.max_reply_bytes += b.num_elems * sizeof(float) + 32;
   }
+  PS_ASSIGN_OR_RETURN(client->router_, SparseRouter::Create(assignment));
+  const size_t sparse_bytes = MaxSparseReplyBytes(assignment.spec(),
+                                                  client->router_);
   for (Server& server : client->servers_) {
-    // min_clock and worker_clocks, at most 11 bytes a value, and their tags.
+    // min_clock and worker_clocks, at most 11 bytes a value, and their tags;
+    // the rows one step's batch may pull.
     server.max_reply_bytes +=
         64 +
-        11 * static_cast<size_t>(std::max(1, assignment.spec().num_workers()));
+        11 * static_cast<size_t>(std::max(1, assignment.spec().num_workers())) +
+        sparse_bytes;
   }
   client->OpenTransports();
   return client;
@@ -348,10 +386,24 @@ absl::StatusOr<int64_t> ParameterClient::ResumeClock() {
 
 void ParameterClient::PullFromServers(int64_t clock,
                                       std::vector<std::vector<float>>* params,
-                                      bool final, Done done) {
+                                      bool final, Done done, SparseStep* step) {
   params->resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     (*params)[t].resize(tensors_[t].num_elems());
+  }
+  std::vector<std::vector<SparsePart>> parts;
+  if (step != nullptr) {
+    absl::StatusOr<std::vector<std::vector<SparsePart>>> routed =
+        router_.Route(step->ids, servers_.size());
+    if (!routed.ok()) {
+      std::move(done)(routed.status());
+      return;
+    }
+    parts = *std::move(routed);
+    step->rows.resize(step->ids.size());
+    for (size_t t = 0; t < step->ids.size(); ++t) {
+      step->rows[t].resize(step->ids[t].size() * router_.dim(t));
+    }
   }
   v1::PullRequest request;
   request.set_job_id(job_id_);
@@ -359,27 +411,28 @@ void ParameterClient::PullFromServers(int64_t clock,
   request.set_clock(clock);
   request.set_map_version(map_version_);
   request.set_final(final);
-  auto pull =
-      std::make_shared<PullInFlight>(std::move(request), servers_.size());
+  auto pull = std::make_shared<PullInFlight>(request, std::move(parts),
+                                             servers_.size());
   AskAllServers(
       absl::StrCat(final ? "final pull of clock " : "pull of clock ", clock),
       options_.pull_timeout,
       // A final read waits for the slowest worker, for as long
       // as the job runs (its end stops or cancels the client).
       final ? absl::InfiniteDuration() : options_.retry_window,
-      [this, pull, params](int s, grpc::ClientContext* context,
-                           ServerFanout::CallDone call_done) {
+      [this, pull, params, step](int s, grpc::ClientContext* context,
+                                 ServerFanout::CallDone call_done) {
         // Read where the transport holds them and copied once, into the
         // tensors (common/parameter_wire.h).
-        auto read = [this, s, pull,
-                     params](std::span<const std::string_view> reply) {
+        auto read = [this, s, pull, params,
+                     step](std::span<const std::string_view> reply) {
           return ReadPullReply(s, reply, params, &pull->min_clocks[s],
-                               &pull->own_clocks[s], &pull->reply_bytes[s]);
+                               &pull->own_clocks[s], &pull->reply_bytes[s],
+                               pull->parts[s], step);
         };
         CallServer(
             s, "pull from",
             [&](PayloadTransport& transport, PayloadTransport::Done done) {
-              return transport.Pull(context, pull->request, read,
+              return transport.Pull(context, pull->requests[s], read,
                                     &pull->slots[s], std::move(done));
             },
             std::move(call_done));
@@ -414,7 +467,8 @@ absl::Status ParameterClient::SharedCallFailed(int s, absl::Status status) {
 absl::Status ParameterClient::ReadPullReply(
     int s, std::span<const std::string_view> segments,
     std::vector<std::vector<float>>* params, int64_t* min_clock,
-    int64_t* own_clock, int64_t* reply_bytes) const {
+    int64_t* own_clock, int64_t* reply_bytes,
+    const std::vector<SparsePart>& parts, SparseStep* step) const {
   *reply_bytes = 0;
   for (std::string_view segment : segments) {
     *reply_bytes += static_cast<int64_t>(segment.size());
@@ -446,6 +500,29 @@ absl::Status ParameterClient::ReadPullReply(
       out += piece.size();
     }
   }
+  if (view->sparse.size() != parts.size()) {
+    return absl::InternalError(
+        absl::StrCat("pull reply has rows of ", view->sparse.size(),
+                     " sparse tables, expected ", parts.size()));
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const SparsePart& part = parts[i];
+    const WireSparseRows& rows = view->sparse[i];
+    const size_t dim = static_cast<size_t>(router_.dim(part.table));
+    if (rows.table != part.table ||
+        rows.values.size() != part.ids.size() * dim * sizeof(float)) {
+      return absl::InternalError(absl::StrCat(
+          "pull reply rows of sparse table ", rows.table, " do not match"));
+    }
+    // Value k of the reply is value k % dim of row positions[k / dim].
+    float* out = step->rows[part.table].data();
+    ForEachFloatRun(rows.values, [&](size_t first, std::span<const float> run) {
+      for (size_t k = 0; k < run.size(); ++k) {
+        const size_t at = first + k;
+        out[part.positions[at / dim] * dim + at % dim] = run[k];
+      }
+    });
+  }
   *min_clock = view->min_clock;
   if (worker_index_ < static_cast<int>(view->worker_clocks.size())) {
     *own_clock = view->worker_clocks[worker_index_];
@@ -458,10 +535,95 @@ absl::Status ParameterClient::Push(
   return Await([&](Done done) { PushAsync(clock, &grads, std::move(done)); });
 }
 
+absl::Status ParameterClient::PullStep(int64_t clock, bool final,
+                                      std::vector<std::vector<float>>* params,
+                                      SparseStep* step) {
+  ++pulls_made_;
+  return Await([&](Done done) {
+    PullFromServers(clock, params, final, std::move(done), step);
+  });
+}
+
+absl::Status ParameterClient::PushStep(
+    int64_t clock, const std::vector<std::vector<float>>& grads,
+    const SparseStep& step) {
+  return Await([&](Done done) {
+    PushWithRows(clock, &grads, &step, std::move(done));
+  });
+}
+
 void ParameterClient::PushAsync(int64_t clock,
-                                const std::vector<std::vector<float>>* grads_in,
+                                const std::vector<std::vector<float>>* grads,
                                 Done done) {
+  PushWithRows(clock, grads, nullptr, std::move(done));
+}
+
+namespace {
+
+// The PushRequest.sparse entries of `parts`, their row gradients gathered
+// from `step` (and encoded to 16 bits where `encoding` says).
+absl::StatusOr<std::vector<std::string>> SparsePushFields(
+    const std::vector<SparsePart>& parts, const SparseStep& step,
+    const SparseRouter& router, v1::Precision encoding) {
+  std::vector<std::string> fields;
+  std::vector<float> values;
+  std::vector<uint16_t> encoded;
+  for (const SparsePart& part : parts) {
+    const size_t dim = static_cast<size_t>(router.dim(part.table));
+    const std::vector<float>& grads = step.row_grads[part.table];
+    if (grads.size() != step.ids[part.table].size() * dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push: row gradients of sparse table ", part.table, " hold ",
+          grads.size(), " values, expected ",
+          step.ids[part.table].size() * dim));
+    }
+    values.resize(part.ids.size() * dim);
+    for (size_t j = 0; j < part.ids.size(); ++j) {
+      std::memcpy(values.data() + j * dim,
+                  grads.data() + part.positions[j] * dim, dim * sizeof(float));
+    }
+    std::string_view bytes(reinterpret_cast<const char*>(values.data()),
+                           values.size() * sizeof(float));
+    if (encoding != v1::FP32) {
+      encoded.resize(values.size());
+      if (encoding == v1::FP16) {
+        EncodeFp16(values, encoded.data());
+      } else {
+        EncodeBf16(values, encoded.data());
+      }
+      bytes = {reinterpret_cast<const char*>(encoded.data()),
+               encoded.size() * sizeof(uint16_t)};
+    }
+    fields.push_back(PushFramer::SparseRowsField(
+        part.table,
+        {reinterpret_cast<const char*>(part.ids.data()),
+         part.ids.size() * sizeof(uint64_t)},
+        bytes));
+  }
+  return fields;
+}
+
+}  // namespace
+
+void ParameterClient::PushWithRows(
+    int64_t clock, const std::vector<std::vector<float>>* grads_in,
+    const SparseStep* step, Done done) {
   const std::vector<std::vector<float>>& grads = *grads_in;
+  std::vector<std::vector<SparsePart>> parts(servers_.size());
+  if (step != nullptr) {
+    absl::StatusOr<std::vector<std::vector<SparsePart>>> routed =
+        router_.Route(step->ids, servers_.size());
+    if (!routed.ok()) {
+      std::move(done)(routed.status());
+      return;
+    }
+    parts = *std::move(routed);
+    if (step->row_grads.size() != step->ids.size()) {
+      std::move(done)(absl::InvalidArgumentError(
+          "push: one row-gradient vector per sparse table required"));
+      return;
+    }
+  }
   if (grads.size() != tensors_.size()) {
     std::move(done)(
         absl::InvalidArgumentError("push: one gradient per tensor required"));
@@ -508,6 +670,15 @@ void ParameterClient::PushAsync(int64_t clock,
       slices.push_back(push->Lend(data, bytes));
     }
     if (!framer.Trailer().empty()) slices.emplace_back(framer.Trailer());
+    if (!parts[s].empty()) {
+      absl::StatusOr<std::vector<std::string>> fields =
+          SparsePushFields(parts[s], *step, router_, wire_gradients_);
+      if (!fields.ok()) {
+        push->CallsEnded(fields.status());
+        return;
+      }
+      for (std::string& field : *fields) slices.emplace_back(field);
+    }
     push->requests[s] = grpc::ByteBuffer(slices.data(), slices.size());
   }
   AskAllServers(

@@ -27,6 +27,7 @@
 #include "worker/server_fanout.h"
 #include "worker/shared_memory_transport.h"
 #include "worker/shared_region_pool.h"
+#include "worker/sparse_router.h"
 
 namespace ps {
 
@@ -112,6 +113,20 @@ class ParameterClient {
   // while a pull or push made ahead is still waiting on a server.
   void Cancel();
 
+  // Pull with the rows of `step`'s ids (step->ids; fills step->rows), in the
+  // same round trip to each server as the dense blocks; never from the
+  // cache. `final` as for PullFinal. Errors: as Pull's; INVALID_ARGUMENT for
+  // ids of more tables than the job has.
+  absl::Status PullStep(int64_t clock, bool final,
+                        std::vector<std::vector<float>>* params,
+                        SparseStep* step);
+  // Push with the row gradients of `step` (step->row_grads, each server the
+  // rows it holds), in the job's wire_gradients format as the blocks.
+  // Errors: as Push's; INVALID_ARGUMENT for row gradients of a wrong size.
+  absl::Status PushStep(int64_t clock,
+                        const std::vector<std::vector<float>>& grads,
+                        const SparseStep& step);
+
   // Pushes the gradients of iteration `clock` (one vector per tensor, of the
   // tensor's size) in the job's mixed_precision.wire_gradients format. FP32:
   // the gradient memory is sent in place, not copied. FP16 and BF16: the
@@ -160,8 +175,12 @@ class ParameterClient {
   void AskAllServers(std::string what, absl::Duration timeout,
                      absl::Duration retry_window, ServerFanout::Call call,
                      Done done);
+  // `step`, if not null, adds its sparse rows to the pull.
   void PullFromServers(int64_t clock, std::vector<std::vector<float>>* params,
-                       bool final, Done done);
+                       bool final, Done done, SparseStep* step = nullptr);
+  // PushAsync with `step`'s sparse rows, if not null.
+  void PushWithRows(int64_t clock, const std::vector<std::vector<float>>* grads,
+                    const SparseStep* step, Done done);
   // Logs when calls to `server` start failing (once per outage) and when it
   // answers again. Thread-safe.
   void NoteReachability(int server, const std::string& what,
@@ -169,10 +188,13 @@ class ParameterClient {
   // Copies server s's reply (the bytes of a PullResponse) into `params` and
   // returns the clocks it carries and its size. Thread-safe (each server's
   // blocks are its own).
+  // `parts`: the sparse rows asked of server s, written into step->rows.
   absl::Status ReadPullReply(int s, std::span<const std::string_view> reply,
                              std::vector<std::vector<float>>* params,
                              int64_t* min_clock, int64_t* own_clock,
-                             int64_t* reply_bytes) const;
+                             int64_t* reply_bytes,
+                             const std::vector<SparsePart>& parts,
+                             SparseStep* step) const;
   // Once the servers' blocks are known: a channel to each server and the
   // transports over it.
   void OpenTransports();
@@ -197,6 +219,8 @@ class ParameterClient {
   const ParameterClientOptions options_;
   const std::atomic<bool>* const stop_;
   std::vector<TensorSpec> tensors_;
+  // The sparse tables' buckets on the servers (no tables: nothing to route).
+  SparseRouter router_;
   // Lends the shared-memory transports their regions; declared before
   // servers_, so that it outlives them.
   SharedRegionPool regions_;

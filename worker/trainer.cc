@@ -108,7 +108,9 @@ void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
   }
 }
 
-absl::Status Trainer::UploadModel(int64_t clock, float accuracy) {
+absl::Status Trainer::UploadModel(int64_t clock,
+                                  const Evaluation& evaluation) {
+  const float accuracy = evaluation.accuracy;
   if (coordinator_ == nullptr) return absl::OkStatus();
   v1::UploadModelRequest request;
   request.set_worker_index(assignment_.index());
@@ -117,8 +119,14 @@ absl::Status Trainer::UploadModel(int64_t clock, float accuracy) {
   *model->mutable_model() = assignment_.spec().model();
   model->set_clock(clock);
   model->set_test_accuracy(accuracy);
-  model->set_test_samples(test_.num_samples);
-  const std::vector<TensorSpec>& tensors = model_->tensors();
+  model->set_test_samples(ctr_model_ != nullptr ? ctr_test_.size()
+                                                : test_.num_samples);
+  if (ctr_model_ != nullptr) {
+    model->set_test_auc(evaluation.auc);
+    model->set_test_log_loss(evaluation.log_loss);
+  }
+  const std::vector<TensorSpec>& tensors =
+      ctr_model_ != nullptr ? ctr_model_->tensors() : model_->tensors();
   PS_CHECK(params_.size() == tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     v1::Tensor* t = model->add_tensors();
@@ -168,6 +176,13 @@ absl::Status Trainer::UploadModel(int64_t clock, float accuracy) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<Trainer::Evaluation> Trainer::EvaluateModel(int64_t clock,
+                                                           bool final) {
+  if (ctr_model_ != nullptr) return EvaluateCtr(clock, final);
+  PS_ASSIGN_OR_RETURN(const float accuracy, Evaluate(clock, final));
+  return Evaluation{.accuracy = accuracy};
+}
+
 absl::StatusOr<float> Trainer::Evaluate(int64_t clock, bool final) {
   PS_RETURN_IF_ERROR(final ? client_->PullFinal(clock, &params_)
                            : client_->Pull(clock, &params_));
@@ -212,6 +227,9 @@ absl::Status CheckLabels(const Dataset& data, const std::string& path,
 // ends with a report (and on worker 0 an evaluation).
 absl::Status Trainer::Train() {
   if (stop_) return absl::CancelledError("training stopped");
+  if (assignment_.spec().model().kind() == v1::ModelSpec::CTR) {
+    return TrainCtr();
+  }
   PS_ASSIGN_OR_RETURN(Dataset train, LoadData());
   PS_RETURN_IF_ERROR(BuildModelAndClient());
   PS_ASSIGN_OR_RETURN(Plan plan, MakePlan(train));
@@ -276,6 +294,8 @@ absl::Status Trainer::Train() {
     report.set_clock(plan.total_clocks);
     report.set_total_clocks(plan.total_clocks);
     report.set_test_accuracy(-1);
+    report.set_test_auc(-1);
+    report.set_test_log_loss(-1);
     return EndEpoch(std::move(report), /*last=*/true);
   }
   return absl::OkStatus();
@@ -321,13 +341,18 @@ absl::Status Trainer::BuildModelAndClient() {
   }
   if (LocalSgdEnabled(spec)) local_sgd_ = std::make_unique<LocalSgd>(spec);
   PS_ASSIGN_OR_RETURN(
-      client_, ParameterClient::Create(assignment_, model_->tensors(),
-                                       options_.parameter_client, &stop_));
+      auto client, ParameterClient::Create(assignment_, model_->tensors(),
+                                           options_.parameter_client, &stop_));
+  InstallClient(std::move(client));
+  return absl::OkStatus();
+}
+
+void Trainer::InstallClient(std::unique_ptr<ParameterClient> client) {
+  client_ = std::move(client);
   absl::MutexLock lock(&stop_mu_);
   live_client_ = client_.get();
   // Stopped before the client existed: its calls end at once.
   if (stop_) live_client_->Cancel();
-  return absl::OkStatus();
 }
 
 absl::StatusOr<Trainer::Plan> Trainer::MakePlan(const Dataset& train) {
@@ -465,8 +490,10 @@ void Trainer::RecordStepMetrics(const StepTimes& times, int batch,
     metric.Increment(total - *last);
     *last = total;
   };
-  const StepTiming& timing =
-      local_sgd_ != nullptr ? local_sgd_->timing() : model_->step_timing();
+  static const StepTiming kUntimed{};
+  const StepTiming& timing = local_sgd_ != nullptr ? local_sgd_->timing()
+                             : model_ != nullptr   ? model_->step_timing()
+                                                   : kUntimed;
   metrics_->pull_seconds.Observe(
       absl::ToDoubleSeconds(times.pulled - times.start));
   metrics_->compute_seconds.Observe(absl::ToDoubleSeconds(timing.compute));
@@ -474,9 +501,11 @@ void Trainer::RecordStepMetrics(const StepTimes& times, int batch,
       absl::ToDoubleSeconds(timing.to_device));
   metrics_->copy_to_host_seconds.Observe(absl::ToDoubleSeconds(timing.to_host));
   metrics_->steps.Increment();
-  metrics_->loss_scale.Set(model_->loss_scale());
-  count(metrics_->overflowed_steps, model_->overflowed_steps(),
-        &marks->overflowed_steps);
+  if (model_ != nullptr) {
+    metrics_->loss_scale.Set(model_->loss_scale());
+    count(metrics_->overflowed_steps, model_->overflowed_steps(),
+          &marks->overflowed_steps);
+  }
   count(metrics_->pulls_made, client_->pulls_made(), &marks->pulls_made);
   count(metrics_->pulls_saved, client_->pulls_saved(), &marks->pulls_saved);
   count(metrics_->push_bytes, client_->pushed_bytes(), &marks->pushed_bytes);
@@ -501,6 +530,8 @@ absl::Status Trainer::ReportInterval(int epoch, int64_t clock, bool epoch_end,
   report.set_loss(mean_loss);
   report.set_samples_per_second(rate);
   report.set_test_accuracy(-1);
+  report.set_test_auc(-1);
+  report.set_test_log_loss(-1);
   if (epoch_end) {
     // The epoch's last push must be in before the epoch is reported (and
     // worker 0 evaluates the model after it).
@@ -540,15 +571,21 @@ absl::Status Trainer::EndEpoch(v1::ProgressReport report, bool last) {
     // Worker 0 evaluates the model as of its clock on the test set; after
     // the last epoch, the final model: every worker's every update (under
     // SSP and ASP the others may still be training).
-    PS_ASSIGN_OR_RETURN(const float accuracy,
-                        Evaluate(report.clock(), /*final=*/last));
-    metrics_->test_accuracy.Set(accuracy);
-    report.set_test_accuracy(accuracy);
+    PS_ASSIGN_OR_RETURN(const Evaluation evaluation,
+                        EvaluateModel(report.clock(), /*final=*/last));
+    metrics_->test_accuracy.Set(evaluation.accuracy);
+    report.set_test_accuracy(evaluation.accuracy);
+    report.set_test_auc(evaluation.auc);
+    report.set_test_log_loss(evaluation.log_loss);
     PS_LOG_INFO("job ", assignment_.job_id(), ": epoch ", report.epoch(),
-                " test accuracy ", accuracy);
+                " test accuracy ", evaluation.accuracy,
+                ctr_model_ != nullptr
+                    ? absl::StrCat(", auc ", evaluation.auc, ", log loss ",
+                                   evaluation.log_loss)
+                    : "");
     if (last) {
       // Before the final report: the job must not SUCCEED without its model.
-      PS_RETURN_IF_ERROR(UploadModel(report.clock(), accuracy));
+      PS_RETURN_IF_ERROR(UploadModel(report.clock(), evaluation));
     }
   }
   report.set_finished(last);

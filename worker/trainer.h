@@ -15,12 +15,14 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/criteo_reader.h"
 #include "common/idx_reader.h"
 #include "ps/v1/cluster.grpc.pb.h"
 #include "worker/batcher.h"
 #include "worker/gradient_clipping.h"
 #include "worker/local_sgd.h"
 #include "worker/model/backend.h"
+#include "worker/model/ctr_model.h"
 #include "worker/model/model.h"
 #include "worker/parameter_client.h"
 #include "worker/step_pipeline.h"
@@ -122,8 +124,43 @@ class Trainer {
     int64_t pushed_bytes = 0, pulled_bytes = 0;
   };
 
+  // What worker 0 measured on the test set.
+  struct Evaluation {
+    float accuracy = 0;
+    float auc = -1;       // CTR models only.
+    float log_loss = -1;  // CTR models only.
+  };
+  // A CTR step's buffers (docs/sparse.md), reused across steps.
+  struct CtrScratch {
+    std::vector<float> dense;
+    std::vector<uint64_t> ids;
+    std::vector<int32_t> labels;
+    std::vector<std::vector<float>> params;
+    std::vector<std::vector<float>> grads;
+    SparseStep sparse;
+  };
+
   // Loads data, builds the model and client, plans, then runs the steps.
   absl::Status Train();
+  // Train for a CTR model (worker/trainer_ctr.cc): the same clocks, reports
+  // and end of epochs, with each step's sparse rows pulled and pushed
+  // beside the dense tensors.
+  absl::Status TrainCtr();
+  // Reads the Criteo-format training set (and on worker 0 the test set,
+  // into ctr_test_) and checks it against the model.
+  absl::StatusOr<CtrDataset> LoadCtrData();
+  // One CTR step at `clock`: gather, pull the batch's rows and the dense
+  // tensors, compute, push. Errors: the pull's, compute's or push's.
+  absl::StatusOr<StepTimes> RunCtrStep(const CtrDataset& train,
+                                       std::span<const int64_t> batch_order,
+                                       int64_t clock, CtrScratch& scratch);
+  // AUC, log loss and accuracy (at 0.5) of the CTR model at `clock` on
+  // ctr_test_ (`final` as for Evaluate).
+  absl::StatusOr<Evaluation> EvaluateCtr(int64_t clock, bool final);
+  // Evaluate or EvaluateCtr, whichever the model is.
+  absl::StatusOr<Evaluation> EvaluateModel(int64_t clock, bool final);
+  // Makes `client` the trainer's parameter client (the one Stop() cancels).
+  void InstallClient(std::unique_ptr<ParameterClient> client);
   // Reads the training set (and on worker 0 the test set, into test_) and
   // checks it against the model. Errors: unreadable files, a wrong
   // input_dim or num_classes.
@@ -179,7 +216,7 @@ class Trainer {
   // without a coordinator. Errors: the last error once retrying gives up or on
   // a non-retryable one; CANCELLED (and stop_ set) if the job is no longer
   // running.
-  absl::Status UploadModel(int64_t clock, float accuracy);
+  absl::Status UploadModel(int64_t clock, const Evaluation& evaluation);
 
   const v1::Assignment assignment_;
   const std::function<std::string()> node_id_;
@@ -194,7 +231,9 @@ class Trainer {
   ParameterClient* live_client_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
   grpc::ClientContext* live_call_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
 
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> model_;  // Null for a CTR model.
+  std::unique_ptr<CtrModel> ctr_model_;  // Only for a CTR model.
+  CtrDataset ctr_test_;                  // Worker 0, CTR models.
   // A float32 copy of the model for evaluation when training in fp16/bf16.
   std::unique_ptr<Model> eval_model_;
   // With local SGD (spec.local_sgd): the worker's local rounds.

@@ -65,11 +65,11 @@ v1::JobSpec CtrSpec() {
   model->set_kind(v1::ModelSpec::CTR);
   model->set_input_dim(kCriteoDenseFeatures);
   model->set_num_classes(2);
-  for (int f = 0; f < kCriteoCategoricalFields; ++f) {
+  for (int f = 0; f < kCriteoFields; ++f) {
     AddTable(model, "C" + std::to_string(f + 1), 16);
   }
   v1::CtrModelSpec* ctr = model->mutable_ctr();
-  ctr->set_num_fields(kCriteoCategoricalFields);
+  ctr->set_num_fields(kCriteoFields);
   ctr->add_bottom_mlp(64);
   ctr->add_bottom_mlp(16);
   ctr->add_top_mlp(64);
