@@ -287,7 +287,10 @@ std::vector<uint64_t> SparseTable::LiveCandidates(const OrderKey& key,
                                                   bool by_count) const {
   std::vector<uint64_t> live;
   live.reserve(group.size());
-  for (uint64_t id : group) {
+  constexpr size_t kAhead = 8;
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (i + kAhead < group.size()) slots_.prefetch(group[i + kAhead]);
+    const uint64_t id = group[i];
     auto it = slots_.find(id);
     if (it == slots_.end()) continue;
     const RowMeta meta = Meta(it->second);
@@ -306,8 +309,11 @@ void SparseTable::EvictIdle(int64_t clock) {
   while (!by_clock_.empty() && by_clock_.begin()->first.second < threshold) {
     auto group = by_clock_.begin();
     order_entries_ -= group->second.size();
-    for (uint64_t id : LiveCandidates(group->first, group->second, false)) {
-      Evict(id);
+    const std::vector<uint64_t> live =
+        LiveCandidates(group->first, group->second, false);
+    for (size_t i = 0; i < live.size(); ++i) {
+      if (i + 8 < live.size()) slots_.prefetch(live[i + 8]);
+      Evict(live[i]);
     }
     by_clock_.erase(group);
   }
@@ -323,6 +329,7 @@ void SparseTable::EvictOverCapacity() {
         LiveCandidates(group->first, group->second, lfu_);
     size_t evicted = 0;
     while (evicted < live.size() && num_rows() > max_rows_) {
+      if (evicted + 8 < live.size()) slots_.prefetch(live[evicted + 8]);
       Evict(live[evicted++]);
     }
     if (evicted == live.size()) {

@@ -480,6 +480,7 @@ TYPED_TEST(ShardStoreTest, ConcurrentWritersToDifferentBlocks) {
   constexpr int kThreads = 4;
   constexpr int kWritesPerThread = 50;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([this, t] {
       for (int i = 0; i < kWritesPerThread; ++i) {
@@ -661,6 +662,7 @@ TEST_F(RocksDbShardStoreTest, AStoreMadeBeforeTheLogFamilyGetsIt) {
 
 TEST_F(RocksDbShardStoreTest, BatchOfBlocksAndClocksIsStoredTogether) {
   std::vector<std::vector<float>> values;
+  values.reserve(8);
   for (int i = 0; i < 8; ++i) values.emplace_back(1024, static_cast<float>(i));
   {
     std::unique_ptr<RocksDbShardStore> store = OpenStore();
