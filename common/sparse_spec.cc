@@ -331,7 +331,7 @@ int32_t DefaultNumBuckets(int num_servers, int num_tables) {
   const uint64_t wanted =
       std::bit_ceil(static_cast<uint64_t>(servers * kDefaultBucketsPerServer));
   const uint64_t per_job = std::bit_floor(static_cast<uint64_t>(
-      kMaxBucketsPerJob / std::clamp(num_tables, 1, kMaxSparseTables)));
+      kMaxDefaultBucketsPerJob / std::clamp(num_tables, 1, kMaxSparseTables)));
   return static_cast<int32_t>(std::min<uint64_t>(
       {wanted, static_cast<uint64_t>(kMaxBucketsPerTable), per_job}));
 }

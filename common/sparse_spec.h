@@ -21,8 +21,11 @@ inline constexpr int32_t kMaxSparseDim = 1024;
 // Buckets per server a table gets when its spec leaves num_buckets unset.
 inline constexpr int64_t kDefaultBucketsPerServer = 64;
 // Most buckets over all of a job's tables: the shard map lists every one and
-// travels in every heartbeat reply (about 20 bytes an entry).
+// travels in every heartbeat reply (about 20 bytes an entry, so 20 MiB).
 inline constexpr int64_t kMaxBucketsPerJob = int64_t{1} << 20;
+// Most buckets over all of a job's tables that the defaults give (as many as
+// the dense blocks a job may have: a map of about 1.3 MiB).
+inline constexpr int64_t kMaxDefaultBucketsPerJob = 65536;
 // SparseTableSpec.expected_rows when the spec leaves it 0.
 inline constexpr int64_t kDefaultExpectedRows = 1000000;
 // Largest SparseTableSpec.expected_rows (2^40, about 10^12 rows): keeps every
@@ -33,7 +36,8 @@ inline constexpr int64_t kMaxExpectedRows = int64_t{1} << 40;
 // [1, 1024]) and `num_tables` tables gets when its spec leaves it unset:
 // kDefaultBucketsPerServer per server rounded up to a power of two, at most
 // kMaxBucketsPerTable, and at most the largest power of two that keeps
-// num_tables such tables within kMaxBucketsPerJob. Thread-safe.
+// num_tables such tables within kMaxDefaultBucketsPerJob (at least 1).
+// Thread-safe.
 int32_t DefaultNumBuckets(int num_servers, int num_tables);
 
 // Float32 values of optimizer state a row of `table` carries beside its dim

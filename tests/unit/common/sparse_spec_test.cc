@@ -106,10 +106,13 @@ TEST(SparseSpecDefaultsTest, BucketsAre64PerServerRoundedUpToAPowerOfTwo) {
   EXPECT_EQ(DefaultNumBuckets(0, 1), 64);
   EXPECT_EQ(DefaultNumBuckets(1024, 1), 65536);
   EXPECT_EQ(DefaultNumBuckets(5000, 1), 65536);
-  // Many tables share kMaxBucketsPerJob: 2^20 / 26 rounds down to 2^15.
-  EXPECT_EQ(DefaultNumBuckets(1024, 26), 32768);
-  EXPECT_EQ(DefaultNumBuckets(1024, kMaxSparseTables), 1024);
-  EXPECT_EQ(DefaultNumBuckets(1, kMaxSparseTables), 64);
+  // Many tables share kMaxDefaultBucketsPerJob: 65536 / 26 rounds down to
+  // 2048.
+  EXPECT_EQ(DefaultNumBuckets(1024, 26), 2048);
+  EXPECT_EQ(DefaultNumBuckets(16, 26), 1024);
+  EXPECT_EQ(DefaultNumBuckets(64, 26), 2048);
+  EXPECT_EQ(DefaultNumBuckets(1024, kMaxSparseTables), 64);
+  EXPECT_EQ(DefaultNumBuckets(4, kMaxSparseTables), 64);
 }
 
 TEST(SparseSpecDefaultsTest, SubmitFillsEveryTable) {

@@ -314,6 +314,60 @@ TEST_F(JobManagerTest, OnlyACtrJobHasAucAndLogLoss) {
   EXPECT_EQ(p.epochs(0).test_auc(), 0);  // Left out.
 }
 
+// A CTR job of one table on one server and two workers.
+v1::JobSpec CtrSpec() {
+  v1::JobSpec spec = Spec();
+  v1::ModelSpec* model = spec.mutable_model();
+  model->Clear();
+  model->set_kind(v1::ModelSpec::CTR);
+  model->set_input_dim(13);
+  model->set_num_classes(2);
+  v1::SparseTableSpec* table = model->add_sparse_tables();
+  table->set_name("ids");
+  table->set_dim(4);
+  table->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+  model->mutable_ctr()->set_num_fields(26);
+  model->mutable_ctr()->add_bottom_mlp(4);
+  model->mutable_ctr()->add_top_mlp(8);
+  spec.set_block_elems(0);
+  spec.mutable_dataset()->Clear();
+  spec.mutable_dataset()->set_format(v1::DatasetSpec::CRITEO);
+  spec.mutable_dataset()->set_train_file("train.txt");
+  spec.mutable_dataset()->set_test_file("test.txt");
+  return spec;
+}
+
+TEST_F(JobManagerTest, ACtrJobKeepsItsAucAndLogLoss) {
+  const v1::JobSpec spec = CtrSpec();
+  if (!ModelTensors(spec.model()).ok()) {
+    GTEST_SKIP() << "ModelTensors does not know CTR models yet";
+  }
+  const std::string id = Submit(spec);
+  StartJob(id);
+  // The table's buckets are in the map, after the blocks.
+  const v1::ShardMap map = Status(id).shard_map();
+  ASSERT_GT(map.blocks_size(), 64);
+  EXPECT_EQ(map.blocks(map.blocks_size() - 1).key(), (uint64_t{1} << 63) | 63);
+  v1::ProgressReport r0 = Report(id, 0);
+  r0.set_epoch(1);
+  r0.set_test_accuracy(0.79f);
+  r0.set_test_auc(0.7712f);
+  r0.set_test_log_loss(0.4561f);
+  ASSERT_TRUE(Send(r0).ok());
+  // A later report without an evaluation keeps them.
+  r0.set_clock(5);
+  r0.set_test_accuracy(-1);
+  r0.set_test_auc(-1);
+  r0.set_test_log_loss(-1);
+  ASSERT_TRUE(Send(r0).ok());
+  const v1::JobProgress p = Status(id).progress();
+  EXPECT_FLOAT_EQ(p.test_auc(), 0.7712f);
+  EXPECT_FLOAT_EQ(p.test_log_loss(), 0.4561f);
+  ASSERT_EQ(p.epochs_size(), 1);
+  EXPECT_FLOAT_EQ(p.epochs(0).test_auc(), 0.7712f);
+  EXPECT_FLOAT_EQ(p.epochs(0).test_log_loss(), 0.4561f);
+}
+
 TEST_F(JobManagerTest, LossIsTheMeanOfTheReportsReceived) {
   // JobProgress.loss is "Mean training loss of the latest reports": a worker
   // that has not reported yet has no loss to average in.
