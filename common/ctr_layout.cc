@@ -26,7 +26,9 @@ absl::Status CheckCtrModelFields(const v1::ModelSpec& model) {
   if (model.conv_layers_size() > 0) {
     return Invalid("model.conv_layers", "a CTR model does not use it");
   }
-  if (model.has_image()) return Invalid("model.image", "a CTR model does not use it");
+  if (model.has_image()) {
+    return Invalid("model.image", "a CTR model does not use it");
+  }
   if (model.tensors_size() > 0) {
     return Invalid("model.tensors", "only an EXTERNAL model lists its tensors");
   }
@@ -65,20 +67,22 @@ absl::Status ResolveFieldTables(const v1::ModelSpec& model, CtrLayout* layout) {
                      absl::StrCat("empty needs 1 or num_fields (", fields,
                                   ") sparse tables, the model has ", tables));
     }
-    for (int f = 0; f < fields; ++f) layout->field_tables[f] = tables == 1 ? 0 : f;
+    for (int f = 0; f < fields; ++f) {
+      layout->field_tables[f] = tables == 1 ? 0 : f;
+    }
   } else {
     if (ctr.field_tables_size() != fields) {
-      return Invalid("model.ctr.field_tables",
-                     absl::StrCat("has ", ctr.field_tables_size(),
-                                  " entries, needs num_fields (", fields,
-                                  ") or none"));
+      return Invalid(
+          "model.ctr.field_tables",
+          absl::StrCat("has ", ctr.field_tables_size(),
+                       " entries, needs num_fields (", fields, ") or none"));
     }
     for (int f = 0; f < fields; ++f) {
       const int t = ctr.field_tables(f);
       if (t < 0 || t >= tables) {
-        return Invalid(absl::StrCat("model.ctr.field_tables[", f, "]"),
-                       absl::StrCat("must be a table index in [0, ", tables,
-                                    ")"));
+        return Invalid(
+            absl::StrCat("model.ctr.field_tables[", f, "]"),
+            absl::StrCat("must be a table index in [0, ", tables, ")"));
       }
       layout->field_tables[f] = t;
     }
@@ -88,15 +92,15 @@ absl::Status ResolveFieldTables(const v1::ModelSpec& model, CtrLayout* layout) {
     const int dim = model.sparse_tables(t).dim();
     const std::string field = absl::StrCat("model.sparse_tables[", t, "].dim");
     if (dim < 1 || dim > kMaxSparseDim) {
-      return Invalid(field, absl::StrCat("must be in [1, ", kMaxSparseDim, "]"));
+      return Invalid(field,
+                     absl::StrCat("must be in [1, ", kMaxSparseDim, "]"));
     }
     if (f == 0) {
       layout->dim = dim;
     } else if (dim != layout->dim) {
       return Invalid(field,
                      absl::StrCat("is ", dim, ", but table ",
-                                  layout->field_tables[0], " has ",
-                                  layout->dim,
+                                  layout->field_tables[0], " has ", layout->dim,
                                   ": every table of a CTR model's fields needs "
                                   "the same dim"));
     }
@@ -105,8 +109,9 @@ absl::Status ResolveFieldTables(const v1::ModelSpec& model, CtrLayout* layout) {
 }
 
 // Appends `widths` (each >= 1) to *out; `field` names the repeated field.
-absl::Status AppendWidths(const google::protobuf::RepeatedField<int32_t>& widths,
-                          const std::string& field, std::vector<int64_t>* out) {
+absl::Status AppendWidths(
+    const google::protobuf::RepeatedField<int32_t>& widths,
+    const std::string& field, std::vector<int64_t>* out) {
   for (int i = 0; i < widths.size(); ++i) {
     if (widths[i] < 1) {
       return Invalid(absl::StrCat(field, "[", i, "]"), "must be >= 1");

@@ -69,6 +69,31 @@ def _cnn_pooled(model: "v1.ModelSpec") -> int:
     return height * width * channels
 
 
+def _ctr_tensors(model: "v1.ModelSpec") -> List[TensorLayout]:
+    """A CTR model's dense tensors, as ``CtrModelTensors``
+    (common/ctr_layout.h; docs/sparse.md, "The CTR model")."""
+    ctr = model.ctr
+    tables = list(ctr.field_tables) or [
+        0 if len(model.sparse_tables) == 1 else f
+        for f in range(ctr.num_fields)]
+    dim = model.sparse_tables[tables[0]].dim
+    bottom = [model.input_dim] + list(ctr.bottom_mlp) if ctr.bottom_mlp else []
+    lead = dim if bottom else 0
+    if ctr.interaction == v1.CtrModelSpec.CONCAT:
+        width = lead + ctr.num_fields * dim
+    else:  # DOT (or unspecified): pairwise dots of the V vectors.
+        v = ctr.num_fields + (1 if bottom else 0)
+        width = lead + v * (v - 1) // 2
+    top = [width] + list(ctr.top_mlp) + [1]
+    tensors: List[TensorLayout] = []
+    for prefix, widths in (("bottom", bottom), ("top", top)):
+        for i in range(len(widths) - 1):
+            tensors.append(TensorLayout(f"{prefix}{i}.weight",
+                                        (widths[i], widths[i + 1])))
+            tensors.append(TensorLayout(f"{prefix}{i}.bias", (widths[i + 1],)))
+    return tensors
+
+
 def model_tensors(model: "v1.ModelSpec") -> List[TensorLayout]:
     """The tensors of a (validated) model spec, in the cluster's order.
 
@@ -76,7 +101,8 @@ def model_tensors(model: "v1.ModelSpec") -> List[TensorLayout]:
     ``ModelTensors`` (common/model_layout.h): a CNN's ``conv<i>.weight``
     ``[kernel*kernel*in_channels, filters]`` and ``conv<i>.bias``, then each
     fully connected layer's ``dense<i>.weight`` ``[in, out]`` and
-    ``dense<i>.bias`` ``[out]``.
+    ``dense<i>.bias`` ``[out]``. CTR: the MLPs' ``bottom<i>`` and
+    ``top<i>`` weights and biases (the sparse tables are not tensors).
     """
     kind = model.kind
     if kind == v1.ModelSpec.EXTERNAL:
@@ -84,6 +110,8 @@ def model_tensors(model: "v1.ModelSpec") -> List[TensorLayout]:
                              t.init in (v1.FROM_WORKER,
                                         v1.TENSOR_INIT_UNSPECIFIED))
                 for t in model.tensors]
+    if kind == v1.ModelSpec.CTR:
+        return _ctr_tensors(model)
     if kind not in (v1.ModelSpec.MLP, v1.ModelSpec.SOFTMAX_REGRESSION,
                     v1.ModelSpec.CNN):
         raise ValueError(f"model.kind: unknown kind {kind}")

@@ -52,6 +52,25 @@ def test_builtin_tensors_and_blocks():
                                         2) == 7424
 
 
+def test_ctr_tensors_match_the_cpp_ones():
+    # tests/unit/common/ctr_layout_test.cc asserts the same shapes.
+    def ctr(interaction, bottom):
+        return ps.to_job_spec({"model": {
+            "kind": "CTR", "input_dim": 13, "num_classes": 2,
+            "sparse_tables": [{"name": f"t{t}", "dim": 4} for t in range(3)],
+            "ctr": {"num_fields": 3, "bottom_mlp": bottom, "top_mlp": [8],
+                    "interaction": interaction}}}).model
+    tensors = ps.model_tensors(ctr("DOT", [8, 4]))
+    assert [(t.name, t.shape) for t in tensors] == [
+        ("bottom0.weight", (13, 8)), ("bottom0.bias", (8,)),
+        ("bottom1.weight", (8, 4)), ("bottom1.bias", (4,)),
+        ("top0.weight", (10, 8)), ("top0.bias", (8,)),
+        ("top1.weight", (8, 1)), ("top1.bias", (1,))]
+    assert ps.model_tensors(ctr("CONCAT", [8, 4]))[4].shape == (16, 8)
+    assert [t.shape for t in ps.model_tensors(ctr("CONCAT", []))][0] == (12, 8)
+    assert [t.shape for t in ps.model_tensors(ctr("DOT", []))][0] == (3, 8)
+
+
 def test_sixteen_bit_encodings_round_to_nearest_even_and_saturate():
     x = np.array([0.0, -0.0, 1.0, 1.0 + 2 ** -11, 1.0 + 3 * 2 ** -11,
                   70000.0, -1e30, np.inf, -np.inf, 2 ** -25, 2 ** -24],

@@ -92,7 +92,7 @@ TEST_P(CtrBackendTest, ScatterAddRowsHandComputed) {
 // repeats of few rows (the scatter's segments are long).
 TEST_P(CtrBackendTest, ScatterAddRowsIsTheAdjointOfGatherRows) {
   std::mt19937 rng(3);
-  const int batch = 300, fields = 5, dim = 7, num_rows = 11;
+  const int64_t batch = 300, fields = 5, dim = 7, num_rows = 11;
   std::vector<int32_t> rows(batch * fields);
   for (int32_t& r : rows) r = static_cast<int32_t>(rng() % num_rows);
   const std::vector<float> table = Random(num_rows * dim, &rng);
@@ -131,9 +131,9 @@ TEST_P(CtrBackendTest, PairwiseDotsHandComputed) {
 
 TEST_P(CtrBackendTest, PairwiseDotsAndGradMatchNaive) {
   std::mt19937 rng(9);
-  const int batch = 7, vectors = 6, dim = 5;
-  const int pairs = vectors * (vectors - 1) / 2;
-  const int ld = pairs + 3;
+  const int64_t batch = 7, vectors = 6, dim = 5;
+  const int64_t pairs = vectors * (vectors - 1) / 2;
+  const int64_t ld = pairs + 3;
   const std::vector<float> z = Random(batch * vectors * dim, &rng);
   const std::vector<float> g = Random(batch * ld, &rng);
   DeviceBuffer z_d = ToDevice(z);

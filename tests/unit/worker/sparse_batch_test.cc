@@ -55,7 +55,7 @@ TEST(SparseBatchTest, SameIdInTwoTablesIsTwoRows) {
 // remains.
 TEST(SparseBatchTest, RebuildsFromScratchEachBatch) {
   SparseBatch sparse;
-  std::vector<uint64_t> big(1000 * 2);
+  std::vector<uint64_t> big(2000);
   for (size_t i = 0; i < big.size(); ++i) big[i] = i;
   sparse.Build(big.data(), 1000, {0, 1}, 2);
   EXPECT_EQ(sparse.total_unique(), 2000);
