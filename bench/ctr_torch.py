@@ -49,8 +49,8 @@ Timing: the parent loads and indexes the data (load_seconds, lines/s) and
 writes each process's shard to a temporary directory; the training
 processes read their shard, build the model and optimizers, and then time
 their epochs. train_seconds is the sum of rank 0's epoch times (training
-only). max_rss_bytes_per_rank is getrusage(RUSAGE_SELF).ru_maxrss of each
-training process (which never holds the other shards or the raw file).
+only). max_rss_bytes_per_rank is the peak resident memory (VmHWM) of each
+training process, which never holds the other shards or the raw file.
 
 Optimizers: --sparse_optimizer for the tables: sgd, adagrad (per value,
 torch.optim.Adagrad), rowwise_adagrad (one float of state per row, FBGEMM's,
@@ -79,7 +79,7 @@ NUM_FIELDS = 26
 NUM_COLUMNS = 1 + NUM_DENSE + NUM_FIELDS
 PRESENT_BIT = 1 << 32
 BLOCK_BYTES = 8 << 20
-EVAL_BATCH = 65536
+EVAL_BATCH = 4096
 
 
 # ------------------------------------------------------------------- loading
@@ -283,45 +283,79 @@ def mlp(widths, final_linear):
     return nn.Sequential(*layers)
 
 
+class FieldTables(nn.Module):
+    """One embedding table per field, rows U(-1/sqrt(dim), +1/sqrt(dim)) but
+    each table's last row (the unseen row) zeros. Per field: one
+    nn.EmbeddingBag(sparse=True) per field (as DLRM). Fused: the tables
+    stacked in one nn.EmbeddingBag, field f's rows after those of fields < f
+    (the same model and the same updates; one sparse gradient a step)."""
+
+    def __init__(self, table_rows, dim, fused):
+        super().__init__()
+        self.fused = fused
+        sizes = [sum(table_rows)] if fused else table_rows
+        self.bags = nn.ModuleList(
+            nn.EmbeddingBag(rows, dim, mode="sum", sparse=True) for rows in sizes)
+        ends = torch.tensor(table_rows).cumsum(0)
+        self.register_buffer("base", ends - torch.tensor(table_rows), persistent=False)
+        bound = 1.0 / math.sqrt(dim)
+        with torch.no_grad():
+            for bag in self.bags:
+                bag.weight.uniform_(-bound, bound)
+            if fused:
+                self.bags[0].weight[ends - 1] = 0.0
+            else:
+                for bag in self.bags:
+                    bag.weight[-1].zero_()
+
+    def forward(self, idx):
+        """(batch, fields, dim) vectors of idx (batch, fields) int64 rows."""
+        batch, fields = idx.shape
+        if self.fused:
+            flat = (idx + self.base).view(-1)
+            offsets = torch.arange(flat.shape[0], dtype=flat.dtype)
+            return self.bags[0](flat, offsets).view(batch, fields, -1)
+        offsets = torch.arange(batch, dtype=idx.dtype)
+        by_field = idx.t().contiguous()
+        return torch.stack([bag(by_field[f], offsets) for f, bag in enumerate(self.bags)],
+                           dim=1)
+
+
 class CtrModel(nn.Module):
     """CtrModelSpec's DLRM-style model (module docstring)."""
 
-    def __init__(self, table_rows, dim, bottom, top, interaction):
+    def __init__(self, table_rows, args):
         super().__init__()
-        self.tables = nn.ModuleList(
-            nn.EmbeddingBag(rows, dim, mode="sum", sparse=True) for rows in table_rows)
-        bound = 1.0 / math.sqrt(dim)
-        with torch.no_grad():
-            for table in self.tables:
-                table.weight.uniform_(-bound, bound)
-                table.weight[-1].zero_()  # The unseen row.
+        dim, bottom = args.dim, args.bottom
+        self.tables = FieldTables(table_rows, dim, args.fused_tables)
         if bottom and bottom[-1] != dim:
             raise ValueError(f"the bottom MLP's last width {bottom[-1]} is not --dim {dim}")
         self.bottom = mlp([NUM_DENSE] + bottom, final_linear=False) if bottom else None
         vectors = len(table_rows) + (1 if bottom else 0)
-        if interaction == "dot":
+        if args.interaction == "dot":
             pairs = torch.triu_indices(vectors, vectors, offset=1)
             self.register_buffer("pair_i", pairs[0], persistent=False)
             self.register_buffer("pair_j", pairs[1], persistent=False)
             top_in = pairs.shape[1] + (dim if bottom else 0)
         else:
             top_in = vectors * dim
-        self.interaction = interaction
-        self.top = mlp([top_in] + top + [1], final_linear=True)
+        self.interaction = args.interaction
+        self.top = mlp([top_in] + args.top + [1], final_linear=True)
 
     def forward(self, dense, idx):
         """Logits (batch,) of dense (batch, 13) float and idx (batch, fields)
         int64 row indices."""
-        offsets = torch.arange(idx.shape[0], dtype=idx.dtype)
-        by_field = idx.t().contiguous()
-        vectors = [table(by_field[f], offsets) for f, table in enumerate(self.tables)]
-        head = [self.bottom(dense)] if self.bottom is not None else []
+        fields = self.tables(idx)
+        if self.bottom is None:
+            head, vectors = [], fields
+        else:
+            head = [self.bottom(dense)]
+            vectors = torch.cat([head[0].unsqueeze(1), fields], dim=1)
         if self.interaction == "dot":
-            stacked = torch.stack(head + vectors, dim=1)
-            products = torch.bmm(stacked, stacked.transpose(1, 2))
+            products = torch.bmm(vectors, vectors.transpose(1, 2))
             features = torch.cat(head + [products[:, self.pair_i, self.pair_j]], dim=1)
         else:
-            features = torch.cat(head + vectors, dim=1)
+            features = vectors.flatten(1)
         return self.top(features).squeeze(1)
 
 
@@ -432,7 +466,7 @@ def build_model(args, table_rows):
     """The model (seeded by --seed, so every rank builds the same) and its
     two optimizers; under ddp the model is wrapped in DDP."""
     torch.manual_seed(args.seed)
-    model = CtrModel(table_rows, args.dim, args.bottom, args.top, args.interaction)
+    model = CtrModel(table_rows, args)
     tables = list(model.tables.parameters())
     mlps = [p for name, p in model.named_parameters() if not name.startswith("tables.")]
     if args.mode == "ddp":
@@ -473,7 +507,21 @@ def run_rank(rank, args, directory, table_rows, port, queue):
             dist.barrier()
     if ddp:
         dist.destroy_process_group()
-    queue.put((rank, records, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+    queue.put((rank, records, peak_rss_bytes()))
+
+
+def peak_rss_bytes():
+    """This process's peak resident memory: VmHWM of /proc/self/status (its
+    own address space's; getrusage's ru_maxrss survives exec, so a spawned
+    process would report its parent's resident memory at the fork)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def free_port():
@@ -526,6 +574,8 @@ def parse_args(argv=None):
     p.add_argument("--bottom", type=widths, default=[64, 16], help="bottom MLP widths")
     p.add_argument("--top", type=widths, default=[64, 32], help="top MLP hidden widths")
     p.add_argument("--interaction", choices=("dot", "concat"), default="dot")
+    p.add_argument("--fused_tables", action="store_true",
+                   help="the 26 tables in one nn.EmbeddingBag (one sparse all-reduce a step)")
     p.add_argument("--sparse_optimizer", default="adagrad",
                    choices=("sgd", "adagrad", "rowwise_adagrad", "sparse_adam"))
     p.add_argument("--sparse_lr", "--lr", type=float, default=0.05)
@@ -559,6 +609,7 @@ def main(argv=None):
     world = args.world_size if args.mode == "ddp" else 1
     steps = train_rows // world // args.batch_size
     result = {"mode": args.mode, "world_size": world, "threads": args.threads,
+              "fused_tables": args.fused_tables,
               "train_seconds": round(sum(r["seconds"] for r in records), 3),
               "epochs": records, "max_rss_bytes_per_rank": rss,
               "samples": steps * args.batch_size * world,
