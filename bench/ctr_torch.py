@@ -11,8 +11,14 @@ prints one JSON line of results (AUC and log loss on the test file after every
 epoch, training seconds, the peak resident memory of every training process).
 
 The model, as ours:
-- one embedding table per categorical field (nn.EmbeddingBag, sum pooling,
-  one id per field and sample), rows U(-1/sqrt(dim), +1/sqrt(dim));
+- one embedding table per categorical field (nn.EmbeddingBag(sparse=True),
+  sum pooling, one id per field and sample), rows U(-1/sqrt(dim), +...).
+  --tables fused (the default) stacks the 26 tables in one EmbeddingBag,
+  field f's rows after those of the fields before it: the same model, the
+  same initial values and the same updates as --tables per_field (one
+  EmbeddingBag per field, as DLRM's reference code), but one sparse gradient
+  a step instead of 26, so DDP makes one sparse all-reduce a step instead of
+  26 (5 times faster here);
 - a bottom MLP over the 13 dense features, each log(1 + max(x, 0)) (missing:
   0), every layer followed by ReLU, the last of width dim;
 - the interaction: DOT is the bottom output concatenated with the pairwise dot
@@ -43,7 +49,16 @@ Modes:
   shuffled; the remainder is dropped), shuffled by (seed, epoch, rank) every
   epoch, batches of --batch_size per process (a global batch of W times it).
 Only full batches are trained. Rank 0 evaluates after every epoch while the
-others wait; evaluation time is reported apart from training time.
+others wait; evaluation time is reported apart from training time. DDP in
+torch 1.13 takes the sparse gradients of EmbeddingBag(sparse=True) as they
+are (each in a bucket of its own, gloo's sparse all-reduce, divided by the
+world size): 2 ranks of batch b match 1 process of batch 2b after 5 steps
+to 3e-8 with SGD (6e-6 with Adagrad, 2e-5 with SparseAdam, both of which
+take ±lr first steps, so float rounding shows more).
+
+Threads: OPENBLAS_NUM_THREADS and OMP_NUM_THREADS are set to --threads for
+the training processes, and OMP_WAIT_POLICY to PASSIVE unless set: spinning
+OpenMP threads made steps 10 times slower on a shared 2-core machine.
 
 Timing: the parent loads and indexes the data (load_seconds, lines/s) and
 writes each process's shard to a temporary directory; the training
@@ -60,7 +75,6 @@ correction counts the table's steps, where ours counts each row's own);
 """
 
 import argparse
-import gzip
 import json
 import math
 import os
@@ -74,164 +88,12 @@ import numpy as np
 import torch
 from torch import nn
 
-NUM_DENSE = 13
-NUM_FIELDS = 26
-NUM_COLUMNS = 1 + NUM_DENSE + NUM_FIELDS
-PRESENT_BIT = 1 << 32
-BLOCK_BYTES = 8 << 20
+from ctr_torch_data import NUM_DENSE, index_fields, load_arrays, load_criteo, save_arrays
+
 EVAL_BATCH = 4096
 
 
-# ------------------------------------------------------------------- loading
-
-def byte_table(chars, values):
-    """A 256-entry lookup table: chars[i] -> values[i], anything else 255."""
-    table = np.full(256, 255, np.uint8)
-    table[np.frombuffer(chars, np.uint8)] = values
-    return table
-
-
-HEX = byte_table(b"0123456789abcdefABCDEF", list(range(16)) + list(range(10, 16)))
-DECIMAL = byte_table(b"0123456789-", list(range(10)) + [0])
-PAD = 16  # Separators put before a block, so that every window starts in it.
-
-
-def read_blocks(path, block_bytes=BLOCK_BYTES):
-    """The file's bytes (gunzipped when it ends in .gz) in blocks of whole
-    lines (a last line without its newline gets one)."""
-    opener = gzip.open if path.endswith(".gz") else open
-    rest = b""
-    with opener(path, "rb") as f:
-        while True:
-            data = f.read(block_bytes)
-            if not data:
-                break
-            data = rest + data
-            cut = data.rfind(b"\n") + 1
-            rest = data[cut:]
-            if cut:
-                yield data[:cut]
-    if rest:
-        yield rest + b"\n"
-
-
-def split_cells(block):
-    """A block of whole lines -> (bytes as uint8 after PAD separators, the
-    offset of the separator after each cell (lines, 40), each cell's length
-    (lines, 40))."""
-    buf = np.frombuffer(b"\t" * PAD + block.replace(b"\r", b""), np.uint8)
-    ends = np.flatnonzero((buf == 9) | (buf == 10))[PAD:]
-    lines = len(ends) // NUM_COLUMNS
-    newlines = buf[ends] == 10
-    if (len(ends) != lines * NUM_COLUMNS or np.count_nonzero(newlines) != lines
-            or not newlines[NUM_COLUMNS - 1::NUM_COLUMNS].all()):
-        raise ValueError(f"a line does not have {NUM_COLUMNS} tab-separated columns")
-    starts = np.empty_like(ends)
-    starts[0] = PAD
-    starts[1:] = ends[:-1] + 1
-    shape = (lines, NUM_COLUMNS)
-    return buf, ends.reshape(shape), (ends - starts).reshape(shape)
-
-
-def windows(buf, ends, lengths, width):
-    """The last `width` bytes before each end, (..., width), and the mask of
-    those that belong to the cell (cells are right-aligned in them)."""
-    rows = np.lib.stride_tricks.as_strided(buf, (len(buf) - width + 1, width), (1, 1))
-    position = np.arange(width)
-    return rows[ends - width], position >= width - lengths[..., None]
-
-
-def parse_decimal(buf, ends, lengths):
-    """Decimal integer cells ('-' allowed first) -> float64 values, 0 when
-    empty. At most 15 characters, so the values are exact."""
-    width = max(int(lengths.max()), 1)
-    if width > 15:
-        raise ValueError("an integer has more than 15 characters")
-    cells, mask = windows(buf, ends, lengths, width)
-    digits = DECIMAL[cells]
-    minus = (cells == ord("-")) & mask
-    first = np.arange(width) == width - lengths[..., None]
-    if ((digits == 255) & mask).any() or (minus & ~first).any():
-        raise ValueError("an integer cell is not a decimal integer")
-    digits = np.where(mask, digits, 0).astype(np.float64)
-    values = digits @ (10.0 ** np.arange(width - 1, -1, -1))
-    return np.where(minus.any(axis=-1), -values, values)
-
-
-def parse_hex(buf, ends, lengths):
-    """Hex cells of at most 8 digits -> int64 codes: 0 when empty, else
-    (1 << 32) | value."""
-    if lengths.max() > 8:
-        raise ValueError("a categorical value is longer than 8 hex digits")
-    cells, mask = windows(buf, ends, lengths, 8)
-    nibbles = np.where(mask, HEX[cells], 0)
-    if (nibbles == 255).any():
-        raise ValueError("a categorical value is not hexadecimal")
-    packed = np.ascontiguousarray((nibbles[..., 0::2] << 4) | nibbles[..., 1::2])
-    values = packed.view(">u4").reshape(lengths.shape).astype(np.int64)
-    return np.where(lengths > 0, values | PRESENT_BIT, 0)
-
-
-def parse_block(block):
-    """A block of whole lines -> (labels float32 (n,), dense float32 (n, 13)
-    as log(1 + max(x, 0)), codes int64 (n, 26)). Vectorised: no Python
-    object per cell."""
-    buf, ends, lengths = split_cells(block)
-    numbers = parse_decimal(buf, ends[:, :1 + NUM_DENSE], lengths[:, :1 + NUM_DENSE])
-    labels = numbers[:, 0]
-    if (lengths[:, 0] == 0).any() or not np.isin(labels, (0.0, 1.0)).all():
-        raise ValueError("a label is not 0 or 1")
-    dense = np.log1p(np.maximum(numbers[:, 1:], 0.0)).astype(np.float32)
-    codes = parse_hex(buf, ends[:, 1 + NUM_DENSE:], lengths[:, 1 + NUM_DENSE:])
-    return labels.astype(np.float32), dense, codes
-
-
-def load_criteo(path, max_rows=0):
-    """A Criteo-format file as a dict of labels, dense and codes (the first
-    max_rows lines when max_rows > 0)."""
-    parts, rows = [], 0
-    for block in read_blocks(path):
-        labels, dense, codes = parse_block(block)
-        if max_rows > 0 and rows + len(labels) > max_rows:
-            keep = max_rows - rows
-            labels, dense, codes = labels[:keep], dense[:keep], codes[:keep]
-        parts.append((labels, dense, codes))
-        rows += len(labels)
-        if max_rows > 0 and rows >= max_rows:
-            break
-    if not parts:
-        raise ValueError(f"{path}: no lines")
-    return {"labels": np.concatenate([p[0] for p in parts]),
-            "dense": np.concatenate([p[1] for p in parts]),
-            "codes": np.concatenate([p[2] for p in parts])}
-
-
-def index_fields(train_codes, test_codes):
-    """Per-field vocabularies of the training codes: (train indices int32,
-    test indices int32, rows per table). A test code not in the field's
-    vocabulary maps to the table's last row (the unseen row)."""
-    train_idx = np.empty(train_codes.shape, np.int32)
-    test_idx = np.empty(test_codes.shape, np.int32)
-    sizes = []
-    for f in range(train_codes.shape[1]):
-        vocab, inverse = np.unique(train_codes[:, f], return_inverse=True)
-        train_idx[:, f] = inverse
-        pos = np.minimum(np.searchsorted(vocab, test_codes[:, f]), len(vocab) - 1)
-        test_idx[:, f] = np.where(vocab[pos] == test_codes[:, f], pos, len(vocab))
-        sizes.append(len(vocab) + 1)
-    return train_idx, test_idx, sizes
-
-
-def save_arrays(directory, name, **arrays):
-    """Writes the arrays as NAME.KEY.npy files in directory."""
-    for key, value in arrays.items():
-        np.save(os.path.join(directory, f"{name}.{key}.npy"), value)
-
-
-def load_arrays(directory, name, keys):
-    """The arrays save_arrays wrote, as a dict."""
-    return {k: np.load(os.path.join(directory, f"{name}.{k}.npy")) for k in keys}
-
+# ---------------------------------------------------------------------- data
 
 def prepare_data(args, directory):
     """Loads and indexes both files and writes one shard of the training rows
@@ -327,7 +189,7 @@ class CtrModel(nn.Module):
     def __init__(self, table_rows, args):
         super().__init__()
         dim, bottom = args.dim, args.bottom
-        self.tables = FieldTables(table_rows, dim, args.fused_tables)
+        self.tables = FieldTables(table_rows, dim, args.tables == "fused")
         if bottom and bottom[-1] != dim:
             raise ValueError(f"the bottom MLP's last width {bottom[-1]} is not --dim {dim}")
         self.bottom = mlp([NUM_DENSE] + bottom, final_linear=False) if bottom else None
@@ -574,8 +436,9 @@ def parse_args(argv=None):
     p.add_argument("--bottom", type=widths, default=[64, 16], help="bottom MLP widths")
     p.add_argument("--top", type=widths, default=[64, 32], help="top MLP hidden widths")
     p.add_argument("--interaction", choices=("dot", "concat"), default="dot")
-    p.add_argument("--fused_tables", action="store_true",
-                   help="the 26 tables in one nn.EmbeddingBag (one sparse all-reduce a step)")
+    p.add_argument("--tables", choices=("fused", "per_field"), default="fused",
+                   help="fused: the 26 tables in one nn.EmbeddingBag, one sparse "
+                   "all-reduce a step (default); per_field: one nn.EmbeddingBag each")
     p.add_argument("--sparse_optimizer", default="adagrad",
                    choices=("sgd", "adagrad", "rowwise_adagrad", "sparse_adam"))
     p.add_argument("--sparse_lr", "--lr", type=float, default=0.05)
@@ -609,7 +472,7 @@ def main(argv=None):
     world = args.world_size if args.mode == "ddp" else 1
     steps = train_rows // world // args.batch_size
     result = {"mode": args.mode, "world_size": world, "threads": args.threads,
-              "fused_tables": args.fused_tables,
+              "tables": args.tables,
               "train_seconds": round(sum(r["seconds"] for r in records), 3),
               "epochs": records, "max_rss_bytes_per_rank": rss,
               "samples": steps * args.batch_size * world,
