@@ -454,6 +454,10 @@ def parse_args(argv=None):
     p.add_argument("--work_dir", default=None, help="where the shards are written "
                    "(a temporary directory, removed at the end; default: $TMPDIR)")
     args = p.parse_args(argv)
+    if args.bottom and args.bottom[-1] != args.dim:
+        p.error(f"--bottom's last width ({args.bottom[-1]}) must equal --dim ({args.dim})")
+    if min(args.world_size, args.epochs, args.batch_size, args.dim) < 1:
+        p.error("--world_size, --epochs, --batch_size and --dim must be at least 1")
     if args.dense_lr <= 0:
         args.dense_lr = args.sparse_lr
     if args.threads <= 0:

@@ -130,7 +130,11 @@ def load_criteo(path, max_rows=0):
     max_rows lines when max_rows > 0)."""
     parts, rows = [], 0
     for block in read_blocks(path):
-        labels, dense, codes = parse_block(block)
+        try:
+            labels, dense, codes = parse_block(block)
+        except ValueError as e:
+            last = rows + block.count(b"\n")
+            raise ValueError(f"{path}, lines {rows + 1} to {last}: {e}") from None
         if max_rows > 0 and rows + len(labels) > max_rows:
             keep = max_rows - rows
             labels, dense, codes = labels[:keep], dense[:keep], codes[:keep]
