@@ -5,7 +5,8 @@
 #                model tests (unit_worker_tests);
 #   gemm:        ps-backend-bench (our backends against cuBLAS/OpenBLAS);
 #   sanitize:    the CUDA half of the suite under compute-sanitizer (memcheck,
-#                then racecheck);
+#                then racecheck; SANITIZE_FILTER narrows it, e.g.
+#                '*CtrBackend*/cuda');
 #   one_worker:  bench/one_worker.sh on DEVICES (default "gpu cpu");
 #   all:         conformance, gemm and one_worker.
 # Output goes to stdout and, when $OUT is set, to files under it.
@@ -32,7 +33,7 @@ esac
 case $what in sanitize)
   for tool in memcheck racecheck; do
     compute-sanitizer --tool "$tool" --error-exitcode 1 \
-      "$dir/bundle/bin/unit_worker_tests" --gtest_filter='*/cuda' 2>&1 |
+      "$dir/bundle/bin/unit_worker_tests" --gtest_filter="${SANITIZE_FILTER:-*/cuda}" 2>&1 |
       tee "$out/sanitize-$tool.txt" | tail -n 5
   done ;;
 esac

@@ -97,7 +97,9 @@ class Backend {
   // Starts copying `n` floats from device memory to host memory, after the
   // work issued so far, possibly overlapping with work issued later; the host
   // values are final only after the next Synchronize(). `host` must stay
-  // valid until then.
+  // valid until then, and work issued later must not write `device` before
+  // it either (the copy may still be reading it: the CUDA backend runs it on
+  // a stream of its own).
   virtual void CopyToHostAsync(const float* device, int64_t n, float* host) = 0;
 
   // C = alpha * op(A) * op(B) + beta * C, where op(A) is m x k, op(B) is
