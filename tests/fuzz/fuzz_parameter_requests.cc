@@ -3,8 +3,10 @@
 // raw Protobuf bytes as a server receives them, and structured requests near
 // the valid ones (the right job, small clocks, held keys, sizes that fit or
 // almost fit for the push's gradient encoding (FP32, FP16, BF16 or none),
-// values that may be NaN or Inf). After any sequence the job must
-// reload from its store, as after a restart, with nothing lost or malformed.
+// values that may be NaN or Inf), with sparse rows when the job has sparse
+// tables (ids held or not, repeated, rows of the right size or not). After
+// any sequence the job must reload from its store, as after a restart, with
+// nothing lost or malformed.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "common/job_spec.h"
 #include "common/model_layout.h"
 #include "common/parameter_wire.h"
+#include "common/sparse_keys.h"
 #include "prometheus/registry.h"
 #include "server/memory_shard_store.h"
 #include "server/parameter_manager.h"
@@ -29,6 +32,45 @@ namespace {
 constexpr char kJobId[] = "job-000001";
 constexpr int64_t kMapVersion = 1;
 constexpr int kBlockElems = 8;
+// Jobs with sparse tables: two tables of these dims (a third index is
+// unknown), kBuckets buckets each, all on this server.
+constexpr int kTableDims[] = {3, 2};
+constexpr int kBuckets = 4;
+
+// The softmax regression's tensors as an EXTERNAL model's, with two sparse
+// tables: row-wise Adagrad admitting at the second update, and SGD evicting
+// past 6 rows.
+void AddSparseTables(ps::v1::JobSpec* spec) {
+  ps::v1::ModelSpec* model = spec->mutable_model();
+  const int input_dim = model->input_dim();
+  const int classes = model->num_classes();
+  model->Clear();
+  model->set_kind(ps::v1::ModelSpec::EXTERNAL);
+  ps::v1::TensorDecl* w = model->add_tensors();
+  w->set_name("dense0.weight");
+  w->add_shape(input_dim);
+  w->add_shape(classes);
+  w->set_init(ps::v1::ZEROS);
+  ps::v1::TensorDecl* b = model->add_tensors();
+  b->set_name("dense0.bias");
+  b->add_shape(classes);
+  b->set_init(ps::v1::ZEROS);
+  spec->clear_dataset();
+  for (int t = 0; t < 2; ++t) {
+    ps::v1::SparseTableSpec* table = model->add_sparse_tables();
+    table->set_name(t == 0 ? "a" : "b");
+    table->set_dim(kTableDims[t]);
+    table->set_num_buckets(kBuckets);
+    if (t == 0) {
+      table->mutable_optimizer()->mutable_rowwise_adagrad()->set_learning_rate(
+          0.1f);
+      table->mutable_admission()->set_min_count(2);
+    } else {
+      table->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+      table->mutable_eviction()->set_max_rows_per_server(6);
+    }
+  }
+}
 
 // Softmax regression 4 -> 3: dense0.weight (12 values) in blocks of 8 and 4,
 // dense0.bias (3 values) in one.
@@ -37,7 +79,8 @@ ps::v1::Assignment MakeAssignment(uint8_t config) {
       ps::v1::ConsistencySpec::BSP, ps::v1::ConsistencySpec::SSP,
       ps::v1::ConsistencySpec::ASP};
   const ps::v1::ConsistencySpec::Model model = models[config % 3];
-  return ps::testing::TinyAssignment(
+  const bool sparse = (config & 0x80) != 0;
+  ps::v1::Assignment assignment = ps::testing::TinyAssignment(
       kJobId, 4, 3, kBlockElems, 1 + (config / 3) % 3, "127.0.0.1:1",
       [&](ps::v1::JobSpec* spec) {
         spec->mutable_consistency()->set_model(model);
@@ -53,7 +96,17 @@ ps::v1::Assignment MakeAssignment(uint8_t config) {
           spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
           spec->mutable_optimizer()->mutable_sgd()->set_momentum(0.5f);
         }
+        if (sparse) AddSparseTables(spec);
       });
+  for (uint32_t t = 0; sparse && t < 2; ++t) {
+    for (uint32_t b = 0; b < kBuckets; ++b) {
+      ps::v1::BlockPlacement* p = assignment.mutable_shard_map()->add_blocks();
+      p->set_key(ps::BucketKey(t, b));
+      p->set_server(0);
+      p->set_num_elems(16);
+    }
+  }
+  return assignment;
 }
 
 struct Env {
@@ -98,6 +151,34 @@ std::string PickData(FuzzedDataProvider& in, int64_t elems,
   return data;
 }
 
+// Sparse rows for a request: a table (mostly a real one), ids (mostly from a
+// small set, so they repeat across requests and sometimes within one), and,
+// for a push, rows of the right size (mostly) in `encoding`.
+void AddSparseRows(
+    FuzzedDataProvider& in, bool push, ps::v1::Precision encoding,
+    google::protobuf::RepeatedPtrField<ps::v1::SparseRows>* out) {
+  const int tables = in.ConsumeIntegralInRange<int>(0, 2);
+  for (int i = 0; i < tables; ++i) {
+    ps::v1::SparseRows* rows = out->Add();
+    const uint32_t table = in.ConsumeIntegralInRange<int>(0, 15) == 0
+                               ? in.ConsumeIntegralInRange<uint32_t>(0, 3)
+                               : in.ConsumeIntegralInRange<uint32_t>(0, 1);
+    rows->set_table(table);
+    const int n = in.ConsumeIntegralInRange<int>(0, 6);
+    std::vector<uint64_t> ids(n);
+    for (uint64_t& id : ids) {
+      id = in.ConsumeIntegralInRange<int>(0, 7) == 0
+               ? in.ConsumeIntegral<uint64_t>()
+               : in.ConsumeIntegralInRange<uint64_t>(1, 12);
+    }
+    rows->set_keys(ids.data(), ids.size() * sizeof(uint64_t));
+    if (push) {
+      const int dim = table < 2 ? kTableDims[table] : 1;
+      *rows->mutable_values() = PickData(in, int64_t{n} * dim, encoding);
+    }
+  }
+}
+
 // A refused request gets a specific status naming the field, in a short
 // message (UNAVAILABLE: the server shut down while the call waited).
 void CheckRefusal(const absl::Status& status) {
@@ -126,6 +207,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ps::v1::Assignment assignment =
       MakeAssignment(in.ConsumeIntegral<uint8_t>());
   const int workers = assignment.num_workers();
+  const bool sparse = assignment.spec().model().sparse_tables_size() > 0;
   const std::vector<ps::BlockSpec> blocks = ps::SplitIntoBlocks(
       *ps::ModelTensors(assignment.spec().model()), kBlockElems);
   std::unique_ptr<ps::ShardStore> store = ps::MemoryShardStore::Create();
@@ -174,6 +256,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     view->gradients[i].data.ToString() == r.gradients(i).data(),
                 "in-place block differs from Protobuf's");
           }
+          PS_FUZZ_REQUIRE(
+              static_cast<int>(view->sparse.size()) == r.sparse_size(),
+              "in-place sparse rows differ from Protobuf's");
+          for (int i = 0; i < r.sparse_size(); ++i) {
+            PS_FUZZ_REQUIRE(
+                view->sparse[i].table == r.sparse(i).table() &&
+                    view->sparse[i].keys.ToString() == r.sparse(i).keys() &&
+                    view->sparse[i].values.ToString() == r.sparse(i).values(),
+                "in-place sparse rows differ from Protobuf's");
+          }
           job->Push(*view, [](absl::StatusOr<ps::v1::PushResponse> reply) {
             if (!reply.ok()) CheckRefusal(reply.status());
           });
@@ -216,6 +308,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 PickData(in, ElemsOf(g->key(), blocks), encoding);
           }
         }
+        if (sparse)
+          AddSparseRows(in, /*push=*/true, encoding, r.mutable_sparse());
         job->Push(r, [](absl::StatusOr<ps::v1::PushResponse> reply) {
           if (!reply.ok()) CheckRefusal(reply.status());
         });
@@ -226,6 +320,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         r.set_clock(clock);
         r.set_map_version(version);
         for (int i = 0; i < count; ++i) r.add_keys(PickKey(in, blocks));
+        if (sparse) {
+          AddSparseRows(in, /*push=*/false, ps::v1::FP32, r.mutable_sparse());
+        }
         job->Pull(r, [&blocks](absl::StatusOr<ps::v1::PullResponse> reply) {
           if (!reply.ok()) {
             CheckRefusal(reply.status());
