@@ -80,20 +80,25 @@ int SplitTabs(absl::string_view line,
 // Parses Criteo lines into a CtrDataset.
 class CriteoParser {
  public:
-  CriteoParser(absl::string_view name, int64_t max_samples)
-      : name_(name), max_samples_(max_samples) {}
+  CriteoParser(absl::string_view name, int64_t max_samples,
+               CriteoShard shard = {})
+      : name_(name), max_samples_(max_samples), shard_(shard) {}
 
-  // Makes room for `rows` samples in all (at most max_samples).
+  // Makes room for `rows` samples of the source in all (at most
+  // max_samples), of which this shard keeps its part.
   void Reserve(int64_t rows) {
     if (max_samples_ > 0) rows = std::min(rows, max_samples_);
+    rows = rows / shard_.num_parts + 1;
     data_.labels.reserve(rows);
     data_.dense.reserve(rows * kCriteoDenseFeatures);
     data_.ids.reserve(rows * kCriteoFields);
   }
-  // Samples parsed so far.
-  int64_t rows() const { return data_.size(); }
-  // Whether max_samples samples have been parsed.
-  bool full() const { return max_samples_ > 0 && data_.size() >= max_samples_; }
+  // Samples of the source seen so far (this shard's and the others').
+  int64_t source_rows() const { return data_.source_samples; }
+  // Whether max_samples samples of the source have been seen.
+  bool full() const {
+    return max_samples_ > 0 && data_.source_samples >= max_samples_;
+  }
 
   // Parses the lines of `chunk` that end in '\n' (all of them, the last
   // one unterminated included, when `at_end`), stopping when full(); the
@@ -112,6 +117,8 @@ class CriteoParser {
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (line.empty()) continue;
       if (line.size() > kMaxLineBytes) return LineTooLong(line_number_);
+      // Another shard's sample: counted, not parsed.
+      if (data_.source_samples++ % shard_.num_parts != shard_.part) continue;
       if (ParseWellFormedLine(line)) continue;
       if (auto s = ParseLine(line); !s.ok()) return s;
     }
@@ -147,6 +154,7 @@ class CriteoParser {
 
   std::string name_;
   int64_t max_samples_;
+  CriteoShard shard_;
   int64_t line_number_ = 0;
   CtrDataset data_;
   const DenseTransform& transform_ = Transform();
@@ -277,10 +285,15 @@ absl::StatusOr<CtrDataset> ParseCriteoText(absl::string_view text,
 }
 
 absl::StatusOr<CtrDataset> ReadCriteoFile(const std::string& path,
-                                          int64_t max_samples) {
+                                          int64_t max_samples,
+                                          CriteoShard shard) {
+  if (shard.num_parts < 1 || shard.part < 0 || shard.part >= shard.num_parts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("criteo shard ", shard.part, " of ", shard.num_parts));
+  }
   auto file = TextFileReader::Open(path);
   if (!file.ok()) return file.status();
-  CriteoParser parser(path, max_samples);
+  CriteoParser parser(path, max_samples, shard);
   std::string buffer(kReadChunk, '\0');
   size_t have = 0;  // Bytes of an unfinished line at the buffer's start.
   bool at_end = false, reserved = false;
@@ -294,11 +307,11 @@ absl::StatusOr<CtrDataset> ReadCriteoFile(const std::string& path,
     if (!consumed.ok()) return consumed.status();
     have = filled - *consumed;
     std::memmove(buffer.data(), buffer.data() + *consumed, have);
-    if (!reserved && parser.rows() > 0 && file->bytes_used() > 0) {
+    if (!reserved && parser.source_rows() > 0 && file->bytes_used() > 0) {
       // Room for the whole file, estimated from its first chunk (its
       // compressed bytes for gzip), saves the vectors' regrowth.
       reserved = true;
-      const double rows_per_byte = static_cast<double>(parser.rows()) /
+      const double rows_per_byte = static_cast<double>(parser.source_rows()) /
                                    static_cast<double>(file->bytes_used());
       parser.Reserve(static_cast<int64_t>(
           1.05 * rows_per_byte * static_cast<double>(file->size_on_disk())));

@@ -42,6 +42,16 @@ struct CtrDataset {
   // size() x num_fields: CriteoId(field, value), or CriteoMissingId(field).
   std::vector<uint64_t> ids;
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
+  // Samples of the source read (the other shards' included; CriteoShard).
+  int64_t source_samples = 0;
+};
+
+// Which samples of a file a reader keeps: sample i (counting non-empty lines
+// from 0) when i % num_parts == part. A worker of N keeps its own 1/N, so no
+// worker holds the whole training set.
+struct CriteoShard {
+  int part = 0;       // In [0, num_parts).
+  int num_parts = 1;  // >= 1.
 };
 
 // Parses Criteo `text` (named `name` in errors), keeping at most
@@ -63,8 +73,11 @@ absl::StatusOr<CtrDataset> ParseCriteoText(absl::string_view text,
 // after max_samples samples (0 or negative: all). Thread-safe. Errors:
 // NOT_FOUND naming the path for a missing file; DATA_LOSS for a corrupt
 // gzip stream; ParseCriteoText's, naming `path` and the line.
+// With `shard`, only its samples are parsed and kept (the others' lines are
+// counted, not checked); max_samples still counts the source's samples.
 absl::StatusOr<CtrDataset> ReadCriteoFile(const std::string& path,
-                                          int64_t max_samples = 0);
+                                          int64_t max_samples = 0,
+                                          CriteoShard shard = {});
 
 }  // namespace ps
 

@@ -36,11 +36,17 @@ int64_t DurabilityPipeline::Log(storage::v1::UpdateRecord record,
 }
 
 bool DurabilityPipeline::SnapshotDue() const {
-  return writer_ != nullptr && log_bytes_since_snapshot_ >= snapshot_log_bytes_;
+  return writer_ != nullptr &&
+         log_bytes_since_snapshot_ >=
+             std::max(snapshot_log_bytes_, last_snapshot_rows_bytes_);
 }
 
 void DurabilityPipeline::Snapshot(ShardSnapshot snapshot) {
   snapshot.log_sequence = next_sequence_ - 1;
+  last_snapshot_rows_bytes_ = 0;
+  for (const StoredBlock& block : snapshot.blocks) {
+    last_snapshot_rows_bytes_ += static_cast<int64_t>(block.rows.size());
+  }
   writer_->Snapshot(std::move(snapshot));
   snapshot_sequence_ = next_sequence_ - 1;
   log_bytes_since_snapshot_ = 0;

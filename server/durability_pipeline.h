@@ -45,7 +45,11 @@ class DurabilityPipeline {
   // it) and queues it on the log; returns its sequence.
   int64_t Log(storage::v1::UpdateRecord record,
               const std::vector<int64_t>& clocks);
-  // True when enough log has accumulated since the last snapshot.
+  // True when enough log has accumulated since the last snapshot: the
+  // larger of snapshot_log_bytes and the last snapshot's sparse rows, so
+  // that a job whose tables hold gigabytes is not written whole every few
+  // clocks (its snapshots then cost at most as many bytes as its log, and
+  // replay after a crash reads at most one state's worth of log).
   bool SnapshotDue() const;
   // True when a record was logged after the last snapshot.
   bool LoggedSinceSnapshot() const {
@@ -79,6 +83,7 @@ class DurabilityPipeline {
   int64_t next_sequence_ = 1;
   int64_t snapshot_sequence_ = 0;
   int64_t log_bytes_since_snapshot_ = 0;
+  int64_t last_snapshot_rows_bytes_ = 0;  // Sparse rows in the last one.
   int64_t durable_sequence_ = 0;
   std::vector<int64_t> durable_clocks_;
   // Records queued and not yet durable: sequence, clocks after.

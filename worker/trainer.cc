@@ -264,7 +264,7 @@ absl::Status Trainer::Train() {
   int64_t clock = plan.resume_clock;
   for (int epoch = clock / plan.steps; epoch < spec.epochs(); ++epoch) {
     const std::vector<int64_t> order =
-        plan.partition.EpochOrder(spec.seed(), epoch, assignment_.index());
+        plan.partition.EpochOrder(spec.seed(), epoch, plan.worker);
     for (int64_t step = clock % plan.steps; step < plan.steps;
          ++step, ++clock) {
       if (stop_) return absl::CancelledError("training stopped");
@@ -358,14 +358,19 @@ void Trainer::InstallClient(std::unique_ptr<ParameterClient> client) {
 absl::StatusOr<Trainer::Plan> Trainer::MakePlan(const Dataset& train) {
   const v1::JobSpec& spec = assignment_.spec();
   const int labels_per_worker = spec.dataset().labels_per_worker();
-  PS_ASSIGN_OR_RETURN(
-      DataPartition partition,
+  return MakePlan(
       labels_per_worker > 0
           ? DataPartition::CreateByLabels(
                 train.labels, assignment_.num_workers(),
                 spec.model().num_classes(), labels_per_worker, spec.seed())
-          : DataPartition::Create(train.num_samples,
-                                  assignment_.num_workers()));
+          : DataPartition::Create(train.num_samples, assignment_.num_workers()),
+      assignment_.index());
+}
+
+absl::StatusOr<Trainer::Plan> Trainer::MakePlan(
+    absl::StatusOr<DataPartition> partition_or, int worker_in_partition) {
+  const v1::JobSpec& spec = assignment_.spec();
+  PS_ASSIGN_OR_RETURN(DataPartition partition, std::move(partition_or));
   const int batch = SamplesPerClock(spec);
   const int64_t steps = partition.StepsPerEpoch(batch);
   if (steps < 1) {
@@ -400,7 +405,8 @@ absl::StatusOr<Trainer::Plan> Trainer::MakePlan(const Dataset& train) {
   return Plan{.partition = partition,
               .steps = steps,
               .total_clocks = total_clocks,
-              .resume_clock = resume};
+              .resume_clock = resume,
+              .worker = worker_in_partition};
 }
 
 absl::StatusOr<Trainer::StepTimes> Trainer::RunStep(

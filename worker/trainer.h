@@ -91,6 +91,7 @@ class Trainer {
     int64_t total_clocks = 0;  // steps * epochs.
     int64_t resume_clock = 0;  // The first clock to train (0, or a lost
                                // worker's place taken over).
+    int worker = 0;            // This worker's index in `partition`.
   };
   // The step loop's buffers and its calls in flight. The pusher and puller
   // are declared last: they end (waiting for their calls) before the
@@ -172,6 +173,10 @@ class Trainer {
   // larger than the worker's part, an ack log that cannot be opened, the
   // servers' resume clock.
   absl::StatusOr<Plan> MakePlan(const Dataset& train);
+  // MakePlan over `partition_or`, holding this worker's part of the data as
+  // the part of index `worker_in_partition`.
+  absl::StatusOr<Plan> MakePlan(absl::StatusOr<DataPartition> partition_or,
+                                int worker_in_partition);
   // One step at `clock`: pull (or wait for the prefetched pull, and start the
   // next one if `prefetch_next`), compute gradients on `batch_order`, push
   // (or start the push). Errors: the pull's, compute's or push's.

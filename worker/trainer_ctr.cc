@@ -69,8 +69,13 @@ absl::Status CheckCtrData(const CtrDataset& data, const v1::ModelSpec& model,
 absl::StatusOr<CtrDataset> Trainer::LoadCtrData() {
   const v1::JobSpec& spec = assignment_.spec();
   const v1::DatasetSpec& data = spec.dataset();
-  PS_ASSIGN_OR_RETURN(CtrDataset train, ReadCriteoFile(data.train_file(),
-                                                       data.max_train_samples()));
+  // Worker i of N keeps samples i, i + N, ... (CriteoShard): no worker
+  // holds the whole training set.
+  PS_ASSIGN_OR_RETURN(
+      CtrDataset train,
+      ReadCriteoFile(data.train_file(), data.max_train_samples(),
+                     {.part = assignment_.index(),
+                      .num_parts = assignment_.num_workers()}));
   PS_RETURN_IF_ERROR(CheckCtrData(train, spec.model(), data.train_file()));
   if (assignment_.index() == 0) {  // The evaluator.
     PS_ASSIGN_OR_RETURN(ctr_test_, ReadCriteoFile(data.test_file(),
@@ -88,9 +93,14 @@ absl::Status Trainer::TrainCtr() {
       auto client, ParameterClient::Create(assignment_, ctr_model_->tensors(),
                                            options_.parameter_client, &stop_));
   InstallClient(std::move(client));
-  Dataset shape;  // MakePlan reads only the sample count.
-  shape.num_samples = train.size();
-  PS_ASSIGN_OR_RETURN(Plan plan, MakePlan(shape));
+  // This worker's shard, as one worker's whole data: every shard trains on
+  // the same number of samples, source_samples / num_workers (a shard may
+  // hold one more), so every worker runs the same clocks.
+  const int64_t per_worker = train.source_samples / assignment_.num_workers();
+  PS_ASSIGN_OR_RETURN(
+      Plan plan, MakePlan(DataPartition::Create(
+                              std::min(per_worker, train.size()), 1),
+                          /*worker_in_partition=*/0));
 
   const int batch = spec.batch_size();
   CtrScratch scratch;
@@ -100,7 +110,7 @@ absl::Status Trainer::TrainCtr() {
   int64_t clock = plan.resume_clock;
   for (int epoch = clock / plan.steps; epoch < spec.epochs(); ++epoch) {
     const std::vector<int64_t> order =
-        plan.partition.EpochOrder(spec.seed(), epoch, assignment_.index());
+        plan.partition.EpochOrder(spec.seed(), epoch, plan.worker);
     for (int64_t step = clock % plan.steps; step < plan.steps;
          ++step, ++clock) {
       if (stop_) return absl::CancelledError("training stopped");

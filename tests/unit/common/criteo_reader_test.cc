@@ -306,6 +306,38 @@ TEST_F(CriteoFilesTest, ReadsPlainAndGzipFilesAcrossChunks) {
   }
 }
 
+TEST_F(CriteoFilesTest, ShardsPartitionTheSamplesAcrossWorkers) {
+  std::string text;
+  for (int i = 0; i < 10001; ++i) absl::StrAppend(&text, FullLine(i), "\n");
+  auto all = ParseCriteoText(text, "text");
+  ASSERT_TRUE(all.ok()) << all.status();
+  const std::string path = Write("shards.tsv", text, /*gzip=*/false);
+  constexpr int kParts = 3;
+  int64_t kept = 0;
+  for (int part = 0; part < kParts; ++part) {
+    auto shard = ReadCriteoFile(path, 0, {.part = part, .num_parts = kParts});
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    EXPECT_EQ(shard->source_samples, 10001);
+    // Sample j of shard `part` is sample part + j * kParts of the file.
+    for (int64_t j = 0; j < shard->size(); ++j) {
+      const int64_t i = part + j * kParts;
+      ASSERT_EQ(shard->labels[j], all->labels[i]);
+      ASSERT_EQ(shard->ids[j * kCriteoFields], all->ids[i * kCriteoFields]);
+      ASSERT_EQ(shard->dense[j * kCriteoDenseFeatures + 3],
+                all->dense[i * kCriteoDenseFeatures + 3]);
+    }
+    kept += shard->size();
+  }
+  EXPECT_EQ(kept, 10001);
+  // max_samples counts the file's samples, whatever the shard keeps.
+  auto first = ReadCriteoFile(path, 100, {.part = 1, .num_parts = 4});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->size(), 25);
+  EXPECT_EQ(first->source_samples, 100);
+  EXPECT_EQ(ReadCriteoFile(path, 0, {.part = 2, .num_parts = 2}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CriteoFilesTest, FileErrorsNameThePathAndTheLine) {
   auto missing = ReadCriteoFile((dir_ / "absent.tsv").string());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
