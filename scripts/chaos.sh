@@ -246,10 +246,20 @@ ok=1
 [ $watch_rc -eq 0 ] && [ $finished -eq 1 ] && [ $lost -eq 0 ] && [ "$survived" -eq "$injected" ] || ok=0
 [ "$clock" = "$total" ] && [ "$a0" -eq $((total - 1)) ] && [ "$a1" -eq $((total - 1)) ] || ok=0
 if [ $MODE = ctr ]; then
-  # Bit for bit: the rows the test set reads, and the dense tensors trained
-  # on every row, are the uninterrupted run's.
   echo "chaos: final test auc, logloss:  $final_auc $final_loss (uninterrupted: $baseline_auc $baseline_loss)"
-  [ "$final_auc" = "$baseline_auc" ] && [ "$final_loss" = "$baseline_loss" ] || ok=0
+  # Bit for bit: the rows the test set reads, and the dense tensors trained on
+  # every row, are the uninterrupted run's. Unless a worker was killed between
+  # its push reaching one server and the other: its replacement computes that
+  # gradient again from values the first server has updated since (the worker
+  # logs it), and the runs are close instead.
+  if grep -qs "job $job: worker [0-9]*'s push of clock [0-9]* reached some servers only" "$RUN_DIR"/worker*.log; then
+    echo "chaos: a worker's push reached one server only before it was killed: close, not equal"
+    awk -v a="$final_auc" -v b="$baseline_auc" -v c="$final_loss" -v d="$baseline_loss" \
+      'function abs(x) { return x < 0 ? -x : x }
+       BEGIN { exit !(a >= 0 && c >= 0 && abs(a - b) <= 0.01 && abs(c - d) <= 0.01) }' || ok=0
+  else
+    [ "$final_auc" = "$baseline_auc" ] && [ "$final_loss" = "$baseline_loss" ] || ok=0
+  fi
 else
   echo "chaos: final accuracy:           $final (uninterrupted: $baseline)"
   awk -v a="$final" -v b="$baseline" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a >= 0 && d <= 0.01)}' || ok=0
