@@ -21,8 +21,9 @@
 # accuracy is within 1 point of the uninterrupted run; with --ctr, its test AUC
 # and log loss equal the uninterrupted run's exactly (BSP with two workers
 # computes the same rows bit for bit, so a row update lost or applied twice
-# shows), and each restarted server reloads sparse rows. The test suite runs
-# short versions (tests/system).
+# shows; within 0.01 when a worker was killed between its push reaching one
+# server and the other, which its replacement logs), and each restarted server
+# reloads sparse rows. The test suite runs short versions (tests/system).
 #
 # How loss is detected: every worker appends "<job> <worker> <clock>" to an ack
 # log after each acknowledged push (--ack_log). Before a server is killed, the
