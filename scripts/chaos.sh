@@ -129,7 +129,7 @@ fi
 # Leases short enough that a killed worker is replaced within seconds.
 CLUSTER_COORDINATOR_ARGS="--lease_ms=1500 --heartbeat_interval_ms=100 --recovery_grace_ms=60000"
 CLUSTER_WORKER_ARGS=([0]="--ack_log=$RUN_DIR/acks.log" [1]="--ack_log=$RUN_DIR/acks.log")
-# The CTR job logs about 25 KB a clock per server: snapshots every MiB, so a
+# The CTR job logs 30 to 50 KB a clock per server: snapshots every MiB, so a
 # restarted server restores buckets of rows from a snapshot, then replays the
 # log after it.
 # shellcheck disable=SC2034  # read by cluster_start
