@@ -23,7 +23,8 @@
 # computes the same rows bit for bit, so a row update lost or applied twice
 # shows; within 0.01 when a worker was killed between its push reaching one
 # server and the other, which its replacement logs), and each restarted server
-# reloads sparse rows. The test suite runs short versions (tests/system).
+# reloads sparse rows (exit status 77, skipped, without /usr/bin/python3 and
+# numpy). The test suite runs short versions (tests/system).
 #
 # How loss is detected: every worker appends "<job> <worker> <clock>" to an ack
 # log after each acknowledged push (--ack_log). Before a server is killed, the
@@ -121,6 +122,8 @@ JSON
 }
 
 if [ $MODE = ctr ]; then
+  /usr/bin/python3 -c 'import numpy' 2>/dev/null ||
+    { echo "chaos: skipped: --ctr needs /usr/bin/python3 with numpy"; rm -rf "$RUN_DIR"; exit 77; }
   write_ctr_job || { echo "chaos: bench/criteo_gen.py failed"; exit 1; }
 else
   write_dense_job
