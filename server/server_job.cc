@@ -99,10 +99,15 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
     const int64_t snapshot = stored->log_sequence;
     const size_t replayed = stored->log.size();
     if (auto s = job->Restore(*std::move(stored)); !s.ok()) return s;
+    // The rows too, for a job with sparse tables (the chaos run reads them).
+    const std::string rows =
+        job->sparse_->size() == 0
+            ? std::string()
+            : absl::StrCat(" and ", job->SparseRowCount(), " sparse rows");
     PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ", job->table_->size(),
-                " blocks from the snapshot at update ", snapshot, " and ",
-                replayed, " logged updates after it, ", "worker clocks ",
-                job->ClocksString());
+                " blocks", rows, " from the snapshot at update ", snapshot,
+                " and ", replayed, " logged updates after it, ",
+                "worker clocks ", job->ClocksString());
     return job;
   }
   if (!absl::IsNotFound(stored.status())) return stored.status();
@@ -206,6 +211,13 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
   }
   clocks_.Restore(clocks);
   return absl::OkStatus();
+}
+
+int64_t ServerJob::SparseRowCount() const {
+  absl::MutexLock lock(&mu_);
+  int64_t rows = 0;
+  for (size_t t = 0; t < sparse_->size(); ++t) rows += sparse_->Counts(t).rows;
+  return rows;
 }
 
 std::string ServerJob::ClocksString() const {

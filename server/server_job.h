@@ -161,6 +161,9 @@ class ServerJob {
   int64_t min_clock() const;
   // Every worker's clock, as "[c0 c1 ...]" (for logs).
   std::string ClocksString() const;
+  // Rows held in all the job's sparse tables on this server (0 without
+  // any), for logs. Thread-safe (takes the job's lock).
+  int64_t SparseRowCount() const;
 
  private:
   ServerJob(const v1::Assignment& assignment, ShardStore* store,

@@ -381,6 +381,17 @@ absl::StatusOr<int64_t> ParameterClient::ResumeClock() {
     PullFromServers(0, &params, /*final=*/false, std::move(done));
   }));
   cached_min_clock_ = -1;  // Do not serve later reads from this pull.
+  if (own_clock_max_ > own_clock_) {
+    // The lost worker's push of clock own_clock_ reached some servers only,
+    // and they may have applied it: the gradient computed again for the
+    // others reads their newer values, so the run departs (slightly) from
+    // one without the loss. Nothing acknowledged is lost.
+    PS_LOG_WARNING("job ", job_id_, ": worker ", worker_index_,
+                   "'s push of clock ", own_clock_,
+                   " reached some servers only (server clocks ", own_clock_,
+                   " to ", own_clock_max_, "): its gradient is computed again ",
+                   "from values some servers have updated since");
+  }
   return own_clock_;
 }
 
@@ -447,6 +458,10 @@ void ParameterClient::PullFromServers(int64_t clock,
                                                       pull->own_clocks.end());
           cached_min_clock_ = min_clock;
           own_clock_ = own_clock == INT64_MAX ? 0 : own_clock;
+          own_clock_max_ = own_clock_;
+          for (int64_t c : pull->own_clocks) {
+            if (c != INT64_MAX) own_clock_max_ = std::max(own_clock_max_, c);
+          }
         }
         std::move(done)(std::move(status));
       });

@@ -105,7 +105,9 @@ class ParameterClient {
   // The clock this worker resumes at: the number of its pushes every server has
   // recorded (0 for a new job). A worker that takes over a lost worker's place
   // continues from there; a push some servers recorded and others did not is
-  // sent again (servers that have it acknowledge it as a duplicate).
+  // sent again (servers that have it acknowledge it as a duplicate), and
+  // logged as a warning, since its gradient for the servers that lack it is
+  // computed from values the others may have updated with it.
   absl::StatusOr<int64_t> ResumeClock();
 
   // Ends the calls in flight (they fail with CANCELLED) and every later one:
@@ -239,6 +241,7 @@ class ParameterClient {
   std::vector<std::vector<float>> cache_;
   int64_t cached_min_clock_ = -1;  // -1: nothing cached.
   int64_t own_clock_ = 0;          // This worker's clock in the last pull.
+  int64_t own_clock_max_ = 0;      // Its largest on any server there.
   // The requests in flight, by a number of their own, and whether Cancel()
   // was called.
   absl::Mutex live_mu_;
