@@ -128,6 +128,74 @@ class CtrJobTest : public ::testing::Test {
 // 0.70 at best (over-fitting from the second epoch), 102,400 rows and 100
 // values per field 0.75 to 0.78 with the rates tried (0.05 to 0.2).
 constexpr double kAucMargin = 0.06;
+constexpr int kTrainRows = 102400, kBatch = 256, kEpochs = 2;
+
+// Each server's ps_sparse_rows per table is the number of the training ids
+// in its buckets: every id was trained (the epochs cover every sample), and
+// each has one row, on its bucket's server.
+void ExpectRowsOnTheirServers(CtrServers& servers, const v1::JobSpec& spec,
+                              const std::vector<std::vector<int>>& owner,
+                              const std::vector<std::vector<uint64_t>>& ids) {
+  std::vector<std::string> scraped;
+  for (int s = 0; s < 2; ++s) {
+    auto body = testing::ScrapeMetrics(servers.server(s).metrics_port());
+    ASSERT_TRUE(body.ok()) << body.status();
+    scraped.push_back(*std::move(body));
+  }
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const v1::SparseTableSpec& table = spec.model().sparse_tables(t);
+    const std::string series =
+        absl::StrCat("ps_sparse_rows{table=\"", table.name(), "\"}");
+    int64_t expected[2] = {0, 0};
+    for (uint64_t id : ids[t]) {
+      ++expected[owner[t][BucketOfId(id, t, table.num_buckets())]];
+    }
+    for (int s = 0; s < 2; ++s) {
+      const auto rows = testing::MetricValue(scraped[s], series);
+      EXPECT_EQ(rows.value_or(-1), expected[s])
+          << series << " on server " << s;
+    }
+  }
+}
+
+// Each server serves the rows of its own buckets of table t (the rows the
+// client pulled through both, `rows`, of `ids`) and refuses an id of
+// another's bucket.
+void ExpectEachServerServesItsBuckets(
+    CtrServers& servers, const v1::Assignment& a, uint32_t t,
+    const std::vector<int>& owner, const std::vector<uint64_t>& ids,
+    const std::vector<float>& rows, int64_t clock) {
+  const v1::SparseTableSpec& table = a.spec().model().sparse_tables(t);
+  const size_t dim = table.dim();
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE(absl::StrCat("table ", t, " server ", s));
+    std::vector<uint64_t> mine, foreign;
+    std::vector<float> expected;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (owner[BucketOfId(ids[i], t, table.num_buckets())] == s) {
+        mine.push_back(ids[i]);
+        expected.insert(expected.end(), rows.begin() + i * dim,
+                        rows.begin() + (i + 1) * dim);
+      } else {
+        foreign.push_back(ids[i]);
+      }
+    }
+    ASSERT_FALSE(mine.empty());
+    ASSERT_FALSE(foreign.empty());
+    auto reply = PullRows(a, servers.server(s).address(), t, mine, clock);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_EQ(reply->sparse_size(), 1);
+    ASSERT_EQ(reply->sparse(0).values().size(),
+              expected.size() * sizeof(float));
+    EXPECT_EQ(std::memcmp(reply->sparse(0).values().data(), expected.data(),
+                          expected.size() * sizeof(float)),
+              0);
+    auto refused =
+        PullRows(a, servers.server(s).address(), t, {foreign[0]}, clock);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+        << refused.status();
+  }
+}
 
 TEST_F(CtrJobTest, TrainsToNearTheTeachersAuc) {
   std::filesystem::path script = "bench/criteo_gen.py";
@@ -141,7 +209,6 @@ TEST_F(CtrJobTest, TrainsToNearTheTeachersAuc) {
       0) {
     GTEST_SKIP() << "no /usr/bin/python3 with numpy";
   }
-  constexpr int kTrainRows = 102400, kBatch = 256, kEpochs = 2;
   const std::string command = absl::StrCat(
       "/usr/bin/python3 ", script.string(), " --out ", dir_.string(),
       " --train_rows ", kTrainRows,
@@ -196,71 +263,15 @@ TEST_F(CtrJobTest, TrainsToNearTheTeachersAuc) {
   EXPECT_GE(auc, best_auc - kAucMargin);
   EXPECT_LT(log_loss, constant_log_loss);
 
-  // Every id of the training data was trained (the epochs cover every
-  // sample), so the servers hold exactly one row per distinct id between
-  // them, each on one server.
   auto train = ReadCriteoFile(Path("train.tsv"));
   ASSERT_TRUE(train.ok()) << train.status();
   const std::vector<std::vector<uint64_t>> ids = testing::DistinctIds(*train);
-  std::vector<std::string> scraped;
-  for (int s = 0; s < 2; ++s) {
-    auto body = testing::ScrapeMetrics(servers.server(s).metrics_port());
-    ASSERT_TRUE(body.ok()) << body.status();
-    scraped.push_back(*std::move(body));
-  }
-  for (size_t t = 0; t < ids.size(); ++t) {
-    const std::string series = absl::StrCat(
-        "ps_sparse_rows{table=\"", spec.model().sparse_tables(t).name(), "\"}");
-    int64_t expected[2] = {0, 0};
-    for (uint64_t id : ids[t]) {
-      const uint32_t bucket = BucketOfId(
-          id, t, spec.model().sparse_tables(t).num_buckets());
-      ++expected[owner[t][bucket]];
-    }
-    for (int s = 0; s < 2; ++s) {
-      const auto rows = testing::MetricValue(scraped[s], series);
-      EXPECT_EQ(rows.value_or(-1), expected[s])
-          << series << " on server " << s;
-    }
-  }
-
-  // Each server serves the rows of its own buckets (the rows the client
-  // pulled through both) and refuses an id of another's bucket.
+  ExpectRowsOnTheirServers(servers, spec, owner, ids);
   std::vector<std::vector<float>> params, rows;
   ASSERT_TRUE(reader.PullModel(clocks, ids, &params, &rows).ok());
-  for (uint32_t t : {12u, 19u, 25u}) {  // 33, 119 and 300 ids.
-    const int dim = spec.model().sparse_tables(t).dim();
-    for (int s = 0; s < 2; ++s) {
-      std::vector<uint64_t> mine, foreign;
-      std::vector<float> expected;
-      for (size_t i = 0; i < ids[t].size(); ++i) {
-        const uint32_t bucket = BucketOfId(
-            ids[t][i], t, spec.model().sparse_tables(t).num_buckets());
-        if (owner[t][bucket] == s) {
-          mine.push_back(ids[t][i]);
-          expected.insert(expected.end(), rows[t].begin() + i * dim,
-                          rows[t].begin() + (i + 1) * dim);
-        } else {
-          foreign.push_back(ids[t][i]);
-        }
-      }
-      SCOPED_TRACE(absl::StrCat("table ", t, " server ", s));
-      ASSERT_FALSE(mine.empty());
-      ASSERT_FALSE(foreign.empty());
-      auto reply = PullRows(assignment, servers.server(s).address(), t, mine,
-                            clocks);
-      ASSERT_TRUE(reply.ok()) << reply.status();
-      ASSERT_EQ(reply->sparse_size(), 1);
-      ASSERT_EQ(reply->sparse(0).values().size(),
-                expected.size() * sizeof(float));
-      EXPECT_EQ(std::memcmp(reply->sparse(0).values().data(), expected.data(),
-                            expected.size() * sizeof(float)),
-                0);
-      auto refused = PullRows(assignment, servers.server(s).address(), t,
-                              {foreign[0]}, clocks);
-      EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
-          << refused.status();
-    }
+  for (uint32_t t : {12u, 19u, 25u}) {  // Tables of many ids.
+    ExpectEachServerServesItsBuckets(servers, assignment, t, owner[t], ids[t],
+                                     rows[t], clocks);
   }
 }
 
@@ -269,6 +280,60 @@ TEST_F(CtrJobTest, TrainsToNearTheTeachersAuc) {
 constexpr int kRestartBatch = 64, kClocksPerEpoch = 6, kRestartEpochs = 2;
 // Clocks trained before the restart.
 constexpr int kClocksBefore = 4;
+
+// Clocks [0, kClocksBefore) of both workers of `a`, each stepping through
+// the batches its Trainer would take (DataPartition's epoch order); returns
+// the ids pushed.
+absl::flat_hash_set<uint64_t> TrainByHand(const v1::Assignment& a,
+                                          const CtrDataset& train) {
+  auto partition = DataPartition::Create(train.size(), 2);
+  PS_CHECK(partition.ok());
+  std::vector<absl::flat_hash_set<uint64_t>> pushed(2);
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(2);
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      CtrTestWorker worker(a, w);
+      const std::vector<int64_t> order =
+          partition->EpochOrder(a.spec().seed(), 0, w);
+      for (int clock = 0; clock < kClocksBefore && results[w].ok(); ++clock) {
+        const testing::OwnedCtrBatch batch = testing::GatherCtrSamples(
+            train, std::span<const int64_t>(order).subspan(
+                       clock * kRestartBatch, kRestartBatch));
+        results[w] = worker.Step(clock, batch.view()).status();
+        for (const auto& table : worker.step().ids) {
+          pushed[w].insert(table.begin(), table.end());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+  pushed[0].insert(pushed[1].begin(), pushed[1].end());
+  return pushed[0];
+}
+
+// The rows of the ids pushed changed (from `initial` to `now`), and only
+// those: a row nobody pushed reads as its initializer.
+void ExpectOnlyPushedRowsChanged(
+    const v1::JobSpec& spec, const std::vector<std::vector<uint64_t>>& ids,
+    const absl::flat_hash_set<uint64_t>& pushed,
+    const std::vector<std::vector<float>>& initial,
+    const std::vector<std::vector<float>>& now) {
+  int64_t changed = 0;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const size_t dim = spec.model().sparse_tables(t).dim();
+    for (size_t i = 0; i < ids[t].size(); ++i) {
+      const bool same = std::memcmp(now[t].data() + i * dim,
+                                    initial[t].data() + i * dim,
+                                    dim * sizeof(float)) == 0;
+      EXPECT_TRUE(same || pushed.contains(ids[t][i]))
+          << "table " << t << " id " << ids[t][i];
+      changed += !same;
+    }
+  }
+  EXPECT_GT(changed, 0);
+}
 
 TEST_F(CtrJobTest, ServerRestartLosesNoAcknowledgedSparseUpdate) {
   constexpr int kRows = 2 * kRestartBatch * kClocksPerEpoch;
@@ -302,52 +367,12 @@ TEST_F(CtrJobTest, ServerRestartLosesNoAcknowledgedSparseUpdate) {
   ASSERT_TRUE(
       CtrTestWorker(a, 0).PullModel(0, ids, &params_initial, &rows_initial)
           .ok());
-  // The first clocks, each worker stepping through the batches its Trainer
-  // would take (DataPartition's epoch order).
-  auto partition = DataPartition::Create(kRows, 2);
-  ASSERT_TRUE(partition.ok());
-  std::vector<absl::flat_hash_set<uint64_t>> pushed(2);
-  std::vector<std::thread> threads;
-  std::vector<absl::Status> results(2);
-  for (int w = 0; w < 2; ++w) {
-    threads.emplace_back([&, w] {
-      CtrTestWorker worker(a, w);
-      const std::vector<int64_t> order =
-          partition->EpochOrder(spec.seed(), 0, w);
-      for (int clock = 0; clock < kClocksBefore && results[w].ok(); ++clock) {
-        const testing::OwnedCtrBatch batch = testing::GatherCtrSamples(
-            *train, std::span<const int64_t>(order).subspan(
-                        clock * kRestartBatch, kRestartBatch));
-        results[w] = worker.Step(clock, batch.view()).status();
-        for (const auto& table : worker.step().ids) {
-          pushed[w].insert(table.begin(), table.end());
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
-
+  const absl::flat_hash_set<uint64_t> pushed = TrainByHand(a, *train);
   std::vector<std::vector<float>> params_before, rows_before;
   ASSERT_TRUE(CtrTestWorker(a, 0)
                   .PullModel(kClocksBefore, ids, &params_before, &rows_before)
                   .ok());
-  // The rows of the ids pushed so far changed, and only those.
-  int64_t changed = 0;
-  for (size_t t = 0; t < ids.size(); ++t) {
-    const size_t dim = spec.model().sparse_tables(t).dim();
-    for (size_t i = 0; i < ids[t].size(); ++i) {
-      const bool same =
-          std::memcmp(rows_before[t].data() + i * dim,
-                      rows_initial[t].data() + i * dim,
-                      dim * sizeof(float)) == 0;
-      const bool was_pushed =
-          pushed[0].contains(ids[t][i]) || pushed[1].contains(ids[t][i]);
-      EXPECT_TRUE(same || was_pushed) << "table " << t << " id " << ids[t][i];
-      changed += !same;
-    }
-  }
-  EXPECT_GT(changed, 0);
+  ExpectOnlyPushedRowsChanged(spec, ids, pushed, rows_initial, rows_before);
 
   // Server 1 crashes: its store as the process left it (every acknowledged
   // push's record written, nothing closed or snapshotted; the servers are
