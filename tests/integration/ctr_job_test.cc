@@ -26,6 +26,7 @@
 #include "common/sparse_keys.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter.grpc.pb.h"
 #include "tests/testing/ctr_training.h"
@@ -35,6 +36,7 @@
 namespace ps {
 namespace {
 
+using ::testing::HasSubstr;
 using testing::CtrJob;
 using testing::CtrJobOptions;
 using testing::CtrServers;
@@ -194,6 +196,8 @@ void ExpectEachServerServesItsBuckets(
         PullRows(a, servers.server(s).address(), t, {foreign[0]}, clock);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
         << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("which this server does not hold"));
   }
 }
 
