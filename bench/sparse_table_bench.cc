@@ -84,9 +84,8 @@ Push MakePush(uint32_t seed) {
 // Apply of a push whose rows mostly exist (the table holds every pool id
 // first). Args: optimizer kind, max_rows_per_server (0: no eviction).
 void BM_Apply(benchmark::State& state) {
-  auto table = SparseTable::Create(Spec(static_cast<int>(state.range(0)),
-                                        state.range(1)),
-                                   0, 1, false);
+  auto table = SparseTable::Create(
+      Spec(static_cast<int>(state.range(0)), state.range(1)), 0, 1, false);
   if (!table.ok()) {
     state.SkipWithError(std::string(table.status().message()).c_str());
     return;

@@ -108,8 +108,9 @@ class CriteoParser {
     while (pos < chunk.size() && !full()) {
       const void* nl =
           std::memchr(chunk.data() + pos, '\n', chunk.size() - pos);
-      const size_t end = nl == nullptr ? chunk.size()
-                                 : static_cast<const char*>(nl) - chunk.data();
+      const size_t end = nl == nullptr
+                             ? chunk.size()
+                             : static_cast<const char*>(nl) - chunk.data();
       if (nl == nullptr && !at_end) break;
       absl::string_view line = chunk.substr(pos, end - pos);
       pos = nl == nullptr ? end : end + 1;

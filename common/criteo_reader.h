@@ -11,11 +11,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/criteo_format.h"
 #include "absl/strings/string_view.h"
+#include "common/criteo_format.h"
 
 namespace ps {
-
 
 // Row id of categorical value `value` of field `field` (0-based, C1 is 0):
 // (uint64(field) << 33) | (1 << 32) | value. A bijection (values are 32

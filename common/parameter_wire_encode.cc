@@ -62,8 +62,7 @@ char* WriteSparseRows(int field, uint32_t table, std::string_view keys,
   p = WriteVarint(Tag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
   p = WriteVarint(SparseRowsBodySize(table, keys.size(), values.size()), p);
   if (table != 0) {
-    p = WriteVarint(Tag(kSparseTableField, WireFormatLite::WIRETYPE_VARINT),
-                    p);
+    p = WriteVarint(Tag(kSparseTableField, WireFormatLite::WIRETYPE_VARINT), p);
     p = WriteVarint(table, p);
   }
   p = WriteBytesField(kSparseKeysField, keys, p);
@@ -215,8 +214,8 @@ std::string PushFramer::SparseRowsField(uint32_t table, std::string_view keys,
   std::string field(
       SparseRowsFieldSize(kPushSparseField, table, keys.size(), values.size()),
       '\0');
-  char* end = WriteSparseRows(kPushSparseField, table, keys, values,
-                              field.data());
+  char* end =
+      WriteSparseRows(kPushSparseField, table, keys, values, field.data());
   PS_CHECK(end == field.data() + field.size());
   return field;
 }

@@ -136,8 +136,7 @@ WireMessage DenseTable::EncodeReply(std::span<const uint64_t> keys,
   for (uint64_t key : keys) {
     blocks.push_back({key, blocks_[index_.at(key)].values});
   }
-  return EncodePullResponse(blocks, min_clock, clocks, pool, allocate,
-                            sparse);
+  return EncodePullResponse(blocks, min_clock, clocks, pool, allocate, sparse);
 }
 
 void DenseTable::Accumulate(const PushView& request, const PushCheck& check) {

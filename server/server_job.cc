@@ -10,9 +10,9 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/learning_rate_schedule.h"
-#include "prometheus/labels.h"
 #include "common/logging.h"
 #include "common/sparse_keys.h"
+#include "prometheus/labels.h"
 #include "server/dense_table.h"
 
 namespace ps {
@@ -408,8 +408,8 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
 }
 
 std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::AcceptPushLocked(
-    const PushView& request, PushCheck& check, bool apply,
-    PushCallback& done, ReadyCallbacks* ready) {
+    const PushView& request, PushCheck& check, bool apply, PushCallback& done,
+    ReadyCallbacks* ready) {
   const int worker = request.worker_index;
   const int64_t clock = request.clock;
   if (clocks_.bulk_synchronous()) {
@@ -507,7 +507,8 @@ void ServerJob::SnapshotLocked() {
   for (StoredBlock& bucket : sparse_->Snapshot()) {
     blocks.push_back(std::move(bucket));
   }
-  durability_.Snapshot({.blocks = std::move(blocks), .clocks = clocks_.clocks()});
+  durability_.Snapshot(
+      {.blocks = std::move(blocks), .clocks = clocks_.clocks()});
 }
 
 void ServerJob::ExportSparseCountsLocked() {

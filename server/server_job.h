@@ -225,9 +225,8 @@ class ServerJob {
   // PushLocked's part for a push that is new and valid: accumulates (BSP)
   // or applies it, logs, and parks `done` until durable.
   std::optional<absl::StatusOr<v1::PushResponse>> AcceptPushLocked(
-      const PushView& request, PushCheck& check, bool apply,
-      PushCallback& done, ReadyCallbacks* ready)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      const PushView& request, PushCheck& check, bool apply, PushCallback& done,
+      ReadyCallbacks* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const v1::Assignment assignment_;
   const std::string job_id_;

@@ -130,8 +130,7 @@ absl::StatusOr<std::vector<SparseKeys>> SparseTableSet::CheckPull(
   for (const v1::SparseRows& r : sparse) {
     SparseKeys& keys = out.emplace_back();
     keys.table = r.table();
-    if (auto s = CheckIds(r.table(), WireBytes(r.keys()), &keys.ids);
-        !s.ok()) {
+    if (auto s = CheckIds(r.table(), WireBytes(r.keys()), &keys.ids); !s.ok()) {
       return s;
     }
   }
@@ -164,11 +163,10 @@ SparsePushCheck SparseTableSet::CheckPush(
       break;
     }
     rows.values.resize(rows.keys.size() * dim);
-    ForEachGradientRun(r.values, encoding,
-                       [&rows](size_t first, std::span<const float> run) {
-                         std::memcpy(rows.values.data() + first, run.data(),
-                                     run.size_bytes());
-                       });
+    ForEachGradientRun(
+        r.values, encoding, [&rows](size_t first, std::span<const float> run) {
+          std::memcpy(rows.values.data() + first, run.data(), run.size_bytes());
+        });
     if (check.finite && !AllFinite(std::span<const float>(rows.values))) {
       check.finite = false;
       check.non_finite_table = r.table;
@@ -235,8 +233,8 @@ SparseTableSet::RowsOfRecord(const storage::v1::UpdateRecord& record) const {
     if (!CopyAligned(logged.keys(), &rows.keys) ||
         !CopyAligned(logged.values(), &rows.values) ||
         rows.values.size() != rows.keys.size() * dim) {
-      return absl::DataLossError(absl::StrCat(
-          "has sparse rows of table ", rows.table, " of a wrong size"));
+      return absl::DataLossError(absl::StrCat("has sparse rows of table ",
+                                              rows.table, " of a wrong size"));
     }
   }
   return out;
@@ -248,8 +246,7 @@ void SparseTableSet::LogRows(const std::vector<TableUpdate::SparseRows>& rows,
     auto* logged = record->add_sparse();
     logged->set_table(r.table);
     const std::string_view keys = BytesOf(std::span<const uint64_t>(r.keys));
-    const std::string_view values =
-        BytesOf(std::span<const float>(r.values));
+    const std::string_view values = BytesOf(std::span<const float>(r.values));
     logged->set_keys(keys.data(), keys.size());
     logged->set_values(values.data(), values.size());
   }
@@ -269,9 +266,9 @@ absl::Status SparseTableSet::Restore(const StoredBlock& bucket) {
   const uint32_t b = BucketIndex(bucket.key);
   if (t >= tables_.size() || b >= tables_[t].held.size() ||
       !tables_[t].held[b]) {
-    return absl::DataLossError(
-        absl::StrCat("stored bucket ", b, " of sparse table ", t,
-                     " is not one this server holds"));
+    return absl::DataLossError(absl::StrCat("stored bucket ", b,
+                                            " of sparse table ", t,
+                                            " is not one this server holds"));
   }
   return tables_[t].rows->Restore(bucket);
 }

@@ -240,11 +240,11 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write) {
     if (put.ok() && IsBucketKey(block.key)) {
       // A bucket's rows record replaces (or, when empty, clears) the last.
       const std::string rows_key = key + kStoredRowsSuffix;
-      put = block.rows.empty()
-                ? batch.Delete(handles_[kValues], rows_key)
-                : batch.Put(handles_[kValues], rows_key,
-                            rocksdb::Slice(block.rows.data(),
-                                           block.rows.size()));
+      put =
+          block.rows.empty()
+              ? batch.Delete(handles_[kValues], rows_key)
+              : batch.Put(handles_[kValues], rows_key,
+                          rocksdb::Slice(block.rows.data(), block.rows.size()));
     }
     PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
         put, absl::StrCat(context, "batching ", BlockName(block.key))));

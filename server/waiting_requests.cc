@@ -64,8 +64,7 @@ void WaitingRequests::ParkSeed(SeedCallback done, bool duplicate) {
 
 void WaitingRequests::ReleasePulls(
     absl::FunctionRef<bool(int64_t, bool)> can_read,
-    absl::FunctionRef<WireMessage(const PullKeys&,
-                                  const ReplyAllocator&)>
+    absl::FunctionRef<WireMessage(const PullKeys&, const ReplyAllocator&)>
         reply,
     absl::FunctionRef<void(absl::Duration)> observe_wait,
     ReadyCallbacks* ready) {

@@ -78,13 +78,12 @@ class WaitingRequests {
 
   // Moves the pulls `can_read(clock, final)` lets through into `ready`, each
   // answered by `reply(keys, allocate)`; observes their wait.
-  void ReleasePulls(
-      absl::FunctionRef<bool(int64_t clock, bool final)> can_read,
-      absl::FunctionRef<WireMessage(const PullKeys& keys,
-                                    const ReplyAllocator& allocate)>
-          reply,
-      absl::FunctionRef<void(absl::Duration)> observe_wait,
-      ReadyCallbacks* ready);
+  void ReleasePulls(absl::FunctionRef<bool(int64_t clock, bool final)> can_read,
+                    absl::FunctionRef<WireMessage(
+                        const PullKeys& keys, const ReplyAllocator& allocate)>
+                        reply,
+                    absl::FunctionRef<void(absl::Duration)> observe_wait,
+                    ReadyCallbacks* ready);
   // Moves the pushes whose clock is below their worker's durable clock into
   // `ready`, acknowledged.
   void ReleasePushes(const std::vector<int64_t>& durable_clocks,

@@ -135,10 +135,10 @@ struct PullInFlight {
 size_t MaxSparseReplyBytes(const v1::JobSpec& spec,
                            const SparseRouter& router) {
   if (router.num_tables() == 0) return 0;
-  const int64_t ids = std::min<int64_t>(
-      kMaxSparseKeysPerRequest, int64_t{spec.batch_size()} *
-                                    AccumulationSteps(spec) *
-                                    std::max(1, spec.model().ctr().num_fields()));
+  const int64_t ids =
+      std::min<int64_t>(kMaxSparseKeysPerRequest,
+                        int64_t{spec.batch_size()} * AccumulationSteps(spec) *
+                            std::max(1, spec.model().ctr().num_fields()));
   return static_cast<size_t>(ids) * router.max_dim() * sizeof(float) +
          32 * router.num_tables();
 }
@@ -223,8 +223,8 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     server.max_reply_bytes += b.num_elems * sizeof(float) + 32;
   }
   PS_ASSIGN_OR_RETURN(client->router_, SparseRouter::Create(assignment));
-  const size_t sparse_bytes = MaxSparseReplyBytes(assignment.spec(),
-                                                  client->router_);
+  const size_t sparse_bytes =
+      MaxSparseReplyBytes(assignment.spec(), client->router_);
   for (Server& server : client->servers_) {
     // min_clock and worker_clocks, at most 11 bytes a value, and their tags;
     // the rows one step's batch may pull.
@@ -551,8 +551,8 @@ absl::Status ParameterClient::Push(
 }
 
 absl::Status ParameterClient::PullStep(int64_t clock, bool final,
-                                      std::vector<std::vector<float>>* params,
-                                      SparseStep* step) {
+                                       std::vector<std::vector<float>>* params,
+                                       SparseStep* step) {
   ++pulls_made_;
   return Await([&](Done done) {
     PullFromServers(clock, params, final, std::move(done), step);
@@ -562,9 +562,8 @@ absl::Status ParameterClient::PullStep(int64_t clock, bool final,
 absl::Status ParameterClient::PushStep(
     int64_t clock, const std::vector<std::vector<float>>& grads,
     const SparseStep& step) {
-  return Await([&](Done done) {
-    PushWithRows(clock, &grads, &step, std::move(done));
-  });
+  return Await(
+      [&](Done done) { PushWithRows(clock, &grads, &step, std::move(done)); });
 }
 
 void ParameterClient::PushAsync(int64_t clock,
@@ -587,10 +586,10 @@ absl::StatusOr<std::vector<std::string>> SparsePushFields(
     const size_t dim = static_cast<size_t>(router.dim(part.table));
     const std::vector<float>& grads = step.row_grads[part.table];
     if (grads.size() != step.ids[part.table].size() * dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "push: row gradients of sparse table ", part.table, " hold ",
-          grads.size(), " values, expected ",
-          step.ids[part.table].size() * dim));
+      return absl::InvalidArgumentError(
+          absl::StrCat("push: row gradients of sparse table ", part.table,
+                       " hold ", grads.size(), " values, expected ",
+                       step.ids[part.table].size() * dim));
     }
     values.resize(part.ids.size() * dim);
     for (size_t j = 0; j < part.ids.size(); ++j) {

@@ -14,9 +14,9 @@ absl::StatusOr<SparseRouter> SparseRouter::Create(
   for (int t = 0; t < specs.size(); ++t) {
     const int32_t buckets = specs[t].num_buckets();
     if (buckets < 1 || (buckets & (buckets - 1)) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.sparse_tables[", t, "].num_buckets: ", buckets,
-                       " is not a power of two"));
+      return absl::InvalidArgumentError(absl::StrCat("model.sparse_tables[", t,
+                                                     "].num_buckets: ", buckets,
+                                                     " is not a power of two"));
     }
     router.tables_.push_back({.dim = specs[t].dim(),
                               .num_buckets = static_cast<uint32_t>(buckets),

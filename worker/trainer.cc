@@ -108,8 +108,7 @@ void Trainer::Report(v1::ProgressReport report, bool must_arrive) {
   }
 }
 
-absl::Status Trainer::UploadModel(int64_t clock,
-                                  const Evaluation& evaluation) {
+absl::Status Trainer::UploadModel(int64_t clock, const Evaluation& evaluation) {
   const float accuracy = evaluation.accuracy;
   if (coordinator_ == nullptr) return absl::OkStatus();
   v1::UploadModelRequest request;

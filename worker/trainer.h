@@ -236,7 +236,7 @@ class Trainer {
   ParameterClient* live_client_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
   grpc::ClientContext* live_call_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
 
-  std::unique_ptr<Model> model_;  // Null for a CTR model.
+  std::unique_ptr<Model> model_;         // Null for a CTR model.
   std::unique_ptr<CtrModel> ctr_model_;  // Only for a CTR model.
   CtrDataset ctr_test_;                  // Worker 0, CTR models.
   // A float32 copy of the model for evaluation when training in fp16/bf16.

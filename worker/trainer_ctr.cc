@@ -53,10 +53,9 @@ absl::Status CheckCtrData(const CtrDataset& data, const v1::ModelSpec& model,
                      " has ", data.num_dense, " dense features"));
   }
   if (data.num_fields != model.ctr().num_fields()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.ctr.num_fields: is ", model.ctr().num_fields(),
-                     " but ", path, " has ", data.num_fields,
-                     " categorical fields"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.ctr.num_fields: is ", model.ctr().num_fields(), " but ", path,
+        " has ", data.num_fields, " categorical fields"));
   }
   if (data.size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, " has no samples"));
@@ -78,8 +77,8 @@ absl::StatusOr<CtrDataset> Trainer::LoadCtrData() {
                       .num_parts = assignment_.num_workers()}));
   PS_RETURN_IF_ERROR(CheckCtrData(train, spec.model(), data.train_file()));
   if (assignment_.index() == 0) {  // The evaluator.
-    PS_ASSIGN_OR_RETURN(ctr_test_, ReadCriteoFile(data.test_file(),
-                                                  data.max_test_samples()));
+    PS_ASSIGN_OR_RETURN(
+        ctr_test_, ReadCriteoFile(data.test_file(), data.max_test_samples()));
     PS_RETURN_IF_ERROR(CheckCtrData(ctr_test_, spec.model(), data.test_file()));
   }
   return train;
@@ -98,9 +97,9 @@ absl::Status Trainer::TrainCtr() {
   // hold one more), so every worker runs the same clocks.
   const int64_t per_worker = train.source_samples / assignment_.num_workers();
   PS_ASSIGN_OR_RETURN(
-      Plan plan, MakePlan(DataPartition::Create(
-                              std::min(per_worker, train.size()), 1),
-                          /*worker_in_partition=*/0));
+      Plan plan,
+      MakePlan(DataPartition::Create(std::min(per_worker, train.size()), 1),
+               /*worker_in_partition=*/0));
 
   const int batch = spec.batch_size();
   CtrScratch scratch;
@@ -158,9 +157,8 @@ absl::StatusOr<Trainer::StepTimes> Trainer::RunCtrStep(
     const std::vector<uint64_t>& unique = rows.unique_ids(t);
     scratch.sparse.ids[t].assign(unique.begin(), unique.end());
   }
-  PS_RETURN_IF_ERROR(
-      client_->PullStep(clock, /*final=*/false, &scratch.params,
-                        &scratch.sparse));
+  PS_RETURN_IF_ERROR(client_->PullStep(clock, /*final=*/false, &scratch.params,
+                                       &scratch.sparse));
   times.pulled = absl::Now();
   PS_RETURN_IF_ERROR(ctr_model_->SetParameters(scratch.params));
   PS_ASSIGN_OR_RETURN(

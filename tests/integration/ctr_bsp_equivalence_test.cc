@@ -80,7 +80,8 @@ class CtrBspFixture {
     std::filesystem::create_directories(dir_);
     lines_ = testing::SyntheticCriteoLines(kRows, 31);
     testing::WriteLines(Path("train2.tsv"), lines_);
-    testing::WriteLines(Path("test.tsv"), testing::SyntheticCriteoLines(64, 32));
+    testing::WriteLines(Path("test.tsv"),
+                        testing::SyntheticCriteoLines(64, 32));
     auto data = ReadCriteoFile(Path("train2.tsv"));
     PS_CHECK(data.ok());
     train_ = *std::move(data);
@@ -122,9 +123,9 @@ class CtrBspFixture {
     for (const absl::Status& s : testing::RunTrainers(a)) {
       EXPECT_TRUE(s.ok()) << s;
     }
-    EXPECT_TRUE(
-        CtrTestWorker(a, 0).PullModel(kClocks, ids_, &out.params, &out.rows)
-            .ok());
+    EXPECT_TRUE(CtrTestWorker(a, 0)
+                    .PullModel(kClocks, ids_, &out.params, &out.rows)
+                    .ok());
     return out;
   }
 
@@ -362,10 +363,9 @@ TEST_F(SparseBspReferenceTest, OneSgdClockEqualsTheDoublePrecisionReference) {
   double rows_moved = 0;
   for (size_t t = 0; t < ids_.size(); ++t) {
     rows_moved = std::max(
-        rows_moved,
-        ExpectRowsReference(workers, t, spec.model().sparse_tables(t).dim(),
-                            ids_[t], rows[t], &rows_checked,
-                            &rows_of_one_worker));
+        rows_moved, ExpectRowsReference(
+                        workers, t, spec.model().sparse_tables(t).dim(),
+                        ids_[t], rows[t], &rows_checked, &rows_of_one_worker));
   }
   std::printf(
       "checked %lld rows (%lld read by one worker only); largest step: "

@@ -24,9 +24,9 @@
 #include "common/criteo_reader.h"
 #include "common/grpc_util.h"
 #include "common/sparse_keys.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter.grpc.pb.h"
 #include "tests/testing/ctr_training.h"
@@ -36,11 +36,11 @@
 namespace ps {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::CtrJob;
 using testing::CtrJobOptions;
 using testing::CtrServers;
 using testing::CtrTestWorker;
+using ::testing::HasSubstr;
 
 std::string Slurp(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -83,8 +83,7 @@ absl::StatusOr<v1::PullResponse> PullRows(const v1::Assignment& a,
   grpc::ClientContext ctx;
   SetDeadline(&ctx, absl::Seconds(10));
   v1::PullResponse reply;
-  const absl::Status status =
-      FromGrpcStatus(stub->Pull(&ctx, request, &reply));
+  const absl::Status status = FromGrpcStatus(stub->Pull(&ctx, request, &reply));
   if (!status.ok()) return status;
   return reply;
 }
@@ -154,8 +153,7 @@ void ExpectRowsOnTheirServers(CtrServers& servers, const v1::JobSpec& spec,
     }
     for (int s = 0; s < 2; ++s) {
       const auto rows = testing::MetricValue(scraped[s], series);
-      EXPECT_EQ(rows.value_or(-1), expected[s])
-          << series << " on server " << s;
+      EXPECT_EQ(rows.value_or(-1), expected[s]) << series << " on server " << s;
     }
   }
 }
@@ -163,10 +161,12 @@ void ExpectRowsOnTheirServers(CtrServers& servers, const v1::JobSpec& spec,
 // Each server serves the rows of its own buckets of table t (the rows the
 // client pulled through both, `rows`, of `ids`) and refuses an id of
 // another's bucket.
-void ExpectEachServerServesItsBuckets(
-    CtrServers& servers, const v1::Assignment& a, uint32_t t,
-    const std::vector<int>& owner, const std::vector<uint64_t>& ids,
-    const std::vector<float>& rows, int64_t clock) {
+void ExpectEachServerServesItsBuckets(CtrServers& servers,
+                                      const v1::Assignment& a, uint32_t t,
+                                      const std::vector<int>& owner,
+                                      const std::vector<uint64_t>& ids,
+                                      const std::vector<float>& rows,
+                                      int64_t clock) {
   const v1::SparseTableSpec& table = a.spec().model().sparse_tables(t);
   const size_t dim = table.dim();
   for (int s = 0; s < 2; ++s) {
@@ -209,8 +209,7 @@ TEST_F(CtrJobTest, TrainsToNearTheTeachersAuc) {
   if (!std::filesystem::exists(script)) {
     GTEST_SKIP() << "cannot find " << script << " (set PS_SOURCE_DIR)";
   }
-  if (std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") !=
-      0) {
+  if (std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "no /usr/bin/python3 with numpy";
   }
   const std::string command = absl::StrCat(
@@ -319,18 +318,18 @@ absl::flat_hash_set<uint64_t> TrainByHand(const v1::Assignment& a,
 
 // The rows of the ids pushed changed (from `initial` to `now`), and only
 // those: a row nobody pushed reads as its initializer.
-void ExpectOnlyPushedRowsChanged(
-    const v1::JobSpec& spec, const std::vector<std::vector<uint64_t>>& ids,
-    const absl::flat_hash_set<uint64_t>& pushed,
-    const std::vector<std::vector<float>>& initial,
-    const std::vector<std::vector<float>>& now) {
+void ExpectOnlyPushedRowsChanged(const v1::JobSpec& spec,
+                                 const std::vector<std::vector<uint64_t>>& ids,
+                                 const absl::flat_hash_set<uint64_t>& pushed,
+                                 const std::vector<std::vector<float>>& initial,
+                                 const std::vector<std::vector<float>>& now) {
   int64_t changed = 0;
   for (size_t t = 0; t < ids.size(); ++t) {
     const size_t dim = spec.model().sparse_tables(t).dim();
     for (size_t i = 0; i < ids[t].size(); ++i) {
-      const bool same = std::memcmp(now[t].data() + i * dim,
-                                    initial[t].data() + i * dim,
-                                    dim * sizeof(float)) == 0;
+      const bool same =
+          std::memcmp(now[t].data() + i * dim, initial[t].data() + i * dim,
+                      dim * sizeof(float)) == 0;
       EXPECT_TRUE(same || pushed.contains(ids[t][i]))
           << "table " << t << " id " << ids[t][i];
       changed += !same;
@@ -368,9 +367,9 @@ TEST_F(CtrJobTest, ServerRestartLosesNoAcknowledgedSparseUpdate) {
   CtrServers servers(2, Path("run"));
   const v1::Assignment a = servers.Assign(spec, "job-ctr");
   std::vector<std::vector<float>> params_initial, rows_initial;
-  ASSERT_TRUE(
-      CtrTestWorker(a, 0).PullModel(0, ids, &params_initial, &rows_initial)
-          .ok());
+  ASSERT_TRUE(CtrTestWorker(a, 0)
+                  .PullModel(0, ids, &params_initial, &rows_initial)
+                  .ok());
   const absl::flat_hash_set<uint64_t> pushed = TrainByHand(a, *train);
   std::vector<std::vector<float>> params_before, rows_before;
   ASSERT_TRUE(CtrTestWorker(a, 0)

@@ -319,13 +319,13 @@ class CtrTestWorker {
   // the dense tensors pulled and grads() their gradients.
   absl::StatusOr<float> Step(int64_t clock, const CtrBatch& batch) {
     PullIdsOf(batch);
-    absl::Status s = client_->PullStep(clock, /*final=*/false, &params_,
-                                       &step_);
+    absl::Status s =
+        client_->PullStep(clock, /*final=*/false, &params_, &step_);
     if (!s.ok()) return s;
     s = model_->SetParameters(params_);
     if (!s.ok()) return s;
-    absl::StatusOr<float> loss = model_->ComputeGradients(
-        batch, step_.rows, &grads_, &step_.row_grads);
+    absl::StatusOr<float> loss =
+        model_->ComputeGradients(batch, step_.rows, &grads_, &step_.row_grads);
     if (!loss.ok()) return loss;
     s = client_->PushStep(clock, grads_, step_);
     if (!s.ok()) return s;
@@ -347,8 +347,8 @@ class CtrTestWorker {
       const OwnedCtrBatch owned = GatherCtrSamples(data, order);
       const CtrBatch batch = owned.view();
       PullIdsOf(batch);
-      absl::Status s = client_->PullStep(clock, /*final=*/true, &params_,
-                                         &step_);
+      absl::Status s =
+          client_->PullStep(clock, /*final=*/true, &params_, &step_);
       if (!s.ok()) return s;
       s = model_->SetParameters(params_);
       if (!s.ok()) return s;

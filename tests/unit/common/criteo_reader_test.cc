@@ -334,8 +334,9 @@ TEST_F(CriteoFilesTest, ShardsPartitionTheSamplesAcrossWorkers) {
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->size(), 25);
   EXPECT_EQ(first->source_samples, 100);
-  EXPECT_EQ(ReadCriteoFile(path, 0, {.part = 2, .num_parts = 2}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ReadCriteoFile(path, 0, {.part = 2, .num_parts = 2}).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CriteoFilesTest, FileErrorsNameThePathAndTheLine) {

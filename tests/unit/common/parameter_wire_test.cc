@@ -120,9 +120,9 @@ TEST(PushWireTest, FramerWritesWhatProtobufWrites) {
   requests.push_back(Encoded(Request("j", 1, 1, 1, {}), v1::BF16));
   // Sparse rows follow everything else; table 0 and empty ids are left out
   // of the entry as Protobuf leaves them out.
-  requests.push_back(WithSparse(requests[0], {{0, {1, 99, UINT64_MAX}, 4},
-                                              {3, {}, 16},
-                                              {1023, {1ull << 40}, 1}}));
+  requests.push_back(WithSparse(
+      requests[0],
+      {{0, {1, 99, UINT64_MAX}, 4}, {3, {}, 16}, {1023, {1ull << 40}, 1}}));
   requests.push_back(
       WithSparse(Encoded(Request("j", 1, 1, 1, {}), v1::FP16), {{2, {5}, 8}}));
   for (const v1::PushRequest& r : requests) {

@@ -65,8 +65,7 @@ v1::Assignment MakeAssignment(const SparseJobOptions& options) {
     table->mutable_optimizer()->mutable_rowwise_adagrad()->set_learning_rate(
         0.1f);
   } else {
-    table->mutable_optimizer()->mutable_sgd()->set_learning_rate(
-        kLearningRate);
+    table->mutable_optimizer()->mutable_sgd()->set_learning_rate(kLearningRate);
   }
   table->mutable_admission()->set_min_count(options.min_count);
   spec->set_epochs(1);
@@ -152,8 +151,8 @@ class ServerJobSparseTest : public testing::ServerJobStoreFixture {
  protected:
   std::unique_ptr<ServerJob> Open(const SparseJobOptions& options,
                                   const ServerJobOptions& job_options = {}) {
-    auto job = ServerJob::Open(MakeAssignment(options), store_.get(),
-                               &metrics_, job_options);
+    auto job = ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_,
+                               job_options);
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? *std::move(job) : nullptr;
   }
@@ -203,8 +202,8 @@ TEST_P(ServerJobSparseTest, RowsReadAsTheirInitializerAndReadsChangeNothing) {
   const std::vector<uint64_t> ids = IdsOn(0, 5);
   const Rows first = RowsNow(*job, 0, ids);
   ASSERT_EQ(first.size(), ids.size() * kDim);
-  EXPECT_TRUE(std::any_of(first.begin(), first.end(),
-                          [](float v) { return v != 0; }));
+  EXPECT_TRUE(
+      std::any_of(first.begin(), first.end(), [](float v) { return v != 0; }));
   EXPECT_EQ(RowsNow(*job, 0, ids), first);
   // Another server, store or restart makes the same rows: a pure function
   // of (seed, table, id).
@@ -255,9 +254,9 @@ TEST_P(ServerJobSparseTest, BspAveragesRowsOverAllWorkers) {
   const Rows after = RowsNow(*job, 1, ids);
   for (int j = 0; j < kDim; ++j) {
     EXPECT_FLOAT_EQ(after[j], before[j] - kLearningRate * g[j] / 2);
-    EXPECT_FLOAT_EQ(after[kDim + j],
-                    before[kDim + j] -
-                        kLearningRate * (g[kDim + j] + h[j]) / 2);
+    EXPECT_FLOAT_EQ(
+        after[kDim + j],
+        before[kDim + j] - kLearningRate * (g[kDim + j] + h[j]) / 2);
     EXPECT_FLOAT_EQ(after[2 * kDim + j],
                     before[2 * kDim + j] - kLearningRate * h[kDim + j] / 2);
   }
@@ -324,9 +323,8 @@ TEST_P(ServerJobSparseTest, SixteenBitRowGradientsAreDecodedExactly) {
 TEST_P(ServerJobSparseTest, ReopeningRestoresRowsAndAdmissionBitForBit) {
   for (int64_t interval : {int64_t{1}, int64_t{1} << 40}) {
     ASSERT_TRUE(store_->DeleteJob(kJobId).ok());
-    const SparseJobOptions options = {.num_workers = 2,
-                                      .rowwise_adagrad = true,
-                                      .min_count = 2};
+    const SparseJobOptions options = {
+        .num_workers = 2, .rowwise_adagrad = true, .min_count = 2};
     auto served = Open(options, {.snapshot_log_bytes = interval});
     ASSERT_NE(served, nullptr);
     // The same history on a store of its own: what the job would do next
@@ -357,9 +355,8 @@ TEST_P(ServerJobSparseTest, ReopeningRestoresRowsAndAdmissionBitForBit) {
     EXPECT_EQ(reopened->min_clock(), 4);
     const Rows again = RowsNow(*reopened, 4, ids);
     ASSERT_EQ(again.size(), rows.size());
-    EXPECT_EQ(std::memcmp(again.data(), rows.data(),
-                          rows.size() * sizeof(float)),
-              0)
+    EXPECT_EQ(
+        std::memcmp(again.data(), rows.data(), rows.size() * sizeof(float)), 0)
         << "interval " << interval;
     // Further updates agree too: admission counts and optimizer state came
     // back with the rows.

@@ -19,9 +19,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/sparse_keys.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/sparse_keys.h"
 #include "server/memory_shard_store.h"
 #include "server/rocksdb_shard_store.h"
 
