@@ -36,7 +36,8 @@ inline constexpr uint32_t BucketIndex(uint64_t key) {
 
 // The bucket of row `id` of table `table` among `num_buckets` (a power of
 // two): XXH3-64 of the id's 8 little-endian bytes seeded with the table
-// index, modulo num_buckets. The Python SDK computes the same function.
+// index, modulo num_buckets (the worker routes ids with it, the server
+// checks them with it).
 uint32_t BucketOfId(uint64_t id, uint32_t table, uint32_t num_buckets);
 
 }  // namespace ps
