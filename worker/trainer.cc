@@ -258,6 +258,18 @@ absl::Status Trainer::Train() {
     }
   };
 
+  return RunClocks(plan, pipeline,
+                   [&](std::span<const int64_t> batch_order, int64_t clock,
+                       bool prefetch_next) {
+                     return RunStep(train, batch_order, clock, prefetch_next,
+                                    pipeline);
+                   });
+}
+
+absl::Status Trainer::RunClocks(const Plan& plan, Pipeline& pipeline,
+                                StepFunction step_at) {
+  const v1::JobSpec& spec = assignment_.spec();
+  const int batch = SamplesPerClock(spec);
   Interval interval{.start = absl::Now()};
   CounterMarks marks;
   int64_t clock = plan.resume_clock;
@@ -271,8 +283,8 @@ absl::Status Trainer::Train() {
           std::span<const int64_t>(order).subspan(step * batch, batch);
       // Not across an epoch's end, where worker 0 pulls to evaluate.
       const bool prefetch_next = step + 1 < plan.steps;
-      PS_ASSIGN_OR_RETURN(StepTimes times, RunStep(train, batch_order, clock,
-                                                   prefetch_next, pipeline));
+      PS_ASSIGN_OR_RETURN(StepTimes times,
+                          step_at(batch_order, clock, prefetch_next));
       RecordStepMetrics(times, batch, &marks);
       interval.loss += times.loss;
       ++interval.steps;

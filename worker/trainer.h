@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -141,6 +142,16 @@ class Trainer {
     SparseStep sparse;
   };
 
+  // One step at `clock` on the samples `batch_order` names (`prefetch_next`:
+  // the next step is in the same epoch).
+  using StepFunction = absl::FunctionRef<absl::StatusOr<StepTimes>(
+      std::span<const int64_t> batch_order, int64_t clock, bool prefetch_next)>;
+  // The clocks of `plan` from its resume clock: each epoch's data order,
+  // one `step_at` per clock, its metrics, the progress reports and the ends
+  // of epochs (ReportInterval); a place whose every clock was pushed only
+  // ends the last epoch. Errors: a step's, an end of epoch's.
+  absl::Status RunClocks(const Plan& plan, Pipeline& pipeline,
+                         StepFunction step_at);
   // Loads data, builds the model and client, plans, then runs the steps.
   absl::Status Train();
   // Train for a CTR model (worker/trainer_ctr.cc): the same clocks, reports

@@ -101,46 +101,13 @@ absl::Status Trainer::TrainCtr() {
       MakePlan(DataPartition::Create(std::min(per_worker, train.size()), 1),
                /*worker_in_partition=*/0));
 
-  const int batch = spec.batch_size();
   CtrScratch scratch;
   Pipeline pipeline;  // Empty: a CTR step pulls, computes and pushes in turn.
-  Interval interval{.start = absl::Now()};
-  CounterMarks marks;
-  int64_t clock = plan.resume_clock;
-  for (int epoch = clock / plan.steps; epoch < spec.epochs(); ++epoch) {
-    const std::vector<int64_t> order =
-        plan.partition.EpochOrder(spec.seed(), epoch, plan.worker);
-    for (int64_t step = clock % plan.steps; step < plan.steps;
-         ++step, ++clock) {
-      if (stop_) return absl::CancelledError("training stopped");
-      const auto batch_order =
-          std::span<const int64_t>(order).subspan(step * batch, batch);
-      PS_ASSIGN_OR_RETURN(StepTimes times,
-                          RunCtrStep(train, batch_order, clock, scratch));
-      RecordStepMetrics(times, batch, &marks);
-      interval.loss += times.loss;
-      ++interval.steps;
-      const bool epoch_end = step + 1 == plan.steps;
-      if (times.pushed - interval.start >= options_.report_interval ||
-          epoch_end) {
-        PS_RETURN_IF_ERROR(ReportInterval(epoch, clock, epoch_end, plan,
-                                          times.pushed, &interval, pipeline));
-      }
-    }
-  }
-  if (plan.resume_clock >= plan.total_clocks) {
-    // The previous holder of this place pushed everything before it was
-    // lost; only the end of the last epoch remains.
-    v1::ProgressReport report;
-    report.set_epoch(spec.epochs());
-    report.set_clock(plan.total_clocks);
-    report.set_total_clocks(plan.total_clocks);
-    report.set_test_accuracy(-1);
-    report.set_test_auc(-1);
-    report.set_test_log_loss(-1);
-    return EndEpoch(std::move(report), /*last=*/true);
-  }
-  return absl::OkStatus();
+  return RunClocks(plan, pipeline,
+                   [&](std::span<const int64_t> batch_order, int64_t clock,
+                       bool /*prefetch_next*/) {
+                     return RunCtrStep(train, batch_order, clock, scratch);
+                   });
 }
 
 absl::StatusOr<Trainer::StepTimes> Trainer::RunCtrStep(
