@@ -63,7 +63,7 @@ run_ours() {
     >"$dir/status.json"
   : >"$dir/rss.txt"
   for i in "${!CLUSTER_NAMES[@]}"; do
-    awk -v n="${CLUSTER_NAMES[$i]}" '/^VmHWM/ { printf "%s %d\n", n, $2 * 1024 }' \
+    awk -v n="${CLUSTER_NAMES[$i]}" '/^VmHWM/ { printf "%s %.0f\n", n, $2 * 1024 }' \
       "/proc/${CLUSTER_PIDS[$i]}/status" >>"$dir/rss.txt" 2>/dev/null || true
   done
   cluster_stop >/dev/null 2>&1 || true
