@@ -16,6 +16,9 @@ def job(args):
     spec["dataset"]["test_file"] = f"{args.data}/test.tsv"
     spec["batch_size"] = args.batch
     spec["epochs"] = 1
+    spec["num_workers"] = args.workers
+    spec["num_servers"] = args.servers
+    spec["durability"] = args.durability
     print(json.dumps(spec, indent=1))
 
 
@@ -126,6 +129,9 @@ def main():
     p = sub.add_parser("job")
     p.add_argument("--data", required=True)
     p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--servers", type=int, default=2)
+    p.add_argument("--durability", default="WAL")
     p = sub.add_parser("record-ours")
     for flag in ("--status", "--worker_log", "--rss"):
         p.add_argument(flag, required=True)
