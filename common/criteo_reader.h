@@ -51,6 +51,9 @@ struct CtrDataset {
 struct CriteoShard {
   int part = 0;       // In [0, num_parts).
   int num_parts = 1;  // >= 1.
+
+  // The source sample that is sample `j` of this shard.
+  int64_t SourceSample(int64_t j) const { return j * num_parts + part; }
 };
 
 // Parses Criteo `text` (named `name` in errors), keeping at most

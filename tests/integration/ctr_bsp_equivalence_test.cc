@@ -93,19 +93,21 @@ class CtrBspFixture {
 
   // Writes the lines for one worker of batch 2b: its epoch order (of its
   // DataPartition) meets, at clock c, worker 0's batch c and then worker
-  // 1's, as the two workers' DataPartition deals them out.
+  // 1's, as the two workers deal them out: worker w trains the file's
+  // samples w, w + 2, ... (its CriteoShard) in its shard's epoch order.
   void WriteOneWorkerFile() {
-    auto two = DataPartition::Create(kRows, kWorkers);
+    auto shard = DataPartition::Create(kRows / kWorkers, 1);
     auto one = DataPartition::Create(kRows, 1);
-    PS_CHECK(two.ok() && one.ok());
+    PS_CHECK(shard.ok() && one.ok());
     const std::vector<int64_t> order_one = one->EpochOrder(kSeed, 0, 0);
+    const std::vector<int64_t> order = shard->EpochOrder(kSeed, 0, 0);
     std::vector<std::string> lines(kRows);
     for (int w = 0; w < kWorkers; ++w) {
-      const std::vector<int64_t> order = two->EpochOrder(kSeed, 0, w);
+      const CriteoShard of_w = {.part = w, .num_parts = kWorkers};
       for (int c = 0; c < kClocks; ++c) {
         for (int j = 0; j < kBatch; ++j) {
           lines[order_one[c * kWorkers * kBatch + w * kBatch + j]] =
-              lines_[order[c * kBatch + j]];
+              lines_[of_w.SourceSample(order[c * kBatch + j])];
         }
       }
     }

@@ -285,11 +285,11 @@ constexpr int kRestartBatch = 64, kClocksPerEpoch = 6, kRestartEpochs = 2;
 constexpr int kClocksBefore = 4;
 
 // Clocks [0, kClocksBefore) of both workers of `a`, each stepping through
-// the batches its Trainer would take (DataPartition's epoch order); returns
-// the ids pushed.
+// the batches its Trainer would take (its CriteoShard of the file, in its
+// shard's DataPartition epoch order); returns the ids pushed.
 absl::flat_hash_set<uint64_t> TrainByHand(const v1::Assignment& a,
                                           const CtrDataset& train) {
-  auto partition = DataPartition::Create(train.size(), 2);
+  auto partition = DataPartition::Create(train.size() / 2, 1);
   PS_CHECK(partition.ok());
   std::vector<absl::flat_hash_set<uint64_t>> pushed(2);
   std::vector<std::thread> threads;
@@ -297,8 +297,9 @@ absl::flat_hash_set<uint64_t> TrainByHand(const v1::Assignment& a,
   for (int w = 0; w < 2; ++w) {
     threads.emplace_back([&, w] {
       CtrTestWorker worker(a, w);
-      const std::vector<int64_t> order =
-          partition->EpochOrder(a.spec().seed(), 0, w);
+      const CriteoShard shard = {.part = w, .num_parts = 2};
+      std::vector<int64_t> order = partition->EpochOrder(a.spec().seed(), 0, 0);
+      for (int64_t& j : order) j = shard.SourceSample(j);
       for (int clock = 0; clock < kClocksBefore && results[w].ok(); ++clock) {
         const testing::OwnedCtrBatch batch = testing::GatherCtrSamples(
             train, std::span<const int64_t>(order).subspan(
