@@ -171,12 +171,14 @@ bool CriteoParser::ParseWellFormedLine(absl::string_view line) {
   p += 2;
   std::array<float, kCriteoDenseFeatures> dense;
   for (int j = 0; j < kCriteoDenseFeatures; ++j) {
-    int64_t x = 0;
+    // Unsigned: a run of more than 18 digits wraps (defined) before the
+    // check below sends the line the slow way.
+    uint64_t x = 0;
     const bool negative = p < end && *p == '-';
     const char* const digits = p + (negative ? 1 : 0);
     const char* q = digits;
     while (q < end && static_cast<unsigned>(*q - '0') < 10) {
-      x = x * 10 + (*q - '0');
+      x = x * 10 + static_cast<uint64_t>(*q - '0');
       ++q;
     }
     // Ends in a tab; "-" alone or over 18 digits go the slow way.
@@ -184,7 +186,8 @@ bool CriteoParser::ParseWellFormedLine(absl::string_view line) {
         (negative && q == digits)) {
       return false;
     }
-    dense[j] = transform_(negative ? -x : x);
+    const int64_t value = static_cast<int64_t>(x);  // At most 18 digits.
+    dense[j] = transform_(negative ? -value : value);
     p = q + 1;
   }
   std::array<uint64_t, kCriteoFields> ids;

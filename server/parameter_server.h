@@ -72,6 +72,9 @@ class ParameterServer {
   ParameterManager* manager() { return manager_.get(); }
   // The shard store (after Start, until Stop); for tests.
   ShardStore* store() { return store_.get(); }
+  // The server's metrics, as its /metrics endpoint serves them (for tests
+  // that read them without HTTP).
+  const prometheus::Registry& registry() const { return *registry_; }
 
  private:
   // Sets push_faults_ (tests/testing/parameter_server_test_peer.h).

@@ -9,6 +9,7 @@
 // nothing lost or malformed.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -146,6 +147,7 @@ std::string PickData(FuzzedDataProvider& in, int64_t elems,
     default:
       break;
   }
+  bytes = std::max<int64_t>(bytes, 0);  // "One less" than nothing.
   std::string data = in.ConsumeBytesAsString(bytes);
   data.resize(bytes, '\0');
   return data;

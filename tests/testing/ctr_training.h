@@ -156,14 +156,10 @@ inline void WriteLines(const std::string& path,
 // coordinator would. Not thread-safe.
 class CtrServers {
  public:
-  // `data_dir` empty: memory stores. `metrics`: each server serves its
-  // metrics (on a port of its own, metrics_port()); their HTTP endpoint
-  // takes about 2 s to stop.
-  CtrServers(int num_servers, const std::string& data_dir,
-             bool metrics = false) {
+  // `data_dir` empty: memory stores.
+  CtrServers(int num_servers, const std::string& data_dir) {
     for (int i = 0; i < num_servers; ++i) {
       ParameterServerOptions options;
-      if (metrics) options.metrics_address = "127.0.0.1:0";
       if (!data_dir.empty()) options.data_dir = absl::StrCat(data_dir, "/s", i);
       servers_.push_back(std::make_unique<ParameterServer>(options));
       const absl::Status started = servers_.back()->Start();
