@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/v1/job.pb.h"
+#include "tests/testing/backend_fixture.h"
 #include "worker/model/backend.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/model/cuda/cuda_backend.h"
@@ -21,6 +22,11 @@
 
 namespace ps {
 namespace {
+
+using testing::RandomVector;
+
+// Every test on every backend (tests/testing/backend_fixture.h).
+class BackendTest : public testing::BackendFixture {};
 
 using ::testing::ElementsAre;
 using ::testing::FloatNear;
@@ -32,46 +38,6 @@ using ::testing::Pointwise;
 // (float32 accumulation in an implementation-defined order; 1e-6 * k for
 // longer sums); exact equality
 // for copies, im2col and pooling, which only move values.
-
-// A named way to make a backend (nullptr: unavailable here).
-struct BackendFactory {
-  std::string name;
-  std::function<std::unique_ptr<Backend>()> make;
-};
-void PrintTo(const BackendFactory& factory, std::ostream* os) {
-  *os << factory.name;
-}
-
-class BackendTest : public ::testing::TestWithParam<BackendFactory> {
- protected:
-  void SetUp() override {
-    backend_ = GetParam().make();
-    if (backend_ == nullptr) {
-      GTEST_SKIP() << GetParam().name << " backend unavailable: "
-                   << CreateCudaBackend({}).status().message();
-    }
-  }
-
-  DeviceBuffer ToDevice(const std::vector<float>& host) {
-    DeviceBuffer buffer = backend_->Allocate(host.size());
-    backend_->CopyToDevice(host.data(), host.size(), buffer.data());
-    return buffer;
-  }
-  std::vector<float> ToHost(const DeviceBuffer& buffer) {
-    std::vector<float> host(buffer.size());
-    backend_->CopyToHost(buffer.data(), buffer.size(), host.data());
-    return host;
-  }
-
-  std::unique_ptr<Backend> backend_;
-};
-
-std::vector<float> RandomVector(int64_t n, std::mt19937* rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(*rng);
-  return v;
-}
 
 TEST_P(BackendTest, AllocateAndCopyRoundTrip) {
   const std::vector<float> values = {1.5f, -2.0f, 0.0f, 3.25f, 1e-30f};
@@ -654,22 +620,10 @@ TEST_P(BackendTest, ModelTrainingStepMatchesTheCpuBackend) {
 
 // The CPU backend, and the CUDA backend where the build has it and a GPU is
 // present (otherwise its tests skip, saying why).
-std::vector<BackendFactory> Backends() {
-  return {
-      {"cpu", [] { return std::unique_ptr<Backend>(CpuBackend::Create({})); }},
-      {"cuda", []() -> std::unique_ptr<Backend> {
-         absl::StatusOr<std::unique_ptr<Backend>> backend =
-             CreateCudaBackend({});
-         if (!backend.ok()) return nullptr;
-         return *std::move(backend);
-       }}};
-}
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, BackendTest, ::testing::ValuesIn(Backends()),
-    [](const ::testing::TestParamInfo<BackendFactory>& info) {
-      return info.param.name;
-    });
+INSTANTIATE_TEST_SUITE_P(Backends, BackendTest,
+                         ::testing::ValuesIn(testing::Backends()),
+                         testing::BackendName);
 
 TEST(CpuBackendTest, SetsThreadCount) {
   const int before = openblas_get_num_threads();

@@ -16,6 +16,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/backend_fixture.h"
 #include "tests/unit/worker/ctr_test_util.h"
 #include "worker/model/backend.h"
 #include "worker/model/cpu/cpu_backend.h"
@@ -28,43 +29,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::FloatNear;
 using ::testing::Pointwise;
+using testing::RandomVector;
 
-struct CtrBackendFactory {
-  std::string name;
-  std::function<std::unique_ptr<Backend>()> make;
-};
-void PrintTo(const CtrBackendFactory& factory, std::ostream* os) {
-  *os << factory.name;
-}
-
-class CtrBackendTest : public ::testing::TestWithParam<CtrBackendFactory> {
- protected:
-  void SetUp() override {
-    backend_ = GetParam().make();
-    if (backend_ == nullptr) {
-      GTEST_SKIP() << GetParam().name << " backend unavailable: "
-                   << CreateCudaBackend({}).status().message();
-    }
-  }
-  DeviceBuffer ToDevice(const std::vector<float>& host) {
-    DeviceBuffer buffer = backend_->Allocate(host.size());
-    backend_->CopyToDevice(host.data(), host.size(), buffer.data());
-    return buffer;
-  }
-  std::vector<float> ToHost(const DeviceBuffer& buffer) {
-    std::vector<float> host(buffer.size());
-    backend_->CopyToHost(buffer.data(), buffer.size(), host.data());
-    return host;
-  }
-  std::unique_ptr<Backend> backend_;
-};
-
-std::vector<float> Random(int64_t n, std::mt19937* rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(*rng);
-  return v;
-}
+// The CTR operations on every backend (tests/testing/backend_fixture.h).
+class CtrBackendTest : public testing::BackendFixture {};
 
 TEST_P(CtrBackendTest, GatherRowsHandComputed) {
   // 3 rows of dim 2; batch 2 x 2 fields into a matrix of stride 5 (one
@@ -95,8 +63,8 @@ TEST_P(CtrBackendTest, ScatterAddRowsIsTheAdjointOfGatherRows) {
   const int64_t batch = 300, fields = 5, dim = 7, num_rows = 11;
   std::vector<int32_t> rows(batch * fields);
   for (int32_t& r : rows) r = static_cast<int32_t>(rng() % num_rows);
-  const std::vector<float> table = Random(num_rows * dim, &rng);
-  const std::vector<float> grad = Random(batch * fields * dim, &rng);
+  const std::vector<float> table = RandomVector(num_rows * dim, &rng);
+  const std::vector<float> grad = RandomVector(batch * fields * dim, &rng);
   DeviceBuffer table_d = ToDevice(table);
   DeviceBuffer grad_d = ToDevice(grad);
   DeviceBuffer gathered = backend_->Allocate(batch * fields * dim);
@@ -134,8 +102,8 @@ TEST_P(CtrBackendTest, PairwiseDotsAndGradMatchNaive) {
   const int64_t batch = 7, vectors = 6, dim = 5;
   const int64_t pairs = vectors * (vectors - 1) / 2;
   const int64_t ld = pairs + 3;
-  const std::vector<float> z = Random(batch * vectors * dim, &rng);
-  const std::vector<float> g = Random(batch * ld, &rng);
+  const std::vector<float> z = RandomVector(batch * vectors * dim, &rng);
+  const std::vector<float> g = RandomVector(batch * ld, &rng);
   DeviceBuffer z_d = ToDevice(z);
   DeviceBuffer g_d = ToDevice(g);
   DeviceBuffer out = ToDevice(std::vector<float>(batch * ld, 0));
@@ -258,22 +226,9 @@ TEST_P(CtrBackendTest, CtrModelStepMatchesTheCpuBackend) {
   }
 }
 
-std::vector<CtrBackendFactory> Backends() {
-  return {
-      {"cpu", [] { return std::unique_ptr<Backend>(CpuBackend::Create({})); }},
-      {"cuda", []() -> std::unique_ptr<Backend> {
-         absl::StatusOr<std::unique_ptr<Backend>> backend =
-             CreateCudaBackend({});
-         if (!backend.ok()) return nullptr;
-         return *std::move(backend);
-       }}};
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Backends, CtrBackendTest, ::testing::ValuesIn(Backends()),
-    [](const ::testing::TestParamInfo<CtrBackendFactory>& info) {
-      return info.param.name;
-    });
+INSTANTIATE_TEST_SUITE_P(Backends, CtrBackendTest,
+                         ::testing::ValuesIn(testing::Backends()),
+                         testing::BackendName);
 
 }  // namespace
 }  // namespace ps
