@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "server/parameter_server.h"
+#include "tests/testing/run_trainers.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/parameter_client.h"
 #include "worker/trainer.h"
@@ -68,24 +69,9 @@ inline std::vector<std::vector<float>> TrainOnServers(
     assignment.set_index(i);
     PS_CHECK(servers[i]->manager()->SyncAssignments({assignment}).empty());
   }
-  prometheus::Registry own_registry;
-  WorkerMetrics metrics(registry != nullptr ? *registry : own_registry);
-  std::vector<std::unique_ptr<CpuBackend>> backends;
-  std::vector<std::unique_ptr<Trainer>> trainers;
-  for (int w = 0; w < num_workers; ++w) {
-    assignment.set_index(w);
-    backends.push_back(CpuBackend::Create({.num_threads = 1}));
-    trainers.push_back(std::make_unique<Trainer>(assignment, nullptr, nullptr,
-                                                 backends.back().get(),
-                                                 &metrics, TrainerOptions()));
+  for (const absl::Status& r : RunTrainers(assignment, registry)) {
+    EXPECT_TRUE(r.ok()) << r;
   }
-  std::vector<absl::Status> results(num_workers);
-  std::vector<std::thread> threads;
-  for (int w = 0; w < num_workers; ++w) {
-    threads.emplace_back([&, w] { results[w] = trainers[w]->Run(); });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& r : results) EXPECT_TRUE(r.ok()) << r;
   assignment.set_index(0);
   auto client = ParameterClient::Create(assignment, *ModelTensors(spec.model()),
                                         ParameterClientOptions(), nullptr);

@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "server/parameter_server.h"
+#include "tests/testing/run_trainers.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/model/ctr_model.h"
 #include "worker/parameter_client.h"
@@ -222,31 +223,6 @@ class CtrServers {
   std::vector<std::unique_ptr<ParameterServer>> servers_;
   std::vector<v1::Assignment> assigned_;
 };
-
-// Runs the assignment's job to the end with assignment.num_workers()
-// Trainers (one thread each, CPU backends of one thread, no coordinator)
-// and returns each worker's status.
-inline std::vector<absl::Status> RunTrainers(v1::Assignment assignment) {
-  const int num_workers = assignment.num_workers();
-  prometheus::Registry registry;
-  WorkerMetrics metrics(registry);
-  std::vector<std::unique_ptr<CpuBackend>> backends;
-  std::vector<std::unique_ptr<Trainer>> trainers;
-  for (int w = 0; w < num_workers; ++w) {
-    assignment.set_index(w);
-    backends.push_back(CpuBackend::Create({.num_threads = 1}));
-    trainers.push_back(std::make_unique<Trainer>(assignment, nullptr, nullptr,
-                                                 backends.back().get(),
-                                                 &metrics, TrainerOptions()));
-  }
-  std::vector<absl::Status> results(num_workers);
-  std::vector<std::thread> threads;
-  for (int w = 0; w < num_workers; ++w) {
-    threads.emplace_back([&, w] { results[w] = trainers[w]->Run(); });
-  }
-  for (auto& t : threads) t.join();
-  return results;
-}
 
 // A batch of a CTR data set with its storage.
 struct OwnedCtrBatch {
