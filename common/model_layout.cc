@@ -198,10 +198,17 @@ absl::StatusOr<std::vector<TensorSpec>> ExternalModelTensors(
     t.name = decl.name();
     PS_ASSIGN_OR_RETURN(const int64_t elems, SetTensorShape(decl, field, &t));
     PS_RETURN_IF_ERROR(SetTensorInit(decl, field, &t));
+    t.buffer = decl.buffer();
     if (UsesFans(decl)) {
       PS_RETURN_IF_ERROR(SetTensorFans(decl, field, elems, &t));
     }
     tensors.push_back(std::move(t));
+  }
+  if (std::all_of(tensors.begin(), tensors.end(),
+                  [](const TensorSpec& t) { return t.buffer; })) {
+    return Invalid("model.tensors",
+                   "an EXTERNAL model needs at least one tensor that is not "
+                   "a buffer");
   }
   return tensors;
 }
@@ -404,7 +411,9 @@ std::string ModelDigest(const std::vector<TensorSpec>& tensors) {
   // (workers match tensors by name).
   std::vector<const TensorSpec*> sorted;
   sorted.reserve(tensors.size());
-  for (const TensorSpec& t : tensors) sorted.push_back(&t);
+  for (const TensorSpec& t : tensors) {
+    if (!t.buffer) sorted.push_back(&t);
+  }
   std::sort(sorted.begin(), sorted.end(),
             [](const TensorSpec* a, const TensorSpec* b) {
               return a->name < b->name;

@@ -47,6 +47,10 @@ struct TensorSpec {
   int64_t fan_in = 0;
   int64_t fan_out = 0;
   float value = 0;  // kConstant's value.
+  // A module buffer (TensorDecl.buffer, EXTERNAL models only): servers add
+  // the pushed changes instead of running the optimizer, and ModelDigest
+  // leaves it out.
+  bool buffer = false;
 
   // Product of the dimensions.
   int64_t num_elems() const;
@@ -101,7 +105,8 @@ absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
 // the 64-bit FNV-1a hash of, for each tensor in name order (bytewise), its
 // name, a tab, its dimensions in decimal joined by ",", and a newline.
 // Workers match tensors by name, so the order of a spec's tensors does not
-// matter.
+// matter. Buffers (TensorSpec::buffer) are left out: a worker's module is
+// matched to a job by its parameters, with or without its buffers declared.
 std::string ModelDigest(const std::vector<TensorSpec>& tensors);
 
 // A block's key: (tensor_index << 32) | block_index.

@@ -17,6 +17,20 @@ std::string_view BytesOf(std::span<const float> values) {
           values.size() * sizeof(float)};
 }
 
+// A module buffer's update: values += the pushed change (decoded from
+// `encoding`), whatever the kind of record, so that the live path and replay
+// give the same bits.
+void AddPushedChange(const WireBytes& data, v1::Precision encoding,
+                     std::span<float> values) {
+  ForEachGradientRun(data, encoding,
+                     [values](size_t first, std::span<const float> change) {
+                       float* __restrict v = values.data() + first;
+                       for (size_t j = 0; j < change.size(); ++j) {
+                         v[j] += change[j];
+                       }
+                     });
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DenseTable>> DenseTable::Create(
@@ -40,8 +54,11 @@ absl::StatusOr<std::unique_ptr<DenseTable>> DenseTable::Create(
     Block block;
     block.spec = b;
     block.from_worker = tensor.init == InitKind::kFromWorker;
+    block.buffer = tensor.buffer;
     block.values = InitialBlockValues(tensor, b, spec.seed());
-    block.state.assign(b.num_elems * optimizer->state_slots(), 0.0f);
+    if (!block.buffer) {
+      block.state.assign(b.num_elems * optimizer->state_slots(), 0.0f);
+    }
     if (accumulate) block.accum.assign(b.num_elems, 0.0f);
     table->num_seedable_ += block.from_worker ? 1 : 0;
     table->index_[b.key] = table->blocks_.size();
@@ -215,6 +232,10 @@ void DenseTable::Apply(const TableUpdate& update, float learning_rate) {
         std::memcpy(out, piece.data(), piece.size());
         out += piece.size();
       }
+      continue;
+    }
+    if (b.buffer) {
+      AddPushedChange(u.data, update.encoding, b.values);
       continue;
     }
     ApplyPushedGradient(*optimizer_, u.data, update.encoding, b.values, b.state,

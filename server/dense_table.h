@@ -20,6 +20,11 @@ namespace ps {
 // Blocks in key order; the set of blocks, their keys and sizes never change
 // after Create, so the lock-free methods read them without a lock.
 // Thread-compatible otherwise (ParameterTable).
+//
+// A module buffer's blocks (TensorSpec::buffer) take the same pushes, clocks
+// and records as the others, but Apply adds an update's data to their values
+// (a BSP clock's: the workers' mean change; a PUSH's: that worker's change)
+// instead of running the optimizer; they hold no optimizer state.
 class DenseTable final : public ParameterTable {
  public:
   // The blocks of `tensors` that `assignment`'s shard map places on this
@@ -57,6 +62,9 @@ class DenseTable final : public ParameterTable {
   struct Block {
     BlockSpec spec;
     bool from_worker = false;  // A FROM_WORKER tensor's (seeded by Seed).
+    // A module buffer's (TensorSpec::buffer): an update adds its data to the
+    // values, without the optimizer (no state, no step).
+    bool buffer = false;
     std::vector<float> values;
     std::vector<float> state;  // Optimizer slots.
     std::vector<float> accum;  // BSP: gradient sum of the current clock.

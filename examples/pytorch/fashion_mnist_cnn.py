@@ -6,7 +6,8 @@ parameter-server cluster by PyTorch workers (paramserver.torch.Worker).
   fashion_mnist_cnn.py worker [--coordinator HOST:PORT]
 
 `submit` sends the job (an EXTERNAL model whose tensors are the module's
-parameters, seeded from worker 0's module) and prints its id; `worker` joins
+parameters and batch-norm buffers, seeded from worker 0's module) and prints
+its id; `worker` joins
 the cluster and trains the job it is given: its part of the 60,000 training
 images, shuffled per epoch; worker 0 measures test accuracy on the 10,000
 test images after every epoch and uploads the final model. run.sh starts a
@@ -75,7 +76,10 @@ def evaluate(model, x, y, batch=1000):
 def submit(args):
     spec = {
         "name": "fashion-mnist-cnn-pytorch",
-        "model": ps.torch.model_spec(FashionCnn()),
+        # buffers=True: the batch norms' running statistics are tensors of
+        # the job, averaged over the workers through the servers and
+        # exported with the parameters (docs/python.md, "Module buffers").
+        "model": ps.torch.model_spec(FashionCnn(), buffers=True),
         "epochs": args.epochs,
         "batch_size": args.batch_size,  # Per worker.
         "seed": 1,

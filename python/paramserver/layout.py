@@ -31,10 +31,13 @@ _MAX_NODES_PER_JOB = 1024
 class TensorLayout:
     """One named dense float32 tensor of a job's model. `from_worker`:
     worker 0 seeds its values (an EXTERNAL tensor whose init is FROM_WORKER
-    or unset; ``InitKind::kFromWorker``)."""
+    or unset; ``InitKind::kFromWorker``). `buffer`: a module buffer
+    (``TensorDecl.buffer``), not a parameter: a push carries the change the
+    worker made to it, and the model digest leaves it out."""
     name: str
     shape: Tuple[int, ...]
     from_worker: bool = False
+    buffer: bool = False
 
     @property
     def numel(self) -> int:
@@ -108,7 +111,8 @@ def model_tensors(model: "v1.ModelSpec") -> List[TensorLayout]:
     if kind == v1.ModelSpec.EXTERNAL:
         return [TensorLayout(t.name, tuple(int(d) for d in t.shape),
                              t.init in (v1.FROM_WORKER,
-                                        v1.TENSOR_INIT_UNSPECIFIED))
+                                        v1.TENSOR_INIT_UNSPECIFIED),
+                             t.buffer)
                 for t in model.tensors]
     if kind == v1.ModelSpec.CTR:
         return _ctr_tensors(model)
@@ -140,7 +144,8 @@ def model_digest(tensors: Iterable[Tuple[str, Sequence[int]]]) -> str:
     """The digest of tensor names and shapes (RegisterRequest.model_digest):
     "fnv1a64:" and 16 hex digits of the 64-bit FNV-1a hash of, for each
     tensor in name order, ``name``, a tab, the dimensions joined by ",", and
-    a newline (``ModelDigest`` in common/model_layout.h)."""
+    a newline (``ModelDigest`` in common/model_layout.h). A job's digest
+    is that of its tensors that are not buffers (TensorLayout.buffer)."""
     h = 0xcbf29ce484222325
     items = sorted(((name, tuple(shape)) for name, shape in tensors),
                    key=lambda item: item[0].encode())

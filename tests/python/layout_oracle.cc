@@ -118,7 +118,8 @@ std::string SpecLine(const std::string& json) {
     tensor_json.push_back(
         absl::StrCat("{\"name\": ", JsonString(t.name), ", \"shape\": [",
                      absl::StrJoin(t.shape, ", "), "], \"from_worker\": ",
-                     t.init == InitKind::kFromWorker ? "true" : "false", "}"));
+                     t.init == InitKind::kFromWorker ? "true" : "false",
+                     ", \"buffer\": ", t.buffer ? "true" : "false", "}"));
   }
   std::vector<std::string> block_json;
   block_json.reserve(blocks.size());

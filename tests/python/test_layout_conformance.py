@@ -93,6 +93,13 @@ def _cases():
          ("x", (4, 4), {"init": "XAVIER_UNIFORM", "fanIn": 3, "fanOut": 5}),
          ("f", (4,), {"init": "FROM_WORKER"}), ("u", (4,))],
         blockElems=5, numServers=3)
+    # Module buffers: tensors of the job, left out of the digest.
+    c["buffers"] = external(
+        [("bn.weight", (4,)), ("bn.running_mean", (4,), {"buffer": True}),
+         ("bn.running_var", (4,), {"buffer": True, "init": "CONSTANT",
+                                   "value": 1}),
+         ("bn.num_batches_tracked", (), {"buffer": True}), ("fc.bias", (3,))],
+        blockElems=3, numServers=2)
     # Built-in models.
     c["mlp_1_server"] = builtin(MLP, numServers=1)
     for servers in (2, 3, 5, 16):
@@ -182,9 +189,11 @@ def test_layout_matches_the_cpp(name, oracle):
     assert cpp["valid"], cpp["invalid"]
     spec = ps.to_job_spec(CASES[name])
     tensors = layout.model_tensors(spec.model)
-    assert [[t.name, list(t.shape), t.from_worker] for t in tensors] == [
-        [t["name"], t["shape"], t["from_worker"]] for t in cpp["tensors"]]
-    named = [(t.name, t.shape) for t in tensors]
+    assert [[t.name, list(t.shape), t.from_worker, t.buffer]
+            for t in tensors] == [
+        [t["name"], t["shape"], t["from_worker"], t["buffer"]]
+        for t in cpp["tensors"]]
+    named = [(t.name, t.shape) for t in tensors if not t.buffer]
     assert layout.model_digest(named) == cpp["digest"]
     assert layout.model_digest(reversed(named)) == cpp["digest"]
     assert layout._derive_block_elems(tensors, spec.num_servers) == \

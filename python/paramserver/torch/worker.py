@@ -45,6 +45,8 @@ from paramserver.errors import (CancelledError, InvalidArgumentError,
                                 error_for)
 from paramserver.layout import TensorLayout, model_digest, model_tensors
 from paramserver.spec import check_trainable
+from paramserver.torch.buffers import (assign, buffer_changes, buffer_decls,
+                                       job_buffers, load_buffers)
 
 log = logging.getLogger("paramserver")
 
@@ -66,10 +68,14 @@ def parameters_of(module: nn.Module) -> List[Tuple[str, nn.Parameter]]:
 
 
 def model_spec(module: nn.Module,
-               init: Union[str, Mapping[str, Any]] = "FROM_WORKER"
-               ) -> Dict[str, Any]:
+               init: Union[str, Mapping[str, Any]] = "FROM_WORKER",
+               buffers: bool = False) -> Dict[str, Any]:
     """The ``model`` section of a job spec for `module` (an EXTERNAL model):
-    one tensor per parameter, named and shaped as ``named_parameters()``.
+    one tensor per parameter, named and shaped as ``named_parameters()``,
+    then, with `buffers`, one per persistent buffer (a batch norm's running
+    statistics: ``buffer: true``, FROM_WORKER unless `init` names it),
+    which the workers then average through the servers
+    (:mod:`paramserver.torch.buffers`) and the export includes.
 
     `init` says how the servers give each tensor its initial values:
     ``"FROM_WORKER"`` (the default: worker 0's module, sent once) or another
@@ -88,23 +94,28 @@ def model_spec(module: nn.Module,
             decl["init"] = chosen
         else:
             decl.update(chosen)
+        tensors.append(decl)
+    if buffers:
+        tensors.extend(buffer_decls(module, init))
+    for decl in tensors:
         if str(decl.get("init", "FROM_WORKER")) not in _INIT_NAMES:
             raise InvalidArgumentError(
-                f"init: {decl.get('init')!r} for {name} is not one of "
-                f"{', '.join(_INIT_NAMES)}")
-        tensors.append(decl)
+                f"init: {decl.get('init')!r} for {decl['name']} is not one "
+                f"of {', '.join(_INIT_NAMES)}")
     return {"kind": "EXTERNAL", "tensors": tensors}
 
 
 def load(module: nn.Module, params: Mapping[str, np.ndarray],
          strict: bool = True) -> None:
-    """Copies exported parameters (``JobClient.export``) into `module`.
-    `strict`: every parameter of the module must be given, and nothing
-    else."""
+    """Copies exported parameters (``JobClient.export``) into `module`, and
+    the module's buffers that the export holds (a job whose model declared
+    them). `strict`: every parameter of the module must be given, and
+    nothing but its parameters and buffers."""
     mine = dict(parameters_of(module))
     if strict:
         missing = sorted(set(mine) - set(params))
-        extra = sorted(set(params) - set(mine))
+        extra = sorted(set(params) - set(mine) -
+                       {n for n, _ in module.named_buffers()})
         if missing or extra:
             raise ModelMismatchError(
                 f"params: missing {missing or 'none'}, unknown "
@@ -119,6 +130,7 @@ def load(module: nn.Module, params: Mapping[str, np.ndarray],
                     f"params: {name} has shape {list(value.shape)}, the "
                     f"module's {list(p.shape)}")
             p.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+    load_buffers(module, params, skip=list(mine))
 
 
 class _Data:
@@ -438,8 +450,9 @@ class Worker:
             return self._offered
 
     def _match(self, tensors: Sequence[TensorLayout],
-               job_id: str) -> List[nn.Parameter]:
-        mine = dict(self._params)
+               job_id: str) -> List[torch.Tensor]:
+        mine: Dict[str, torch.Tensor] = dict(self._params)
+        mine.update(job_buffers(self.module, tensors))
         job_names = [t.name for t in tensors]
         diffs = []
         for t in tensors:
@@ -644,6 +657,7 @@ class Worker:
                                      device=p.device) if g is None
                          else g.detach().reshape(-1))
         flat = torch.cat(grads).to("cpu", torch.float32).numpy().copy()
+        buffer_changes(flat, job.tensors, job.params, job.offsets, job.values)
         if (job.spec.non_finite_gradients != v1.NON_FINITE_DROP and
                 not np.isfinite(flat).all()):
             for t, (lo, hi) in enumerate(zip(job.offsets[:-1],
@@ -732,7 +746,7 @@ class Worker:
         flat = torch.from_numpy(job.values)
         with torch.no_grad():
             for p, lo, hi in zip(job.params, job.offsets[:-1], job.offsets[1:]):
-                p.copy_(flat[lo:hi].view(p.shape))
+                assign(p, flat[lo:hi].view(p.shape))
 
     def _wait_pending(self, job: _Job) -> None:
         pending, job.pending = job.pending, None
