@@ -120,8 +120,11 @@ def test_the_exported_cnn_evaluates_to_the_reported_accuracy(cluster):
     accuracy = example.evaluate(fresh, test_x, test_y)
     print(f"reported {final.progress.test_accuracy}, exported model "
           f"{accuracy}")
-    assert accuracy == final.progress.test_accuracy
-    assert client.export_model(job).test_accuracy == accuracy
+    # The job records the accuracy as a float32: the same float32, i.e.
+    # the same count of correct test samples.
+    assert np.float32(accuracy) == np.float32(final.progress.test_accuracy)
+    assert np.float32(client.export_model(job).test_accuracy) == \
+        np.float32(accuracy)
     assert [t.name for t in client.export_model(job).model.tensors
             if t.buffer] == names
     # Both workers hold the servers' buffers, which moved from their start.
@@ -140,6 +143,59 @@ def test_the_exported_cnn_evaluates_to_the_reported_accuracy(cluster):
                            **buffers_of(example.FashionCnn())})
     assert example.evaluate(fresh, test_x, test_y) != accuracy
     client.close()
+
+
+def test_model_spec_load_and_changes_of_buffers():
+    from paramserver.layout import model_tensors
+    from paramserver.torch.buffers import buffer_changes, job_buffers
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    net.register_buffer("scratch", torch.zeros(2), persistent=False)
+    spec = ps.torch.model_spec(net, init={"1.running_var": {
+        "init": "CONSTANT", "value": 1.0}}, buffers=True)
+    assert [(t["name"], t["shape"], t["init"], t.get("buffer", False))
+            for t in spec["tensors"]] == [
+        ("0.weight", [4, 3], "FROM_WORKER", False),
+        ("0.bias", [4], "FROM_WORKER", False),
+        ("1.weight", [4], "FROM_WORKER", False),
+        ("1.bias", [4], "FROM_WORKER", False),
+        ("1.running_mean", [4], "FROM_WORKER", True),
+        ("1.running_var", [4], "CONSTANT", True),
+        ("1.num_batches_tracked", [], "FROM_WORKER", True)]
+    # Without buffers=True, the parameters only (as before).
+    assert len(ps.torch.model_spec(net)["tensors"]) == 4
+    tensors = model_tensors(ps.to_job_spec({"model": spec}).model)
+    assert [t.buffer for t in tensors] == [False] * 4 + [True] * 3
+    assert set(job_buffers(net, tensors)) == {
+        "1.running_mean", "1.running_var", "1.num_batches_tracked"}
+    # The change of each buffer since it was loaded; parameters untouched.
+    entries = [p for _, p in net.named_parameters()] + [
+        net[1].running_mean, net[1].running_var, net[1].num_batches_tracked]
+    offsets = np.cumsum([0] + [t.numel for t in tensors])
+    loaded = np.arange(offsets[-1], dtype=np.float32)
+    loaded[-1] = 6.9999995  # A count the servers hold off an integer.
+    flat = np.full(offsets[-1], 7.0, np.float32)
+    net[1].num_batches_tracked.fill_(8)
+    buffer_changes(flat, tensors, entries, offsets, loaded)
+    assert (flat[:offsets[4]] == 7).all()
+    assert np.array_equal(flat[offsets[4]:offsets[5]],
+                          -loaded[offsets[4]:offsets[5]])
+    assert np.array_equal(flat[offsets[5]:offsets[6]],
+                          1 - loaded[offsets[5]:offsets[6]])
+    assert flat[-1] == np.float32(8) - np.float32(6.9999995)
+    # load: parameters and buffers; an integer buffer rounded.
+    exported = {n: np.full(tuple(p.shape), 0.5, np.float32)
+                for n, p in net.named_parameters()}
+    exported.update({"1.running_mean": np.full(4, 2.0, np.float32),
+                     "1.running_var": np.full(4, 3.0, np.float32),
+                     "1.num_batches_tracked": np.array(11.9999, np.float32)})
+    ps.torch.load(net, exported)
+    assert (net[1].running_var == 3).all()
+    assert net[1].num_batches_tracked.item() == 12
+    assert net[1].num_batches_tracked.dtype == torch.int64
+    with pytest.raises(ps.ModelMismatchError):
+        ps.torch.load(net, {**exported, "1.running_mean": np.zeros(5)})
+    with pytest.raises(ps.ModelMismatchError):
+        ps.torch.load(net, {**exported, "unknown": np.zeros(1)})
 
 
 SAMPLES, BATCH, EPOCHS, LR, SEED = 64, 8, 2, 0.05, 5

@@ -124,8 +124,9 @@ def load_buffers(module: nn.Module, params: Mapping[str, np.ndarray],
             raise ModelMismatchError(
                 f"params: {name} has shape {list(value.shape)}, the "
                 f"module's buffer {list(b.shape)}")
-        assign(b, torch.from_numpy(np.ascontiguousarray(
-            value, dtype=np.float32)).to(b.device))
+        # np.array, not ascontiguousarray: a scalar (a count) stays 0-d.
+        assign(b, torch.from_numpy(np.array(value, dtype=np.float32)).to(
+            b.device))
         copied.append(name)
     return copied
 
