@@ -30,7 +30,7 @@ trap 'cluster_stop >/dev/null 2>&1 || true' EXIT
 PSCTL=$BUILD_DIR/client/psctl
 
 # shellcheck disable=SC2086  # JOB_ARGS are meant to split
-python3 bench/ctr_vs_pytorch.py job --data "$DATA" --batch "$BATCH" \
+/usr/bin/python3 bench/ctr_vs_pytorch.py job --data "$DATA" --batch "$BATCH" \
   ${JOB_ARGS:-} >"$OUT/job.json"
 cluster_start "$BUILD_DIR" "$OUT" 2 2 >/dev/null
 "$PSCTL" --coordinator="$COORDINATOR" submit "$OUT/job.json" --watch \
