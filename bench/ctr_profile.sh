@@ -114,7 +114,7 @@ if [ "$PERF" = 1 ]; then
     echo "$name: hottest symbols (self, % of its samples)"
     echo '```'
     perf report -i "$OUT/$name.perf" --no-children --sort sym --stdio 2>/dev/null |
-      grep -E '^ +[0-9.]+%' | head -n "${TOP:-25}" | cut -c1-110
+      grep -E '^ +[0-9.]+%' | head -n "${TOP:-25}" | cut -c1-110 || true
     echo '```'
   done
 fi
