@@ -41,6 +41,9 @@ class IdSet {
       ++bits;
     }
     shift_ = 64 - bits;
+    // A thread keeps its buffer, but not one far larger than it needs now
+    // (after a request of many ids).
+    if (slots_.capacity() > 8 * capacity) slots_ = std::vector<uint64_t>();
     slots_.assign(capacity, kEmpty);
     has_empty_ = false;
   }
