@@ -101,17 +101,23 @@ class CriteoParser {
   }
 
   // Parses the lines of `chunk` that end in '\n' (all of them, the last
-  // one unterminated included, when `at_end`), stopping when full(); the
-  // bytes consumed. Errors: see ParseCriteoText.
-  absl::StatusOr<size_t> Consume(absl::string_view chunk, bool at_end) {
+  // one unterminated included, when `at_end`), stopping when full() or once
+  // the shard holds `keep` samples; the bytes consumed. Errors: see
+  // ParseCriteoText.
+  absl::StatusOr<size_t> Consume(absl::string_view chunk, bool at_end,
+                                 int64_t keep = INT64_MAX) {
     size_t pos = 0;
-    while (pos < chunk.size() && !full()) {
+    bool unfinished = false;  // Stopped at a line without its '\n'.
+    while (pos < chunk.size() && !full() && data_.size() < keep) {
       const void* nl =
           std::memchr(chunk.data() + pos, '\n', chunk.size() - pos);
       const size_t end = nl == nullptr
                              ? chunk.size()
                              : static_cast<const char*>(nl) - chunk.data();
-      if (nl == nullptr && !at_end) break;
+      if (nl == nullptr && !at_end) {
+        unfinished = true;
+        break;
+      }
       absl::string_view line = chunk.substr(pos, end - pos);
       pos = nl == nullptr ? end : end + 1;
       ++line_number_;
@@ -123,11 +129,15 @@ class CriteoParser {
       if (ParseWellFormedLine(line)) continue;
       if (auto s = ParseLine(line); !s.ok()) return s;
     }
-    if (!full() && !at_end && chunk.size() - pos > kMaxLineBytes) {
+    if (unfinished && chunk.size() - pos > kMaxLineBytes) {
       return LineTooLong(line_number_ + 1);
     }
     return pos;
   }
+
+  // The samples parsed so far (a stream takes them and leaves the vectors
+  // empty; source_samples keeps counting).
+  CtrDataset& data() { return data_; }
 
   // The samples parsed. Errors: INVALID_ARGUMENT "NAME: no samples".
   absl::StatusOr<CtrDataset> Finish() && {
@@ -288,13 +298,22 @@ absl::StatusOr<CtrDataset> ParseCriteoText(absl::string_view text,
   return std::move(parser).Finish();
 }
 
-absl::StatusOr<CtrDataset> ReadCriteoFile(const std::string& path,
-                                          int64_t max_samples,
-                                          CriteoShard shard) {
+namespace {
+
+absl::Status CheckShard(const CriteoShard& shard) {
   if (shard.num_parts < 1 || shard.part < 0 || shard.part >= shard.num_parts) {
     return absl::InvalidArgumentError(
         absl::StrCat("criteo shard ", shard.part, " of ", shard.num_parts));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CtrDataset> ReadCriteoFile(const std::string& path,
+                                          int64_t max_samples,
+                                          CriteoShard shard) {
+  if (auto s = CheckShard(shard); !s.ok()) return s;
   auto file = TextFileReader::Open(path);
   if (!file.ok()) return file.status();
   CriteoParser parser(path, max_samples, shard);
@@ -322,6 +341,86 @@ absl::StatusOr<CtrDataset> ReadCriteoFile(const std::string& path,
     }
   }
   return std::move(parser).Finish();
+}
+
+// The state of a CriteoStream: the file, the parser and its read buffer.
+struct CriteoStream::State {
+  State(TextFileReader f, const std::string& path, int64_t max_samples,
+        CriteoShard shard)
+      : file(std::move(f)),
+        parser(path, max_samples, shard),
+        buffer(kReadChunk, '\0') {}
+  TextFileReader file;
+  CriteoParser parser;
+  std::string buffer;
+  size_t have = 0;      // Unparsed bytes at the buffer's start.
+  bool at_end = false;  // The file has no more bytes.
+};
+
+CriteoStream::CriteoStream(std::unique_ptr<State> state)
+    : state_(std::move(state)) {}
+CriteoStream::~CriteoStream() = default;
+CriteoStream::CriteoStream(CriteoStream&&) noexcept = default;
+CriteoStream& CriteoStream::operator=(CriteoStream&&) noexcept = default;
+
+absl::StatusOr<CriteoStream> CriteoStream::Open(const std::string& path,
+                                                int64_t max_samples,
+                                                CriteoShard shard) {
+  if (auto s = CheckShard(shard); !s.ok()) return s;
+  auto file = TextFileReader::Open(path);
+  if (!file.ok()) return file.status();
+  return CriteoStream(
+      std::make_unique<State>(*std::move(file), path, max_samples, shard));
+}
+
+int64_t CriteoStream::source_samples() const {
+  return state_->parser.source_rows();
+}
+
+bool CriteoStream::done() const {
+  return state_->parser.full() || (state_->at_end && state_->have == 0);
+}
+
+absl::Status CriteoStream::Next(int64_t count, CtrDataset* out) {
+  State& st = *state_;
+  CtrDataset& data = st.parser.data();
+  // The parser appends into out's vectors (their capacity reused).
+  data.labels.swap(out->labels);
+  data.dense.swap(out->dense);
+  data.ids.swap(out->ids);
+  data.labels.clear();
+  data.dense.clear();
+  data.ids.clear();
+  absl::Status status;
+  while (status.ok() && data.size() < count && !done()) {
+    // What the buffer holds first (a call that stopped at `count` left
+    // whole lines there), then more of the file.
+    auto consumed = st.parser.Consume(
+        absl::string_view(st.buffer.data(), st.have), st.at_end, count);
+    if (!consumed.ok()) {
+      status = consumed.status();
+      break;
+    }
+    st.have -= *consumed;
+    std::memmove(st.buffer.data(), st.buffer.data() + *consumed, st.have);
+    if (data.size() >= count || st.at_end || st.parser.full()) break;
+    // Only an unfinished line (at most kMaxLineBytes) is left: room to read.
+    auto got =
+        st.file.Read(st.buffer.data() + st.have, st.buffer.size() - st.have);
+    if (!got.ok()) {
+      status = got.status();
+      break;
+    }
+    st.at_end = *got == 0;
+    st.have += *got;
+  }
+  data.labels.swap(out->labels);
+  data.dense.swap(out->dense);
+  data.ids.swap(out->ids);
+  out->num_dense = data.num_dense;
+  out->num_fields = data.num_fields;
+  out->source_samples = data.source_samples;
+  return status;
 }
 
 }  // namespace ps

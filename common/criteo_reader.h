@@ -7,6 +7,7 @@
 #define PS_COMMON_CRITEO_READER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,42 @@ absl::StatusOr<CtrDataset> ParseCriteoText(absl::string_view text,
 absl::StatusOr<CtrDataset> ReadCriteoFile(const std::string& path,
                                           int64_t max_samples = 0,
                                           CriteoShard shard = {});
+
+// A Criteo file's samples of one shard, read in file order a few at a time
+// (the file is read once, through a 4 MiB buffer): what a worker streams
+// each epoch instead of holding its shard (docs/sparse.md, "Data").
+// Movable; not thread-safe.
+class CriteoStream {
+ public:
+  // Opens `path` (plain or gzip) for the samples of `shard`, stopping after
+  // max_samples samples of the source (0 or negative: all). Errors:
+  // INVALID_ARGUMENT for a bad shard; NOT_FOUND naming the path for a
+  // missing file.
+  static absl::StatusOr<CriteoStream> Open(const std::string& path,
+                                           int64_t max_samples = 0,
+                                           CriteoShard shard = {});
+
+  CriteoStream(CriteoStream&&) noexcept;
+  CriteoStream& operator=(CriteoStream&&) noexcept;
+  ~CriteoStream();
+
+  // Replaces out's samples (their vectors' capacity reused) with the
+  // shard's next `count` samples, fewer only where the source ends; sets
+  // out->source_samples to source_samples(). Errors: as ReadCriteoFile's
+  // (a malformed line, named by path and line number; DATA_LOSS for a
+  // corrupt gzip stream); out then holds the samples before the error.
+  absl::Status Next(int64_t count, CtrDataset* out);
+
+  // Whether the source has no more samples (its end, or max_samples).
+  bool done() const;
+  // Samples of the source read so far (the other shards' included).
+  int64_t source_samples() const;
+
+ private:
+  struct State;
+  explicit CriteoStream(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace ps
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,53 @@ void AppendIds(const WireBytes& bytes, std::vector<uint64_t>* ids) {
   ForEachRun<uint64_t>(bytes, [ids](size_t, std::span<const uint64_t> run) {
     ids->insert(ids->end(), run.begin(), run.end());
   });
+}
+
+// A set of ids for a request's duplicate check: open addressing (linear
+// probing, at most half full) in a buffer each thread reuses, so a check
+// allocates nothing once its thread's buffer has grown; the request
+// threads' hot path (absl's sets free a large array on clear()).
+class IdSet {
+ public:
+  // Empties the set, with room for `n` ids.
+  void Reset(size_t n) {
+    size_t capacity = 16;
+    int bits = 4;
+    while (capacity < 2 * n) {
+      capacity <<= 1;
+      ++bits;
+    }
+    shift_ = 64 - bits;
+    // A thread keeps its buffer, but not one far larger than it needs now
+    // (after a request of many ids).
+    if (slots_.capacity() > 8 * capacity) slots_ = std::vector<uint64_t>();
+    slots_.assign(capacity, kEmpty);
+    has_empty_ = false;
+  }
+  // Adds `id`; false when it was there.
+  bool Insert(uint64_t id) {
+    if (id == kEmpty) return !std::exchange(has_empty_, true);
+    const size_t mask = slots_.size() - 1;
+    // Fibonacci hashing: the product's high bits.
+    for (size_t i = (id * 0x9e3779b97f4a7c15ULL) >> shift_;; i = (i + 1) & mask) {
+      if (slots_[i] == id) return false;
+      if (slots_[i] == kEmpty) {
+        slots_[i] = id;
+        return true;
+      }
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // Marks a free slot.
+  std::vector<uint64_t> slots_;
+  int shift_ = 60;
+  bool has_empty_ = false;  // kEmpty itself is in the set.
+};
+
+IdSet& ThreadIdSet() {
+  thread_local IdSet set;
+  return set;
 }
 
 // Copies `bytes` (a whole number of T) into `out`.
@@ -99,10 +147,10 @@ absl::Status SparseTableSet::CheckIds(uint32_t table, const WireBytes& keys,
   }
   AppendIds(keys, ids);
   const Table& t = tables_[table];
-  absl::flat_hash_set<uint64_t> seen;
-  seen.reserve(ids->size());
+  IdSet& seen = ThreadIdSet();
+  seen.Reset(ids->size());
   for (uint64_t id : *ids) {
-    if (!seen.insert(id).second) {
+    if (!seen.Insert(id)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "sparse: table ", table, ": id ", id, " appears more than once"));
     }

@@ -566,6 +566,19 @@ absl::Status ParameterClient::PushStep(
       [&](Done done) { PushWithRows(clock, &grads, &step, std::move(done)); });
 }
 
+void ParameterClient::PullStepAsync(int64_t clock,
+                                    std::vector<std::vector<float>>* params,
+                                    SparseStep* step, Done done) {
+  ++pulls_made_;
+  PullFromServers(clock, params, /*final=*/false, std::move(done), step);
+}
+
+void ParameterClient::PushStepAsync(
+    int64_t clock, const std::vector<std::vector<float>>* grads,
+    const SparseStep* step, Done done) {
+  PushWithRows(clock, grads, step, std::move(done));
+}
+
 void ParameterClient::PushAsync(int64_t clock,
                                 const std::vector<std::vector<float>>* grads,
                                 Done done) {

@@ -122,6 +122,16 @@ class ParameterClient {
   absl::Status PullStep(int64_t clock, bool final,
                         std::vector<std::vector<float>>* params,
                         SparseStep* step);
+  // PullStep, asynchronous: `done` as PullAsync's; `params` and `step` must
+  // not be touched until it runs. One pull at a time, as PullAsync.
+  void PullStepAsync(int64_t clock, std::vector<std::vector<float>>* params,
+                     SparseStep* step, Done done);
+  // PushStep, asynchronous: `step`'s ids and row gradients are read (and
+  // copied into the requests) before it returns; `grads`, as for PushAsync,
+  // must stay unchanged until `done` runs.
+  void PushStepAsync(int64_t clock,
+                     const std::vector<std::vector<float>>* grads,
+                     const SparseStep* step, Done done);
   // Push with the row gradients of `step` (step->row_grads, each server the
   // rows it holds), in the job's wire_gradients format as the blocks.
   // Errors: as Push's; INVALID_ARGUMENT for row gradients of a wrong size.

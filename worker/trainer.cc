@@ -118,7 +118,7 @@ absl::Status Trainer::UploadModel(int64_t clock, const Evaluation& evaluation) {
   *model->mutable_model() = assignment_.spec().model();
   model->set_clock(clock);
   model->set_test_accuracy(accuracy);
-  model->set_test_samples(ctr_model_ != nullptr ? ctr_test_.size()
+  model->set_test_samples(ctr_model_ != nullptr ? ctr_test_samples_
                                                 : test_.num_samples);
   if (ctr_model_ != nullptr) {
     model->set_test_auc(evaluation.auc);

@@ -132,15 +132,9 @@ class Trainer {
     float auc = -1;       // CTR models only.
     float log_loss = -1;  // CTR models only.
   };
-  // A CTR step's buffers (docs/sparse.md), reused across steps.
-  struct CtrScratch {
-    std::vector<float> dense;
-    std::vector<uint64_t> ids;
-    std::vector<int32_t> labels;
-    std::vector<std::vector<float>> params;
-    std::vector<std::vector<float>> grads;
-    SparseStep sparse;
-  };
+  // A CTR job's step loop (worker/trainer_ctr.cc): its sample stream, two
+  // step slots and the pull and push in flight.
+  struct CtrPipeline;
 
   // One step at `clock` on the samples `batch_order` names (`prefetch_next`:
   // the next step is in the same epoch).
@@ -158,16 +152,20 @@ class Trainer {
   // and end of epochs, with each step's sparse rows pulled and pushed
   // beside the dense tensors.
   absl::Status TrainCtr();
-  // Reads the Criteo-format training set (and on worker 0 the test set,
-  // into ctr_test_) and checks it against the model.
-  absl::StatusOr<CtrDataset> LoadCtrData();
-  // One CTR step at `clock`: gather, pull the batch's rows and the dense
-  // tensors, compute, push. Errors: the pull's, compute's or push's.
-  absl::StatusOr<StepTimes> RunCtrStep(const CtrDataset& train,
-                                       std::span<const int64_t> batch_order,
-                                       int64_t clock, CtrScratch& scratch);
-  // AUC, log loss and accuracy (at 0.5) of the CTR model at `clock` on
-  // ctr_test_ (`final` as for Evaluate).
+  // Reads this worker's shard of the Criteo-format training set (and on
+  // worker 0 the test set) through once, checking every sample and the
+  // shapes against the model, holding none; returns the samples each worker
+  // trains per epoch. Errors: unreadable or malformed files, a wrong shape.
+  absl::StatusOr<int64_t> ScanCtrData();
+  // One CTR step at `clock` (docs/sparse.md, "A step's pipeline"): its
+  // batch and pull (made ahead by the previous step, or now), then the next
+  // step's batch and pull when `prefetch_next`, compute, and the push
+  // (started; waited for at the next step, or now when not
+  // `prefetch_next`). Errors: the stream's, pull's, compute's or push's.
+  absl::StatusOr<StepTimes> RunCtrStep(CtrPipeline& pipeline, int64_t clock,
+                                       bool prefetch_next);
+  // AUC, log loss and accuracy (at 0.5) of the CTR model at `clock` on the
+  // test file, streamed (`final` as for Evaluate).
   absl::StatusOr<Evaluation> EvaluateCtr(int64_t clock, bool final);
   // Evaluate or EvaluateCtr, whichever the model is.
   absl::StatusOr<Evaluation> EvaluateModel(int64_t clock, bool final);
@@ -249,7 +247,7 @@ class Trainer {
 
   std::unique_ptr<Model> model_;         // Null for a CTR model.
   std::unique_ptr<CtrModel> ctr_model_;  // Only for a CTR model.
-  CtrDataset ctr_test_;                  // Worker 0, CTR models.
+  int64_t ctr_test_samples_ = 0;         // Worker 0, CTR models.
   // A float32 copy of the model for evaluation when training in fp16/bf16.
   std::unique_ptr<Model> eval_model_;
   // With local SGD (spec.local_sgd): the worker's local rounds.

@@ -1,40 +1,51 @@
 // Trainer's path for CTR models (docs/sparse.md): the clocks, reports, ends
 // of epochs and the model upload are Trainer's own (trainer.cc); each step
 // pulls the batch's rows of the sparse tables with the dense tensors, in one
-// round trip per server, and pushes their gradients the same way.
+// round trip per server, and pushes their gradients the same way. The
+// samples are streamed from the file (worker/ctr_samples.h), and a step's
+// push and the next step's pull are in flight while it computes
+// (docs/sparse.md, "A step's pipeline").
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/binary_metrics.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "worker/ctr_samples.h"
 #include "worker/trainer.h"
 
 namespace ps {
+
+// One step's data and buffers; the pipeline has two, used by clock % 2.
+struct CtrSlot {
+  int64_t clock = -1;  // The step whose batch it holds (-1: none).
+  std::vector<float> dense;
+  std::vector<uint64_t> ids;
+  std::vector<int32_t> labels;
+  SparseBatch prepared;  // The batch's ids deduplicated (PrepareInto).
+  std::vector<std::vector<float>> params;
+  std::vector<std::vector<float>> grads;
+  SparseStep sparse;
+};
+
+struct Trainer::CtrPipeline {
+  CtrPipeline(CtrSampleStream stream, int64_t steps_per_epoch)
+      : samples(std::move(stream)), steps(steps_per_epoch) {}
+
+  CtrSampleStream samples;
+  const int64_t steps;  // Per epoch.
+  CtrSlot slots[2];
+  // Last: they end (wait for their calls) before the slots they write.
+  PendingCall pull;  // A step's pull, possibly made by the step before.
+  PendingCall push;  // A step's push, waited for by the step after.
+};
+
 namespace {
 
-// Copies the samples `order` names into `scratch`'s batch buffers.
-void GatherCtrBatch(const CtrDataset& data, std::span<const int64_t> order,
-                    std::vector<float>* dense, std::vector<uint64_t>* ids,
-                    std::vector<int32_t>* labels) {
-  const size_t nd = static_cast<size_t>(data.num_dense);
-  const size_t nf = static_cast<size_t>(data.num_fields);
-  dense->resize(order.size() * nd);
-  ids->resize(order.size() * nf);
-  labels->resize(order.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    const size_t at = static_cast<size_t>(order[i]);
-    std::memcpy(dense->data() + i * nd, data.dense.data() + at * nd,
-                nd * sizeof(float));
-    std::memcpy(ids->data() + i * nf, data.ids.data() + at * nf,
-                nf * sizeof(uint64_t));
-    (*labels)[i] = data.labels[at];
-  }
-}
-
-// The batch of the samples in scratch's buffers.
+// The batch of the samples in a slot.
 CtrBatch BatchOf(const std::vector<float>& dense,
                  const std::vector<uint64_t>& ids,
                  const std::vector<int32_t>& labels) {
@@ -44,100 +55,205 @@ CtrBatch BatchOf(const std::vector<float>& dense,
                   .labels = labels.data()};
 }
 
-// Checks a Criteo data set against the model's shape.
-absl::Status CheckCtrData(const CtrDataset& data, const v1::ModelSpec& model,
-                          const std::string& path) {
-  if (data.num_dense != model.input_dim()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.input_dim: is ", model.input_dim(), " but ", path,
-                     " has ", data.num_dense, " dense features"));
-  }
-  if (data.num_fields != model.ctr().num_fields()) {
+// Checks the model's shape against Criteo's.
+absl::Status CheckCtrShape(const v1::ModelSpec& model) {
+  if (model.input_dim() != kCriteoDenseFeatures) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.ctr.num_fields: is ", model.ctr().num_fields(), " but ", path,
-        " has ", data.num_fields, " categorical fields"));
+        "model.input_dim: is ", model.input_dim(), " but Criteo data has ",
+        kCriteoDenseFeatures, " dense features"));
   }
-  if (data.size() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " has no samples"));
+  if (model.ctr().num_fields() != kCriteoFields) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.ctr.num_fields: is ", model.ctr().num_fields(),
+                     " but Criteo data has ", kCriteoFields,
+                     " categorical fields"));
   }
   return absl::OkStatus();
 }
 
+// Reads `shard` of `path` through (every line checked, no sample kept):
+// its samples, and the source's in *source_samples. Errors: the stream's;
+// INVALID_ARGUMENT for a shard without samples.
+absl::StatusOr<int64_t> ScanCriteo(const std::string& path,
+                                   int64_t max_samples, CriteoShard shard,
+                                   int64_t* source_samples) {
+  PS_ASSIGN_OR_RETURN(CriteoStream stream,
+                      CriteoStream::Open(path, max_samples, shard));
+  CtrDataset chunk;
+  int64_t samples = 0;
+  while (!stream.done()) {
+    PS_RETURN_IF_ERROR(stream.Next(int64_t{1} << 16, &chunk));
+    samples += chunk.size();
+  }
+  *source_samples = stream.source_samples();
+  if (samples == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " has no samples"));
+  }
+  return samples;
+}
+
 }  // namespace
 
-absl::StatusOr<CtrDataset> Trainer::LoadCtrData() {
+absl::StatusOr<int64_t> Trainer::ScanCtrData() {
   const v1::JobSpec& spec = assignment_.spec();
   const v1::DatasetSpec& data = spec.dataset();
-  // Worker i of N keeps samples i, i + N, ... (CriteoShard): no worker
-  // holds the whole training set.
+  PS_RETURN_IF_ERROR(CheckCtrShape(spec.model()));
+  // Worker i of N trains samples i, i + N, ... (CriteoShard): no worker
+  // reads the others' samples past their line ends.
+  int64_t source = 0;
   PS_ASSIGN_OR_RETURN(
-      CtrDataset train,
-      ReadCriteoFile(data.train_file(), data.max_train_samples(),
-                     {.part = assignment_.index(),
-                      .num_parts = assignment_.num_workers()}));
-  PS_RETURN_IF_ERROR(CheckCtrData(train, spec.model(), data.train_file()));
+      const int64_t shard_samples,
+      ScanCriteo(data.train_file(), data.max_train_samples(),
+                 {.part = assignment_.index(),
+                  .num_parts = assignment_.num_workers()},
+                 &source));
   if (assignment_.index() == 0) {  // The evaluator.
-    PS_ASSIGN_OR_RETURN(
-        ctr_test_, ReadCriteoFile(data.test_file(), data.max_test_samples()));
-    PS_RETURN_IF_ERROR(CheckCtrData(ctr_test_, spec.model(), data.test_file()));
+    int64_t test_source = 0;
+    PS_ASSIGN_OR_RETURN(ctr_test_samples_,
+                        ScanCriteo(data.test_file(), data.max_test_samples(),
+                                   {}, &test_source));
   }
-  return train;
+  // Every shard trains the same number of samples, source / num_workers (a
+  // shard may hold one more), so every worker runs the same clocks.
+  return std::min(source / assignment_.num_workers(), shard_samples);
 }
 
 absl::Status Trainer::TrainCtr() {
   const v1::JobSpec& spec = assignment_.spec();
-  PS_ASSIGN_OR_RETURN(CtrDataset train, LoadCtrData());
+  PS_ASSIGN_OR_RETURN(const int64_t per_worker, ScanCtrData());
   PS_ASSIGN_OR_RETURN(ctr_model_, CtrModel::Create(spec.model(), backend_));
   PS_ASSIGN_OR_RETURN(
       auto client, ParameterClient::Create(assignment_, ctr_model_->tensors(),
                                            options_.parameter_client, &stop_));
   InstallClient(std::move(client));
-  // This worker's shard, as one worker's whole data: every shard trains on
-  // the same number of samples, source_samples / num_workers (a shard may
-  // hold one more), so every worker runs the same clocks.
-  const int64_t per_worker = train.source_samples / assignment_.num_workers();
+  // This worker's shard, as one worker's whole data. The epoch's order the
+  // plan gives is not read: the stream has its own (CtrSampleStream).
   PS_ASSIGN_OR_RETURN(
       Plan plan,
-      MakePlan(DataPartition::Create(std::min(per_worker, train.size()), 1),
-               /*worker_in_partition=*/0));
-
-  CtrScratch scratch;
-  Pipeline pipeline;  // Empty: a CTR step pulls, computes and pushes in turn.
-  return RunClocks(plan, pipeline,
-                   [&](std::span<const int64_t> batch_order, int64_t clock,
-                       bool /*prefetch_next*/) {
-                     return RunCtrStep(train, batch_order, clock, scratch);
+      MakePlan(DataPartition::Create(per_worker, 1), /*worker_in_partition=*/0));
+  CtrPipeline pipeline(
+      CtrSampleStream(spec.dataset().train_file(),
+                      spec.dataset().max_train_samples(),
+                      {.part = assignment_.index(),
+                       .num_parts = assignment_.num_workers()},
+                      per_worker, spec.seed()),
+      plan.steps);
+  // Training ends with a call in flight only on an error; a pull made ahead
+  // may then wait on a server for a push that will not come: end it.
+  absl::Cleanup end_calls_in_flight = [&] {
+    if (pipeline.pull.busy() || pipeline.push.busy()) client_->Cancel();
+  };
+  Pipeline unused;  // The dense step's buffers: none here.
+  return RunClocks(plan, unused,
+                   [&](std::span<const int64_t> /*batch_order*/,
+                       int64_t clock, bool prefetch_next) {
+                     return RunCtrStep(pipeline, clock, prefetch_next);
                    });
 }
 
-absl::StatusOr<Trainer::StepTimes> Trainer::RunCtrStep(
-    const CtrDataset& train, std::span<const int64_t> batch_order,
-    int64_t clock, CtrScratch& scratch) {
+namespace {
+
+// Fills `slot` with step `clock`'s batch from the stream (positioned anew
+// at an epoch's start or after a jump), deduplicates its ids and lists them
+// for the pull.
+absl::Status FillSlot(CtrSampleStream& samples, int64_t steps, int batch,
+                      int64_t clock, const CtrModel& model, CtrSlot& slot) {
+  const int epoch = static_cast<int>(clock / steps);
+  const int64_t position = (clock % steps) * batch;
+  if (samples.epoch() != epoch || samples.position() != position) {
+    PS_RETURN_IF_ERROR(samples.Seek(epoch, position));
+  }
+  slot.clock = -1;
+  PS_RETURN_IF_ERROR(
+      samples.Next(batch, &slot.dense, &slot.ids, &slot.labels));
+  model.PrepareInto(BatchOf(slot.dense, slot.ids, slot.labels),
+                    &slot.prepared);
+  slot.sparse.ids.resize(model.num_tables());
+  for (int t = 0; t < model.num_tables(); ++t) {
+    const std::vector<uint64_t>& unique = slot.prepared.unique_ids(t);
+    slot.sparse.ids[t].assign(unique.begin(), unique.end());
+  }
+  slot.clock = clock;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Trainer::StepTimes> Trainer::RunCtrStep(CtrPipeline& pipeline,
+                                                       int64_t clock,
+                                                       bool prefetch_next) {
   StepTimes times;
   times.start = absl::Now();
-  GatherCtrBatch(train, batch_order, &scratch.dense, &scratch.ids,
-                 &scratch.labels);
-  const CtrBatch batch = BatchOf(scratch.dense, scratch.ids, scratch.labels);
-  const SparseBatch& rows = ctr_model_->Prepare(batch);
-  scratch.sparse.ids.resize(ctr_model_->num_tables());
-  for (int t = 0; t < ctr_model_->num_tables(); ++t) {
-    const std::vector<uint64_t>& unique = rows.unique_ids(t);
-    scratch.sparse.ids[t].assign(unique.begin(), unique.end());
+  const int batch = assignment_.spec().batch_size();
+  // Starts step c's pull into its slot (the slot filled first).
+  auto start_pull = [&](int64_t c) -> absl::Status {
+    CtrSlot& slot = pipeline.slots[c % 2];
+    PS_RETURN_IF_ERROR(FillSlot(pipeline.samples, pipeline.steps, batch, c,
+                                *ctr_model_, slot));
+    pipeline.pull.Start(c, [&](ParameterClient::Done done) {
+      client_->PullStepAsync(c, &slot.params, &slot.sparse, std::move(done));
+    });
+    return absl::OkStatus();
+  };
+  // Waits for the push in flight, if any, and records it.
+  auto finish_push = [&]() -> absl::Status {
+    const absl::Time waited_from = absl::Now();
+    const PendingCall::Result pushed = pipeline.push.Wait();
+    if (pushed.clock < 0) return absl::OkStatus();
+    PS_RETURN_IF_ERROR(pushed.status);
+    RecordPush(pushed.clock, pushed.duration, absl::Now() - waited_from);
+    return absl::OkStatus();
+  };
+
+  CtrSlot& slot = pipeline.slots[clock % 2];
+  if (!pipeline.pull.busy() || slot.clock != clock) {
+    PS_CHECK(!pipeline.pull.busy(), "a pull for another step in flight");
+    PS_RETURN_IF_ERROR(start_pull(clock));
   }
-  PS_RETURN_IF_ERROR(client_->PullStep(clock, /*final=*/false, &scratch.params,
-                                       &scratch.sparse));
+  if (absl::Status pulled = pipeline.pull.Wait().status; !pulled.ok()) {
+    // CANCELLED while a push was in flight: that push failed (it cancels
+    // the client), and its error is the cause.
+    if (absl::IsCancelled(pulled) && !stop_ && pipeline.push.busy()) {
+      PS_RETURN_IF_ERROR(finish_push());
+    }
+    return pulled;
+  }
   times.pulled = absl::Now();
-  PS_RETURN_IF_ERROR(ctr_model_->SetParameters(scratch.params));
+  // Within an epoch (worker 0 pulls to evaluate at its end), the next
+  // step's pull: under BSP the servers answer it once every worker's push
+  // of this clock is applied.
+  if (prefetch_next && options_.prefetch_pull) {
+    PS_RETURN_IF_ERROR(start_pull(clock + 1));
+  }
+  ctr_model_->UsePrepared(&slot.prepared);
+  slot.clock = -1;  // Its batch is the model's now.
+  PS_RETURN_IF_ERROR(ctr_model_->SetParameters(slot.params));
   PS_ASSIGN_OR_RETURN(
       times.loss,
-      ctr_model_->ComputeGradients(batch, scratch.sparse.rows, &scratch.grads,
-                                   &scratch.sparse.row_grads));
+      ctr_model_->ComputeGradients(BatchOf(slot.dense, slot.ids, slot.labels),
+                                   slot.sparse.rows, &slot.grads,
+                                   &slot.sparse.row_grads));
   RecordClipping(
-      ClipGradients(assignment_.spec().gradient_clipping(), &scratch.grads));
+      ClipGradients(assignment_.spec().gradient_clipping(), &slot.grads));
   times.computed = absl::Now();
-  PS_RETURN_IF_ERROR(client_->PushStep(clock, scratch.grads, scratch.sparse));
-  const absl::Duration took = absl::Now() - times.computed;
-  RecordPush(clock, took, /*blocked=*/took);
+  // The servers take a worker's pushes in clock order: the previous one
+  // first. The push reads the row gradients before Start returns; the dense
+  // gradients stay in the slot, which the step after next fills again only
+  // after this push is waited for.
+  PS_RETURN_IF_ERROR(finish_push());
+  pipeline.push.Start(
+      clock,
+      [&](ParameterClient::Done done) {
+        client_->PushStepAsync(clock, &slot.grads, &slot.sparse,
+                               std::move(done));
+      },
+      // A failed push ends training, and a pull made ahead would wait for
+      // this worker's clock in vain: cancelling ends it at once.
+      [this](const absl::Status&) { client_->Cancel(); });
+  // At an epoch's end the push must be in before the epoch is reported.
+  if (!prefetch_next || !options_.overlap_push) {
+    PS_RETURN_IF_ERROR(finish_push());
+  }
   times.pushed = absl::Now();
   if (options_.slowdown > 1.0) {
     absl::SleepFor((times.computed - times.pulled) * (options_.slowdown - 1.0));
@@ -147,43 +263,53 @@ absl::StatusOr<Trainer::StepTimes> Trainer::RunCtrStep(
 
 absl::StatusOr<Trainer::Evaluation> Trainer::EvaluateCtr(int64_t clock,
                                                          bool final) {
-  // The test set in chunks of a batch (the largest pull the client's
-  // shared-memory regions are sized for), each with its rows pulled.
+  // The test set streamed in chunks of a batch (the largest pull the
+  // client's shared-memory regions are sized for), each with its rows
+  // pulled; only the probabilities and labels are kept.
+  const v1::DatasetSpec& data = assignment_.spec().dataset();
   const int64_t chunk = std::max(1, assignment_.spec().batch_size());
-  const int64_t n = ctr_test_.size();
-  std::vector<float> probabilities(n);
-  CtrScratch scratch;
-  std::vector<int64_t> order;
-  for (int64_t first = 0; first < n; first += chunk) {
-    const int64_t count = std::min(chunk, n - first);
-    order.resize(count);
-    for (int64_t i = 0; i < count; ++i) order[i] = first + i;
-    GatherCtrBatch(ctr_test_, order, &scratch.dense, &scratch.ids,
-                   &scratch.labels);
-    const CtrBatch batch = BatchOf(scratch.dense, scratch.ids, scratch.labels);
+  PS_ASSIGN_OR_RETURN(
+      CriteoStream stream,
+      CriteoStream::Open(data.test_file(), data.max_test_samples()));
+  std::vector<float> probabilities;
+  std::vector<int32_t> labels;
+  CtrDataset samples;
+  std::vector<std::vector<float>> params;
+  SparseStep sparse;
+  while (!stream.done()) {
+    PS_RETURN_IF_ERROR(stream.Next(chunk, &samples));
+    if (samples.size() == 0) break;
+    const CtrBatch batch = BatchOf(samples.dense, samples.ids, samples.labels);
     const SparseBatch& rows = ctr_model_->Prepare(batch);
-    scratch.sparse.ids.resize(ctr_model_->num_tables());
+    sparse.ids.resize(ctr_model_->num_tables());
     for (int t = 0; t < ctr_model_->num_tables(); ++t) {
       const std::vector<uint64_t>& unique = rows.unique_ids(t);
-      scratch.sparse.ids[t].assign(unique.begin(), unique.end());
+      sparse.ids[t].assign(unique.begin(), unique.end());
     }
-    PS_RETURN_IF_ERROR(
-        client_->PullStep(clock, final, &scratch.params, &scratch.sparse));
-    PS_RETURN_IF_ERROR(ctr_model_->SetParameters(scratch.params));
-    PS_RETURN_IF_ERROR(ctr_model_->Predict(batch, scratch.sparse.rows,
+    PS_RETURN_IF_ERROR(client_->PullStep(clock, final, &params, &sparse));
+    PS_RETURN_IF_ERROR(ctr_model_->SetParameters(params));
+    const size_t first = probabilities.size();
+    probabilities.resize(first + samples.size());
+    PS_RETURN_IF_ERROR(ctr_model_->Predict(batch, sparse.rows,
                                            probabilities.data() + first));
+    labels.insert(labels.end(), samples.labels.begin(), samples.labels.end());
   }
+  const int64_t n = static_cast<int64_t>(labels.size());
+  if (n == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(data.test_file(), " has no samples"));
+  }
+  ctr_test_samples_ = n;
   // The model evaluated last is the one uploaded.
-  params_ = std::move(scratch.params);
+  params_ = std::move(params);
   int64_t correct = 0;
   for (int64_t i = 0; i < n; ++i) {
-    correct += (probabilities[i] >= 0.5f) == (ctr_test_.labels[i] == 1);
+    correct += (probabilities[i] >= 0.5f) == (labels[i] == 1);
   }
   return Evaluation{
       .accuracy = static_cast<float>(correct) / static_cast<float>(n),
-      .auc = static_cast<float>(BinaryAuc(probabilities, ctr_test_.labels)),
-      .log_loss =
-          static_cast<float>(BinaryLogLoss(probabilities, ctr_test_.labels))};
+      .auc = static_cast<float>(BinaryAuc(probabilities, labels)),
+      .log_loss = static_cast<float>(BinaryLogLoss(probabilities, labels))};
 }
 
 }  // namespace ps

@@ -21,7 +21,8 @@ namespace ps::testing {
 // and returns each worker's status. The workers' metrics go to `registry`
 // if given.
 inline std::vector<absl::Status> RunTrainers(
-    v1::Assignment assignment, prometheus::Registry* registry = nullptr) {
+    v1::Assignment assignment, prometheus::Registry* registry = nullptr,
+    const TrainerOptions& options = TrainerOptions()) {
   const int num_workers = assignment.num_workers();
   prometheus::Registry own_registry;
   WorkerMetrics metrics(registry != nullptr ? *registry : own_registry);
@@ -32,7 +33,7 @@ inline std::vector<absl::Status> RunTrainers(
     backends.push_back(CpuBackend::Create({.num_threads = 1}));
     trainers.push_back(std::make_unique<Trainer>(assignment, nullptr, nullptr,
                                                  backends.back().get(),
-                                                 &metrics, TrainerOptions()));
+                                                 &metrics, options));
   }
   std::vector<absl::Status> results(num_workers);
   std::vector<std::thread> threads;

@@ -82,9 +82,23 @@ void CtrModel::BuildLayers() {
 }
 
 const SparseBatch& CtrModel::Prepare(const CtrBatch& batch) {
+  PrepareInto(batch, &sparse_);
+  UseRows();
+  return sparse_;
+}
+
+void CtrModel::PrepareInto(const CtrBatch& batch, SparseBatch* into) const {
   PS_CHECK(batch.batch >= 0 && (batch.batch == 0 || batch.ids != nullptr),
            "CtrModel::Prepare(batch ", batch.batch, ")");
-  sparse_.Build(batch.ids, batch.batch, layout_.field_tables, num_tables());
+  into->Build(batch.ids, batch.batch, layout_.field_tables, num_tables());
+}
+
+void CtrModel::UsePrepared(SparseBatch* prepared) {
+  std::swap(sparse_, *prepared);
+  UseRows();
+}
+
+void CtrModel::UseRows() {
   const std::vector<int32_t>& rows = sparse_.rows();
   global_rows_.resize(rows.size());
   const int fields = layout_.num_fields;
@@ -92,7 +106,6 @@ const SparseBatch& CtrModel::Prepare(const CtrBatch& batch) {
     global_rows_[i] = static_cast<int32_t>(
         sparse_.offset(layout_.field_tables[i % fields]) + rows[i]);
   }
-  return sparse_;
 }
 
 absl::Status CtrModel::SetParameters(

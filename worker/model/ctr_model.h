@@ -65,6 +65,13 @@ class CtrModel {
   // checked): the unique ids per table are the rows to pull. The result
   // stays valid until the next Prepare; ComputeGradients and Predict use it.
   const SparseBatch& Prepare(const CtrBatch& batch);
+  // Prepare's deduplication of `batch` into `into`, the model's batch left
+  // as it is: a batch prepared ahead (the trainer's step pipeline).
+  void PrepareInto(const CtrBatch& batch, SparseBatch* into) const;
+  // Makes `prepared` (a PrepareInto result) the batch ComputeGradients and
+  // Predict use, as Prepare(that batch) would; swaps buffers with it, so
+  // `prepared` is left with stale contents for the next PrepareInto.
+  void UsePrepared(SparseBatch* prepared);
 
   // Replaces the dense parameters: params[i] holds tensors()[i].num_elems()
   // floats. Errors: INVALID_ARGUMENT on a count or size mismatch (nothing
@@ -98,6 +105,9 @@ class CtrModel {
            std::vector<int> table_dims);
 
   void BuildLayers();
+  // global_rows_ from sparse_ (the rows of each (sample, field), the
+  // tables' rows stacked).
+  void UseRows();
   LayerParams ParamsOf(int weight_tensor);
   int input_dim() const;
   int64_t z_width() const {

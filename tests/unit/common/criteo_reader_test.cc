@@ -339,6 +339,42 @@ TEST_F(CriteoFilesTest, ShardsPartitionTheSamplesAcrossWorkers) {
       absl::StatusCode::kInvalidArgument);
 }
 
+// A stream gives a shard's samples in file order, in pieces of any size
+// (across the 4 MiB chunks, plain and gzip), as ReadCriteoFile does whole.
+TEST_F(CriteoFilesTest, StreamGivesTheShardsSamplesInPieces) {
+  std::string text;
+  for (int i = 0; i < 30001; ++i) absl::StrAppend(&text, FullLine(i), "\n");
+  for (const bool gzip : {false, true}) {
+    SCOPED_TRACE(gzip ? "gzip" : "plain");
+    const std::string path = Write(gzip ? "s.tsv.gz" : "s.tsv", text, gzip);
+    for (const int64_t max_samples : {int64_t{0}, int64_t{20000}}) {
+      const CriteoShard shard = {.part = 1, .num_parts = 2};
+      auto whole = ReadCriteoFile(path, max_samples, shard);
+      ASSERT_TRUE(whole.ok()) << whole.status();
+      auto stream = CriteoStream::Open(path, max_samples, shard);
+      ASSERT_TRUE(stream.ok()) << stream.status();
+      CtrDataset piece, all;
+      for (int64_t count = 1; !stream->done(); count = count * 3 + 1) {
+        ASSERT_TRUE(stream->Next(count, &piece).ok());
+        EXPECT_LE(piece.size(), count);
+        all.labels.insert(all.labels.end(), piece.labels.begin(),
+                          piece.labels.end());
+        all.dense.insert(all.dense.end(), piece.dense.begin(),
+                         piece.dense.end());
+        all.ids.insert(all.ids.end(), piece.ids.begin(), piece.ids.end());
+      }
+      EXPECT_EQ(all.labels, whole->labels);
+      EXPECT_EQ(all.dense, whole->dense);
+      EXPECT_EQ(all.ids, whole->ids);
+      EXPECT_EQ(stream->source_samples(), whole->source_samples);
+      ASSERT_TRUE(stream->Next(5, &piece).ok());  // At the end: nothing.
+      EXPECT_EQ(piece.size(), 0);
+    }
+  }
+  EXPECT_EQ(CriteoStream::Open((dir_ / "absent.tsv").string()).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(CriteoFilesTest, FileErrorsNameThePathAndTheLine) {
   auto missing = ReadCriteoFile((dir_ / "absent.tsv").string());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);

@@ -262,6 +262,25 @@ TEST_P(ServerJobSparseTest, BspAveragesRowsOverAllWorkers) {
   }
 }
 
+// The duplicate check (a set each request thread reuses) finds a repeat
+// far from its first occurrence among many ids, request after request, and
+// passes the same ids once each.
+TEST_P(ServerJobSparseTest, RepeatedIdAmongManyIsRefusedEachTime) {
+  auto job = Open({});
+  ASSERT_NE(job, nullptr);
+  const std::vector<uint64_t> many = IdsOn(0, 3000);
+  for (const size_t first : {size_t{0}, size_t{1234}, size_t{2998}}) {
+    std::vector<uint64_t> ids = many;
+    ids.push_back(many[first]);
+    auto reply = Push(*job, MakePush(0, 0, ids, Rows(ids.size() * kDim, 0.5f)));
+    EXPECT_TRUE(absl::IsInvalidArgument(reply.status())) << reply.status();
+    EXPECT_THAT(reply.status().message(), HasSubstr("more than once"));
+  }
+  EXPECT_TRUE(PullNow(*job, 0, many).ok());
+  EXPECT_TRUE(Push(*job, MakePush(0, 0, many, Rows(many.size() * kDim, 0.5f)))
+                  .ok());
+}
+
 TEST_P(ServerJobSparseTest, MalformedSparseRequestsAreRefusedAndChangeNothing) {
   auto job = Open({});
   ASSERT_NE(job, nullptr);

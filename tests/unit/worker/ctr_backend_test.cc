@@ -12,6 +12,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -223,6 +224,49 @@ TEST_P(CtrBackendTest, CtrModelStepMatchesTheCpuBackend) {
           (*reference)->Predict(batch.view(), rows, want_p.data()).ok());
       EXPECT_THAT(p, Pointwise(FloatNear(1e-5), want_p));
     }
+  }
+}
+
+// The CPU backend's vectorized interaction kernels give the bits of the
+// plain loops they replaced (a pair's dot summed over k in order; a
+// vector's gradient summed over the pairs in (i, j) order), for widths that
+// do and do not fill its 4-float lanes.
+TEST(CpuCtrKernelsTest, PairwiseDotsAndGradEqualThePlainLoopsBitForBit) {
+  std::unique_ptr<CpuBackend> cpu = CpuBackend::Create({});
+  std::mt19937 rng(17);
+  for (const auto& [vectors, dim] : {std::pair{27, 16}, std::pair{6, 5},
+                                    std::pair{2, 1}, std::pair{9, 7}}) {
+    SCOPED_TRACE(::testing::Message() << vectors << " vectors of " << dim);
+    const int batch = 5;
+    const int64_t pairs = int64_t{vectors} * (vectors - 1) / 2;
+    const int64_t ld = pairs + 2;
+    const std::vector<float> z = RandomVector(batch * vectors * dim, &rng);
+    const std::vector<float> g = RandomVector(batch * ld, &rng);
+    std::vector<float> dots(batch * ld, -7), gz(z.size(), -7);
+    cpu->PairwiseDots(z.data(), batch, vectors, dim, dots.data(), ld);
+    cpu->PairwiseDotsGrad(z.data(), g.data(), ld, batch, vectors, dim,
+                          gz.data());
+    std::vector<float> want_dots(batch * ld, -7), want_gz(z.size(), 0);
+    for (int b = 0; b < batch; ++b) {
+      const float* zb = z.data() + b * vectors * dim;
+      float* o = want_dots.data() + b * ld;
+      const float* gb = g.data() + b * ld;
+      float* gzb = want_gz.data() + b * vectors * dim;
+      for (int i = 0; i < vectors; ++i) {
+        for (int j = i + 1; j < vectors; ++j) {
+          float sum = 0.0f;
+          for (int k = 0; k < dim; ++k) sum += zb[i * dim + k] * zb[j * dim + k];
+          *o++ = sum;
+          const float gp = *gb++;
+          for (int k = 0; k < dim; ++k) {
+            gzb[i * dim + k] += gp * zb[j * dim + k];
+            gzb[j * dim + k] += gp * zb[i * dim + k];
+          }
+        }
+      }
+    }
+    EXPECT_EQ(dots, want_dots);
+    EXPECT_EQ(gz, want_gz);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "common/logging.h"
 #include "worker/model/cpu/cpu_backend.h"
@@ -40,20 +41,52 @@ void CpuBackend::ScatterAddRows(const float* grad, int64_t grad_ld,
   }
 }
 
+namespace {
+
+// Four floats in a register (GCC/Clang vector extension: SSE on x86-64,
+// NEON on ARM). Lanes are independent: a lane's sums are the scalar sums in
+// the same order, so the kernels below give the scalar loops' bits.
+typedef float Float4 __attribute__((vector_size(16)));
+
+Float4 Load4(const float* p) {
+  Float4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+void Store4(float* p, Float4 v) { std::memcpy(p, &v, sizeof(v)); }
+
+}  // namespace
+
 void CpuBackend::PairwiseDots(const float* z, int batch, int vectors, int dim,
                               float* out, int64_t out_ld) {
+  // Per sample, z transposed ([dim x padded], the vectors in the columns,
+  // zero-padded to a multiple of 4): the dots of vector i with 4 vectors j
+  // at once, each lane summing zi[k] * zj[k] over k in order, from 0 — the
+  // scalar loop's sums, bit for bit.
   const int64_t stride = int64_t{vectors} * dim;
+  const int padded = (vectors + 3) & ~3;
+  std::vector<float> zt(static_cast<size_t>(dim) * padded, 0.0f);
   for (int64_t b = 0; b < batch; ++b) {
     const float* zb = z + b * stride;
+    for (int v = 0; v < vectors; ++v) {
+      for (int k = 0; k < dim; ++k) zt[k * padded + v] = zb[v * dim + k];
+    }
     float* o = out + b * out_ld;
-    for (int i = 0; i < vectors; ++i) {
-      const float* __restrict zi = zb + int64_t{i} * dim;
-      for (int j = i + 1; j < vectors; ++j) {
-        const float* __restrict zj = zb + int64_t{j} * dim;
-        float sum = 0.0f;
-        for (int k = 0; k < dim; ++k) sum += zi[k] * zj[k];
-        *o++ = sum;
+    for (int i = 0; i + 1 < vectors; ++i) {
+      const float* zi = zb + int64_t{i} * dim;
+      for (int c = (i + 1) & ~3; c < vectors; c += 4) {
+        Float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k = 0; k < dim; ++k) {
+          acc += zi[k] * Load4(zt.data() + k * padded + c);
+        }
+        float lanes[4];
+        Store4(lanes, acc);
+        for (int j = std::max(c, i + 1); j < std::min(c + 4, vectors); ++j) {
+          o[j - i - 1] = lanes[j - c];
+        }
       }
+      o += vectors - i - 1;
     }
   }
 }
@@ -61,24 +94,36 @@ void CpuBackend::PairwiseDots(const float* z, int batch, int vectors, int dim,
 void CpuBackend::PairwiseDotsGrad(const float* z, const float* grad_out,
                                   int64_t grad_ld, int batch, int vectors,
                                   int dim, float* grad_z) {
+  // grad z_m = sum over n != m, n ascending, of g(m, n) * z_n: the order in
+  // which the pair loop (i < j: g * z_j into i, g * z_i into j) adds to
+  // vector m, so the same bits; here 4 values of k at a time.
   const int64_t stride = int64_t{vectors} * dim;
+  std::vector<float> sym(static_cast<size_t>(vectors) * vectors, 0.0f);
+  const int dim4 = dim & ~3;
   for (int64_t b = 0; b < batch; ++b) {
     const float* zb = z + b * stride;
     const float* g = grad_out + b * grad_ld;
-    float* gz = grad_z + b * stride;
-    std::fill(gz, gz + stride, 0.0f);
-    // Pair (i, j), i < j, adds g * z_j to grad z_i and g * z_i to grad z_j.
     for (int i = 0; i < vectors; ++i) {
       for (int j = i + 1; j < vectors; ++j) {
-        const float gp = *g++;
-        const float* __restrict zi = zb + int64_t{i} * dim;
-        const float* __restrict zj = zb + int64_t{j} * dim;
-        float* __restrict gi = gz + int64_t{i} * dim;
-        float* __restrict gj = gz + int64_t{j} * dim;
-        for (int k = 0; k < dim; ++k) {
-          gi[k] += gp * zj[k];
-          gj[k] += gp * zi[k];
+        sym[i * vectors + j] = sym[j * vectors + i] = *g++;
+      }
+    }
+    for (int m = 0; m < vectors; ++m) {
+      const float* gm = sym.data() + int64_t{m} * vectors;
+      float* out = grad_z + b * stride + int64_t{m} * dim;
+      for (int k = 0; k < dim4; k += 4) {
+        Float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int n = 0; n < vectors; ++n) {
+          if (n != m) acc += gm[n] * Load4(zb + int64_t{n} * dim + k);
         }
+        Store4(out + k, acc);
+      }
+      for (int k = dim4; k < dim; ++k) {
+        float acc = 0.0f;
+        for (int n = 0; n < vectors; ++n) {
+          if (n != m) acc += gm[n] * zb[int64_t{n} * dim + k];
+        }
+        out[k] = acc;
       }
     }
   }

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Where a CTR step's time goes (docs/benchmarks.md, "CTR: where a step
+# goes"): the job of bench/ctr_vs_pytorch.sh (deploy/jobs/criteo-ctr.json,
+# BSP, WAL, 2 servers, 2 CPU workers of batch BATCH, one epoch) on DATA, with
+# `perf record` attached to every server and worker for PERF_SECONDS of the
+# epoch (from worker 0's first step). Prints, in Markdown:
+#   - per process: CPU seconds over the epoch, and its peak resident memory;
+#   - worker 0's step split from its metrics: pull (waiting for the
+#     parameters), compute, push (waited for), per step, and bytes per step;
+#   - per server: store bytes written per clock (the update log);
+#   - the hottest symbols of each process (perf report, self time).
+#
+#   DATA=/tmp/ctr-1m bench/ctr_profile.sh [OUT_DIR]
+#
+# BUILD_DIR: the build tree (default build). PERF=0 skips perf (CPU
+# seconds and the metrics only). JOB_ARGS: extra arguments for
+# bench/ctr_vs_pytorch.py job (e.g. "--durability MEMORY").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-$(mktemp -d -t ps-ctr-profile.XXXXXX)}
+BUILD_DIR=${BUILD_DIR:-build}
+BATCH=${BATCH:-2048}
+PERF=${PERF:-1}
+PERF_SECONDS=${PERF_SECONDS:-15}
+: "${DATA:?set DATA to a directory of bench/criteo_gen.py output}"
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+source scripts/lib/cluster.sh
+trap 'cluster_stop >/dev/null 2>&1 || true' EXIT
+PSCTL=$BUILD_DIR/client/psctl
+
+# shellcheck disable=SC2086  # JOB_ARGS are meant to split
+/usr/bin/python3 bench/ctr_vs_pytorch.py job --data "$DATA" --batch "$BATCH" \
+  ${JOB_ARGS:-} >"$OUT/job.json"
+cluster_start "$BUILD_DIR" "$OUT" 2 2 >/dev/null
+"$PSCTL" --coordinator="$COORDINATOR" submit "$OUT/job.json" --watch \
+  >"$OUT/watch.log" 2>&1 &
+watch_pid=$!
+for _ in $(seq 1 600); do
+  grep -q 'steps per epoch' "$OUT/worker0.log" 2>/dev/null && break
+  sleep 0.2
+done
+cluster_cpu_seconds >"$OUT/cpu_start.txt"
+perf_pids=()
+if [ "$PERF" = 1 ]; then
+  for i in "${!CLUSTER_NAMES[@]}"; do
+    name=${CLUSTER_NAMES[$i]}
+    case $name in server* | worker*) ;; *) continue ;; esac
+    perf record -F 199 -g -p "${CLUSTER_PIDS[$i]}" -o "$OUT/$name.perf" \
+      -- sleep "$PERF_SECONDS" >/dev/null 2>&1 &
+    perf_pids+=($!)
+  done
+fi
+wait "$watch_pid" || { tail -n 5 "$OUT/watch.log" >&2; exit 1; }
+cluster_cpu_seconds >"$OUT/cpu_end.txt"
+for pid in "${perf_pids[@]}"; do wait "$pid" || true; done
+: >"$OUT/rss.txt"
+for i in "${!CLUSTER_NAMES[@]}"; do
+  name=${CLUSTER_NAMES[$i]}
+  awk -v n="$name" '/^VmHWM/ { printf "%s %.0f\n", n, $2 / 1024 }' \
+    "/proc/${CLUSTER_PIDS[$i]}/status" >>"$OUT/rss.txt"
+  port=$(cluster_port "$OUT/$name.ports" metrics_port)
+  curl -s "http://127.0.0.1:$port/metrics" >"$OUT/$name.metrics" || true
+done
+cluster_stop >/dev/null 2>&1 || true
+
+# Seconds since midnight of a log line's stamp.
+log_seconds() { awk '{ split(substr($1, 12), t, ":"); print t[1] * 3600 + t[2] * 60 + t[3] }'; }
+start=$(grep -m1 'steps per epoch' "$OUT/worker0.log" | log_seconds)
+end=$(grep -m1 'uploaded the trained model' "$OUT/worker0.log" | log_seconds)
+steps=$(grep -m1 'steps per epoch' "$OUT/worker0.log" | sed 's/.* \([0-9]*\) steps per epoch.*/\1/')
+auc=$(sed -n 's/^test auc \([0-9.]*\).*/\1/p' "$OUT/watch.log" | tail -n 1)
+echo "CTR profile: $(wc -l <"$DATA/train.tsv") rows, batch $BATCH, $steps steps; train $(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }') s; test AUC $auc; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| process | CPU s (epoch) | CPU ms / step | peak RSS MiB |"
+echo "|---|---:|---:|---:|"
+join <(sort "$OUT/cpu_start.txt") <(sort "$OUT/cpu_end.txt") | join - <(sort "$OUT/rss.txt") |
+  awk -v n="$steps" '{ printf "| %s | %.1f | %.1f | %d |\n", $1, $3 - $2, 1000 * ($3 - $2) / n, $4 }'
+echo
+# A metric's value summed over its label sets: NAME FILE.
+metric_total() {
+  awk -v m="$1" '{ n = $1; sub(/\{.*/, "", n) } n == m { s += $NF } END { print s + 0 }' "$2"
+}
+metric_sum() { metric_total "$1_sum" "$2"; }
+metric_count() { metric_total "$1_count" "$2"; }
+# A CTR step's compute is not in ps_worker_compute_seconds (the CTR model
+# keeps no StepTiming): it is the step's time less the waits for its pull
+# and push (the batch's read and deduplication included).
+echo "| worker | step ms | pull waited ms | push waited ms | compute and rest ms | push whole ms | pull KB/step | push KB/step |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+for w in worker0 worker1; do
+  f=$OUT/$w.metrics
+  n=$(metric_count ps_worker_pull_seconds "$f")
+  awk -v w="$w" -v n="$n" -v pl="$(metric_sum ps_worker_pull_seconds "$f")" \
+    -v t="$(awk -v s="$start" -v e="$end" 'BEGIN { print e - s }')" \
+    -v pb="$(metric_sum ps_worker_push_blocked_seconds "$f")" \
+    -v pw="$(metric_sum ps_worker_push_seconds "$f")" \
+    -v bi="$(metric_total ps_worker_pull_bytes_total "$f")" \
+    -v bo="$(metric_total ps_worker_push_bytes_total "$f")" \
+    'BEGIN { if (n == 0) n = 1; printf "| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f |\n", w, 1000 * t / n, 1000 * pl / n, 1000 * pb / n, 1000 * (t - pl - pb) / n, 1000 * pw / n, bi / n / 1000, bo / n / 1000 }'
+done
+echo
+echo "| server | store MB written / clock | pull wait ms (mean) |"
+echo "|---|---:|---:|"
+for s in server0 server1; do
+  f=$OUT/$s.metrics
+  awk -v s="$s" -v n="$steps" -v b="$(metric_total ps_store_written_bytes_total "$f")" \
+    -v ws="$(metric_sum ps_pull_wait_seconds "$f")" -v wc="$(metric_count ps_pull_wait_seconds "$f")" \
+    'BEGIN { if (wc == 0) wc = 1; printf "| %s | %.2f | %.1f |\n", s, b / n / 1e6, 1000 * ws / wc }'
+done
+if [ "$PERF" = 1 ]; then
+  for name in server0 worker0; do
+    echo
+    echo "$name: hottest symbols (self, % of its samples)"
+    echo '```'
+    perf report -i "$OUT/$name.perf" --no-children --sort sym --stdio 2>/dev/null |
+      grep -E '^ +[0-9.]+%' | head -n "${TOP:-25}" | cut -c1-110 || true
+    echo '```'
+  done
+fi
+echo "results and logs: $OUT" >&2
