@@ -1,7 +1,7 @@
 // psctl: command-line client of the coordinator's JobService.
 //
 //   psctl [--coordinator=HOST:PORT] [--tls_ca=PEM] [--token_file=FILE]
-//         submit JOB.json [--watch]
+//         submit JOB.json [--watch] [--init_from=MODEL_FILE]
 //   psctl list | get JOB | watch JOB | cancel JOB | delete JOB
 //   psctl health HOST:PORT
 //   psctl export JOB --output=FILE   (or -o FILE)
@@ -28,11 +28,13 @@
 #include "client/nodes.h"
 #include "client/progress.h"
 #include "client/sweep_cli.h"
+#include "client/table_export.h"
 #include "common/flags_usage.h"
 #include "common/grpc_util.h"
 #include "common/idx_reader.h"
 #include "common/job_spec.h"
 #include "common/model_file.h"
+#include "common/model_tables.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -49,6 +51,9 @@ ABSL_FLAG(int, submit_retry_ms, 30000,
 ABSL_FLAG(bool, watch, false,
           "submit: follow the job's progress until it ends");
 ABSL_FLAG(bool, json, false, "sweep get: print the status as JSON");
+ABSL_FLAG(std::string, init_from, "",
+          "submit: start the job from this model file's dense tensors and "
+          "sparse rows (checked against the spec; every server reads it)");
 ABSL_FLAG(std::string, output, "", "export: the model file to write");
 ABSL_FLAG(std::string, o, "", "export: short for --output");
 ABSL_FLAG(std::string, images, kDefaultTestImages,
@@ -78,6 +83,8 @@ constexpr char kUsage[] =
     "psctl [--coordinator=HOST:PORT] COMMAND\n"
     "  submit JOB.json [--watch]  submit a job spec (Protobuf JSON of "
     "ps.v1.JobSpec)\n"
+    "      [--init_from=MODEL_FILE]  start from an exported model's tensors\n"
+    "                             and rows, on any number of servers\n"
     "  list                       list jobs\n"
     "  nodes                      list the registered servers and workers\n"
     "  get JOB                    print a job's status as JSON\n"
@@ -89,7 +96,9 @@ constexpr char kUsage[] =
     "  health HOST:PORT           check any process's gRPC health service\n"
     "                             (prints SERVING and exits 0 if it serves)\n"
     "  export JOB --output=FILE   write a SUCCEEDED job's trained model\n"
-    "                             (-o FILE too; see docs/model-format.md)\n"
+    "                             (-o FILE too; see docs/model-format.md),\n"
+    "                             with its sparse tables' rows, read from\n"
+    "                             its servers\n"
     "  eval MODEL_FILE            a model file's accuracy on a data set\n"
     "      [--images=PATH --labels=PATH]  (default: Fashion-MNIST's test set)\n"
     "      [--max_samples=N]      first N samples only (0: all)\n";
@@ -196,6 +205,21 @@ int Submit(ps::JobClient& client, const std::string& path) {
     return Fail(
         absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message())));
   }
+  if (std::string from = absl::GetFlag(FLAGS_init_from); !from.empty()) {
+    // Absolute: the servers read it from their own working directories.
+    if (from.front() != '/') {
+      char cwd[4096];
+      if (::getcwd(cwd, sizeof(cwd)) != nullptr) from = absl::StrCat(cwd, "/", from);
+    }
+    auto model = ps::ReadModelFile(from);
+    if (!model.ok()) return Fail(model.status());
+    checked.set_init_from(from);
+    if (auto s = ps::CheckModelFitsJob(*model, checked); !s.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat(path, " with ", from, ": ", s.message())));
+    }
+    spec->set_init_from(from);
+  }
   // One request id for this invocation, the same on each of its retries,
   // so that a retried submit never makes a second job.
   auto id = client.Submit(*spec, ps::NewRequestId());
@@ -205,8 +229,22 @@ int Submit(ps::JobClient& client, const std::string& path) {
   return 0;
 }
 
-// Fetches a job's trained model and writes it to the --output file.
-int Export(ps::JobClient& client, const std::string& job_id) {
+// How export reaches the servers: the client's TLS and token.
+ps::TableExportOptions TableExportOptionsOf(
+    const ps::JobClientOptions& options) {
+  ps::TableExportOptions out;
+  out.channel = options.channel;
+  if (!options.token.empty()) {
+    out.channel.call_metadata.emplace_back(
+        "authorization", absl::StrCat("Bearer ", options.token));
+  }
+  return out;
+}
+
+// Fetches a job's trained model and writes it to the --output file; a job
+// with sparse tables gets its rows from its servers.
+int Export(ps::JobClient& client, const ps::JobClientOptions& options,
+           const std::string& job_id) {
   std::string path = absl::GetFlag(FLAGS_output);
   if (path.empty()) path = absl::GetFlag(FLAGS_o);
   if (path.empty()) {
@@ -216,7 +254,18 @@ int Export(ps::JobClient& client, const std::string& job_id) {
   }
   auto model = client.ExportModel(job_id);
   if (!model.ok()) return Fail(model.status());
-  if (auto s = ps::WriteModelFile(*model, path); !s.ok()) return Fail(s);
+  std::string rows_written;
+  if (model->model().sparse_tables_size() == 0) {
+    if (auto s = ps::WriteModelFile(*model, path); !s.ok()) return Fail(s);
+  } else {
+    // The rows stay on the job's servers: read them from there.
+    auto job = client.Get(job_id);
+    if (!job.ok()) return Fail(job.status());
+    auto rows = ps::ExportModelWithTables(*model, job->shard_map(), path,
+                                          TableExportOptionsOf(options));
+    if (!rows.ok()) return Fail(rows.status());
+    rows_written = absl::StrFormat(", %d sparse rows", *rows);
+  }
   int64_t values = 0;
   for (const auto& t : model->tensors()) values += t.data().size() / 4;
   // A CTR model's quality is its AUC and log loss, not its accuracy.
@@ -225,10 +274,10 @@ int Export(ps::JobClient& client, const std::string& job_id) {
           ? ps::FormatBinaryMetrics(model->test_auc(), model->test_log_loss())
           : absl::StrFormat("accuracy %.4f", model->test_accuracy());
   std::cout << absl::StrFormat(
-                   "wrote %s to %s: %d tensors, %d values, clock %d, test %s "
-                   "(%d samples)",
-                   job_id, path, model->tensors_size(), values, model->clock(),
-                   quality, model->test_samples())
+                   "wrote %s to %s: %d tensors, %d values%s, clock %d, test "
+                   "%s (%d samples)",
+                   job_id, path, model->tensors_size(), values, rows_written,
+                   model->clock(), quality, model->test_samples())
             << std::endl;
   return 0;
 }
@@ -295,7 +344,7 @@ std::optional<int> RunCommandOn(ps::JobClient& client,
                                 const std::string& command,
                                 const std::string& arg) {
   if (command == "health") return Health(arg, options.timeout, options.channel);
-  if (command == "export") return Export(client, arg);
+  if (command == "export") return Export(client, options, arg);
   if (command == "eval") return Eval(arg);
   if (command == "submit") return Submit(client, arg);
   if (command == "watch") return Watch(client, arg);
