@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <span>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -20,11 +21,6 @@
 
 namespace ps {
 namespace {
-
-bool AllFinite(std::span<const float> values) {
-  return std::all_of(values.begin(), values.end(),
-                     [](float v) { return std::isfinite(v); });
-}
 
 // One table's rows of this server's buckets, gathered from the file: per
 // bucket, (id, index of its row in `values`).
