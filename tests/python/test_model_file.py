@@ -116,3 +116,96 @@ def test_loads_into_embedding_bag_and_linear(tmp_path):
     assert net.side.weight.tolist() == [[5, 6, 7], [0, 0, 0]]
     with pytest.raises(KeyError):
         mf.load_into_module(Net(), model)  # "other" has no submodule.
+
+
+# --- Through the real executables: psctl export of a CTR job, read here. ---
+
+def ctr_spec(data, servers, name="ctr", bad_table=None):
+    tables = [{"name": f"C{f + 1}", "dim": 4,
+               "optimizer": {"rowwise_adagrad": {"learning_rate": 0.1}}}
+              for f in range(26)]
+    if bad_table is not None:
+        tables[bad_table]["name"] = "X"
+    return {"name": name,
+            "model": {"kind": "CTR", "input_dim": 13, "num_classes": 2,
+                      "sparse_tables": tables,
+                      "ctr": {"num_fields": 26, "bottom_mlp": [8, 4],
+                              "top_mlp": [8]}},
+            "dataset": {"format": "CRITEO",
+                        "train_file": str(data / "train.tsv"),
+                        "test_file": str(data / "test.tsv")},
+            "epochs": 1, "batch_size": 64, "seed": 3,
+            "optimizer": {"adagrad": {"learning_rate": 0.05}},
+            "consistency": {"model": "BSP"},
+            "num_workers": 2, "num_servers": servers, "durability": "WAL"}
+
+
+def psctl(coordinator, *args):
+    import subprocess
+    from cluster import binary
+    return subprocess.run([binary("client", "psctl"),
+                           f"--coordinator={coordinator}", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_reads_a_psctl_export_and_starts_a_job_from_it(cluster, tmp_path):
+    import os
+    import subprocess
+    import paramserver as ps
+    from cluster import binary
+    if not os.access(binary("worker", "ps-worker"), os.X_OK):
+        pytest.skip("ps-worker is not built")
+    source = os.environ.get("PS_SOURCE_DIR", os.path.join(
+        os.path.dirname(__file__), "..", ".."))
+    data = tmp_path / "data"
+    subprocess.run(["/usr/bin/python3",
+                    os.path.join(source, "bench", "criteo_gen.py"),
+                    "--out", str(data), "--train_rows", "4096",
+                    "--test_rows", "512", "--seed", "2",
+                    "--min_cardinality", "3", "--max_cardinality", "200"],
+                   check=True, capture_output=True, timeout=120)
+    coordinator = cluster.start(servers=2, cpp_workers=2)
+    with ps.JobClient(coordinator, timeout=10) as client:
+        job = client.wait(client.submit(ctr_spec(data, 2)), timeout=240)
+        assert job.state == ps.v1.SUCCEEDED, job.message
+        path = tmp_path / "model.bin"
+        out = psctl(coordinator, "export", job.job_id, f"--output={path}")
+        assert out.returncode == 0, out.stderr
+        assert "sparse rows" in out.stdout
+
+        model = mf.read_model(str(path))
+        assert path.read_bytes()[:8] == b"PSMODEL2"
+        assert model.header["job_id"] == job.job_id
+        assert len(model.tables) == 26
+        assert np.float32(model.header["test_auc"]) == \
+            np.float32(job.progress.test_auc)
+        for name, (ids, rows) in model.tables.items():
+            assert rows.shape == (len(ids), 4)
+            assert len(np.unique(ids)) == len(ids), name
+            assert np.isfinite(rows).all()
+        # Field 0 holds 3 values (and maybe a missing one): each trained.
+        assert 1 <= len(model.tables["C1"][0]) <= 4
+
+        # A file that does not fit the spec is refused before it is sent.
+        spec_path = tmp_path / "bad.json"
+        spec_path.write_text(json.dumps(ctr_spec(data, 3, bad_table=4)))
+        out = psctl(coordinator, "submit", str(spec_path),
+                    f"--init_from={path}")
+        assert out.returncode == 1
+        assert "init_from: table 4 is C5 of dim 4 in the model file" in \
+            out.stderr
+
+        # On three servers: every server loads its buckets' rows.
+        cluster.start_server()
+        spec_path = tmp_path / "restart.json"
+        spec_path.write_text(json.dumps(ctr_spec(data, 3, name="again")))
+        out = psctl(coordinator, "submit", str(spec_path),
+                    f"--init_from={path}")
+        assert out.returncode == 0, out.stderr
+        new_id = out.stdout.split()[-1]
+        again = client.wait(new_id, timeout=240)
+        assert again.state == ps.v1.SUCCEEDED, again.message
+        assert again.spec.init_from == str(path)
+    loaded = [cluster.process(f"server{i}").output().count(
+        f"initial values from {path}") for i in range(3)]
+    assert loaded == [1, 1, 1]
