@@ -31,9 +31,10 @@ struct TableLoad {
   std::vector<float> values;
 };
 
-// The bucket of `load` as a snapshot stores it: ids ascending, last-updated
-// clock 0, no updates, the file's values and zero optimizer state (what a
-// new row has). INVALID_ARGUMENT for an id twice.
+// The bucket of `load` as a snapshot stores it: ids ascending, the file's
+// values and zero optimizer state (a new row's), last updated at clock 0
+// and counted as updated once (the load: a stored row has had an update,
+// and SparseTable::Restore checks it). INVALID_ARGUMENT for an id twice.
 absl::StatusOr<StoredBlock> EncodeBucket(
     uint32_t table, const std::string& name, uint32_t bucket,
     std::vector<std::pair<uint64_t, size_t>>& rows, const TableLoad& load,
@@ -54,7 +55,8 @@ absl::StatusOr<StoredBlock> EncodeBucket(
     }
     std::copy_n(load.values.begin() + rows[i].second * load.dim, load.dim,
                 row.begin());
-    AppendSparseBucketRow(rows[i].first, 0, 0, row.data(), row.size(),
+    AppendSparseBucketRow(rows[i].first, /*last_clock=*/0,
+                          /*update_count=*/1, row.data(), row.size(),
                           &block.rows);
   }
   return block;
