@@ -67,6 +67,9 @@ ABSL_FLAG(std::string, tls_cert, "",
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_server_name, "",
           "name expected in the server's certificate instead of the host");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "export: the cluster secret (as the servers' --cluster_secret_file), "
+          "to read a job's sparse rows from servers that require it");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token for the job API (the first token of "
           "a token file)");
@@ -105,7 +108,9 @@ constexpr char kUsage[] =
 constexpr char kSecurityUsage[] =
     "security (docs/security.md):\n"
     "  --tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]  TLS to the coordinator\n"
-    "  --token_file=FILE          bearer token for the job API";
+    "  --token_file=FILE          bearer token for the job API\n"
+    "  --cluster_secret_file=FILE export: read sparse rows from servers that\n"
+    "                             require the cluster secret";
 
 // psctl's usage text: the job commands, the sweep commands, security.
 const std::string& Usage() {
@@ -229,11 +234,30 @@ int Submit(ps::JobClient& client, const std::string& path) {
   return 0;
 }
 
-// How export reaches the servers: the client's TLS and token.
-ps::TableExportOptions TableExportOptionsOf(
+// The TLS flags (and --cluster_secret_file).
+ps::SecurityOptions SecurityFromFlags() {
+  ps::SecurityOptions security;
+  security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  security.tls.server_name_override = absl::GetFlag(FLAGS_tls_server_name);
+  return security;
+}
+
+// How export reaches the servers: the client's TLS and token, or, with
+// --cluster_secret_file, as a member of the cluster.
+absl::StatusOr<ps::TableExportOptions> TableExportOptionsOf(
     const ps::JobClientOptions& options) {
   ps::TableExportOptions out;
   out.channel = options.channel;
+  if (const std::string secret = absl::GetFlag(FLAGS_cluster_secret_file);
+      !secret.empty()) {
+    ps::SecurityOptions security = SecurityFromFlags();
+    security.cluster_secret_file = secret;
+    auto credentials = ps::Credentials::Load(security);
+    if (!credentials.ok()) return credentials.status();
+    out.channel = credentials->MemberChannel();
+  }
   if (!options.token.empty()) {
     out.channel.call_metadata.emplace_back(
         "authorization", absl::StrCat("Bearer ", options.token));
@@ -261,8 +285,10 @@ int Export(ps::JobClient& client, const ps::JobClientOptions& options,
     // The rows stay on the job's servers: read them from there.
     auto job = client.Get(job_id);
     if (!job.ok()) return Fail(job.status());
+    auto export_options = TableExportOptionsOf(options);
+    if (!export_options.ok()) return Fail(export_options.status());
     auto rows = ps::ExportModelWithTables(*model, job->shard_map(), path,
-                                          TableExportOptionsOf(options));
+                                          *export_options);
     if (!rows.ok()) return Fail(rows.status());
     rows_written = absl::StrFormat(", %d sparse rows", *rows);
   }
@@ -311,12 +337,7 @@ int Eval(const std::string& path) {
 // The job client's options, from the flags. Returns psctl's exit status
 // when they cannot be had (an error already printed), nothing otherwise.
 std::optional<int> OptionsFromFlags(ps::JobClientOptions* options) {
-  ps::SecurityOptions security;
-  security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
-  security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  security.tls.server_name_override = absl::GetFlag(FLAGS_tls_server_name);
-  auto credentials = ps::Credentials::Load(security);
+  auto credentials = ps::Credentials::Load(SecurityFromFlags());
   if (!credentials.ok()) return Fail(credentials.status());
   options->coordinator = absl::GetFlag(FLAGS_coordinator);
   options->timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));

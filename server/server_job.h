@@ -57,10 +57,14 @@ class ServerJob {
   // Creates the job's shards for `assignment` (this server is
   // assignment.index()). If `store` holds the job, its last snapshot is
   // reloaded and the update log after it replayed; otherwise blocks get their
-  // initial values and, unless durability is MEMORY, are written to the store
-  // as the first snapshot. `store` may be null (nothing is persisted).
-  // Errors: INVALID_ARGUMENT for a bad spec, DATA_LOSS if stored blocks or
-  // log records do not match the shard map, and the store's errors.
+  // initial values (from the initializers, or from the model file of
+  // spec.init_from: LoadInitialModel) and, unless durability is MEMORY, are
+  // written to the store as the first snapshot before Open returns. `store`
+  // may be null (nothing is persisted).
+  // Errors: INVALID_ARGUMENT for a bad spec (or an init_from file that does
+  // not fit it), DATA_LOSS if stored blocks or log records do not match the
+  // shard map (or the init_from file is damaged), NOT_FOUND for a missing
+  // init_from file, and the store's errors.
   static absl::StatusOr<std::unique_ptr<ServerJob>> Open(
       const v1::Assignment& assignment, ShardStore* store,
       ServerMetrics* metrics, const ServerJobOptions& options = {});

@@ -62,6 +62,44 @@ absl::StatusOr<StoredBlock> EncodeBucket(
   return block;
 }
 
+// Reads the table section of `path` a chunk at a time into `tables`,
+// keeping the rows of the buckets in `held` (bucket keys; each table's
+// bucket from its num_buckets in `spec`); returns the rows kept.
+absl::StatusOr<int64_t> GatherRows(const std::string& path,
+                                   const v1::JobSpec& spec,
+                                   const absl::flat_hash_set<uint64_t>& held,
+                                   std::vector<TableLoad>* tables) {
+  tables->assign(spec.model().sparse_tables_size(), TableLoad());
+  for (size_t t = 0; t < tables->size(); ++t) {
+    (*tables)[t].dim = spec.model().sparse_tables(t).dim();
+    (*tables)[t].num_buckets = spec.model().sparse_tables(t).num_buckets();
+  }
+  PS_ASSIGN_OR_RETURN(auto reader, ModelTableReader::Open(path));
+  int64_t rows = 0;
+  TableChunk chunk;
+  while (true) {
+    PS_ASSIGN_OR_RETURN(const bool more, reader->Next(&chunk));
+    if (!more) return rows;
+    TableLoad& load = (*tables)[chunk.table];
+    if (!AllFinite(chunk.values)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "init_from: table ", spec.model().sparse_tables(chunk.table).name(),
+          " holds a NaN or Inf value"));
+    }
+    for (size_t i = 0; i < chunk.ids.size(); ++i) {
+      const uint32_t bucket =
+          BucketOfId(chunk.ids[i], chunk.table, load.num_buckets);
+      if (!held.contains(BucketKey(chunk.table, bucket))) continue;
+      load.buckets[bucket].emplace_back(chunk.ids[i],
+                                        load.values.size() / load.dim);
+      load.values.insert(load.values.end(),
+                         chunk.values.begin() + i * load.dim,
+                         chunk.values.begin() + (i + 1) * load.dim);
+      ++rows;
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<StoredBlock> ServerJob::SparseSnapshot() const {
@@ -89,36 +127,10 @@ absl::Status ServerJob::LoadInitialModel() {
       held.insert(p.key());
     }
   }
-  std::vector<TableLoad> tables(spec.model().sparse_tables_size());
-  for (size_t t = 0; t < tables.size(); ++t) {
-    tables[t].dim = spec.model().sparse_tables(t).dim();
-    tables[t].num_buckets = spec.model().sparse_tables(t).num_buckets();
-  }
+  std::vector<TableLoad> tables;
   int64_t rows = 0;
   if (layout.has_tables) {
-    PS_ASSIGN_OR_RETURN(auto reader, ModelTableReader::Open(path));
-    TableChunk chunk;
-    while (true) {
-      PS_ASSIGN_OR_RETURN(const bool more, reader->Next(&chunk));
-      if (!more) break;
-      TableLoad& load = tables[chunk.table];
-      if (!AllFinite(chunk.values)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "init_from: table ", spec.model().sparse_tables(chunk.table).name(),
-            " holds a NaN or Inf value"));
-      }
-      for (size_t i = 0; i < chunk.ids.size(); ++i) {
-        const uint32_t bucket =
-            BucketOfId(chunk.ids[i], chunk.table, load.num_buckets);
-        if (!held.contains(BucketKey(chunk.table, bucket))) continue;
-        load.buckets[bucket].emplace_back(chunk.ids[i],
-                                          load.values.size() / load.dim);
-        load.values.insert(load.values.end(),
-                           chunk.values.begin() + i * load.dim,
-                           chunk.values.begin() + (i + 1) * load.dim);
-        ++rows;
-      }
-    }
+    PS_ASSIGN_OR_RETURN(rows, GatherRows(path, spec, held, &tables));
   }
 
   absl::MutexLock lock(&mu_);
