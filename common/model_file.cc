@@ -204,8 +204,12 @@ absl::StatusOr<std::vector<int64_t>> TensorDataBytes(
   // A table section ends with at least its 16-byte end marker.
   if (with_tables && total + 16 > data_size) {
     return Corrupt(path, absl::StrCat("the header's shapes need ", total,
-                                      " bytes of data, and the table section "
-                                      "at least 16, but the file has ",
+                                      " bytes of data, and a ",
+                                      kModelFileTablesMagic,
+                                      " file's table section at least 16 "
+                                      "more (a ",
+                                      kModelFileMagic,
+                                      " file has none), but the file has ",
                                       data_size));
   }
   if (!with_tables && total != data_size) {
