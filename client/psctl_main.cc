@@ -214,7 +214,8 @@ int Submit(ps::JobClient& client, const std::string& path) {
     // Absolute: the servers read it from their own working directories.
     if (from.front() != '/') {
       char cwd[4096];
-      if (::getcwd(cwd, sizeof(cwd)) != nullptr) from = absl::StrCat(cwd, "/", from);
+      if (::getcwd(cwd, sizeof(cwd)) != nullptr)
+        from = absl::StrCat(cwd, "/", from);
     }
     auto model = ps::ReadModelFile(from);
     if (!model.ok()) return Fail(model.status());

@@ -18,9 +18,9 @@ absl::Status AppendPage(const v1::ReadRowsResponse& page,
                         ModelFileWriter* writer) {
   for (const v1::SparseRows& rows : page.rows()) {
     if (rows.table() >= static_cast<uint32_t>(model.sparse_tables_size())) {
-      return absl::DataLossError(absl::StrCat(
-          "server ", server, " sent rows of table ", rows.table(), " of ",
-          model.sparse_tables_size()));
+      return absl::DataLossError(
+          absl::StrCat("server ", server, " sent rows of table ", rows.table(),
+                       " of ", model.sparse_tables_size()));
     }
     const size_t dim = model.sparse_tables(rows.table()).dim();
     const size_t n = rows.keys().size() / 8;
@@ -63,10 +63,11 @@ absl::StatusOr<int64_t> ExportModelWithTables(
       if (!status.ok()) {
         const absl::Status error = FromGrpcStatus(status);
         return absl::Status(error.code(),
-                            absl::StrCat("reading the rows of server ", s,
-                                         " (", address, "): ", error.message()));
+                            absl::StrCat("reading the rows of server ", s, " (",
+                                         address, "): ", error.message()));
       }
-      PS_RETURN_IF_ERROR(AppendPage(page, model.model(), address, writer.get()));
+      PS_RETURN_IF_ERROR(
+          AppendPage(page, model.model(), address, writer.get()));
       if (page.done()) break;
       request.set_table(page.next_table());
       request.set_bucket(page.next_bucket());

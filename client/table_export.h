@@ -35,10 +35,9 @@ struct TableExportOptions {
 // Returns the rows written. Thread-safe. Errors: the first server's error
 // (NOT_FOUND: it keeps no rows of the job), INVALID_ARGUMENT for a model
 // without tables, the file's I/O errors.
-absl::StatusOr<int64_t> ExportModelWithTables(const v1::TrainedModel& model,
-                                              const v1::ShardMap& shard_map,
-                                              const std::string& path,
-                                              const TableExportOptions& options);
+absl::StatusOr<int64_t> ExportModelWithTables(
+    const v1::TrainedModel& model, const v1::ShardMap& shard_map,
+    const std::string& path, const TableExportOptions& options);
 
 }  // namespace ps
 

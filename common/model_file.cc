@@ -203,14 +203,13 @@ absl::StatusOr<std::vector<int64_t>> TensorDataBytes(
   }
   // A table section ends with at least its 16-byte end marker.
   if (with_tables && total + 16 > data_size) {
-    return Corrupt(path, absl::StrCat("the header's shapes need ", total,
-                                      " bytes of data, and a ",
-                                      kModelFileTablesMagic,
-                                      " file's table section at least 16 "
-                                      "more (a ",
-                                      kModelFileMagic,
-                                      " file has none), but the file has ",
-                                      data_size));
+    return Corrupt(
+        path, absl::StrCat("the header's shapes need ", total,
+                           " bytes of data, and a ", kModelFileTablesMagic,
+                           " file's table section at least 16 "
+                           "more (a ",
+                           kModelFileMagic,
+                           " file has none), but the file has ", data_size));
   }
   if (!with_tables && total != data_size) {
     return Corrupt(
@@ -249,10 +248,10 @@ absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path,
   const bool with_tables =
       std::memcmp(magic, kModelFileTablesMagic, kMagicSize) == 0;
   if (!with_tables && std::memcmp(magic, kModelFileMagic, kMagicSize) != 0) {
-    return Corrupt(path, absl::StrCat("it does not start with \"",
-                                      kModelFileMagic, "\" or \"",
-                                      kModelFileTablesMagic,
-                                      "\" (not a model file?)"));
+    return Corrupt(
+        path,
+        absl::StrCat("it does not start with \"", kModelFileMagic, "\" or \"",
+                     kModelFileTablesMagic, "\" (not a model file?)"));
   }
   unsigned char length_bytes[4];
   PS_RETURN_IF_ERROR(read(length_bytes, 4, "the header length"));
@@ -274,9 +273,9 @@ absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path,
     return Corrupt(path, absl::StrCat("unreadable header: ", s.ToString()));
   }
 
-  PS_ASSIGN_OR_RETURN(const std::vector<int64_t> bytes,
-                      TensorDataBytes(model, file_size - data_start,
-                                      with_tables, path));
+  PS_ASSIGN_OR_RETURN(
+      const std::vector<int64_t> bytes,
+      TensorDataBytes(model, file_size - data_start, with_tables, path));
   int64_t offset = data_start;
   for (int i = 0; i < model.tensors_size(); ++i) {
     std::string* data = model.mutable_tensors(i)->mutable_data();

@@ -180,17 +180,16 @@ absl::StatusOr<std::unique_ptr<ModelTableReader>> ModelTableReader::Open(
     return absl::ErrnoToStatus(errno,
                                absl::StrCat("cannot read model file ", path));
   }
-  return std::unique_ptr<ModelTableReader>(
-      new ModelTableReader(path, std::move(model), f, layout.tables_offset,
-                           layout.file_size));
+  return std::unique_ptr<ModelTableReader>(new ModelTableReader(
+      path, std::move(model), f, layout.tables_offset, layout.file_size));
 }
 
 absl::StatusOr<bool> ModelTableReader::Next(TableChunk* chunk) {
   if (ended_) return false;
   auto read = [&](void* out, int64_t n, const char* what) -> absl::Status {
     if (n > file_size_ - offset_) {
-      return Corrupt(path_, absl::StrCat("truncated in ", what, " at byte ",
-                                         offset_));
+      return Corrupt(path_,
+                     absl::StrCat("truncated in ", what, " at byte ", offset_));
     }
     if (n > 0 && std::fread(out, 1, n, file_) != static_cast<size_t>(n)) {
       if (std::ferror(file_)) {
@@ -226,17 +225,17 @@ absl::StatusOr<bool> ModelTableReader::Next(TableChunk* chunk) {
   }
   const int dim = model_.model().sparse_tables(table).dim();
   if (n == 0 || n > RowsPerChunk(dim)) {
-    return Corrupt(path_, absl::StrCat("a chunk at byte ", offset_ - 8,
-                                       " holds ", n, " rows (1 to ",
-                                       RowsPerChunk(dim), " for dim ", dim,
-                                       ")"));
+    return Corrupt(
+        path_,
+        absl::StrCat("a chunk at byte ", offset_ - 8, " holds ", n,
+                     " rows (1 to ", RowsPerChunk(dim), " for dim ", dim, ")"));
   }
   chunk->table = table;
   chunk->ids.resize(n);
   chunk->values.resize(size_t{n} * dim);
   PS_RETURN_IF_ERROR(read(chunk->ids.data(), int64_t{n} * 8, "a chunk's ids"));
-  PS_RETURN_IF_ERROR(read(chunk->values.data(), int64_t{n} * dim * 4,
-                          "a chunk's values"));
+  PS_RETURN_IF_ERROR(
+      read(chunk->values.data(), int64_t{n} * dim * 4, "a chunk's values"));
   rows_ += n;
   return true;
 }
@@ -286,21 +285,20 @@ absl::Status CheckModelFitsJob(const v1::TrainedModel& file,
   const auto& need = spec.model().sparse_tables();
   for (int t = 0; t < std::max(have.size(), need.size()); ++t) {
     if (t >= need.size()) {
-      return invalid(absl::StrCat("the model file's table ", t, " (",
-                                  have[t].name(),
-                                  ") is not a table of the job's model (",
-                                  need.size(), " tables)"));
+      return invalid(absl::StrCat(
+          "the model file's table ", t, " (", have[t].name(),
+          ") is not a table of the job's model (", need.size(), " tables)"));
     }
     if (t >= have.size()) {
-      return invalid(absl::StrCat("the job's model.sparse_tables[", t, "] (",
-                                  need[t].name(), ") is not in the model file (",
-                                  have.size(), " tables)"));
+      return invalid(absl::StrCat(
+          "the job's model.sparse_tables[", t, "] (", need[t].name(),
+          ") is not in the model file (", have.size(), " tables)"));
     }
     if (have[t].name() != need[t].name() || have[t].dim() != need[t].dim()) {
       return invalid(absl::StrCat(
           "table ", t, " is ", have[t].name(), " of dim ", have[t].dim(),
-          " in the model file, but the job's model.sparse_tables[", t,
-          "] is ", need[t].name(), " of dim ", need[t].dim()));
+          " in the model file, but the job's model.sparse_tables[", t, "] is ",
+          need[t].name(), " of dim ", need[t].dim()));
     }
   }
   return absl::OkStatus();

@@ -56,8 +56,9 @@ class ParameterServiceImpl final
               v1::ParameterService::WithRawCallbackMethod_Push<
                   v1::ParameterService::WithRawCallbackMethod_Pull<
                       v1::ParameterService::WithRawCallbackMethod_PushShared<
-                          v1::ParameterService::WithRawCallbackMethod_PullShared<
-                              v1::ParameterService::Service>>>>>> {
+                          v1::ParameterService::
+                              WithRawCallbackMethod_PullShared<
+                                  v1::ParameterService::Service>>>>>> {
  public:
   // `manager` and `metrics` must outlive the service.
   ParameterServiceImpl(ParameterManager* manager, RpcMetrics* metrics,

@@ -26,10 +26,9 @@ std::vector<StoredBlock> BucketsOf(std::vector<StoredBlock> blocks) {
   for (StoredBlock& b : blocks) {
     if (IsBucketKey(b.key) && !b.rows.empty()) buckets.push_back(std::move(b));
   }
-  std::sort(buckets.begin(), buckets.end(),
-            [](const StoredBlock& a, const StoredBlock& b) {
-              return a.key < b.key;
-            });
+  std::sort(
+      buckets.begin(), buckets.end(),
+      [](const StoredBlock& a, const StoredBlock& b) { return a.key < b.key; });
   return buckets;
 }
 
@@ -48,9 +47,9 @@ void RowExporter::Read(const v1::ReadRowsRequest& request,
   }
   if (request.server_index() < 0 || request.max_bytes() < 0 ||
       request.max_bytes() > kMaxReadRowsBytes) {
-    done(absl::InvalidArgumentError(absl::StrCat(
-        "server_index must be >= 0 and max_bytes in [0, ", kMaxReadRowsBytes,
-        "]")));
+    done(absl::InvalidArgumentError(
+        absl::StrCat("server_index must be >= 0 and max_bytes in [0, ",
+                     kMaxReadRowsBytes, "]")));
     return;
   }
   {
@@ -172,8 +171,8 @@ absl::StatusOr<v1::ReadRowsResponse> RowExporter::Serve(
     const Pending& pending) {
   PS_RETURN_IF_ERROR(Hold(pending));
   const v1::ReadRowsRequest& request = pending.request;
-  const int64_t max_bytes = request.max_bytes() > 0 ? request.max_bytes()
-                                                    : kDefaultReadRowsBytes;
+  const int64_t max_bytes =
+      request.max_bytes() > 0 ? request.max_bytes() : kDefaultReadRowsBytes;
   const std::vector<StoredBlock>& buckets = held_->buckets;
   auto it = std::lower_bound(
       buckets.begin(), buckets.end(),
@@ -193,9 +192,9 @@ absl::StatusOr<v1::ReadRowsResponse> RowExporter::Serve(
     const size_t dim = static_cast<size_t>(held_->dims[table]);
     const size_t n = bucket.ids.size();
     if (bucket.dim != dim) {
-      return absl::DataLossError(absl::StrCat(
-          "job ", held_->job_id, ": a stored bucket of table ", table,
-          " has dim ", bucket.dim, ", the spec ", dim));
+      return absl::DataLossError(
+          absl::StrCat("job ", held_->job_id, ": a stored bucket of table ",
+                       table, " has dim ", bucket.dim, ", the spec ", dim));
     }
     if (n == 0) continue;  // Only ids counted toward admission.
     const int64_t page_bytes = static_cast<int64_t>(n * (8 + 4 * dim));

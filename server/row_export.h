@@ -45,8 +45,8 @@ class RowExporter {
   // Queues a read; `done` runs on the exporter's thread (or at once for a
   // malformed request or after Stop). `live` is the job if this server
   // serves it now (its current rows are read), else null (the store is).
-  void Read(const v1::ReadRowsRequest& request,
-            std::shared_ptr<ServerJob> live, Done done);
+  void Read(const v1::ReadRowsRequest& request, std::shared_ptr<ServerJob> live,
+            Done done);
   // True while the exporter keeps (or is reading) `job_id`'s rows: the
   // store's copy must not be deleted meanwhile.
   bool Busy(const std::string& job_id) const;

@@ -49,9 +49,8 @@ absl::StatusOr<StoredBlock> EncodeBucket(
   std::vector<float> row(load.dim + state, 0.0f);
   for (size_t i = 0; i < rows.size(); ++i) {
     if (i > 0 && rows[i].first == rows[i - 1].first) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("init_from: table ", name, " holds id ", rows[i].first,
-                       " twice"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "init_from: table ", name, " holds id ", rows[i].first, " twice"));
     }
     std::copy_n(load.values.begin() + rows[i].second * load.dim, load.dim,
                 row.begin());
@@ -92,8 +91,7 @@ absl::StatusOr<int64_t> GatherRows(const std::string& path,
       if (!held.contains(BucketKey(chunk.table, bucket))) continue;
       load.buckets[bucket].emplace_back(chunk.ids[i],
                                         load.values.size() / load.dim);
-      load.values.insert(load.values.end(),
-                         chunk.values.begin() + i * load.dim,
+      load.values.insert(load.values.end(), chunk.values.begin() + i * load.dim,
                          chunk.values.begin() + (i + 1) * load.dim);
       ++rows;
     }
@@ -143,23 +141,22 @@ absl::Status ServerJob::LoadInitialModel() {
     const float* from = reinterpret_cast<const float*>(data.data());
     b.values.assign(from + where.offset, from + where.offset + where.num_elems);
     if (!AllFinite(b.values)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("init_from: tensor ", file.tensors(where.tensor_index)
-                                                 .name(),
-                       " holds a NaN or Inf value"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "init_from: tensor ", file.tensors(where.tensor_index).name(),
+          " holds a NaN or Inf value"));
     }
   }
   PS_RETURN_IF_ERROR(table_->Restore(std::move(blocks)));
   for (size_t t = 0; t < tables.size(); ++t) {
     const v1::SparseTableSpec& table_spec = spec.model().sparse_tables(t);
-    PS_ASSIGN_OR_RETURN(const SparseOptimizer optimizer,
-                        SparseOptimizer::Create(table_spec.optimizer(),
-                                                table_spec.dim()));
+    PS_ASSIGN_OR_RETURN(
+        const SparseOptimizer optimizer,
+        SparseOptimizer::Create(table_spec.optimizer(), table_spec.dim()));
     for (auto& [bucket, ids] : tables[t].buckets) {
       PS_ASSIGN_OR_RETURN(
           StoredBlock block,
-          EncodeBucket(static_cast<uint32_t>(t), table_spec.name(), bucket,
-                       ids, tables[t], optimizer));
+          EncodeBucket(static_cast<uint32_t>(t), table_spec.name(), bucket, ids,
+                       tables[t], optimizer));
       PS_RETURN_IF_ERROR(sparse_->Restore(block));
     }
     tables[t] = TableLoad();  // Free as we go.

@@ -82,7 +82,8 @@ class CtrExportTest : public ::testing::Test {
                                       CtrServers& servers, int n,
                                       const std::string& job_id) {
     std::vector<std::string> addresses;
-    for (int i = 0; i < n; ++i) addresses.push_back(servers.server(i).address());
+    for (int i = 0; i < n; ++i)
+      addresses.push_back(servers.server(i).address());
     auto map = PlanShards(spec, addresses, 1);
     EXPECT_TRUE(map.ok()) << map.status();
     v1::Assignment a;
@@ -171,10 +172,10 @@ TEST_F(CtrExportTest, AJobStartedFromAnExportPredictsBitForBit) {
       CtrTestWorker(trained, 0).PullModel(kClocks, ids, &params, &pulled).ok());
   for (size_t t = 0; t < ids.size(); ++t) {
     for (size_t i = 0; i < ids[t].size(); ++i) {
-      ASSERT_EQ(std::memcmp(exported[t][i].second.data(),
-                            &pulled[t][i * options.dim],
-                            options.dim * sizeof(float)),
-                0)
+      ASSERT_EQ(
+          std::memcmp(exported[t][i].second.data(), &pulled[t][i * options.dim],
+                      options.dim * sizeof(float)),
+          0)
           << "table " << t << " id " << ids[t][i];
     }
   }
@@ -182,7 +183,8 @@ TEST_F(CtrExportTest, AJobStartedFromAnExportPredictsBitForBit) {
   // Once the job has ended (unloaded: a last snapshot), the same rows come
   // from the servers' stores.
   for (int s = 0; s < 2; ++s) {
-    EXPECT_TRUE(trained_servers.server(s).manager()->SyncAssignments({}).empty());
+    EXPECT_TRUE(
+        trained_servers.server(s).manager()->SyncAssignments({}).empty());
   }
   auto again = ExportModelWithTables(dense, trained.shard_map(),
                                      Path("model-ended.bin"), {});

@@ -74,8 +74,9 @@ class ModelTablesTest : public ::testing::Test {
   void WriteSmall(int n) const {
     auto writer = ModelFileWriter::Create(SmallModel(), path_);
     ASSERT_TRUE(writer.ok()) << writer.status();
-    ASSERT_TRUE((*writer)->AppendRows(1, std::vector<uint64_t>{7, 9},
-                                      std::vector<float>{1, 2, 3, 4, 5, 6})
+    ASSERT_TRUE((*writer)
+                    ->AppendRows(1, std::vector<uint64_t>{7, 9},
+                                 std::vector<float>{1, 2, 3, 4, 5, 6})
                     .ok());
     std::vector<uint64_t> ids(n);
     std::vector<float> values(2 * n);
