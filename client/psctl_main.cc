@@ -56,6 +56,10 @@ ABSL_FLAG(std::string, init_from, "",
           "sparse rows (checked against the spec; every server reads it)");
 ABSL_FLAG(std::string, output, "", "export: the model file to write");
 ABSL_FLAG(std::string, o, "", "export: short for --output");
+ABSL_FLAG(bool, dense_only, false,
+          "export: write the dense tensors only (PSMODEL1), without the "
+          "sparse tables' rows (e.g. for a job run with durability MEMORY, "
+          "whose servers keep no rows once it ends)");
 ABSL_FLAG(std::string, images, kDefaultTestImages,
           "eval: IDX images file (gzip or plain)");
 ABSL_FLAG(std::string, labels, kDefaultTestLabels,
@@ -101,7 +105,7 @@ constexpr char kUsage[] =
     "  export JOB --output=FILE   write a SUCCEEDED job's trained model\n"
     "                             (-o FILE too; see docs/model-format.md),\n"
     "                             with its sparse tables' rows, read from\n"
-    "                             its servers\n"
+    "                             its servers (--dense_only: without)\n"
     "  eval MODEL_FILE            a model file's accuracy on a data set\n"
     "      [--images=PATH --labels=PATH]  (default: Fashion-MNIST's test set)\n"
     "      [--max_samples=N]      first N samples only (0: all)\n";
@@ -280,7 +284,8 @@ int Export(ps::JobClient& client, const ps::JobClientOptions& options,
   auto model = client.ExportModel(job_id);
   if (!model.ok()) return Fail(model.status());
   std::string rows_written;
-  if (model->model().sparse_tables_size() == 0) {
+  if (model->model().sparse_tables_size() == 0 ||
+      absl::GetFlag(FLAGS_dense_only)) {
     if (auto s = ps::WriteModelFile(*model, path); !s.ok()) return Fail(s);
   } else {
     // The rows stay on the job's servers: read them from there.
@@ -290,7 +295,12 @@ int Export(ps::JobClient& client, const ps::JobClientOptions& options,
     if (!export_options.ok()) return Fail(export_options.status());
     auto rows = ps::ExportModelWithTables(*model, job->shard_map(), path,
                                           *export_options);
-    if (!rows.ok()) return Fail(rows.status());
+    if (!rows.ok()) {
+      return Fail(absl::Status(
+          rows.status().code(),
+          absl::StrCat(rows.status().message(),
+                       " (--dense_only writes the dense tensors alone)")));
+    }
     rows_written = absl::StrFormat(", %d sparse rows", *rows);
   }
   int64_t values = 0;

@@ -185,6 +185,12 @@ def test_reads_a_psctl_export_and_starts_a_job_from_it(cluster, tmp_path):
             assert np.isfinite(rows).all()
         # Field 0 holds 3 values (and maybe a missing one): each trained.
         assert 1 <= len(model.tables["C1"][0]) <= 4
+        dense = tmp_path / "dense.bin"
+        out = psctl(coordinator, "export", job.job_id, f"--output={dense}",
+                    "--dense_only")
+        assert out.returncode == 0, out.stderr
+        assert dense.read_bytes()[:8] == b"PSMODEL1"
+        assert mf.read_model(str(dense)).tables == {}
 
         # A file that does not fit the spec is refused before it is sent.
         spec_path = tmp_path / "bad.json"
