@@ -41,7 +41,8 @@ class ModelFile:
         test metrics, tensors' names and shapes).
     tensors: name -> float32 array of the tensor's shape, in header order.
     tables: table name -> (ids uint64 [n], rows float32 [n, dim]), in the
-        order of ``header["model"]["sparse_tables"]``; empty for PSMODEL1.
+        order of ``header["model"]["sparse_tables"]``; empty for a PSMODEL1
+        file (``psctl export --dense_only``, or a model without tables).
     """
     header: Dict[str, Any]
     tensors: Dict[str, np.ndarray] = field(default_factory=dict)
@@ -122,8 +123,11 @@ def read_model(path: str) -> ModelFile:
     """Reads a model file whole: its tensors and every row of its tables
     (tables sized like the job's memory: use iter_table_chunks to stream).
     Raises ModelFileError for a damaged file, OSError for I/O errors."""
-    header, tensors = read_header(path)
+    with open(path, "rb") as f:
+        has_tables, header, tensors = _read_head(f)
     model = ModelFile(header=header, tensors=tensors)
+    if not has_tables:
+        return model  # PSMODEL1: no rows, whatever the model's tables.
     parts: Dict[str, list] = {t["name"]: [] for t in model.table_specs()}
     for name, ids, rows in iter_table_chunks(path):
         parts[name].append((ids, rows))
@@ -208,17 +212,15 @@ def load_into_module(module, model: ModelFile,
     indexes = {}
     tables = dict(tables or {})
     submodules = dict(module.named_modules())
-    for spec in model.table_specs():
-        name = spec["name"]
+    for name, (ids, rows) in model.tables.items():
         path = tables.get(name, name)
         embedding = submodules.get(path)
         if embedding is None:
             if strict:
                 raise KeyError(f"table {name}: the module has no {path}")
             continue
-        ids, rows = model.tables[name]
         order = np.argsort(ids, kind="stable")
-        dim = int(spec["dim"])
+        dim = rows.shape[1]
         if embedding.weight.shape[1] != dim:
             raise ValueError(f"table {name}: dim {dim}, {path} has "
                              f"{embedding.weight.shape[1]}")
