@@ -1,7 +1,7 @@
 // psctl: command-line client of the coordinator's JobService.
 //
 //   psctl [--coordinator=HOST:PORT] [--tls_ca=PEM] [--token_file=FILE]
-//         submit JOB.json [--watch]
+//         submit JOB.json [--watch] [--init_from=MODEL_FILE]
 //   psctl list | get JOB | watch JOB | cancel JOB | delete JOB
 //   psctl health HOST:PORT
 //   psctl export JOB --output=FILE   (or -o FILE)
@@ -28,11 +28,13 @@
 #include "client/nodes.h"
 #include "client/progress.h"
 #include "client/sweep_cli.h"
+#include "client/table_export.h"
 #include "common/flags_usage.h"
 #include "common/grpc_util.h"
 #include "common/idx_reader.h"
 #include "common/job_spec.h"
 #include "common/model_file.h"
+#include "common/model_tables.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -49,8 +51,15 @@ ABSL_FLAG(int, submit_retry_ms, 30000,
 ABSL_FLAG(bool, watch, false,
           "submit: follow the job's progress until it ends");
 ABSL_FLAG(bool, json, false, "sweep get: print the status as JSON");
+ABSL_FLAG(std::string, init_from, "",
+          "submit: start the job from this model file's dense tensors and "
+          "sparse rows (checked against the spec; every server reads it)");
 ABSL_FLAG(std::string, output, "", "export: the model file to write");
 ABSL_FLAG(std::string, o, "", "export: short for --output");
+ABSL_FLAG(bool, dense_only, false,
+          "export: write the dense tensors only (PSMODEL1), without the "
+          "sparse tables' rows (e.g. for a job run with durability MEMORY, "
+          "whose servers keep no rows once it ends)");
 ABSL_FLAG(std::string, images, kDefaultTestImages,
           "eval: IDX images file (gzip or plain)");
 ABSL_FLAG(std::string, labels, kDefaultTestLabels,
@@ -62,6 +71,9 @@ ABSL_FLAG(std::string, tls_cert, "",
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_server_name, "",
           "name expected in the server's certificate instead of the host");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "export: the cluster secret (as the servers' --cluster_secret_file), "
+          "to read a job's sparse rows from servers that require it");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token for the job API (the first token of "
           "a token file)");
@@ -78,6 +90,8 @@ constexpr char kUsage[] =
     "psctl [--coordinator=HOST:PORT] COMMAND\n"
     "  submit JOB.json [--watch]  submit a job spec (Protobuf JSON of "
     "ps.v1.JobSpec)\n"
+    "      [--init_from=MODEL_FILE]  start from an exported model's tensors\n"
+    "                             and rows, on any number of servers\n"
     "  list                       list jobs\n"
     "  nodes                      list the registered servers and workers\n"
     "  get JOB                    print a job's status as JSON\n"
@@ -89,14 +103,18 @@ constexpr char kUsage[] =
     "  health HOST:PORT           check any process's gRPC health service\n"
     "                             (prints SERVING and exits 0 if it serves)\n"
     "  export JOB --output=FILE   write a SUCCEEDED job's trained model\n"
-    "                             (-o FILE too; see docs/model-format.md)\n"
+    "                             (-o FILE too; see docs/model-format.md),\n"
+    "                             with its sparse tables' rows, read from\n"
+    "                             its servers (--dense_only: without)\n"
     "  eval MODEL_FILE            a model file's accuracy on a data set\n"
     "      [--images=PATH --labels=PATH]  (default: Fashion-MNIST's test set)\n"
     "      [--max_samples=N]      first N samples only (0: all)\n";
 constexpr char kSecurityUsage[] =
     "security (docs/security.md):\n"
     "  --tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]  TLS to the coordinator\n"
-    "  --token_file=FILE          bearer token for the job API";
+    "  --token_file=FILE          bearer token for the job API\n"
+    "  --cluster_secret_file=FILE export: read sparse rows from servers that\n"
+    "                             require the cluster secret";
 
 // psctl's usage text: the job commands, the sweep commands, security.
 const std::string& Usage() {
@@ -196,6 +214,22 @@ int Submit(ps::JobClient& client, const std::string& path) {
     return Fail(
         absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message())));
   }
+  if (std::string from = absl::GetFlag(FLAGS_init_from); !from.empty()) {
+    // Absolute: the servers read it from their own working directories.
+    if (from.front() != '/') {
+      char cwd[4096];
+      if (::getcwd(cwd, sizeof(cwd)) != nullptr)
+        from = absl::StrCat(cwd, "/", from);
+    }
+    auto model = ps::ReadModelFile(from);
+    if (!model.ok()) return Fail(model.status());
+    checked.set_init_from(from);
+    if (auto s = ps::CheckModelFitsJob(*model, checked); !s.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat(path, " with ", from, ": ", s.message())));
+    }
+    spec->set_init_from(from);
+  }
   // One request id for this invocation, the same on each of its retries,
   // so that a retried submit never makes a second job.
   auto id = client.Submit(*spec, ps::NewRequestId());
@@ -205,8 +239,41 @@ int Submit(ps::JobClient& client, const std::string& path) {
   return 0;
 }
 
-// Fetches a job's trained model and writes it to the --output file.
-int Export(ps::JobClient& client, const std::string& job_id) {
+// The TLS flags (and --cluster_secret_file).
+ps::SecurityOptions SecurityFromFlags() {
+  ps::SecurityOptions security;
+  security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  security.tls.server_name_override = absl::GetFlag(FLAGS_tls_server_name);
+  return security;
+}
+
+// How export reaches the servers: the client's TLS and token, or, with
+// --cluster_secret_file, as a member of the cluster.
+absl::StatusOr<ps::TableExportOptions> TableExportOptionsOf(
+    const ps::JobClientOptions& options) {
+  ps::TableExportOptions out;
+  out.channel = options.channel;
+  if (const std::string secret = absl::GetFlag(FLAGS_cluster_secret_file);
+      !secret.empty()) {
+    ps::SecurityOptions security = SecurityFromFlags();
+    security.cluster_secret_file = secret;
+    auto credentials = ps::Credentials::Load(security);
+    if (!credentials.ok()) return credentials.status();
+    out.channel = credentials->MemberChannel();
+  }
+  if (!options.token.empty()) {
+    out.channel.call_metadata.emplace_back(
+        "authorization", absl::StrCat("Bearer ", options.token));
+  }
+  return out;
+}
+
+// Fetches a job's trained model and writes it to the --output file; a job
+// with sparse tables gets its rows from its servers.
+int Export(ps::JobClient& client, const ps::JobClientOptions& options,
+           const std::string& job_id) {
   std::string path = absl::GetFlag(FLAGS_output);
   if (path.empty()) path = absl::GetFlag(FLAGS_o);
   if (path.empty()) {
@@ -216,7 +283,26 @@ int Export(ps::JobClient& client, const std::string& job_id) {
   }
   auto model = client.ExportModel(job_id);
   if (!model.ok()) return Fail(model.status());
-  if (auto s = ps::WriteModelFile(*model, path); !s.ok()) return Fail(s);
+  std::string rows_written;
+  if (model->model().sparse_tables_size() == 0 ||
+      absl::GetFlag(FLAGS_dense_only)) {
+    if (auto s = ps::WriteModelFile(*model, path); !s.ok()) return Fail(s);
+  } else {
+    // The rows stay on the job's servers: read them from there.
+    auto job = client.Get(job_id);
+    if (!job.ok()) return Fail(job.status());
+    auto export_options = TableExportOptionsOf(options);
+    if (!export_options.ok()) return Fail(export_options.status());
+    auto rows = ps::ExportModelWithTables(*model, job->shard_map(), path,
+                                          *export_options);
+    if (!rows.ok()) {
+      return Fail(absl::Status(
+          rows.status().code(),
+          absl::StrCat(rows.status().message(),
+                       " (--dense_only writes the dense tensors alone)")));
+    }
+    rows_written = absl::StrFormat(", %d sparse rows", *rows);
+  }
   int64_t values = 0;
   for (const auto& t : model->tensors()) values += t.data().size() / 4;
   // A CTR model's quality is its AUC and log loss, not its accuracy.
@@ -225,10 +311,10 @@ int Export(ps::JobClient& client, const std::string& job_id) {
           ? ps::FormatBinaryMetrics(model->test_auc(), model->test_log_loss())
           : absl::StrFormat("accuracy %.4f", model->test_accuracy());
   std::cout << absl::StrFormat(
-                   "wrote %s to %s: %d tensors, %d values, clock %d, test %s "
-                   "(%d samples)",
-                   job_id, path, model->tensors_size(), values, model->clock(),
-                   quality, model->test_samples())
+                   "wrote %s to %s: %d tensors, %d values%s, clock %d, test "
+                   "%s (%d samples)",
+                   job_id, path, model->tensors_size(), values, rows_written,
+                   model->clock(), quality, model->test_samples())
             << std::endl;
   return 0;
 }
@@ -262,12 +348,7 @@ int Eval(const std::string& path) {
 // The job client's options, from the flags. Returns psctl's exit status
 // when they cannot be had (an error already printed), nothing otherwise.
 std::optional<int> OptionsFromFlags(ps::JobClientOptions* options) {
-  ps::SecurityOptions security;
-  security.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
-  security.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  security.tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  security.tls.server_name_override = absl::GetFlag(FLAGS_tls_server_name);
-  auto credentials = ps::Credentials::Load(security);
+  auto credentials = ps::Credentials::Load(SecurityFromFlags());
   if (!credentials.ok()) return Fail(credentials.status());
   options->coordinator = absl::GetFlag(FLAGS_coordinator);
   options->timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
@@ -295,7 +376,7 @@ std::optional<int> RunCommandOn(ps::JobClient& client,
                                 const std::string& command,
                                 const std::string& arg) {
   if (command == "health") return Health(arg, options.timeout, options.channel);
-  if (command == "export") return Export(client, arg);
+  if (command == "export") return Export(client, options, arg);
   if (command == "eval") return Eval(arg);
   if (command == "submit") return Submit(client, arg);
   if (command == "watch") return Watch(client, arg);

@@ -474,6 +474,19 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (auto s = ValidateConsistency(spec.consistency()); !s.ok()) return s;
   if (auto s = ValidateLayout(spec, *tensors); !s.ok()) return s;
   if (auto s = ValidateModes(spec); !s.ok()) return s;
+  // The file itself is checked against the spec by psctl at submit and by
+  // each server when it opens the job (CheckModelFitsJob).
+  if (const std::string& from = spec.init_from(); !from.empty()) {
+    if (from.front() != '/') return Invalid("init_from", "must be absolute");
+    if (from.size() > kMaxPathBytes) {
+      return Invalid("init_from",
+                     absl::StrCat("longer than ", kMaxPathBytes, " bytes"));
+    }
+    if (HasControlChar(from)) {
+      return Invalid("init_from",
+                     "holds a NUL byte or another control character");
+    }
+  }
   return ValidateMixedPrecision(spec.mixed_precision());
 }
 

@@ -88,8 +88,8 @@ absl::Status CheckTrainedModel(const v1::TrainedModel& model) {
   return absl::OkStatus();
 }
 
-absl::Status WriteModelFile(const v1::TrainedModel& model,
-                            const std::string& path) {
+absl::StatusOr<std::string> EncodeModelFileHead(const v1::TrainedModel& model,
+                                                bool with_tables) {
   // The header: everything but the tensor data.
   v1::TrainedModel header = model;
   for (int i = 0; i < header.tensors_size(); ++i) {
@@ -127,17 +127,24 @@ absl::Status WriteModelFile(const v1::TrainedModel& model,
     return absl::InvalidArgumentError(
         absl::StrCat("model header of ", json.size(), " bytes is too large"));
   }
+  char length[4];
+  EncodeUint32(static_cast<uint32_t>(json.size()), length);
+  return absl::StrCat(
+      absl::string_view(with_tables ? kModelFileTablesMagic : kModelFileMagic,
+                        kMagicSize),
+      absl::string_view(length, sizeof(length)), json);
+}
 
+absl::Status WriteModelFile(const v1::TrainedModel& model,
+                            const std::string& path) {
+  PS_ASSIGN_OR_RETURN(const std::string head,
+                      EncodeModelFileHead(model, /*with_tables=*/false));
   const std::string tmp = absl::StrCat(path, ".tmp");
   File f(std::fopen(tmp.c_str(), "wb"));
   if (f == nullptr) {
     return ErrnoError(errno, absl::StrCat("cannot create ", tmp));
   }
-  char length[4];
-  EncodeUint32(static_cast<uint32_t>(json.size()), length);
-  absl::Status s = WriteAll(f.get(), kModelFileMagic, kMagicSize, tmp);
-  if (s.ok()) s = WriteAll(f.get(), length, sizeof(length), tmp);
-  if (s.ok()) s = WriteAll(f.get(), json.data(), json.size(), tmp);
+  absl::Status s = WriteAll(f.get(), head.data(), head.size(), tmp);
   for (int i = 0; s.ok() && i < model.tensors_size(); ++i) {
     const std::string& data = model.tensors(i).data();
     s = WriteAll(f.get(), data.data(), data.size(), tmp);
@@ -164,7 +171,8 @@ namespace {
 // model file at `path`: every tensor's size must fit in what is left; then
 // the sizes must add up to exactly the `data_size` bytes after the header.
 absl::StatusOr<std::vector<int64_t>> TensorDataBytes(
-    const v1::TrainedModel& model, int64_t data_size, const std::string& path) {
+    const v1::TrainedModel& model, int64_t data_size, bool with_tables,
+    const std::string& path) {
   int64_t total = 0;
   std::vector<int64_t> bytes(model.tensors_size());
   for (int i = 0; i < model.tensors_size(); ++i) {
@@ -193,7 +201,17 @@ absl::StatusOr<std::vector<int64_t>> TensorDataBytes(
                              i, "], ", t.name(), ")"));
     }
   }
-  if (total != data_size) {
+  // A table section ends with at least its 16-byte end marker.
+  if (with_tables && total + 16 > data_size) {
+    return Corrupt(
+        path, absl::StrCat("the header's shapes need ", total,
+                           " bytes of data, and a ", kModelFileTablesMagic,
+                           " file's table section at least 16 "
+                           "more (a ",
+                           kModelFileMagic,
+                           " file has none), but the file has ", data_size));
+  }
+  if (!with_tables && total != data_size) {
     return Corrupt(
         path, absl::StrCat("the header's shapes need ", total,
                            " bytes of data, but the file has ", data_size));
@@ -203,7 +221,8 @@ absl::StatusOr<std::vector<int64_t>> TensorDataBytes(
 
 }  // namespace
 
-absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path) {
+absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path,
+                                               ModelFileLayout* layout) {
   File f(std::fopen(path.c_str(), "rb"));
   if (f == nullptr) {
     return ErrnoError(errno, absl::StrCat("cannot open model file ", path));
@@ -226,10 +245,13 @@ absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path) {
 
   char magic[kMagicSize];
   PS_RETURN_IF_ERROR(read(magic, kMagicSize, "the magic"));
-  if (std::memcmp(magic, kModelFileMagic, kMagicSize) != 0) {
-    return Corrupt(path,
-                   absl::StrCat("it does not start with \"", kModelFileMagic,
-                                "\" (not a model file?)"));
+  const bool with_tables =
+      std::memcmp(magic, kModelFileTablesMagic, kMagicSize) == 0;
+  if (!with_tables && std::memcmp(magic, kModelFileMagic, kMagicSize) != 0) {
+    return Corrupt(
+        path,
+        absl::StrCat("it does not start with \"", kModelFileMagic, "\" or \"",
+                     kModelFileTablesMagic, "\" (not a model file?)"));
   }
   unsigned char length_bytes[4];
   PS_RETURN_IF_ERROR(read(length_bytes, 4, "the header length"));
@@ -251,12 +273,20 @@ absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path) {
     return Corrupt(path, absl::StrCat("unreadable header: ", s.ToString()));
   }
 
-  PS_ASSIGN_OR_RETURN(const std::vector<int64_t> bytes,
-                      TensorDataBytes(model, file_size - data_start, path));
+  PS_ASSIGN_OR_RETURN(
+      const std::vector<int64_t> bytes,
+      TensorDataBytes(model, file_size - data_start, with_tables, path));
+  int64_t offset = data_start;
   for (int i = 0; i < model.tensors_size(); ++i) {
     std::string* data = model.mutable_tensors(i)->mutable_data();
     data->resize(bytes[i]);
     PS_RETURN_IF_ERROR(read(data->data(), bytes[i], "the data"));
+    offset += bytes[i];
+  }
+  if (layout != nullptr) {
+    *layout = {.has_tables = with_tables,
+               .tables_offset = offset,
+               .file_size = file_size};
   }
   return model;
 }

@@ -194,8 +194,10 @@ class JobManager {
   absl::StatusOr<JobPage> ListPage(int page_size,
                                    const std::string& page_token) const;
   // Of the job ids a server still stores (the first kMaxStoredJobIds), those
-  // whose shards it may delete: ended jobs and jobs this coordinator does not
-  // know (deleted or expired). Malformed ids are skipped.
+  // whose shards it may delete: ended jobs (but not a SUCCEEDED job with
+  // sparse tables, whose rows an export reads there until it is deleted)
+  // and jobs this coordinator does not know (deleted or expired). Malformed
+  // ids are skipped.
   std::vector<std::string> EndedJobs(
       const std::vector<std::string>& stored_job_ids) const;
 

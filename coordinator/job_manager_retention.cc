@@ -150,9 +150,16 @@ std::vector<std::string> JobManager::EndedJobs(
     const std::string& id = stored_job_ids[i];
     if (!ValidateId("stored_job_ids", id).ok()) continue;
     auto it = jobs_.find(id);
-    if (it == jobs_.end() || IsTerminal(it->second.status.state())) {
+    if (it == jobs_.end()) {
       ended.push_back(id);
+      continue;
     }
+    const v1::JobStatus& status = it->second.status;
+    // A SUCCEEDED job's sparse rows stay on its servers until the job is
+    // deleted: `psctl export` reads them there (docs/model-format.md).
+    const bool rows_kept = status.state() == v1::SUCCEEDED &&
+                           status.spec().model().sparse_tables_size() > 0;
+    if (IsTerminal(status.state()) && !rows_kept) ended.push_back(id);
   }
   return ended;
 }

@@ -13,7 +13,8 @@ ParameterManager::ParameterManager(ShardStore* store, ServerMetrics* metrics,
     : store_(store),
       metrics_(metrics),
       job_options_(job_options),
-      deleter_(store) {}
+      deleter_(store),
+      exporter_(store, metrics) {}
 
 ParameterManager::~ParameterManager() { Shutdown(); }
 
@@ -152,11 +153,23 @@ void ParameterManager::DeleteEndedJobs(
     const std::vector<std::string>& job_ids) {
   absl::MutexLock lock(&mu_);
   for (const std::string& id : job_ids) {
-    if (!jobs_.contains(id)) deleter_.Enqueue(id);
+    if (!jobs_.contains(id) && !exporter_.Busy(id)) deleter_.Enqueue(id);
   }
 }
 
+void ParameterManager::ReadRows(const v1::ReadRowsRequest& request,
+                                RowExporter::Done done) {
+  std::shared_ptr<ServerJob> live;
+  if (ValidateId("job_id", request.job_id()).ok()) {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(request.job_id());
+    if (it != jobs_.end()) live = it->second;
+  }
+  exporter_.Read(request, std::move(live), std::move(done));
+}
+
 void ParameterManager::Shutdown() {
+  exporter_.Stop();
   deleter_.Stop();
   std::map<std::string, std::shared_ptr<ServerJob>> jobs;
   {

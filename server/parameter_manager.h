@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "ps/v1/cluster.pb.h"
 #include "server/job_deleter.h"
+#include "server/row_export.h"
 #include "server/server_job.h"
 #include "server/shard_store.h"
 
@@ -53,6 +54,11 @@ class ParameterManager {
   // An EXTERNAL model's initial values from worker 0 (ServerJob::Seed).
   void Seed(const v1::SeedRequest& request, ServerJob::SeedCallback done);
 
+  // A page of the job's sparse rows on this server (RowExporter::Read): a
+  // served job's current rows, else a stored job's. `done` may run on the
+  // exporter's thread.
+  void ReadRows(const v1::ReadRowsRequest& request, RowExporter::Done done);
+
   // Ids of jobs with state in the store, served or not (sent with each
   // registration and heartbeat: the coordinator learns which shards this
   // server holds and answers which jobs ended), the newest
@@ -60,7 +66,7 @@ class ParameterManager {
   absl::StatusOr<std::vector<std::string>> StoredJobs() const;
   // Deletes, off the calling thread, the stored state of the jobs the
   // coordinator says ended (HeartbeatResponse.ended_job_ids); a job loaded
-  // now is left alone.
+  // now, or being exported, is left alone.
   void DeleteEndedJobs(const std::vector<std::string>& job_ids);
 
   // Unloads every job, failing waiting pulls with UNAVAILABLE, and stops
@@ -77,6 +83,7 @@ class ParameterManager {
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ServerJob>> jobs_ ABSL_GUARDED_BY(mu_);
   StoredJobDeleter deleter_;
+  RowExporter exporter_;
 };
 
 }  // namespace ps

@@ -273,4 +273,31 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::Seed(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ParameterServiceImpl::ReadRows(
+    grpc::CallbackServerContext* ctx, const v1::ReadRowsRequest* request,
+    v1::ReadRowsResponse* response) {
+  const absl::Time start = absl::Now();
+  const size_t request_bytes = request->ByteSizeLong();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto finish = [this, reactor, response, start,
+                 request_bytes](absl::StatusOr<v1::ReadRowsResponse> reply) {
+    const grpc::Status result = ToGrpcStatus(reply.status());
+    if (reply.ok()) *response = *std::move(reply);
+    metrics_->Record("ReadRows", result.error_code(), request_bytes,
+                     result.ok() ? response->ByteSizeLong() : 0,
+                     absl::ToDoubleSeconds(absl::Now() - start));
+    reactor->Finish(result);
+  };
+  absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+  if (!allowed.ok() && authorizer_.job_tokens_required()) {
+    allowed = authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
+  }
+  if (!allowed.ok()) {
+    finish(allowed);
+    return reactor;
+  }
+  manager_->ReadRows(*request, std::move(finish));
+  return reactor;
+}
+
 }  // namespace ps

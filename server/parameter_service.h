@@ -46,13 +46,19 @@ using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 //
 // Seed (EXTERNAL models' initial values, rare) is an ordinary callback method
 // over parsed messages, answered once the seed is durable.
+//
+// ReadRows (an export's pages of sparse rows) is an ordinary callback method,
+// answered from the manager's exporter thread; the caller must be a member
+// of the cluster or carry a job token that may export (JobAccess::kWrite).
 class ParameterServiceImpl final
-    : public v1::ParameterService::WithCallbackMethod_Seed<
-          v1::ParameterService::WithRawCallbackMethod_Push<
-              v1::ParameterService::WithRawCallbackMethod_Pull<
-                  v1::ParameterService::WithRawCallbackMethod_PushShared<
-                      v1::ParameterService::WithRawCallbackMethod_PullShared<
-                          v1::ParameterService::Service>>>>> {
+    : public v1::ParameterService::WithCallbackMethod_ReadRows<
+          v1::ParameterService::WithCallbackMethod_Seed<
+              v1::ParameterService::WithRawCallbackMethod_Push<
+                  v1::ParameterService::WithRawCallbackMethod_Pull<
+                      v1::ParameterService::WithRawCallbackMethod_PushShared<
+                          v1::ParameterService::
+                              WithRawCallbackMethod_PullShared<
+                                  v1::ParameterService::Service>>>>>> {
  public:
   // `manager` and `metrics` must outlive the service.
   ParameterServiceImpl(ParameterManager* manager, RpcMetrics* metrics,
@@ -69,6 +75,9 @@ class ParameterServiceImpl final
   grpc::ServerUnaryReactor* Seed(grpc::CallbackServerContext* ctx,
                                  const v1::SeedRequest* request,
                                  v1::SeedResponse* response) override;
+  grpc::ServerUnaryReactor* ReadRows(grpc::CallbackServerContext* ctx,
+                                     const v1::ReadRowsRequest* request,
+                                     v1::ReadRowsResponse* response) override;
   grpc::ServerUnaryReactor* PushShared(grpc::CallbackServerContext* ctx,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;

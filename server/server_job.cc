@@ -12,6 +12,7 @@
 #include "common/learning_rate_schedule.h"
 #include "common/logging.h"
 #include "common/sparse_keys.h"
+#include "common/status_macros.h"
 #include "prometheus/labels.h"
 #include "server/dense_table.h"
 
@@ -80,7 +81,11 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
       /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP);
   if (!sparse.ok()) return sparse.status();
   job->sparse_ = *std::move(sparse);
-  if (store == nullptr) return job;
+  const bool from_file = !spec.init_from().empty();
+  if (store == nullptr) {
+    if (from_file) PS_RETURN_IF_ERROR(job->LoadInitialModel());
+    return job;
+  }
   ServerJob* const raw = job.get();
   ABSL_TS_UNCHECKED_READ(job->durability_)
       .StartWriter(std::make_unique<UpdateLogWriter>(
@@ -111,6 +116,9 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
     return job;
   }
   if (!absl::IsNotFound(stored.status())) return stored.status();
+  // Loaded before anything is stored: a crash during the load leaves no
+  // stored job, and the next open loads again.
+  if (from_file) PS_RETURN_IF_ERROR(job->LoadInitialModel());
   if (auto s = store->PutJobMeta(assignment.job_id(), JobMeta(assignment));
       !s.ok()) {
     return s;

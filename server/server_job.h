@@ -57,10 +57,14 @@ class ServerJob {
   // Creates the job's shards for `assignment` (this server is
   // assignment.index()). If `store` holds the job, its last snapshot is
   // reloaded and the update log after it replayed; otherwise blocks get their
-  // initial values and, unless durability is MEMORY, are written to the store
-  // as the first snapshot. `store` may be null (nothing is persisted).
-  // Errors: INVALID_ARGUMENT for a bad spec, DATA_LOSS if stored blocks or
-  // log records do not match the shard map, and the store's errors.
+  // initial values (from the initializers, or from the model file of
+  // spec.init_from: LoadInitialModel) and, unless durability is MEMORY, are
+  // written to the store as the first snapshot before Open returns. `store`
+  // may be null (nothing is persisted).
+  // Errors: INVALID_ARGUMENT for a bad spec (or an init_from file that does
+  // not fit it), DATA_LOSS if stored blocks or log records do not match the
+  // shard map (or the init_from file is damaged), NOT_FOUND for a missing
+  // init_from file, and the store's errors.
   static absl::StatusOr<std::unique_ptr<ServerJob>> Open(
       const v1::Assignment& assignment, ShardStore* store,
       ServerMetrics* metrics, const ServerJobOptions& options = {});
@@ -164,6 +168,11 @@ class ServerJob {
   // Rows held in all the job's sparse tables on this server (0 without
   // any), for logs. Thread-safe (takes the job's lock).
   int64_t SparseRowCount() const;
+  // Every bucket of the job's sparse tables on this server as a snapshot
+  // stores it (SparseTableSet::Snapshot: buckets ascending, rows in
+  // server/sparse_bucket_codec.h's format), for an export
+  // (server/row_export.h). Thread-safe (takes the job's lock).
+  std::vector<StoredBlock> SparseSnapshot() const;
 
  private:
   ServerJob(const v1::Assignment& assignment, ShardStore* store,
@@ -171,6 +180,13 @@ class ServerJob {
             std::unique_ptr<Optimizer> optimizer, int64_t staleness);
   // Loads a snapshot and replays the update log that follows it.
   absl::Status Restore(StoredJob stored);
+  // The job's initial values from the model file of spec.init_from: the
+  // dense blocks and the rows of the buckets this server holds (ids hashed
+  // with this job's num_buckets), with fresh optimizer state
+  // (server/server_job_init.cc). Errors: INVALID_ARGUMENT if the file does
+  // not fit the job (CheckModelFitsJob), holds an id twice in a table or a
+  // NaN or Inf; the file's read errors.
+  absl::Status LoadInitialModel();
   // Applies one logged update through the path the live update took
   // (ParameterTable::Apply), and the clocks it recorded.
   absl::Status Replay(const std::string& bytes, int64_t sequence)

@@ -211,6 +211,24 @@ def main():
     write("fuzz_model_file", "short", model_file(header, [0.5]))
     write("fuzz_model_file", "magic-only", b"PSMODEL1")
 
+    # PSMODEL2: the dense data, then chunks (u32 table, u32 n, n u64 ids,
+    # n * dim float32) and the end marker (u32 0xFFFFFFFF, u32 0, u64 rows).
+    tables = ('{"job_id": "job-000002", "model": {"kind": "EXTERNAL", '
+              '"tensors": [{"name": "w", "shape": ["2"]}], '
+              '"sparse_tables": [{"name": "a", "dim": 2}, '
+              '{"name": "b", "dim": 1}]}, '
+              '"tensors": [{"name": "w", "shape": ["2"]}]}\n').encode()
+    rows = (struct.pack("<II", 0, 2) + struct.pack("<QQ", 5, 1 << 40) +
+            struct.pack("<4f", 0.5, -1.0, 2.0, 0.25) +
+            struct.pack("<II", 1, 1) + struct.pack("<Q", 3) +
+            struct.pack("<f", 7.0))
+    end = struct.pack("<IIQ", 0xFFFFFFFF, 0, 3)
+    head = b"PSMODEL2" + struct.pack("<I", len(tables)) + tables
+    dense = struct.pack("<2f", 1.0, 2.0)
+    write("fuzz_model_tables", "two-tables", head + dense + rows + end)
+    write("fuzz_model_tables", "no-rows",
+          head + dense + struct.pack("<IIQ", 0xFFFFFFFF, 0, 0))
+
 
 if __name__ == "__main__":
     main()

@@ -27,12 +27,14 @@ declare -A RUNS=(
   [fuzz_csv_reader]=50000
   [fuzz_libsvm_reader]=50000
   [fuzz_model_file]=50000
+  [fuzz_model_tables]=50000
   [fuzz_shard_store_decoder]=100000
 )
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_job_spec_json fuzz_job_spec_binary
   fuzz_coordinator_requests fuzz_parameter_requests fuzz_idx_reader
-  fuzz_csv_reader fuzz_libsvm_reader fuzz_model_file fuzz_shard_store_decoder)
+  fuzz_csv_reader fuzz_libsvm_reader fuzz_model_file fuzz_model_tables
+  fuzz_shard_store_decoder)
 
 if ! command -v clang++ >/dev/null || ! command -v clang >/dev/null; then
   echo "fuzz: clang is not installed (scripts/setup.sh installs it); skipped"

@@ -218,5 +218,30 @@ TEST_F(JobRetentionTest, ServersAreToldToDeleteEndedAndUnknownJobsOnly) {
   EXPECT_THAT(manager_->EndedJobs({}), IsEmpty());
 }
 
+TEST_F(JobRetentionTest, ASucceededJobsRowsStayOnTheServersUntilItIsDeleted) {
+  // Records as the coordinator keeps them (it reloads them at start): a
+  // SUCCEEDED job with a sparse table, and one without.
+  const auto put = [&](const std::string& id, bool sparse) {
+    v1::JobStatus job;
+    job.set_job_id(id);
+    *job.mutable_spec() = Spec();
+    if (sparse) {
+      job.mutable_spec()->mutable_model()->add_sparse_tables()->set_name("t");
+    }
+    job.set_state(v1::SUCCEEDED);
+    job.set_end_time_ms(1);
+    ASSERT_TRUE(table_->Put(job).ok());
+  };
+  put("job-000101", true);
+  put("job-000102", false);
+  CreateManager();
+  // The sparse one's rows are read there by `psctl export`.
+  EXPECT_THAT(manager_->EndedJobs({"job-000101", "job-000102"}),
+              UnorderedElementsAre("job-000102"));
+  ASSERT_TRUE(manager_->Delete("job-000101").ok());
+  EXPECT_THAT(manager_->EndedJobs({"job-000101"}),
+              UnorderedElementsAre("job-000101"));
+}
+
 }  // namespace
 }  // namespace ps
