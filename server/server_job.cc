@@ -1,11 +1,17 @@
 #include "server/server_job.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
@@ -25,6 +31,23 @@ std::string JobMeta(const v1::Assignment& assignment) {
   v1::Assignment meta = assignment;
   meta.clear_index();
   return meta.SerializeAsString();
+}
+
+// A directory name for `job_id`: itself when it is plain, else its bytes in
+// hex.
+std::string TierDirName(const std::string& job_id) {
+  const bool plain =
+      !job_id.empty() && job_id.size() <= 128 && job_id[0] != '.' &&
+      std::all_of(job_id.begin(), job_id.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+               c == '-' || c == '_' || c == '.';
+      });
+  if (plain) return job_id;
+  std::string hex = "x";
+  for (unsigned char c : job_id.substr(0, 100)) {
+    absl::StrAppend(&hex, absl::Hex(c, absl::kZeroPad2));
+  }
+  return hex;
 }
 
 }  // namespace
@@ -48,6 +71,47 @@ ServerJob::~ServerJob() {
   Close(absl::AbortedError("job unloaded"));
   // Joins the writer's thread, whose callback uses *this.
   ABSL_TS_UNCHECKED_READ(durability_).StopWriter();
+  sparse_.reset();
+  tier_.reset();  // Removes the tier's directory.
+  if (!tier_temp_root_.empty()) {
+    std::error_code error;
+    std::filesystem::remove_all(tier_temp_root_, error);
+  }
+}
+
+absl::Status ServerJob::OpenTier(const ServerJobOptions& options) {
+  if (options.sparse_memory_bytes <= 0 ||
+      assignment_.spec().model().sparse_tables().empty()) {
+    return absl::OkStatus();
+  }
+  std::string root = options.sparse_tier_dir;
+  if (root.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    std::string pattern = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp
+                                                                       : "/tmp",
+                                       "/ps-sparse-tier-XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          "job ", job_id_, ": cannot make a temporary directory for the ",
+          "sparse tier: ", strerror(errno)));
+    }
+    root = tier_temp_root_ = pattern;
+  }
+  auto tier = SparseTier::Open(
+      {.path = absl::StrCat(root, "/", TierDirName(job_id_))});
+  if (!tier.ok()) return tier.status();
+  tier_ = *std::move(tier);
+  return absl::OkStatus();
+}
+
+absl::Status ServerJob::TierHealthLocked() {
+  if (absl::Status tier = sparse_->TierStatus(); !tier.ok() && closed_.ok()) {
+    closed_ = absl::UnavailableError(absl::StrCat(
+        "job ", job_id_, ": the sparse tier failed, refusing requests: ",
+        tier.message()));
+    PS_LOG_ERROR(closed_.message());
+  }
+  return closed_;
 }
 
 absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
@@ -75,9 +139,13 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
       /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP);
   if (!table.ok()) return table.status();
   job->table_ = *std::move(table);
+  if (auto s = job->OpenTier(options); !s.ok()) return s;
   auto sparse = SparseTableSet::Create(
       assignment,
-      /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP);
+      /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP,
+      {.tier = job->tier_.get(),
+       .budget_bytes = options.sparse_memory_bytes,
+       .server_budget = options.sparse_budget});
   if (!sparse.ok()) return sparse.status();
   job->sparse_ = *std::move(sparse);
   if (store == nullptr) return job;
@@ -208,6 +276,7 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
   if (update->applied) {
     sparse_->Apply(update->sparse, update->clock,
                    SparseRateFactor(update->clock));
+    if (absl::Status s = sparse_->TierStatus(); !s.ok()) return s;
   }
   clocks_.Restore(clocks);
   return absl::OkStatus();
@@ -312,6 +381,9 @@ void ServerJob::PullWire(const v1::PullRequest& request, PullWireCallback done,
     if (status.ok()) {
       metrics_->pull_wait_seconds.Observe(0);
       reply = BuildReply(keys, allocate);
+      if (tier_ != nullptr) {
+        if (absl::Status s = TierHealthLocked(); !s.ok()) reply = s;
+      }
     }
   }
   if (!status.ok()) reply = status;
@@ -467,6 +539,9 @@ void ServerJob::ApplyAndLogLocked(const TableUpdate& update, int worker) {
       sparse_->Apply(update.sparse, update.clock,
                      SparseRateFactor(update.clock));
       ExportSparseCountsLocked();
+      // A failed tier closes the job; the record below is still logged, so
+      // that a restart replays the update from the log.
+      if (tier_ != nullptr) TierHealthLocked().IgnoreError();
     }
   }
   storage::v1::UpdateRecord record;
@@ -525,6 +600,39 @@ void ServerJob::ExportSparseCountsLocked() {
         static_cast<double>(now.rejections - before.rejections));
     metrics_->sparse_evictions.Add(labels).Increment(
         static_cast<double>(now.evictions - before.evictions));
+    before = now;
+  }
+  ExportTierCountsLocked();
+}
+
+void ServerJob::ExportTierCountsLocked() {
+  const auto& specs = assignment_.spec().model().sparse_tables();
+  exported_tier_.resize(sparse_->size());
+  // RocksDB's size estimate walks its files: at most once a second.
+  const absl::Time now_time = absl::Now();
+  const bool disk = tier_ != nullptr &&
+                    now_time - disk_bytes_exported_ >= absl::Seconds(1);
+  if (disk) disk_bytes_exported_ = now_time;
+  for (size_t t = 0; t < sparse_->size(); ++t) {
+    const SparseTierCounts now = sparse_->TierCounts(t);
+    SparseTierCounts& before = exported_tier_[t];
+    const prometheus::Labels labels = {{"table", specs[t].name()}};
+    metrics_->sparse_memory_bytes.Add(labels).Set(
+        static_cast<double>(now.memory_bytes));
+    if (tier_ == nullptr) {
+      before = now;
+      continue;
+    }
+    if (disk) {
+      metrics_->sparse_disk_bytes.Add(labels).Set(
+          static_cast<double>(sparse_->TierDiskBytes(t)));
+    }
+    metrics_->sparse_tier_hits.Add(labels).Increment(
+        static_cast<double>(now.hits - before.hits));
+    metrics_->sparse_tier_misses.Add(labels).Increment(
+        static_cast<double>(now.misses - before.misses));
+    metrics_->sparse_tier_disk_reads.Add(labels).Increment(
+        static_cast<double>(now.disk_reads - before.disk_reads));
     before = now;
   }
 }
