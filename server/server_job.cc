@@ -1,6 +1,7 @@
 #include "server/server_job.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -80,6 +81,7 @@ ServerJob::~ServerJob() {
 }
 
 absl::Status ServerJob::OpenTier(const ServerJobOptions& options) {
+  namespace fs = std::filesystem;
   if (options.sparse_memory_bytes <= 0 ||
       assignment_.spec().model().sparse_tables().empty()) {
     return absl::OkStatus();
@@ -87,9 +89,9 @@ absl::Status ServerJob::OpenTier(const ServerJobOptions& options) {
   std::string root = options.sparse_tier_dir;
   if (root.empty()) {
     const char* tmp = getenv("TMPDIR");
-    std::string pattern = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp
-                                                                       : "/tmp",
-                                       "/ps-sparse-tier-XXXXXX");
+    std::string pattern =
+        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                     "/ps-sparse-tier-XXXXXX");
     if (mkdtemp(pattern.data()) == nullptr) {
       return absl::InternalError(absl::StrCat(
           "job ", job_id_, ": cannot make a temporary directory for the ",
@@ -97,8 +99,27 @@ absl::Status ServerJob::OpenTier(const ServerJobOptions& options) {
     }
     root = tier_temp_root_ = pattern;
   }
-  auto tier = SparseTier::Open(
-      {.path = absl::StrCat(root, "/", TierDirName(job_id_))});
+  // <root>/<job>.<pid>.<unique>: a job reopened in this process (its old
+  // instance still closing) gets a directory of its own; those of earlier
+  // processes (killed before they removed theirs) are removed now.
+  const std::string prefix = absl::StrCat(TierDirName(job_id_), ".");
+  const std::string mine = absl::StrCat(prefix, getpid(), ".");
+  std::error_code error;
+  fs::create_directories(root, error);
+  for (fs::directory_iterator it(root, error), end; !error && it != end;
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.rfind(mine, 0) != 0) {
+      std::error_code ignored;
+      fs::remove_all(it->path(), ignored);
+    }
+  }
+  std::string path = absl::StrCat(root, "/", mine, "XXXXXX");
+  if (mkdtemp(path.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("job ", job_id_, ": cannot make ",
+                                            path, ": ", strerror(errno)));
+  }
+  auto tier = SparseTier::Open({.path = path});
   if (!tier.ok()) return tier.status();
   tier_ = *std::move(tier);
   return absl::OkStatus();

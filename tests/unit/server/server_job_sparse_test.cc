@@ -2,7 +2,10 @@
 // row gradients applied exactly once under SSP and averaged under BSP,
 // malformed sparse requests refused without a change, and the rows restored
 // bit for bit from the snapshot and the update log. Every test runs against
-// MemoryShardStore and RocksDbShardStore.
+// MemoryShardStore and RocksDbShardStore, and again (the "Tiered"
+// instantiations) with a memory budget of a few rows, the others in the
+// sparse tier: a reopened job comes back with a cold cache and the same rows,
+// and agrees with a twin that has no budget.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -149,8 +152,16 @@ Rows Gradients(int n, int salt) {
 
 class ServerJobSparseTest : public testing::ServerJobStoreFixture {
  protected:
+  // The "Tiered" instantiations' budget: two or three rows of the table.
+  static int64_t Budget() {
+    const std::string suite =
+        ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name();
+    return suite.rfind("Tiered", 0) == 0 ? 700 : 0;
+  }
+
   std::unique_ptr<ServerJob> Open(const SparseJobOptions& options,
-                                  const ServerJobOptions& job_options = {}) {
+                                  ServerJobOptions job_options = {}) {
+    job_options.sparse_memory_bytes = Budget();
     auto job = ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_,
                                job_options);
     EXPECT_TRUE(job.ok()) << job.status();
@@ -369,6 +380,10 @@ TEST_P(ServerJobSparseTest, ReopeningRestoresRowsAndAdmissionBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, ServerJobSparseTest,
+                         ::testing::Values(testing::StoreKind::kMemory,
+                                           testing::StoreKind::kRocksDb),
+                         testing::StoreKindName);
+INSTANTIATE_TEST_SUITE_P(TieredStores, ServerJobSparseTest,
                          ::testing::Values(testing::StoreKind::kMemory,
                                            testing::StoreKind::kRocksDb),
                          testing::StoreKindName);
