@@ -24,7 +24,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/memory_shard_store.h"
+#include "prometheus/text_serializer.h"
 #include "server/server_job.h"
+#include "tests/testing/metrics_scrape.h"
 #include "tests/testing/server_job_store_fixture.h"
 
 namespace ps {
@@ -376,6 +378,14 @@ TEST_P(ServerJobSparseTest, ReopeningRestoresRowsAndAdmissionBitForBit) {
       ASSERT_TRUE(Push(*job, MakePush(1, 4, ids, Gradients(6, 10))).ok());
     }
     EXPECT_EQ(RowsNow(*reopened, 5, ids), RowsNow(**twin, 5, ids));
+    if (Budget() > 0) {  // Rows did live in the tier, and came back from it.
+      const std::string body =
+          prometheus::TextSerializer().Serialize(registry_.Collect());
+      EXPECT_GT(testing::MetricValue(
+                    body, "ps_sparse_tier_disk_reads_total{table=\"emb\"}")
+                    .value_or(0),
+                0);
+    }
   }
 }
 

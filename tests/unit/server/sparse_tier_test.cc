@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -191,6 +192,36 @@ TEST(SparseMemoryBudgetTest, JobsShareTheServersBudget) {
                   4 * PlanSparseHotRows(20000, SparseSlotBytes(16, 1)).hot_rows);
   }
   EXPECT_EQ(budget.reserved(), 0);
+}
+
+// psctl estimate's memory per table (common/sparse_memory.h) is what a
+// table of that many rows allocates, with and without a budget.
+TEST(SparseEstimateTest, MemoryIsWhatTheTableAllocates) {
+  constexpr int64_t kRows = 10000;
+  v1::JobSpec spec;
+  spec.set_num_servers(1);
+  *spec.mutable_model()->add_sparse_tables() = CtrSpec(v1::EvictionSpec::LRU);
+  spec.mutable_model()->mutable_sparse_tables(0)->set_expected_rows(kRows);
+  std::vector<uint64_t> ids;
+  for (int64_t i = 0; i < kRows; ++i) ids.push_back(i * 7919 + 3);
+  const std::vector<float> grads(ids.size() * 16, 0.5f);
+  for (int64_t budget : {int64_t{0}, int64_t{256} << 10}) {
+    const SparseServerEstimate estimate = EstimateSparseServer(spec, 0, budget);
+    ASSERT_EQ(estimate.tables.size(), 1u);
+    std::unique_ptr<SparseTier> tier = budget > 0 ? OpenTier() : nullptr;
+    auto table = SparseTable::Create(spec.model().sparse_tables(0), 0, 1, false,
+                                     {.tier = tier.get(), .cap_bytes = budget});
+    ASSERT_TRUE(table.ok());
+    for (size_t i = 0; i < ids.size(); i += 1000) {
+      (*table)->Apply(std::span(ids).subspan(i, 1000),
+                      std::span(grads).subspan(i * 16, 16000), 1, 1.0f);
+    }
+    EXPECT_EQ((*table)->num_rows(), kRows);
+    EXPECT_EQ(estimate.tables[0].memory_bytes, (*table)->memory_bytes())
+        << "budget " << budget;
+    EXPECT_EQ(estimate.tables[0].hot_rows,
+              (*table)->tier_counts().hot_rows);
+  }
 }
 
 TEST(SparseTierStoreTest, RowsRoundTripAndTheDirectoryGoes) {
