@@ -6,8 +6,8 @@
 # its distinct training ids) on Criteo-format data with many distinct ids,
 #   - "unlimited": the servers without a budget (every row in memory);
 #   - "budget":    each server with --sparse_memory_bytes=BUDGET;
-#   - "empty":     the budgeted servers on a 2,000-row file (tables nearly
-#                  empty): their peak RSS is the fixed overhead;
+#   - "empty":     the budgeted servers on a 1,024-row file, batch 64 (tables
+#                  nearly empty): their peak RSS is the fixed overhead;
 # ROUNDS rounds, alternating. Prints medians: worker 0's training time,
 # test AUC, the largest server peak RSS (VmHWM), and the rows the servers
 # held, the tier's hits and disk reads (from their metrics).
@@ -35,8 +35,8 @@ if [ ! -e "$DATA/teacher.json" ]; then
 fi
 if [ ! -e "$OUT/empty/teacher.json" ]; then
   # shellcheck disable=SC2086
-  "$PY" bench/criteo_gen.py --out "$OUT/empty" --train_rows 2000 \
-    --test_rows 1000 $GEN_ARGS >&2
+  "$PY" bench/criteo_gen.py --out "$OUT/empty" --train_rows 1024 \
+    --test_rows 512 $GEN_ARGS >&2
 fi
 source scripts/lib/cluster.sh
 trap 'cluster_stop >/dev/null 2>&1 || true' EXIT
@@ -58,11 +58,11 @@ print(int(sum(float(l.split()[-1]) for l in t.splitlines() if l.startswith('$fam
 
 # SYSTEM (unlimited | budget | empty), ROUND.
 run() {
-  local system=$1 round=$2 dir id i data=$DATA
+  local system=$1 round=$2 dir id i data=$DATA batch=$BATCH
   dir=$OUT/r$round-$system
   mkdir -p "$dir"
-  [ "$system" = empty ] && data=$OUT/empty
-  "$PY" bench/ctr_vs_pytorch.py job --data "$data" --batch "$BATCH" |
+  [ "$system" = empty ] && data=$OUT/empty batch=64
+  "$PY" bench/ctr_vs_pytorch.py job --data "$data" --batch "$batch" |
     "$PY" bench/ctr_tier.py job --teacher "$DATA/teacher.json" >"$dir/job.json"
   CLUSTER_SERVER_ARGS=""
   [ "$system" != unlimited ] && CLUSTER_SERVER_ARGS="--sparse_memory_bytes=$BUDGET"

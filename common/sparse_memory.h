@@ -59,7 +59,7 @@ int64_t SparseSnapshotBytesPerRow(int dim, int64_t state_floats);
 
 // Memory of the tier's RocksDB per job on a server (its memtables and block
 // cache, as the server configures them), outside the budget.
-inline constexpr int64_t kSparseTierFixedBytes = int64_t{12} << 20;
+inline constexpr int64_t kSparseTierFixedBytes = int64_t{16} << 20;
 
 // One table's estimate on one server.
 struct SparseTableEstimate {

@@ -10,10 +10,12 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ps/v1/job.pb.h"
@@ -71,6 +73,8 @@ class SparseTable {
   uint32_t num_buckets() const { return num_buckets_; }
 
   // Pull: the rows of `keys` into out[keys.size() * dim]: a row that exists;
+  // (under a budget, rows read from the tier move into memory: no row's
+  // values change, but the call is not thread-safe even with other Reads);
   // else, when admission is unconditional (min_count <= 1, no probability),
   // the initializer's row (not stored: reads never change state); else zeros
   // (not admitted yet).
@@ -205,9 +209,14 @@ class SparseTable {
   uint32_t TakeSlot();
   // Writes row `slot` to the tier's batch and frees it from the index.
   void Demote(uint32_t slot);
+  // Moves cold row `id` (its stored bytes `value`) into memory when a slot
+  // is free or can be freed; else leaves it cold.
+  void Promote(uint64_t id, std::string_view value);
   // Records the tier's first error.
   void TierFailed(const absl::Status& status) const;
   void ReadTiered(std::span<const uint64_t> keys, float* out) const;
+  // A pull's row of an id without one: the initializer's, or zeros.
+  void FillMissing(uint64_t id, float* row) const;
   void ApplyTiered(std::span<const uint64_t> keys,
                    std::span<const float> grads, int64_t clock,
                    float lr_factor);
@@ -296,6 +305,11 @@ class SparseTable {
     bool created = false;  // New in this call (not in the tier before).
   };
   absl::flat_hash_map<uint64_t, uint32_t> scratch_index_;
+  // Ids a Read since the last Apply found nowhere (not in memory, not in
+  // the tier): no row is created between two Applies, so the next Apply
+  // need not look them up again. Cleared by every Apply and Restore; at
+  // most the ids pulled between two Applies.
+  mutable absl::flat_hash_set<uint64_t> absent_;
   std::vector<ScratchRow> scratch_rows_;
   std::vector<float> scratch_floats_;
 };

@@ -5,7 +5,8 @@
 // through the same optimizer step on the same floats wherever they are.
 //
 // - A pull (ReadTiered) reads memory, then the missing rows from the tier in
-//   one MultiGet; it moves nothing (reads never change state).
+//   one MultiGet, and promotes those it found (demoting as a push does): it
+//   changes no row's values, only where rows live.
 // - A push (ApplyTiered) pins the rows it finds in memory, reads the others
 //   in one MultiGet and promotes them into memory, demoting unpinned rows
 //   (the table's policy: least recently updated for LRU, least often for
@@ -119,20 +120,28 @@ void SparseTable::ReadTiered(std::span<const uint64_t> keys, float* out) const {
     auto it = slots_.find(keys[i]);
     if (it != slots_.end()) {
       std::memcpy(out + i * dim, RowAt(it->second), dim * sizeof(float));
-    } else {
-      miss_ids.push_back(keys[i]);
-      miss_at.push_back(i);
+      ++hits_;
+      continue;
     }
+    ++misses_;
+    if (absent_.contains(keys[i])) {  // Found nowhere since the last Apply.
+      FillMissing(keys[i], out + i * dim);
+      continue;
+    }
+    miss_ids.push_back(keys[i]);
+    miss_at.push_back(i);
   }
-  hits_ += static_cast<int64_t>(keys.size() - miss_ids.size());
   if (miss_ids.empty()) return;
-  misses_ += static_cast<int64_t>(miss_ids.size());
   std::vector<std::string> values;
-  if (absl::Status s = tier_->MultiGet(table_index_, miss_ids, &values);
-      !s.ok()) {
-    TierFailed(s);
+  const absl::Status read = tier_->MultiGet(table_index_, miss_ids, &values);
+  if (!read.ok()) {
+    TierFailed(read);
     values.assign(miss_ids.size(), std::string());
   }
+  // Read is logically const: it changes no row, only where rows live. The
+  // rows it read from the tier are promoted (a worker pushes the rows it
+  // pulled, so the push then finds them in memory).
+  SparseTable* const self = const_cast<SparseTable*>(this);
   for (size_t j = 0; j < miss_ids.size(); ++j) {
     float* row = out + miss_at[j] * dim;
     if (values[j].size() == SparseTier::kRowHeaderBytes +
@@ -140,12 +149,36 @@ void SparseTable::ReadTiered(std::span<const uint64_t> keys, float* out) const {
       std::memcpy(row, values[j].data() + SparseTier::kRowHeaderBytes,
                   dim * sizeof(float));
       ++disk_reads_;
-    } else if (unconditional_admission()) {
-      init_.Fill(miss_ids[j], std::span<float>(row, dim));
-    } else {
-      std::fill(row, row + dim, 0.0f);
+      self->Promote(miss_ids[j], values[j]);
+      continue;
     }
+    if (read.ok()) absent_.insert(miss_ids[j]);
+    FillMissing(miss_ids[j], row);
   }
+  self->CommitTier();
+}
+
+void SparseTable::FillMissing(uint64_t id, float* row) const {
+  const size_t dim = static_cast<size_t>(dim_);
+  if (unconditional_admission()) {
+    init_.Fill(id, std::span<float>(row, dim));
+  } else {
+    std::fill(row, row + dim, 0.0f);
+  }
+}
+
+void SparseTable::Promote(uint64_t id, std::string_view value) {
+  if (slots_.contains(id)) return;  // A repeated id of the same read.
+  const uint32_t slot = TakeSlot();
+  if (slot == kNoSlot) return;
+  RowMeta meta;
+  SparseTier::Decode(value, stride(), &meta.clock, &meta.updates, RowAt(slot));
+  SetMeta(slot, meta);
+  slots_.emplace(id, slot);
+  SlotId(slot) = id;
+  SlotTick(slot) = tick_;
+  batch_.Delete(table_index_, id);
+  --cold_rows_;
 }
 
 void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
@@ -167,15 +200,17 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
     } else {
       found_[i] = kNoSlot;
       // Each id once (an update may repeat one): a repeat finds the row
-      // where the first put it.
-      if (scratch_index_.try_emplace(keys[i], 0).second) {
+      // where the first put it. An id a Read found nowhere is not read.
+      if (scratch_index_.try_emplace(keys[i], 0).second &&
+          !absent_.contains(keys[i])) {
         miss_ids.push_back(keys[i]);
         miss_at.push_back(i);
       }
     }
   }
-  misses_ += static_cast<int64_t>(miss_ids.size());
+  misses_ += static_cast<int64_t>(scratch_index_.size());
   scratch_index_.clear();
+  absent_.clear();  // Rows are created from here on.
   // Pass 2: the others from the tier, promoted where there is room.
   scratch_rows_.clear();
   scratch_floats_.clear();
@@ -325,6 +360,7 @@ std::vector<std::pair<uint64_t, std::string>> SparseTable::ColdRows() const {
 
 void SparseTable::RestoreTiered(const SparseBucket& contents) {
   ++tick_;
+  absent_.clear();
   // Which of the bucket's ids (rows and pending) are in the tier now.
   std::vector<uint64_t> ids;
   for (uint64_t id : contents.ids) {
