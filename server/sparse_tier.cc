@@ -3,6 +3,7 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
+#include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 
 #include <algorithm>
@@ -62,6 +63,10 @@ rocksdb::Options TierOptions(const SparseTierOptions& options) {
   // keys answers them without searching its skip list.
   db.memtable_whole_key_filtering = true;
   db.memtable_prefix_bloom_size_ratio = 0.05;
+  // A batch's keys come sorted (Write) and share their table's 4-byte
+  // prefix: the skip list continues each insert from the previous one.
+  db.memtable_insert_with_hint_prefix_extractor.reset(
+      rocksdb::NewFixedPrefixTransform(4));
   db.max_log_file_size = size_t{1} << 20;
   db.keep_log_file_num = 2;
   rocksdb::BlockBasedTableOptions table;
