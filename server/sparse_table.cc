@@ -393,11 +393,17 @@ void SparseTable::MaybeCompactOrders() {
   by_count_.clear();
   order_entries_ = 0;
   for (const auto& [id, slot] : slots_) Track(id, Meta(slot));
-  for (const auto& [id, value] : ColdRows()) {
-    RowMeta meta;
-    SparseTier::Decode(value, stride(), &meta.clock, &meta.updates, nullptr);
-    Track(id, meta);
-  }
+  if (tier_ == nullptr || cold_rows_ == 0) return;
+  // Cold rows' clocks and counts, one pass over the tier (no values kept).
+  absl::Status s = tier_->ForEach(
+      table_index_, [this](uint64_t id, std::string_view value) {
+        RowMeta meta;
+        if (SparseTier::Decode(value, stride(), &meta.clock, &meta.updates,
+                               nullptr)) {
+          Track(id, meta);
+        }
+      });
+  if (!s.ok()) TierFailed(s);
 }
 
 std::vector<StoredBlock> SparseTable::Snapshot() const {
