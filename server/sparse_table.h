@@ -217,6 +217,18 @@ class SparseTable {
   void ReadTiered(std::span<const uint64_t> keys, float* out) const;
   // A pull's row of an id without one: the initializer's, or zeros.
   void FillMissing(uint64_t id, float* row) const;
+  // ApplyTiered's first pass: the keys' rows in memory into found_, pinned;
+  // the others (each once, without those a Read found nowhere) into
+  // miss_ids and their first positions into miss_at.
+  void PinHot(std::span<const uint64_t> keys, std::vector<uint64_t>* miss_ids,
+              std::vector<size_t>* miss_at);
+  // ApplyTiered's second pass: reads the misses from the tier and promotes
+  // those it finds (into found_), or keeps them in the scratch rows. False
+  // when the tier failed.
+  bool PromoteMisses(std::span<const uint64_t> miss_ids,
+                     std::span<const size_t> miss_at);
+  // A scratch row for `id` (stride() floats, zeros), with `meta`.
+  float* AddScratch(uint64_t id, const RowMeta& meta, bool created);
   void ApplyTiered(std::span<const uint64_t> keys,
                    std::span<const float> grads, int64_t clock,
                    float lr_factor);

@@ -181,50 +181,55 @@ void SparseTable::Promote(uint64_t id, std::string_view value) {
   --cold_rows_;
 }
 
-void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
-                              std::span<const float> grads, int64_t clock,
-                              float lr_factor) {
-  const size_t dim = static_cast<size_t>(dim_);
-  ++tick_;
-  // Pass 1: the rows in memory, pinned for this call.
+void SparseTable::PinHot(std::span<const uint64_t> keys,
+                         std::vector<uint64_t>* miss_ids,
+                         std::vector<size_t>* miss_at) {
   found_.resize(keys.size());
   scratch_index_.clear();
-  std::vector<uint64_t> miss_ids;
-  std::vector<size_t> miss_at;
   for (size_t i = 0; i < keys.size(); ++i) {
     auto it = slots_.find(keys[i]);
     if (it != slots_.end()) {
       found_[i] = it->second;
       SlotTick(it->second) = tick_;
       ++hits_;
-    } else {
-      found_[i] = kNoSlot;
-      // Each id once (an update may repeat one): a repeat finds the row
-      // where the first put it. An id a Read found nowhere is not read.
-      if (scratch_index_.try_emplace(keys[i], 0).second &&
-          !absent_.contains(keys[i])) {
-        miss_ids.push_back(keys[i]);
-        miss_at.push_back(i);
-      }
+      continue;
+    }
+    found_[i] = kNoSlot;
+    // Each id once (an update may repeat one): a repeat finds the row where
+    // the first put it. An id a Read found nowhere is not read.
+    if (scratch_index_.try_emplace(keys[i], 0).second &&
+        !absent_.contains(keys[i])) {
+      miss_ids->push_back(keys[i]);
+      miss_at->push_back(i);
     }
   }
   misses_ += static_cast<int64_t>(scratch_index_.size());
   scratch_index_.clear();
   absent_.clear();  // Rows are created from here on.
-  // Pass 2: the others from the tier, promoted where there is room.
+}
+
+float* SparseTable::AddScratch(uint64_t id, const RowMeta& meta,
+                               bool created) {
+  scratch_index_[id] = static_cast<uint32_t>(scratch_rows_.size());
+  scratch_rows_.push_back({.id = id, .meta = meta, .created = created});
+  scratch_floats_.resize(scratch_floats_.size() + stride(), 0.0f);
+  return scratch_floats_.data() + scratch_floats_.size() - stride();
+}
+
+bool SparseTable::PromoteMisses(std::span<const uint64_t> miss_ids,
+                                std::span<const size_t> miss_at) {
   scratch_rows_.clear();
   scratch_floats_.clear();
   std::vector<std::string> values;
   if (absl::Status s = tier_->MultiGet(table_index_, miss_ids, &values);
       !s.ok()) {
     TierFailed(s);
-    return;  // The job stops serving (tier_status).
+    return false;
   }
   for (size_t j = 0; j < miss_ids.size(); ++j) {
     if (values[j].empty()) continue;
     ++disk_reads_;
     const uint64_t id = miss_ids[j];
-    RowMeta meta;
     const uint32_t slot = TakeSlot();
     float* floats;
     if (slot != kNoSlot) {
@@ -236,16 +241,14 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
       --cold_rows_;
       found_[miss_at[j]] = slot;
     } else {
-      scratch_index_[id] = static_cast<uint32_t>(scratch_rows_.size());
-      scratch_rows_.push_back({.id = id, .meta = {}, .created = false});
-      scratch_floats_.resize(scratch_floats_.size() + stride());
-      floats = scratch_floats_.data() + scratch_floats_.size() - stride();
+      floats = AddScratch(id, {}, /*created=*/false);
     }
+    RowMeta meta;
     if (!SparseTier::Decode(values[j], stride(), &meta.clock, &meta.updates,
                             floats)) {
       TierFailed(absl::DataLossError(
           absl::StrCat("tier row ", id, " has ", values[j].size(), " bytes")));
-      return;
+      return false;
     }
     if (slot != kNoSlot) {
       SetMeta(slot, meta);
@@ -253,6 +256,20 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
       scratch_rows_.back().meta = meta;
     }
   }
+  return true;
+}
+
+void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
+                              std::span<const float> grads, int64_t clock,
+                              float lr_factor) {
+  const size_t dim = static_cast<size_t>(dim_);
+  ++tick_;
+  // Pass 1: the rows in memory, pinned for this call; pass 2: the others
+  // from the tier, promoted where there is room.
+  std::vector<uint64_t> miss_ids;
+  std::vector<size_t> miss_at;
+  PinHot(keys, &miss_ids, &miss_at);
+  if (!PromoteMisses(miss_ids, miss_at)) return;  // The job stops serving.
   // Pass 3: the steps, in key order, wherever each row is.
   const bool tracked = max_idle_clocks_ > 0 || max_rows_ > 0;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -270,13 +287,9 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
         slot = NewRow(id, clock);
         if (slot == kNoSlot) {  // No room: a new cold row.
           scratch = static_cast<int64_t>(scratch_rows_.size());
-          scratch_index_[id] = static_cast<uint32_t>(scratch);
-          scratch_rows_.push_back(
-              {.id = id, .meta = {.clock = clock, .updates = 0}, .created = true});
-          scratch_floats_.resize(scratch_floats_.size() + stride(), 0.0f);
-          init_.Fill(id, std::span<float>(scratch_floats_.data() +
-                                              scratch_floats_.size() - stride(),
-                                          dim));
+          float* row =
+              AddScratch(id, {.clock = clock, .updates = 0}, /*created=*/true);
+          init_.Fill(id, std::span<float>(row, dim));
           MarkHeld(id);
         }
       } else {
@@ -284,9 +297,9 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
         continue;
       }
     }
-    float* row = scratch >= 0
-                     ? scratch_floats_.data() + static_cast<size_t>(scratch) * stride()
-                     : RowAt(slot);
+    float* row = scratch >= 0 ? scratch_floats_.data() +
+                                    static_cast<size_t>(scratch) * stride()
+                              : RowAt(slot);
     RowMeta meta = scratch >= 0 ? scratch_rows_[scratch].meta : Meta(slot);
     ++meta.updates;
     meta.clock = std::max(meta.clock, clock);
