@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/estimate_cli.h"
 #include "client/job_client.h"
 #include "client/model_eval.h"
 #include "client/nodes.h"
@@ -84,6 +85,13 @@ ABSL_FLAG(int64_t, max_samples, 0,
           "eval: use the first N samples only (0: all); pass the job's "
           "max_test_samples to reproduce its test accuracy");
 
+ABSL_FLAG(int64_t, rows, 0,
+          "estimate: rows over all the sparse tables (0: each table's "
+          "expected_rows)");
+ABSL_FLAG(int64_t, sparse_memory_bytes, 0,
+          "estimate: each server's --sparse_memory_bytes (0: unlimited)");
+ABSL_FLAG(int32_t, servers, 0, "estimate: servers (0: the spec's)");
+
 namespace {
 
 constexpr char kUsage[] =
@@ -108,7 +116,12 @@ constexpr char kUsage[] =
     "                             its servers (--dense_only: without)\n"
     "  eval MODEL_FILE            a model file's accuracy on a data set\n"
     "      [--images=PATH --labels=PATH]  (default: Fashion-MNIST's test set)\n"
-    "      [--max_samples=N]      first N samples only (0: all)\n";
+    "      [--max_samples=N]      first N samples only (0: all)\n"
+    "  estimate JOB.json          memory and disk per server of the job's\n"
+    "                             sparse tables (docs/sparse.md)\n"
+    "      [--rows=N]             rows over all tables (0: expected_rows)\n"
+    "      [--sparse_memory_bytes=B]  each server's budget (0: unlimited)\n"
+    "      [--servers=S]          servers (0: the spec's)\n";
 constexpr char kSecurityUsage[] =
     "security (docs/security.md):\n"
     "  --tls_ca=PEM [--tls_cert=PEM --tls_key=PEM]  TLS to the coordinator\n"
@@ -378,6 +391,14 @@ std::optional<int> RunCommandOn(ps::JobClient& client,
   if (command == "health") return Health(arg, options.timeout, options.channel);
   if (command == "export") return Export(client, options, arg);
   if (command == "eval") return Eval(arg);
+  if (command == "estimate") {
+    auto text = ps::EstimateSpecFile(
+        arg, absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_sparse_memory_bytes),
+        absl::GetFlag(FLAGS_servers));
+    if (!text.ok()) return Fail(text.status());
+    std::cout << *text;
+    return 0;
+  }
   if (command == "submit") return Submit(client, arg);
   if (command == "watch") return Watch(client, arg);
   if (command == "get") {

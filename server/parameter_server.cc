@@ -30,8 +30,17 @@ absl::Status ParameterServer::Start() {
   if (!server_credentials.ok()) return server_credentials.status();
   auto storage_id = OpenStore();
   if (!storage_id.ok()) return storage_id.status();
+  ServerJobOptions job_options = options_.job_options;
+  if (job_options.sparse_memory_bytes > 0) {
+    sparse_budget_ =
+        std::make_unique<SparseMemoryBudget>(job_options.sparse_memory_bytes);
+    job_options.sparse_budget = sparse_budget_.get();
+    if (job_options.sparse_tier_dir.empty() && !options_.data_dir.empty()) {
+      job_options.sparse_tier_dir = options_.data_dir + "/sparse-tier";
+    }
+  }
   manager_ = std::make_unique<ParameterManager>(store_.get(), metrics_.get(),
-                                                options_.job_options);
+                                                job_options);
   service_ = std::make_unique<ParameterServiceImpl>(
       manager_.get(), rpc_metrics_.get(), push_faults_,
       Authorizer(credentials->MemberChecks()), options_.shared_payloads);

@@ -31,8 +31,11 @@ struct ParameterServerOptions {
   std::string coordinator;
   // RocksDB directory; empty: keep shards in memory only.
   std::string data_dir;
-  // How jobs persist their shards (the snapshot interval). Default:
-  // ServerJobOptions' defaults.
+  // How jobs persist their shards (the snapshot interval) and the sparse
+  // tables' memory budget (sparse_memory_bytes, shared by all the server's
+  // jobs; the tier under <data_dir>/sparse-tier when sparse_tier_dir is
+  // empty and data_dir is not, else in a temporary directory). Default:
+  // ServerJobOptions' defaults. sparse_budget is set by the server.
   ServerJobOptions job_options;
   // Prometheus listen address; empty: no HTTP endpoint.
   std::string metrics_address;
@@ -98,6 +101,8 @@ class ParameterServer {
   std::unique_ptr<RpcMetrics> rpc_metrics_;
   std::unique_ptr<MetricsExposer> exposer_;
   std::unique_ptr<ShardStore> store_;
+  // The server's sparse memory budget (null without one); outlives the jobs.
+  std::unique_ptr<SparseMemoryBudget> sparse_budget_;
   std::unique_ptr<ParameterManager> manager_;
   std::unique_ptr<ParameterServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;

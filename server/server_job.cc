@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -49,6 +51,12 @@ ServerJob::~ServerJob() {
   Close(absl::AbortedError("job unloaded"));
   // Joins the writer's thread, whose callback uses *this.
   ABSL_TS_UNCHECKED_READ(durability_).StopWriter();
+  sparse_.reset();
+  tier_.reset();  // Removes the tier's directory.
+  if (!tier_temp_root_.empty()) {
+    std::error_code error;
+    std::filesystem::remove_all(tier_temp_root_, error);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
@@ -76,9 +84,13 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
       /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP);
   if (!table.ok()) return table.status();
   job->table_ = *std::move(table);
+  if (auto s = job->OpenTier(options); !s.ok()) return s;
   auto sparse = SparseTableSet::Create(
       assignment,
-      /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP);
+      /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP,
+      {.tier = job->tier_.get(),
+       .budget_bytes = options.sparse_memory_bytes,
+       .server_budget = options.sparse_budget});
   if (!sparse.ok()) return sparse.status();
   job->sparse_ = *std::move(sparse);
   const bool from_file = !spec.init_from().empty();
@@ -216,6 +228,7 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
   if (update->applied) {
     sparse_->Apply(update->sparse, update->clock,
                    SparseRateFactor(update->clock));
+    if (absl::Status s = sparse_->TierStatus(); !s.ok()) return s;
   }
   clocks_.Restore(clocks);
   return absl::OkStatus();
@@ -320,6 +333,9 @@ void ServerJob::PullWire(const v1::PullRequest& request, PullWireCallback done,
     if (status.ok()) {
       metrics_->pull_wait_seconds.Observe(0);
       reply = BuildReply(keys, allocate);
+      if (tier_ != nullptr) {
+        if (absl::Status s = TierHealthLocked(); !s.ok()) reply = s;
+      }
     }
   }
   if (!status.ok()) reply = status;
@@ -475,6 +491,9 @@ void ServerJob::ApplyAndLogLocked(const TableUpdate& update, int worker) {
       sparse_->Apply(update.sparse, update.clock,
                      SparseRateFactor(update.clock));
       ExportSparseCountsLocked();
+      // A failed tier closes the job; the record below is still logged, so
+      // that a restart replays the update from the log.
+      if (tier_ != nullptr) TierHealthLocked().IgnoreError();
     }
   }
   storage::v1::UpdateRecord record;
@@ -535,6 +554,7 @@ void ServerJob::ExportSparseCountsLocked() {
         static_cast<double>(now.evictions - before.evictions));
     before = now;
   }
+  ExportTierCountsLocked();
 }
 
 void ServerJob::OnDurable(int64_t sequence, const absl::Status& status) {

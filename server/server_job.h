@@ -29,6 +29,7 @@
 #include "server/server_metrics.h"
 #include "server/shard_store.h"
 #include "server/sparse_table_set.h"
+#include "server/sparse_tier.h"
 #include "server/waiting_requests.h"
 
 namespace ps {
@@ -39,6 +40,20 @@ struct ServerJobOptions {
   // state, clocks) is written as a snapshot and the log it covers dropped.
   // Bounds both the log on disk and the replay after a crash. Default 32 MiB.
   int64_t snapshot_log_bytes = int64_t{32} << 20;
+  // Bytes the job's sparse-table rows may hold in memory on this server
+  // (--sparse_memory_bytes; docs/sparse.md, "Memory: the budget and the
+  // estimate"): the rest live in a RocksDB tier. Default 0: no limit, every
+  // row in memory, no tier.
+  int64_t sparse_memory_bytes = 0;
+  // The directory under which a job with a budget puts its tier (one
+  // subdirectory per job, emptied when the job opens, removed when it
+  // closes). Default empty: a temporary directory (under $TMPDIR, else /tmp)
+  // removed when the job closes.
+  std::string sparse_tier_dir{};
+  // The server's budget, which its jobs' tables reserve from, so that all of
+  // them together stay within sparse_memory_bytes. Default null: the job
+  // alone gets sparse_memory_bytes. Must outlive the job.
+  SparseMemoryBudget* sparse_budget = nullptr;
 };
 
 // Thread-safe. Pulls that must wait for slower workers, and BSP pushes that
@@ -203,6 +218,13 @@ class ServerJob {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Exports the sparse tables' counters that changed since the last call.
   void ExportSparseCountsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The memory tier's part of ExportSparseCountsLocked.
+  void ExportTierCountsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens the job's sparse tier when it has tables and a budget.
+  absl::Status OpenTier(const ServerJobOptions& options);
+  // OK, or (after a tier read or write failed) the job closed UNAVAILABLE:
+  // its rows may be wrong, so it stops serving as after a store failure.
+  absl::Status TierHealthLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks a push's gradients, dense and sparse, before the lock.
   PushCheck CheckPush(const PushView& request) const;
   // Queues a snapshot of the whole state at the last logged record.
@@ -256,10 +278,16 @@ class ServerJob {
   mutable absl::Mutex mu_;
   // Values, optimizer state, BSP sums; set in Open, before any request.
   std::unique_ptr<ParameterTable> table_;
+  // The sparse tables' cold rows under a memory budget (null without one);
+  // declared before sparse_, which uses it, so that it closes after it.
+  std::unique_ptr<SparseTier> tier_;
+  std::string tier_temp_root_;  // A temporary directory to remove, if any.
   // Sparse tables' rows (docs/sparse.md); set in Open, empty without any.
   std::unique_ptr<SparseTableSet> sparse_;
   // Per table, the counters last exported to metrics.
   std::vector<SparseTableCounts> exported_counts_ ABSL_GUARDED_BY(mu_);
+  std::vector<SparseTierCounts> exported_tier_ ABSL_GUARDED_BY(mu_);
+  absl::Time disk_bytes_exported_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Worker clocks and the consistency bound.
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
   // Pulls, pushes and Seeds held back.

@@ -26,6 +26,14 @@ ABSL_FLAG(int64_t, snapshot_log_mib,
           ps::ServerJobOptions().snapshot_log_bytes >> 20,
           "update-log MiB after which a job's shards are snapshotted and the "
           "log dropped (bounds the log on disk and the replay after a crash)");
+ABSL_FLAG(int64_t, sparse_memory_bytes, 0,
+          "bytes the sparse tables' rows of all jobs may hold in memory on "
+          "this server; rows beyond live in a RocksDB tier (docs/sparse.md, "
+          "\"Memory: the budget and the estimate\"). 0: no limit");
+ABSL_FLAG(std::string, sparse_tier_dir, "",
+          "directory of the sparse tables' disk tier (emptied when a job "
+          "opens). Empty: <data_dir>/sparse-tier, or without --data_dir a "
+          "temporary directory removed when the job closes");
 ABSL_FLAG(bool, shared_memory_payloads, true,
           "let workers on this host pass push and pull payloads through "
           "shared memory (/dev/shm) instead of the socket");
@@ -66,6 +74,9 @@ int main(int argc, char** argv) {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.job_options.snapshot_log_bytes =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_snapshot_log_mib)) << 20;
+  options.job_options.sparse_memory_bytes =
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_sparse_memory_bytes));
+  options.job_options.sparse_tier_dir = absl::GetFlag(FLAGS_sparse_tier_dir);
   options.shared_payloads = absl::GetFlag(FLAGS_shared_memory_payloads);
   ps::ParameterServer server(options);
   return ps::RunUntilSignalled("ps-server", server, member.port_file);

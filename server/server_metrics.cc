@@ -98,6 +98,33 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                            .Help("Rows deleted from a sparse table by its "
                                  "eviction policy.")
                            .Register(registry)),
+      sparse_memory_bytes(
+          prometheus::BuildGauge()
+              .Name("ps_sparse_memory_bytes")
+              .Help("Bytes a sparse table's rows hold in memory (slots, "
+                    "index, the memory tier's bookkeeping).")
+              .Register(registry)),
+      sparse_disk_bytes(
+          prometheus::BuildGauge()
+              .Name("ps_sparse_disk_bytes")
+              .Help("Approximate bytes of a sparse table's cold rows in the "
+                    "memory tier's RocksDB (under --sparse_memory_bytes).")
+              .Register(registry)),
+      sparse_tier_hits(prometheus::BuildCounter()
+                           .Name("ps_sparse_tier_hits_total")
+                           .Help("Row lookups of pulls and pushes served "
+                                 "from memory (under a budget).")
+                           .Register(registry)),
+      sparse_tier_misses(prometheus::BuildCounter()
+                             .Name("ps_sparse_tier_misses_total")
+                             .Help("Row lookups of pulls and pushes that "
+                                   "went to the tier (under a budget).")
+                             .Register(registry)),
+      sparse_tier_disk_reads(
+          prometheus::BuildCounter()
+              .Name("ps_sparse_tier_disk_reads_total")
+              .Help("Rows read from the memory tier's RocksDB.")
+              .Register(registry)),
       sparse_pull_keys(KeysHistogram(registry, "pull")),
       sparse_push_keys(KeysHistogram(registry, "push")) {}
 

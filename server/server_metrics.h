@@ -36,6 +36,15 @@ struct ServerMetrics {
   prometheus::Family<prometheus::Counter>& sparse_admissions;
   prometheus::Family<prometheus::Counter>& sparse_rejections;
   prometheus::Family<prometheus::Counter>& sparse_evictions;
+  // The memory tier (docs/sparse.md, "Memory: the budget and the
+  // estimate"), by table: bytes of rows in memory (every job with sparse
+  // tables), and under a budget the tier's approximate bytes on disk, row
+  // lookups served from memory (hits) and not (misses), rows read from disk.
+  prometheus::Family<prometheus::Gauge>& sparse_memory_bytes;
+  prometheus::Family<prometheus::Gauge>& sparse_disk_bytes;
+  prometheus::Family<prometheus::Counter>& sparse_tier_hits;
+  prometheus::Family<prometheus::Counter>& sparse_tier_misses;
+  prometheus::Family<prometheus::Counter>& sparse_tier_disk_reads;
   // Sparse ids per request, by rpc ("pull", "push").
   prometheus::Histogram& sparse_pull_keys;
   prometheus::Histogram& sparse_push_keys;

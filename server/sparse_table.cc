@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/sparse_keys.h"
+#include "common/sparse_memory.h"
 #include "common/status_macros.h"
 #include "server/sparse_bucket_codec.h"
 
@@ -16,8 +17,6 @@ namespace ps {
 namespace {
 
 constexpr int kMaxDim = 1024;
-constexpr uint32_t kRowsPerChunkLog2 = 12;
-constexpr uint32_t kRowsPerChunk = uint32_t{1} << kRowsPerChunkLog2;
 
 absl::Status ValidateSpec(const v1::SparseTableSpec& spec) {
   if (spec.dim() < 1 || spec.dim() > kMaxDim) {
@@ -63,7 +62,7 @@ absl::Status WithTable(const absl::Status& status,
 
 absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(
     const v1::SparseTableSpec& spec, uint32_t table_index, uint64_t job_seed,
-    bool accumulate) {
+    bool accumulate, const SparseTableMemory& memory) {
   if (absl::Status status = ValidateSpec(spec); !status.ok()) {
     return WithTable(status, spec);
   }
@@ -74,12 +73,13 @@ absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(
       SparseOptimizer::Create(spec.optimizer(), spec.dim());
   if (!optimizer.ok()) return WithTable(optimizer.status(), spec);
   return std::unique_ptr<SparseTable>(new SparseTable(
-      spec, table_index, job_seed, accumulate, *init, *optimizer));
+      spec, table_index, job_seed, accumulate, *init, *optimizer, memory));
 }
 
 SparseTable::SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
                          uint64_t job_seed, bool accumulate, SparseRowInit init,
-                         SparseOptimizer optimizer)
+                         SparseOptimizer optimizer,
+                         const SparseTableMemory& memory)
     : table_index_(table_index),
       dim_(spec.dim()),
       num_buckets_(static_cast<uint32_t>(spec.num_buckets())),
@@ -93,16 +93,30 @@ SparseTable::SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
       max_idle_clocks_(spec.eviction().max_idle_clocks()),
       max_rows_(spec.eviction().max_rows_per_server()),
       lfu_(spec.eviction().policy() == v1::EvictionSpec::LFU),
-      held_(num_buckets_, false) {}
+      tier_(memory.tier),
+      held_(num_buckets_, false) {
+  if (tier_ == nullptr) return;
+  // The whole plan is allocated as rows arrive, never more: the index and
+  // the free list reserved now, the chunks one by one up to max_hot_.
+  const SparseHotPlan plan = PlanSparseHotRows(
+      memory.cap_bytes, SparseSlotBytes(dim_, state_floats_));
+  max_hot_ = plan.hot_rows;
+  chunk_log2_ = static_cast<uint32_t>(plan.chunk_log2);
+  chunk_mask_ = (uint32_t{1} << chunk_log2_) - 1;
+  if (max_hot_ > 0) {
+    slots_.reserve(static_cast<size_t>((max_hot_ * 32 + 24) / 25 + 1));
+    free_slots_.reserve(static_cast<size_t>(max_hot_));
+  }
+}
 
 float* SparseTable::RowAt(uint32_t slot) {
-  return chunks_[slot >> kRowsPerChunkLog2].get() +
-         (slot & (kRowsPerChunk - 1)) * slot_floats() + kMetaFloats;
+  return chunks_[slot >> chunk_log2_].get() +
+         (slot & chunk_mask_) * slot_floats() + kMetaFloats;
 }
 
 const float* SparseTable::RowAt(uint32_t slot) const {
-  return chunks_[slot >> kRowsPerChunkLog2].get() +
-         (slot & (kRowsPerChunk - 1)) * slot_floats() + kMetaFloats;
+  return chunks_[slot >> chunk_log2_].get() +
+         (slot & chunk_mask_) * slot_floats() + kMetaFloats;
 }
 
 SparseTable::RowMeta SparseTable::Meta(uint32_t slot) const {
@@ -121,6 +135,10 @@ void SparseTable::MarkHeld(uint64_t id) {
 }
 
 void SparseTable::Read(std::span<const uint64_t> keys, float* out) const {
+  if (tier_ != nullptr) {
+    ReadTiered(keys, out);
+    return;
+  }
   const size_t dim = static_cast<size_t>(dim_);
   for (size_t i = 0; i < keys.size(); ++i) {
     float* row = out + i * dim;
@@ -193,32 +211,52 @@ bool SparseTable::Admit(uint64_t id, int64_t clock) {
   return true;
 }
 
-uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
-  uint32_t slot;
+uint32_t SparseTable::AllocateSlot() {
   if (!free_slots_.empty()) {
-    slot = free_slots_.back();
+    const uint32_t slot = free_slots_.back();
     free_slots_.pop_back();
-  } else {
-    slot = next_slot_++;
-    if ((slot >> kRowsPerChunkLog2) >= chunks_.size()) {
-      chunks_.push_back(
-          std::make_unique<float[]>(kRowsPerChunk * slot_floats()));
+    return slot;
+  }
+  if (tier_ != nullptr && next_slot_ >= max_hot_) return kNoSlot;
+  const uint32_t slot = next_slot_++;
+  if ((slot >> chunk_log2_) >= chunks_.size()) {
+    const size_t rows = size_t{chunk_mask_} + 1;
+    chunks_.push_back(std::make_unique<float[]>(rows * slot_floats()));
+    if (tier_ != nullptr) {
+      info_.push_back(std::make_unique<uint64_t[]>(2 * rows));
+      for (size_t i = 0; i < rows; ++i) info_.back()[2 * i + 1] = kFreeTick;
     }
   }
+  return slot;
+}
+
+uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
+  const uint32_t slot = tier_ != nullptr ? TakeSlot() : AllocateSlot();
+  if (slot == kNoSlot) return kNoSlot;  // Tier: memory full and pinned.
   float* row = RowAt(slot);
   init_.Fill(id, std::span<float>(row, static_cast<size_t>(dim_)));
   std::fill(row + dim_, row + stride(), 0.0f);
   SetMeta(slot, {.clock = clock, .updates = 0});
   slots_.emplace(id, slot);
+  if (tier_ != nullptr) {
+    SlotId(slot) = id;
+    SlotTick(slot) = tick_;
+  }
   MarkHeld(id);
   return slot;
 }
 
 void SparseTable::Evict(uint64_t id) {
+  ++evictions_;
   auto it = slots_.find(id);
+  if (it == slots_.end()) {  // A cold row (LiveCandidatesTiered found it).
+    batch_.Delete(table_index_, id);
+    --cold_rows_;
+    return;
+  }
+  if (tier_ != nullptr) SlotTick(it->second) = kFreeTick;
   free_slots_.push_back(it->second);
   slots_.erase(it);
-  ++evictions_;
 }
 
 void SparseTable::Track(uint64_t id, const RowMeta& meta) {
@@ -238,6 +276,10 @@ void SparseTable::Apply(std::span<const uint64_t> keys,
   const size_t dim = static_cast<size_t>(dim_);
   PS_CHECK(grads.size() == keys.size() * dim, "sparse table: ", grads.size(),
            " gradient floats for ", keys.size(), " rows of dim ", dim);
+  if (tier_ != nullptr) {
+    ApplyTiered(keys, grads, clock, lr_factor);
+    return;
+  }
   // Two passes, for memory-level parallelism over a large table: the slots
   // of the rows that exist, then the steps in key order, fetching rows ahead.
   // Slots found stay valid: nothing is evicted before the steps end.
@@ -285,6 +327,7 @@ void SparseTable::Apply(std::span<const uint64_t> keys,
 std::vector<uint64_t> SparseTable::LiveCandidates(const OrderKey& key,
                                                   std::vector<uint64_t>& group,
                                                   bool by_count) const {
+  if (tier_ != nullptr) return LiveCandidatesTiered(key, group, by_count);
   std::vector<uint64_t> live;
   live.reserve(group.size());
   constexpr size_t kAhead = 8;
@@ -317,6 +360,7 @@ void SparseTable::EvictIdle(int64_t clock) {
     }
     by_clock_.erase(group);
   }
+  if (tier_ != nullptr) CommitTier();
 }
 
 void SparseTable::EvictOverCapacity() {
@@ -340,20 +384,34 @@ void SparseTable::EvictOverCapacity() {
       group->second = std::move(live);
     }
   }
+  if (tier_ != nullptr) CommitTier();
 }
 
 void SparseTable::MaybeCompactOrders() {
-  if (order_entries_ <= 2 * slots_.size() + 4096) return;
+  if (order_entries_ <= 2 * static_cast<size_t>(num_rows()) + 4096) return;
   by_clock_.clear();
   by_count_.clear();
   order_entries_ = 0;
   for (const auto& [id, slot] : slots_) Track(id, Meta(slot));
+  if (tier_ == nullptr || cold_rows_ == 0) return;
+  // Cold rows' clocks and counts, one pass over the tier (no values kept).
+  absl::Status s = tier_->ForEach(
+      table_index_, [this](uint64_t id, std::string_view value) {
+        RowMeta meta;
+        if (SparseTier::Decode(value, stride(), &meta.clock, &meta.updates,
+                               nullptr)) {
+          Track(id, meta);
+        }
+      });
+  if (!s.ok()) TierFailed(s);
 }
 
 std::vector<StoredBlock> SparseTable::Snapshot() const {
   struct Contents {
     std::vector<uint64_t> rows;
     std::vector<uint64_t> pending;
+    // Rows in the tier: ids ascending, their stored bytes.
+    std::vector<const std::pair<uint64_t, std::string>*> cold;
   };
   std::map<uint32_t, Contents> buckets;
   for (uint32_t b = 0; b < num_buckets_; ++b) {
@@ -365,24 +423,48 @@ std::vector<StoredBlock> SparseTable::Snapshot() const {
   for (const auto& [id, count] : pending_) {
     buckets[BucketOfId(id, table_index_, num_buckets_)].pending.push_back(id);
   }
+  const std::vector<std::pair<uint64_t, std::string>> cold = ColdRows();
+  for (const auto& row : cold) {
+    buckets[BucketOfId(row.first, table_index_, num_buckets_)].cold.push_back(
+        &row);
+  }
   std::vector<StoredBlock> blocks;
   blocks.reserve(buckets.size());
+  std::vector<float> floats(stride());
   for (auto& [bucket, contents] : buckets) {
     StoredBlock& block = blocks.emplace_back();
     block.key = BucketKey(table_index_, bucket);
-    if (contents.rows.empty() && contents.pending.empty()) continue;
+    if (contents.rows.empty() && contents.pending.empty() &&
+        contents.cold.empty()) {
+      continue;
+    }
     std::sort(contents.rows.begin(), contents.rows.end());
     std::sort(contents.pending.begin(), contents.pending.end());
     AppendSparseBucketHeader(
         static_cast<uint8_t>(optimizer_.kind()), static_cast<uint32_t>(dim_),
         static_cast<uint32_t>(state_floats_),
-        static_cast<uint32_t>(contents.rows.size()),
+        static_cast<uint32_t>(contents.rows.size() + contents.cold.size()),
         static_cast<uint32_t>(contents.pending.size()), &block.rows);
-    for (uint64_t id : contents.rows) {
-      const uint32_t slot = slots_.at(id);
-      const RowMeta meta = Meta(slot);
-      AppendSparseBucketRow(id, meta.clock, meta.updates, RowAt(slot), stride(),
-                            &block.rows);
+    // Hot and cold rows merged, ids ascending (an id is one or the other).
+    size_t h = 0;
+    size_t c = 0;
+    while (h < contents.rows.size() || c < contents.cold.size()) {
+      if (c == contents.cold.size() ||
+          (h < contents.rows.size() &&
+           contents.rows[h] < contents.cold[c]->first)) {
+        const uint64_t id = contents.rows[h++];
+        const uint32_t slot = slots_.at(id);
+        const RowMeta meta = Meta(slot);
+        AppendSparseBucketRow(id, meta.clock, meta.updates, RowAt(slot),
+                              stride(), &block.rows);
+      } else {
+        const auto& [id, value] = *contents.cold[c++];
+        RowMeta meta;
+        SparseTier::Decode(value, stride(), &meta.clock, &meta.updates,
+                           floats.data());
+        AppendSparseBucketRow(id, meta.clock, meta.updates, floats.data(),
+                              stride(), &block.rows);
+      }
     }
     for (uint64_t id : contents.pending) {
       AppendSparseBucketPending(id, pending_.at(id), &block.rows);
@@ -458,6 +540,10 @@ absl::Status SparseTable::Restore(const StoredBlock& block) {
     return absl::DataLossError(absl::StrCat(context, status.message()));
   }
   held_[bucket] = true;
+  if (tier_ != nullptr) {
+    RestoreTiered(*contents);
+    return tier_status_;
+  }
   for (size_t i = 0; i < contents->ids.size(); ++i) {
     const uint64_t id = contents->ids[i];
     pending_.erase(id);

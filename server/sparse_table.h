@@ -10,10 +10,12 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ps/v1/job.pb.h"
@@ -21,8 +23,30 @@
 #include "server/sparse_bucket_codec.h"
 #include "server/sparse_optimizer.h"
 #include "server/sparse_row_init.h"
+#include "server/sparse_tier.h"
 
 namespace ps {
+
+// Where a table under a memory budget keeps its rows (docs/sparse.md,
+// "Memory: the budget and the estimate").
+struct SparseTableMemory {
+  // The job's disk tier; null: every row in memory, no budget (the default).
+  SparseTier* tier = nullptr;
+  // With a tier: the most bytes the table's rows may take in memory (slots,
+  // index, the tier's bookkeeping; PlanSparseHotRows). 0: every row cold.
+  int64_t cap_bytes = 0;
+};
+
+// The memory tier's counters of one table (since Create).
+struct SparseTierCounts {
+  int64_t memory_bytes = 0;  // Allocated for rows now (<= the cap).
+  int64_t hot_rows = 0;      // Rows in memory.
+  int64_t cold_rows = 0;     // Rows in the tier only.
+  int64_t hits = 0;          // Row lookups (pulls and pushes) in memory.
+  int64_t misses = 0;        // Row lookups that went to the tier.
+  int64_t disk_reads = 0;    // Rows read from the tier.
+  int64_t demotions = 0;     // Rows moved from memory to the tier.
+};
 
 // Thread-compatible: the owning ServerJob calls everything under its lock.
 class SparseTable {
@@ -34,9 +58,12 @@ class SparseTable {
   // field (dim out of 1..1024, no or a bad optimizer, num_buckets not a power
   // of two in 1..2^20, admission min_count < 0 or probability outside [0, 1]
   // or both set, a negative eviction bound, a bad init).
+  // `memory`: with a tier, at most memory.cap_bytes of rows stay in memory
+  // and the rest live in the tier (values and behaviour unchanged: a cold
+  // row reads and updates exactly as if it had stayed in memory).
   static absl::StatusOr<std::unique_ptr<SparseTable>> Create(
       const v1::SparseTableSpec& spec, uint32_t table_index, uint64_t job_seed,
-      bool accumulate);
+      bool accumulate, const SparseTableMemory& memory = {});
 
   SparseTable(const SparseTable&) = delete;
   SparseTable& operator=(const SparseTable&) = delete;
@@ -46,6 +73,8 @@ class SparseTable {
   uint32_t num_buckets() const { return num_buckets_; }
 
   // Pull: the rows of `keys` into out[keys.size() * dim]: a row that exists;
+  // (under a budget, rows read from the tier move into memory: no row's
+  // values change, but the call is not thread-safe even with other Reads);
   // else, when admission is unconditional (min_count <= 1, no probability),
   // the initializer's row (not stored: reads never change state); else zeros
   // (not admitted yet).
@@ -94,10 +123,24 @@ class SparseTable {
   // bucket, bad counts).
   absl::Status Restore(const StoredBlock& bucket);
 
-  // True when `id` has a row now.
-  bool Contains(uint64_t id) const { return slots_.contains(id); }
-  // Rows held now.
-  int64_t num_rows() const { return static_cast<int64_t>(slots_.size()); }
+  // True when `id` has a row now (in memory or in the tier).
+  bool Contains(uint64_t id) const;
+  // Rows held now, in memory and in the tier.
+  int64_t num_rows() const {
+    return static_cast<int64_t>(slots_.size()) + cold_rows_;
+  }
+  // Bytes allocated for rows in memory: slots (with the tier's id and tick
+  // per slot), the free-slot list and the index. Under a budget, never more
+  // than the cap.
+  int64_t memory_bytes() const;
+  // The memory tier's counters (zeros but memory_bytes and hot_rows without
+  // a tier).
+  SparseTierCounts tier_counts() const;
+  // The first error of the tier (a failed read or write), OK if none; once
+  // set, the table's rows may be wrong and its job must stop serving.
+  const absl::Status& tier_status() const { return tier_status_; }
+  // Most rows held in memory (-1: unbounded, no tier).
+  int64_t max_hot_rows() const { return tier_ == nullptr ? -1 : max_hot_; }
   // Since Create: rows created by admission, gradients dropped because their
   // id was not admitted, rows evicted.
   int64_t admissions() const { return admissions_; }
@@ -113,7 +156,7 @@ class SparseTable {
 
   SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
               uint64_t job_seed, bool accumulate, SparseRowInit init,
-              SparseOptimizer optimizer);
+              SparseOptimizer optimizer, const SparseTableMemory& memory);
 
   bool unconditional_admission() const {
     return min_count_ <= 1 && probability_ == 0;
@@ -147,6 +190,58 @@ class SparseTable {
   std::vector<uint64_t> LiveCandidates(const OrderKey& key,
                                        std::vector<uint64_t>& group,
                                        bool by_count) const;
+
+  // The memory tier (server/sparse_table_tier.cc). A slot's id and recency
+  // tick (kFreeTick: a free slot) live beside it, per chunk.
+  static constexpr uint64_t kFreeTick = ~uint64_t{0};
+  uint64_t& SlotId(uint32_t slot) {
+    return info_[slot >> chunk_log2_][2 * (slot & chunk_mask_)];
+  }
+  uint64_t& SlotTick(uint32_t slot) {
+    return info_[slot >> chunk_log2_][2 * (slot & chunk_mask_) + 1];
+  }
+  // A fresh slot: unused room, else a free slot, else a chunk allocated (for
+  // a tier, only within max_hot_); kNoSlot when none.
+  uint32_t AllocateSlot();
+  // Under a tier: a slot for a row entering memory, demoting the least
+  // recently (LRU) or least often (LFU) updated unpinned row when memory is
+  // full; kNoSlot when every hot row is pinned (the row stays cold).
+  uint32_t TakeSlot();
+  // Writes row `slot` to the tier's batch and frees it from the index.
+  void Demote(uint32_t slot);
+  // Moves cold row `id` (its stored bytes `value`) into memory when a slot
+  // is free or can be freed; else leaves it cold.
+  void Promote(uint64_t id, std::string_view value);
+  // Records the tier's first error.
+  void TierFailed(const absl::Status& status) const;
+  void ReadTiered(std::span<const uint64_t> keys, float* out) const;
+  // A pull's row of an id without one: the initializer's, or zeros.
+  void FillMissing(uint64_t id, float* row) const;
+  // ApplyTiered's first pass: the keys' rows in memory into found_, pinned;
+  // the others (each once, without those a Read found nowhere) into
+  // miss_ids and their first positions into miss_at.
+  void PinHot(std::span<const uint64_t> keys, std::vector<uint64_t>* miss_ids,
+              std::vector<size_t>* miss_at);
+  // ApplyTiered's second pass: reads the misses from the tier and promotes
+  // those it finds (into found_), or keeps them in the scratch rows. False
+  // when the tier failed.
+  bool PromoteMisses(std::span<const uint64_t> miss_ids,
+                     std::span<const size_t> miss_at);
+  // A scratch row for `id` (stride() floats, zeros), with `meta`.
+  float* AddScratch(uint64_t id, const RowMeta& meta, bool created);
+  void ApplyTiered(std::span<const uint64_t> keys,
+                   std::span<const float> grads, int64_t clock,
+                   float lr_factor);
+  // Tier variant of LiveCandidates: cold candidates' metas come from the
+  // tier.
+  std::vector<uint64_t> LiveCandidatesTiered(const OrderKey& key,
+                                             std::vector<uint64_t>& group,
+                                             bool by_count) const;
+  // Cold rows' (id, stored bytes), ids ascending.
+  std::vector<std::pair<uint64_t, std::string>> ColdRows() const;
+  // Restore's placement of checked contents under a tier.
+  void RestoreTiered(const SparseBucket& contents);
+  void CommitTier();
   void EvictIdle(int64_t clock);
   void EvictOverCapacity();
   // Rebuilds the orders from the rows when stale entries pile up.
@@ -169,9 +264,14 @@ class SparseTable {
   const int64_t max_idle_clocks_;  // 0: no idle eviction.
   const int64_t max_rows_;         // 0: unbounded.
   const bool lfu_;                 // Capacity policy LFU (else LRU).
+  SparseTier* const tier_;         // Null: no budget.
+  // Hot rows at most (tier only), and slots per chunk (2^chunk_log2_).
+  int64_t max_hot_ = 0;
+  uint32_t chunk_log2_ = 12;
+  uint32_t chunk_mask_ = (uint32_t{1} << 12) - 1;
 
-  // Rows: id -> slot; a slot (RowMeta, values, optimizer state) lives in
-  // chunks of 4096 slots; freed slots are reused.
+  // Rows in memory: id -> slot; a slot (RowMeta, values, optimizer state)
+  // lives in chunks of 2^chunk_log2_ slots; freed slots are reused.
   absl::flat_hash_map<uint64_t, uint32_t> slots_;
   std::vector<std::unique_ptr<float[]>> chunks_;
   std::vector<uint32_t> free_slots_;
@@ -196,6 +296,34 @@ class SparseTable {
   int64_t admissions_ = 0;
   int64_t rejections_ = 0;
   int64_t evictions_ = 0;
+
+  // The memory tier's state (tier_ set).
+  std::vector<std::unique_ptr<uint64_t[]>> info_;  // Per chunk: id, tick.
+  uint64_t tick_ = 0;     // Apply calls; rows touched by this one are pinned.
+  uint32_t hand_ = 0;     // Where the victim search goes on.
+  int64_t cold_rows_ = 0;
+  int64_t demotions_ = 0;
+  mutable int64_t hits_ = 0;
+  mutable int64_t misses_ = 0;
+  mutable int64_t disk_reads_ = 0;
+  mutable absl::Status tier_status_;
+  SparseTier::Batch batch_;  // Tier writes of the current call.
+  // ApplyTiered's scratch: rows stepped outside memory, written to the tier
+  // at the call's end (id -> index into scratch_rows_; floats at index *
+  // stride() in scratch_floats_).
+  struct ScratchRow {
+    uint64_t id = 0;
+    RowMeta meta;
+    bool created = false;  // New in this call (not in the tier before).
+  };
+  absl::flat_hash_map<uint64_t, uint32_t> scratch_index_;
+  // Ids a Read since the last Apply found nowhere (not in memory, not in
+  // the tier): no row is created between two Applies, so the next Apply
+  // need not look them up again. Cleared by every Apply and Restore; at
+  // most the ids pulled between two Applies.
+  mutable absl::flat_hash_set<uint64_t> absent_;
+  std::vector<ScratchRow> scratch_rows_;
+  std::vector<float> scratch_floats_;
 };
 
 }  // namespace ps

@@ -1,5 +1,6 @@
 #include "server/sparse_table_set.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -7,6 +8,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/sparse_keys.h"
+#include "common/sparse_memory.h"
+#include "common/sparse_spec.h"
 
 namespace ps {
 namespace {
@@ -84,36 +87,102 @@ bool CopyAligned(const std::string& bytes, std::vector<T>* out) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SparseTableSet>> SparseTableSet::Create(
-    const v1::Assignment& assignment, bool accumulate) {
-  const v1::JobSpec& spec = assignment.spec();
-  std::unique_ptr<SparseTableSet> set(new SparseTableSet());
+namespace {
+
+// Buckets of each table the shard map places on this server. Errors:
+// INVALID_ARGUMENT for a bucket key naming an unknown table or bucket.
+absl::StatusOr<std::vector<std::vector<bool>>> HeldBuckets(
+    const v1::Assignment& assignment) {
+  const auto& specs = assignment.spec().model().sparse_tables();
+  std::vector<std::vector<bool>> held(static_cast<size_t>(specs.size()));
+  for (int t = 0; t < specs.size(); ++t) {
+    const int32_t buckets = specs[t].num_buckets();  // Checked by the table.
+    held[static_cast<size_t>(t)].assign(
+        buckets >= 1 && buckets <= kMaxBucketsPerTable
+            ? static_cast<size_t>(buckets)
+            : 0,
+        false);
+  }
+  for (const v1::BlockPlacement& p : assignment.shard_map().blocks()) {
+    if (!IsBucketKey(p.key())) continue;
+    const uint32_t t = BucketTable(p.key());
+    const uint32_t b = BucketIndex(p.key());
+    if (t >= held.size() || b >= held[t].size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard_map: bucket key ", p.key(), " names table ", t,
+                       " bucket ", b, ", which the spec does not have"));
+    }
+    if (p.server() == assignment.index()) held[t][b] = true;
+  }
+  return held;
+}
+
+// Each table's share of `budget`: in proportion to its expected rows on this
+// server times its bytes per row (common/sparse_memory.h).
+std::vector<int64_t> Shares(const v1::JobSpec& spec,
+                            const std::vector<std::vector<bool>>& held,
+                            int64_t budget) {
+  std::vector<double> weights;
   const auto& specs = spec.model().sparse_tables();
   for (int t = 0; t < specs.size(); ++t) {
+    const auto& h = held[static_cast<size_t>(t)];
+    const double here = static_cast<double>(std::count(h.begin(), h.end(), true));
+    const double expected = static_cast<double>(
+        specs[t].expected_rows() > 0 ? specs[t].expected_rows()
+                                     : kDefaultExpectedRows);
+    const int64_t bytes =
+        SparseSlotBytes(specs[t].dim(), SparseStateFloatsPerRow(specs[t])) +
+        kSparseTierSlotExtraBytes;
+    weights.push_back(h.empty() ? 0
+                                : expected * here /
+                                      static_cast<double>(h.size()) *
+                                      static_cast<double>(bytes));
+  }
+  return SparseBudgetShares(budget, weights);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SparseTableSet>> SparseTableSet::Create(
+    const v1::Assignment& assignment, bool accumulate,
+    const SparseSetMemory& memory) {
+  const v1::JobSpec& spec = assignment.spec();
+  std::unique_ptr<SparseTableSet> set(new SparseTableSet());
+  set->tier_ = memory.tier;
+  set->server_budget_ = memory.server_budget;
+  const auto& specs = spec.model().sparse_tables();
+  auto held = HeldBuckets(assignment);
+  if (!held.ok()) return held.status();
+  const std::vector<int64_t> shares =
+      memory.tier != nullptr ? Shares(spec, *held, memory.budget_bytes)
+                             : std::vector<int64_t>(specs.size(), 0);
+  for (int t = 0; t < specs.size(); ++t) {
+    SparseTableMemory table_memory{.tier = memory.tier};
+    if (memory.tier != nullptr) {
+      int64_t cap = shares[static_cast<size_t>(t)];
+      if (memory.server_budget != nullptr) {
+        cap = memory.server_budget->Reserve(cap);
+        set->reserved_ += cap;
+      }
+      table_memory.cap_bytes = cap;
+    }
     auto rows = SparseTable::Create(specs[t], static_cast<uint32_t>(t),
-                                    spec.seed(), accumulate);
+                                    spec.seed(), accumulate, table_memory);
     if (!rows.ok()) {
       return absl::Status(rows.status().code(),
                           absl::StrCat("model.sparse_tables[", t,
                                        "]: ", rows.status().message()));
     }
     Table table;
-    table.held.assign((*rows)->num_buckets(), false);
+    table.held = std::move((*held)[static_cast<size_t>(t)]);
     table.rows = *std::move(rows);
     set->tables_.push_back(std::move(table));
   }
-  for (const v1::BlockPlacement& p : assignment.shard_map().blocks()) {
-    if (!IsBucketKey(p.key())) continue;
-    const uint32_t t = BucketTable(p.key());
-    const uint32_t b = BucketIndex(p.key());
-    if (t >= set->tables_.size() || b >= set->tables_[t].held.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shard_map: bucket key ", p.key(), " names table ", t,
-                       " bucket ", b, ", which the spec does not have"));
-    }
-    if (p.server() == assignment.index()) set->tables_[t].held[b] = true;
-  }
   return set;
+}
+
+SparseTableSet::~SparseTableSet() {
+  if (server_budget_ != nullptr) server_budget_->Release(reserved_);
 }
 
 absl::Status SparseTableSet::CheckTables(std::span<const uint32_t> tables,
@@ -319,6 +388,23 @@ absl::Status SparseTableSet::Restore(const StoredBlock& bucket) {
                                             " is not one this server holds"));
   }
   return tables_[t].rows->Restore(bucket);
+}
+
+SparseTierCounts SparseTableSet::TierCounts(size_t table) const {
+  return tables_[table].rows->tier_counts();
+}
+
+int64_t SparseTableSet::TierDiskBytes(size_t table) const {
+  return tier_ == nullptr
+             ? 0
+             : tier_->ApproximateBytes(static_cast<uint32_t>(table));
+}
+
+absl::Status SparseTableSet::TierStatus() const {
+  for (const Table& t : tables_) {
+    if (!t.rows->tier_status().ok()) return t.rows->tier_status();
+  }
+  return absl::OkStatus();
 }
 
 SparseTableCounts SparseTableSet::Counts(size_t table) const {

@@ -40,6 +40,20 @@ struct SparseTableCounts {
   int64_t evictions = 0;
 };
 
+// How a job's tables share a server's memory budget (docs/sparse.md,
+// "Memory: the budget and the estimate").
+struct SparseSetMemory {
+  // The job's disk tier; null: no budget, every row in memory (the default).
+  SparseTier* tier = nullptr;
+  // The budget the job's tables split, in proportion to their expected rows
+  // on this server times their bytes per row. > 0 with a tier.
+  int64_t budget_bytes = 0;
+  // The server's budget, shared by its jobs: each table reserves its share
+  // from it (less, or nothing, when other jobs hold it) and gives it back
+  // when the set is destroyed. Null: the job's shares are not shared.
+  SparseMemoryBudget* server_budget = nullptr;
+};
+
 // The set of tables and buckets never changes after Create, so the checks
 // (documented lock-free) read them without a lock; the rest is
 // thread-compatible: the owning ServerJob calls it under its lock.
@@ -49,8 +63,13 @@ class SparseTableSet {
   // buckets the shard map places on this server. `accumulate`: keep BSP sums.
   // Errors: INVALID_ARGUMENT for a bad table spec or a bucket key in the map
   // naming an unknown table or bucket.
+  // `memory`: the budget and the tier (default: none, every row in memory).
   static absl::StatusOr<std::unique_ptr<SparseTableSet>> Create(
-      const v1::Assignment& assignment, bool accumulate);
+      const v1::Assignment& assignment, bool accumulate,
+      const SparseSetMemory& memory = {});
+
+  // Gives the tables' reservations back to the server's budget.
+  ~SparseTableSet();
 
   // Number of tables (0 for a job without sparse tables).
   size_t size() const { return tables_.size(); }
@@ -98,6 +117,15 @@ class SparseTableSet {
 
   // Table `table`'s counters (table < size()).
   SparseTableCounts Counts(size_t table) const;
+  // Table `table`'s memory tier counters (memory bytes and hot rows also
+  // without a tier).
+  SparseTierCounts TierCounts(size_t table) const;
+  // Approximate bytes of table `table`'s cold rows in the tier (0 without
+  // one).
+  int64_t TierDiskBytes(size_t table) const;
+  // The first tier error of any table, OK if none: the job must then stop
+  // serving (its rows may be wrong).
+  absl::Status TierStatus() const;
 
  private:
   struct Table {
@@ -112,6 +140,9 @@ class SparseTableSet {
                            int64_t total_ids) const;
 
   std::vector<Table> tables_;
+  SparseTier* tier_ = nullptr;
+  SparseMemoryBudget* server_budget_ = nullptr;
+  int64_t reserved_ = 0;  // From server_budget_.
 };
 
 }  // namespace ps

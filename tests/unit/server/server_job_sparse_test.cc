@@ -2,7 +2,10 @@
 // row gradients applied exactly once under SSP and averaged under BSP,
 // malformed sparse requests refused without a change, and the rows restored
 // bit for bit from the snapshot and the update log. Every test runs against
-// MemoryShardStore and RocksDbShardStore.
+// MemoryShardStore and RocksDbShardStore, and again (the "Tiered"
+// instantiations) with a memory budget of a few rows, the others in the
+// sparse tier: a reopened job comes back with a cold cache and the same rows,
+// and agrees with a twin that has no budget.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,7 +24,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/memory_shard_store.h"
+#include "prometheus/text_serializer.h"
 #include "server/server_job.h"
+#include "tests/testing/metrics_scrape.h"
 #include "tests/testing/server_job_store_fixture.h"
 
 namespace ps {
@@ -149,8 +154,16 @@ Rows Gradients(int n, int salt) {
 
 class ServerJobSparseTest : public testing::ServerJobStoreFixture {
  protected:
+  // The "Tiered" instantiations' budget: two or three rows of the table.
+  static int64_t Budget() {
+    const std::string suite =
+        ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name();
+    return suite.rfind("Tiered", 0) == 0 ? 700 : 0;
+  }
+
   std::unique_ptr<ServerJob> Open(const SparseJobOptions& options,
-                                  const ServerJobOptions& job_options = {}) {
+                                  ServerJobOptions job_options = {}) {
+    job_options.sparse_memory_bytes = Budget();
     auto job = ServerJob::Open(MakeAssignment(options), store_.get(), &metrics_,
                                job_options);
     EXPECT_TRUE(job.ok()) << job.status();
@@ -384,10 +397,22 @@ TEST_P(ServerJobSparseTest, ReopeningRestoresRowsAndAdmissionBitForBit) {
       ASSERT_TRUE(Push(*job, MakePush(1, 4, ids, Gradients(6, 10))).ok());
     }
     EXPECT_EQ(RowsNow(*reopened, 5, ids), RowsNow(**twin, 5, ids));
+    if (Budget() > 0) {  // Rows did live in the tier, and came back from it.
+      const std::string body =
+          prometheus::TextSerializer().Serialize(registry_.Collect());
+      EXPECT_GT(testing::MetricValue(
+                    body, "ps_sparse_tier_disk_reads_total{table=\"emb\"}")
+                    .value_or(0),
+                0);
+    }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, ServerJobSparseTest,
+                         ::testing::Values(testing::StoreKind::kMemory,
+                                           testing::StoreKind::kRocksDb),
+                         testing::StoreKindName);
+INSTANTIATE_TEST_SUITE_P(TieredStores, ServerJobSparseTest,
                          ::testing::Values(testing::StoreKind::kMemory,
                                            testing::StoreKind::kRocksDb),
                          testing::StoreKindName);

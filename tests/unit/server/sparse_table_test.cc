@@ -1,6 +1,10 @@
 // SparseTable: rows created from the initializer, admission, eviction, BSP
-// averaging, and the bucket snapshot round trip.
+// averaging, and the bucket snapshot round trip. Every test runs without a
+// memory budget and under tiny ones (a few rows in memory, or none, the rest
+// in a RocksDB tier): the rows must behave the same.
 #include "server/sparse_table.h"
+
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,12 +12,14 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "common/sparse_keys.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/memory_shard_store.h"
+#include "server/sparse_tier.h"
 
 namespace ps {
 namespace {
@@ -22,6 +28,36 @@ using testing::ElementsAre;
 using testing::HasSubstr;
 
 constexpr uint64_t kSeed = 42;
+
+// The memory cap of the tables the running test makes (-1: no tier), and the
+// tiers made for them (one per table: tables of one test share indexes).
+int64_t g_cap_bytes = -1;
+std::vector<std::unique_ptr<SparseTier>>* g_tiers = nullptr;
+
+class SparseTableTest : public testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override {
+    g_cap_bytes = GetParam();
+    g_tiers = &tiers_;
+  }
+  void TearDown() override {
+    g_tiers = nullptr;
+    g_cap_bytes = -1;
+  }
+  std::vector<std::unique_ptr<SparseTier>> tiers_;
+};
+
+// A memory setting for a new table under the running test's budget.
+SparseTableMemory TestMemory() {
+  if (g_cap_bytes < 0 || g_tiers == nullptr) return {};
+  std::string dir = testing::TempDir() + "sparse_tier_XXXXXX";
+  EXPECT_NE(mkdtemp(dir.data()), nullptr);
+  auto tier = SparseTier::Open({.path = dir});  // Removed with the tier.
+  EXPECT_TRUE(tier.ok()) << tier.status();
+  if (!tier.ok()) return {};
+  g_tiers->push_back(*std::move(tier));
+  return {.tier = g_tiers->back().get(), .cap_bytes = g_cap_bytes};
+}
 
 v1::SparseTableSpec Spec(int dim, int num_buckets = 8) {
   v1::SparseTableSpec spec;
@@ -35,7 +71,8 @@ v1::SparseTableSpec Spec(int dim, int num_buckets = 8) {
 std::unique_ptr<SparseTable> Make(const v1::SparseTableSpec& spec,
                                   uint32_t table_index = 3,
                                   uint64_t seed = kSeed) {
-  auto table = SparseTable::Create(spec, table_index, seed, true);
+  auto table =
+      SparseTable::Create(spec, table_index, seed, true, TestMemory());
   EXPECT_TRUE(table.ok()) << table.status();
   return table.ok() ? std::move(*table) : nullptr;
 }
@@ -54,7 +91,7 @@ void ApplyConst(SparseTable& table, const std::vector<uint64_t>& keys,
   table.Apply(keys, grads, clock, 1.0f);
 }
 
-TEST(SparseTableTest, BadSpecsAreInvalidNamingTheField) {
+TEST_P(SparseTableTest, BadSpecsAreInvalidNamingTheField) {
   struct Case {
     v1::SparseTableSpec spec;
     const char* field;
@@ -82,7 +119,7 @@ TEST(SparseTableTest, BadSpecsAreInvalidNamingTheField) {
   }
 }
 
-TEST(SparseTableTest, InitializerIsTheSameRowWhateverTheTableHolds) {
+TEST_P(SparseTableTest, InitializerIsTheSameRowWhateverTheTableHolds) {
   v1::SparseTableSpec spec = Spec(16);
   auto a = Make(spec);
   auto b = Make(spec);
@@ -115,7 +152,7 @@ TEST(SparseTableTest, InitializerIsTheSameRowWhateverTheTableHolds) {
   EXPECT_NE(ReadRows(*other_seed, probe), from_a);
 }
 
-TEST(SparseTableTest, NormalInitializerHasTheScale) {
+TEST_P(SparseTableTest, NormalInitializerHasTheScale) {
   v1::SparseTableSpec spec = Spec(64);
   spec.mutable_init()->set_kind(v1::SparseInit::NORMAL);
   spec.mutable_init()->set_scale(0.5f);
@@ -135,7 +172,7 @@ TEST(SparseTableTest, NormalInitializerHasTheScale) {
   EXPECT_EQ(table->num_rows(), 0);  // Reads never create rows.
 }
 
-TEST(SparseTableTest, ApplyCreatesTheRowThenSteps) {
+TEST_P(SparseTableTest, ApplyCreatesTheRowThenSteps) {
   v1::SparseTableSpec spec = Spec(4);
   auto table = Make(spec);
   const std::vector<float> initial = ReadRows(*table, {9});
@@ -149,7 +186,7 @@ TEST(SparseTableTest, ApplyCreatesTheRowThenSteps) {
   EXPECT_EQ(table->admissions(), 1);
 }
 
-TEST(SparseTableTest, LazyAdamChangesOnlyTheRowsNamed) {
+TEST_P(SparseTableTest, LazyAdamChangesOnlyTheRowsNamed) {
   v1::SparseTableSpec spec = Spec(8);
   auto* adam = spec.mutable_optimizer()->mutable_lazy_adam();
   adam->set_learning_rate(0.01f);
@@ -177,7 +214,7 @@ TEST(SparseTableTest, LazyAdamChangesOnlyTheRowsNamed) {
   }
 }
 
-TEST(SparseTableTest, FtrlWithL1ReadsExactZeros) {
+TEST_P(SparseTableTest, FtrlWithL1ReadsExactZeros) {
   v1::SparseTableSpec spec = Spec(4);
   spec.mutable_init()->set_kind(v1::SparseInit::ZEROS);
   auto* ftrl = spec.mutable_optimizer()->mutable_ftrl();
@@ -194,7 +231,7 @@ TEST(SparseTableTest, FtrlWithL1ReadsExactZeros) {
   EXPECT_GT(row[3], 0.0f);
 }
 
-TEST(SparseTableTest, AdmissionByCountAdmitsAtTheMinCountthUpdate) {
+TEST_P(SparseTableTest, AdmissionByCountAdmitsAtTheMinCountthUpdate) {
   v1::SparseTableSpec spec = Spec(2);
   spec.mutable_admission()->set_min_count(3);
   auto table = Make(spec);
@@ -215,7 +252,7 @@ TEST(SparseTableTest, AdmissionByCountAdmitsAtTheMinCountthUpdate) {
               ElementsAre(initial[0] - 0.5f, initial[1] - 1.0f));
 }
 
-TEST(SparseTableTest, ARepeatedIdInOnePushCountsAndStepsEachTime) {
+TEST_P(SparseTableTest, ARepeatedIdInOnePushCountsAndStepsEachTime) {
   v1::SparseTableSpec spec = Spec(1);
   spec.mutable_admission()->set_min_count(2);
   auto table = Make(spec);
@@ -229,7 +266,7 @@ TEST(SparseTableTest, ARepeatedIdInOnePushCountsAndStepsEachTime) {
               ElementsAre((initial - 0.5f * 2) - 0.5f * 4));
 }
 
-TEST(SparseTableTest, AdmissionByProbabilityIsDeterministicAndAboutP) {
+TEST_P(SparseTableTest, AdmissionByProbabilityIsDeterministicAndAboutP) {
   v1::SparseTableSpec spec = Spec(1);
   spec.mutable_admission()->set_probability(0.25f);
   auto a = Make(spec);
@@ -254,7 +291,7 @@ TEST(SparseTableTest, AdmissionByProbabilityIsDeterministicAndAboutP) {
   }
 }
 
-TEST(SparseTableTest, IdleRowsAreEvicted) {
+TEST_P(SparseTableTest, IdleRowsAreEvicted) {
   v1::SparseTableSpec spec = Spec(2);
   spec.mutable_eviction()->set_max_idle_clocks(2);
   auto table = Make(spec);
@@ -274,7 +311,7 @@ TEST(SparseTableTest, IdleRowsAreEvicted) {
   EXPECT_EQ(table->evictions(), 2);
 }
 
-TEST(SparseTableTest, CapacityEvictsLeastRecentlyUpdatedThenSmallerId) {
+TEST_P(SparseTableTest, CapacityEvictsLeastRecentlyUpdatedThenSmallerId) {
   v1::SparseTableSpec spec = Spec(2);
   spec.mutable_eviction()->set_max_rows_per_server(3);
   auto table = Make(spec);
@@ -297,7 +334,7 @@ TEST(SparseTableTest, CapacityEvictsLeastRecentlyUpdatedThenSmallerId) {
   EXPECT_EQ(table->evictions(), 6);  // 2, 3, then 1, 4, 5, 10.
 }
 
-TEST(SparseTableTest, CapacityEvictsLeastFrequentlyUpdatedThenLru) {
+TEST_P(SparseTableTest, CapacityEvictsLeastFrequentlyUpdatedThenLru) {
   v1::SparseTableSpec spec = Spec(2);
   spec.mutable_eviction()->set_max_rows_per_server(3);
   spec.mutable_eviction()->set_policy(v1::EvictionSpec::LFU);
@@ -315,7 +352,7 @@ TEST(SparseTableTest, CapacityEvictsLeastFrequentlyUpdatedThenLru) {
   EXPECT_TRUE(table->Contains(5));
 }
 
-TEST(SparseTableTest, AveragedRowsAreSumsOverWorkersKeysAscending) {
+TEST_P(SparseTableTest, AveragedRowsAreSumsOverWorkersKeysAscending) {
   auto table = Make(Spec(2));
   table->Accumulate(std::vector<uint64_t>{5, 3},
                     std::vector<float>{1, 2, 3, 4});
@@ -361,7 +398,7 @@ std::vector<uint64_t> AllIds() {
   return ids;
 }
 
-TEST(SparseTableTest, SnapshotRestoreContinuesBitForBit) {
+TEST_P(SparseTableTest, SnapshotRestoreContinuesBitForBit) {
   auto live = Make(RichSpec());
   RandomPushes(*live, 1, 20, 7);
   ASSERT_GT(live->evictions(), 0);
@@ -378,7 +415,8 @@ TEST(SparseTableTest, SnapshotRestoreContinuesBitForBit) {
   ASSERT_TRUE(stored.ok()) << stored.status();
   auto restored = Make(RichSpec());
   for (auto it = stored->blocks.rbegin(); it != stored->blocks.rend(); ++it) {
-    ASSERT_TRUE(restored->Restore(*it).ok());
+    const absl::Status st = restored->Restore(*it);
+    ASSERT_TRUE(st.ok()) << st;
   }
   EXPECT_EQ(restored->num_rows(), live->num_rows());
   for (int round = 0; round < 2; ++round) {
@@ -397,7 +435,7 @@ TEST(SparseTableTest, SnapshotRestoreContinuesBitForBit) {
   }
 }
 
-TEST(SparseTableTest, EvictedBucketsSnapshotAsEmptyBlocks) {
+TEST_P(SparseTableTest, EvictedBucketsSnapshotAsEmptyBlocks) {
   v1::SparseTableSpec spec = Spec(2, 4);
   spec.mutable_eviction()->set_max_idle_clocks(1);
   auto table = Make(spec);
@@ -413,7 +451,7 @@ TEST(SparseTableTest, EvictedBucketsSnapshotAsEmptyBlocks) {
   EXPECT_EQ(restored->num_rows(), 0);
 }
 
-TEST(SparseTableTest, MalformedBucketsAreDataLoss) {
+TEST_P(SparseTableTest, MalformedBucketsAreDataLoss) {
   auto live = Make(RichSpec());
   RandomPushes(*live, 1, 5, 9);
   StoredBlock good;
@@ -453,6 +491,15 @@ TEST(SparseTableTest, MalformedBucketsAreDataLoss) {
   EXPECT_EQ(Make(RichSpec())->Restore(foreign).code(),
             absl::StatusCode::kInvalidArgument);
 }
+
+// No tier; every row cold (cap 0); about 10 rows in memory (fewer than one
+// push names: rows stepped outside memory); about 60.
+INSTANTIATE_TEST_SUITE_P(
+    Budgets, SparseTableTest, testing::Values(-1, 0, 1024, 4096),
+    [](const testing::TestParamInfo<int64_t>& info) {
+      return info.param < 0 ? std::string("Unlimited")
+                            : "Cap" + std::to_string(info.param);
+    });
 
 }  // namespace
 }  // namespace ps

@@ -1,0 +1,434 @@
+// SparseTable's memory tier (docs/sparse.md, "Memory: the budget and the
+// estimate"): under a budget, at most max_hot_ rows stay in memory and the
+// others live in the job's SparseTier. The rule that keeps values exact: a
+// row is in exactly one place (memory or the tier), and every change goes
+// through the same optimizer step on the same floats wherever they are.
+//
+// - A pull (ReadTiered) reads memory, then the missing rows from the tier in
+//   one MultiGet, and promotes those it found (demoting as a push does): it
+//   changes no row's values, only where rows live.
+// - A push (ApplyTiered) pins the rows it finds in memory, reads the others
+//   in one MultiGet and promotes them into memory, demoting unpinned rows
+//   (the table's policy: least recently updated for LRU, least often for
+//   LFU, among 16 sampled slots); a row that finds no room (every hot row
+//   pinned by this push) is stepped in a scratch buffer and written back to
+//   the tier. The tier's writes of a call go in one batch.
+// - The table's own eviction (idle time, max_rows_per_server) deletes rows
+//   wherever they live; a cold candidate's clock and count come from the
+//   tier.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/sparse_memory.h"
+#include "server/sparse_table.h"
+
+namespace ps {
+namespace {
+
+// Slots sampled for a victim (Redis-style approximate LRU/LFU).
+constexpr int kVictimSamples = 16;
+
+}  // namespace
+
+bool SparseTable::Contains(uint64_t id) const {
+  if (slots_.contains(id)) return true;
+  if (tier_ == nullptr) return false;
+  std::vector<std::string> values;
+  if (absl::Status s = tier_->MultiGet(table_index_, {&id, 1}, &values);
+      !s.ok()) {
+    TierFailed(s);
+    return false;
+  }
+  return !values[0].empty();
+}
+
+int64_t SparseTable::memory_bytes() const {
+  const auto chunk_rows = static_cast<int64_t>(chunk_mask_) + 1;
+  const int64_t per_slot = static_cast<int64_t>(slot_floats() * sizeof(float)) +
+                           (tier_ != nullptr ? 16 : 0);
+  return static_cast<int64_t>(chunks_.size()) * chunk_rows * per_slot +
+         SparseIndexBytes(static_cast<int64_t>(slots_.capacity())) +
+         static_cast<int64_t>(free_slots_.capacity() * sizeof(uint32_t));
+}
+
+SparseTierCounts SparseTable::tier_counts() const {
+  return {.memory_bytes = memory_bytes(),
+          .hot_rows = static_cast<int64_t>(slots_.size()),
+          .cold_rows = cold_rows_,
+          .hits = hits_,
+          .misses = misses_,
+          .disk_reads = disk_reads_,
+          .demotions = demotions_};
+}
+
+void SparseTable::TierFailed(const absl::Status& status) const {
+  if (!tier_status_.ok()) return;
+  tier_status_ = absl::Status(
+      status.code(),
+      absl::StrCat("sparse table ", table_index_, ": ", status.message()));
+  PS_LOG_ERROR(tier_status_.message());
+}
+
+void SparseTable::CommitTier() {
+  if (absl::Status s = tier_->Write(batch_); !s.ok()) TierFailed(s);
+}
+
+void SparseTable::Demote(uint32_t slot) {
+  const uint64_t id = SlotId(slot);
+  const RowMeta meta = Meta(slot);
+  batch_.Put(table_index_, id, meta.clock, meta.updates, RowAt(slot),
+             stride());
+  slots_.erase(id);
+  SlotTick(slot) = kFreeTick;
+  ++cold_rows_;
+  ++demotions_;
+}
+
+uint32_t SparseTable::TakeSlot() {
+  const uint32_t fresh = AllocateSlot();
+  if (fresh != kNoSlot || next_slot_ == 0) return fresh;
+  uint32_t victim = kNoSlot;
+  OrderKey best{};
+  int seen = 0;
+  for (uint32_t n = 0; n < next_slot_ && seen < kVictimSamples; ++n) {
+    const uint32_t slot = hand_;
+    hand_ = hand_ + 1 == next_slot_ ? 0 : hand_ + 1;
+    const uint64_t tick = SlotTick(slot);
+    if (tick == kFreeTick || tick == tick_) continue;  // Free or pinned.
+    ++seen;
+    const OrderKey key{lfu_ ? Meta(slot).updates : 0,
+                       static_cast<int64_t>(tick)};
+    if (victim == kNoSlot || key < best) {
+      victim = slot;
+      best = key;
+    }
+  }
+  if (victim == kNoSlot) return kNoSlot;
+  Demote(victim);
+  return victim;
+}
+
+void SparseTable::ReadTiered(std::span<const uint64_t> keys, float* out) const {
+  const size_t dim = static_cast<size_t>(dim_);
+  std::vector<uint64_t> miss_ids;
+  std::vector<size_t> miss_at;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = slots_.find(keys[i]);
+    if (it != slots_.end()) {
+      std::memcpy(out + i * dim, RowAt(it->second), dim * sizeof(float));
+      ++hits_;
+      continue;
+    }
+    ++misses_;
+    if (absent_.contains(keys[i])) {  // Found nowhere since the last Apply.
+      FillMissing(keys[i], out + i * dim);
+      continue;
+    }
+    miss_ids.push_back(keys[i]);
+    miss_at.push_back(i);
+  }
+  if (miss_ids.empty()) return;
+  std::vector<std::string> values;
+  const absl::Status read = tier_->MultiGet(table_index_, miss_ids, &values);
+  if (!read.ok()) {
+    TierFailed(read);
+    values.assign(miss_ids.size(), std::string());
+  }
+  // Read is logically const: it changes no row, only where rows live. The
+  // rows it read from the tier are promoted (a worker pushes the rows it
+  // pulled, so the push then finds them in memory).
+  SparseTable* const self = const_cast<SparseTable*>(this);
+  for (size_t j = 0; j < miss_ids.size(); ++j) {
+    float* row = out + miss_at[j] * dim;
+    if (values[j].size() == SparseTier::kRowHeaderBytes +
+                                stride() * sizeof(float)) {
+      std::memcpy(row, values[j].data() + SparseTier::kRowHeaderBytes,
+                  dim * sizeof(float));
+      ++disk_reads_;
+      self->Promote(miss_ids[j], values[j]);
+      continue;
+    }
+    if (read.ok()) absent_.insert(miss_ids[j]);
+    FillMissing(miss_ids[j], row);
+  }
+  self->CommitTier();
+}
+
+void SparseTable::FillMissing(uint64_t id, float* row) const {
+  const size_t dim = static_cast<size_t>(dim_);
+  if (unconditional_admission()) {
+    init_.Fill(id, std::span<float>(row, dim));
+  } else {
+    std::fill(row, row + dim, 0.0f);
+  }
+}
+
+void SparseTable::Promote(uint64_t id, std::string_view value) {
+  if (slots_.contains(id)) return;  // A repeated id of the same read.
+  const uint32_t slot = TakeSlot();
+  if (slot == kNoSlot) return;
+  RowMeta meta;
+  SparseTier::Decode(value, stride(), &meta.clock, &meta.updates, RowAt(slot));
+  SetMeta(slot, meta);
+  slots_.emplace(id, slot);
+  SlotId(slot) = id;
+  SlotTick(slot) = tick_;
+  batch_.Delete(table_index_, id);
+  --cold_rows_;
+}
+
+void SparseTable::PinHot(std::span<const uint64_t> keys,
+                         std::vector<uint64_t>* miss_ids,
+                         std::vector<size_t>* miss_at) {
+  found_.resize(keys.size());
+  scratch_index_.clear();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = slots_.find(keys[i]);
+    if (it != slots_.end()) {
+      found_[i] = it->second;
+      SlotTick(it->second) = tick_;
+      ++hits_;
+      continue;
+    }
+    found_[i] = kNoSlot;
+    // Each id once (an update may repeat one): a repeat finds the row where
+    // the first put it. An id a Read found nowhere is not read.
+    if (scratch_index_.try_emplace(keys[i], 0).second &&
+        !absent_.contains(keys[i])) {
+      miss_ids->push_back(keys[i]);
+      miss_at->push_back(i);
+    }
+  }
+  misses_ += static_cast<int64_t>(scratch_index_.size());
+  scratch_index_.clear();
+  absent_.clear();  // Rows are created from here on.
+}
+
+float* SparseTable::AddScratch(uint64_t id, const RowMeta& meta,
+                               bool created) {
+  scratch_index_[id] = static_cast<uint32_t>(scratch_rows_.size());
+  scratch_rows_.push_back({.id = id, .meta = meta, .created = created});
+  scratch_floats_.resize(scratch_floats_.size() + stride(), 0.0f);
+  return scratch_floats_.data() + scratch_floats_.size() - stride();
+}
+
+bool SparseTable::PromoteMisses(std::span<const uint64_t> miss_ids,
+                                std::span<const size_t> miss_at) {
+  scratch_rows_.clear();
+  scratch_floats_.clear();
+  std::vector<std::string> values;
+  if (absl::Status s = tier_->MultiGet(table_index_, miss_ids, &values);
+      !s.ok()) {
+    TierFailed(s);
+    return false;
+  }
+  for (size_t j = 0; j < miss_ids.size(); ++j) {
+    if (values[j].empty()) continue;
+    ++disk_reads_;
+    const uint64_t id = miss_ids[j];
+    const uint32_t slot = TakeSlot();
+    float* floats;
+    if (slot != kNoSlot) {
+      floats = RowAt(slot);
+      slots_.emplace(id, slot);
+      SlotId(slot) = id;
+      SlotTick(slot) = tick_;
+      batch_.Delete(table_index_, id);
+      --cold_rows_;
+      found_[miss_at[j]] = slot;
+    } else {
+      floats = AddScratch(id, {}, /*created=*/false);
+    }
+    RowMeta meta;
+    if (!SparseTier::Decode(values[j], stride(), &meta.clock, &meta.updates,
+                            floats)) {
+      TierFailed(absl::DataLossError(
+          absl::StrCat("tier row ", id, " has ", values[j].size(), " bytes")));
+      return false;
+    }
+    if (slot != kNoSlot) {
+      SetMeta(slot, meta);
+    } else {
+      scratch_rows_.back().meta = meta;
+    }
+  }
+  return true;
+}
+
+void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
+                              std::span<const float> grads, int64_t clock,
+                              float lr_factor) {
+  const size_t dim = static_cast<size_t>(dim_);
+  ++tick_;
+  // Pass 1: the rows in memory, pinned for this call; pass 2: the others
+  // from the tier, promoted where there is room.
+  std::vector<uint64_t> miss_ids;
+  std::vector<size_t> miss_at;
+  PinHot(keys, &miss_ids, &miss_at);
+  if (!PromoteMisses(miss_ids, miss_at)) return;  // The job stops serving.
+  // Pass 3: the steps, in key order, wherever each row is.
+  const bool tracked = max_idle_clocks_ > 0 || max_rows_ > 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t id = keys[i];
+    uint32_t slot = found_[i];
+    int64_t scratch = -1;
+    if (slot == kNoSlot) {
+      if (auto it = slots_.find(id); it != slots_.end()) {
+        slot = it->second;  // Created earlier in this call (a repeated id).
+      } else if (auto st = scratch_index_.find(id);
+                 st != scratch_index_.end()) {
+        scratch = st->second;
+      } else if (Admit(id, clock)) {
+        ++admissions_;
+        slot = NewRow(id, clock);
+        if (slot == kNoSlot) {  // No room: a new cold row.
+          scratch = static_cast<int64_t>(scratch_rows_.size());
+          float* row =
+              AddScratch(id, {.clock = clock, .updates = 0}, /*created=*/true);
+          init_.Fill(id, std::span<float>(row, dim));
+          MarkHeld(id);
+        }
+      } else {
+        ++rejections_;
+        continue;
+      }
+    }
+    float* row = scratch >= 0 ? scratch_floats_.data() +
+                                    static_cast<size_t>(scratch) * stride()
+                              : RowAt(slot);
+    RowMeta meta = scratch >= 0 ? scratch_rows_[scratch].meta : Meta(slot);
+    ++meta.updates;
+    meta.clock = std::max(meta.clock, clock);
+    optimizer_.Step(row, row + dim, grads.data() + i * dim, meta.updates,
+                    lr_factor);
+    if (scratch >= 0) {
+      scratch_rows_[scratch].meta = meta;
+    } else {
+      SetMeta(slot, meta);
+    }
+    if (tracked) Track(id, meta);
+  }
+  for (size_t k = 0; k < scratch_rows_.size(); ++k) {
+    const ScratchRow& r = scratch_rows_[k];
+    batch_.Put(table_index_, r.id, r.meta.clock, r.meta.updates,
+               scratch_floats_.data() + k * stride(), stride());
+    if (r.created) ++cold_rows_;
+  }
+  CommitTier();
+  EvictIdle(clock);
+  EvictOverCapacity();
+  MaybeCompactOrders();
+}
+
+std::vector<uint64_t> SparseTable::LiveCandidatesTiered(
+    const OrderKey& key, std::vector<uint64_t>& group, bool by_count) const {
+  std::vector<uint64_t> live;
+  std::vector<uint64_t> cold;
+  const auto matches = [&](const RowMeta& meta) {
+    return meta.clock == key.second && (!by_count || meta.updates == key.first);
+  };
+  for (uint64_t id : group) {
+    auto it = slots_.find(id);
+    if (it == slots_.end()) {
+      cold.push_back(id);
+    } else if (matches(Meta(it->second))) {
+      live.push_back(id);
+    }
+  }
+  std::sort(cold.begin(), cold.end());
+  cold.erase(std::unique(cold.begin(), cold.end()), cold.end());
+  std::vector<std::string> values;
+  if (absl::Status s = tier_->MultiGet(table_index_, cold, &values); !s.ok()) {
+    TierFailed(s);
+    values.assign(cold.size(), std::string());
+  }
+  for (size_t j = 0; j < cold.size(); ++j) {
+    RowMeta meta;
+    if (SparseTier::Decode(values[j], stride(), &meta.clock, &meta.updates,
+                           nullptr) &&
+        matches(meta)) {
+      live.push_back(cold[j]);
+    }
+  }
+  std::sort(live.begin(), live.end());
+  live.erase(std::unique(live.begin(), live.end()), live.end());
+  return live;
+}
+
+std::vector<std::pair<uint64_t, std::string>> SparseTable::ColdRows() const {
+  std::vector<std::pair<uint64_t, std::string>> rows;
+  if (tier_ == nullptr || cold_rows_ == 0) return rows;
+  rows.reserve(static_cast<size_t>(cold_rows_));
+  absl::Status s = tier_->ForEach(
+      table_index_, [&rows](uint64_t id, std::string_view value) {
+        rows.emplace_back(id, std::string(value));
+      });
+  if (!s.ok()) TierFailed(s);
+  return rows;
+}
+
+void SparseTable::RestoreTiered(const SparseBucket& contents) {
+  ++tick_;
+  absent_.clear();
+  // Which of the bucket's ids (rows and pending) are in the tier now.
+  std::vector<uint64_t> ids;
+  for (uint64_t id : contents.ids) {
+    if (!slots_.contains(id)) ids.push_back(id);
+  }
+  for (uint64_t id : contents.pending_ids) {
+    if (!slots_.contains(id)) ids.push_back(id);
+  }
+  std::vector<std::string> values;
+  if (absl::Status s = tier_->MultiGet(table_index_, ids, &values); !s.ok()) {
+    TierFailed(s);
+    return;
+  }
+  absl::flat_hash_map<uint64_t, bool> was_cold;
+  for (size_t j = 0; j < ids.size(); ++j) was_cold[ids[j]] = !values[j].empty();
+  for (size_t i = 0; i < contents.ids.size(); ++i) {
+    const uint64_t id = contents.ids[i];
+    const float* floats = contents.floats.data() + i * stride();
+    const RowMeta meta{.clock = contents.last_clocks[i],
+                       .updates = contents.update_counts[i]};
+    pending_.erase(id);
+    auto it = slots_.find(id);
+    uint32_t slot = it != slots_.end() ? it->second : TakeSlot();
+    const bool cold = was_cold[id];
+    if (slot != kNoSlot) {
+      if (it == slots_.end()) {
+        slots_.emplace(id, slot);
+        SlotId(slot) = id;
+        SlotTick(slot) = tick_;
+        if (cold) {
+          batch_.Delete(table_index_, id);
+          --cold_rows_;
+        }
+      }
+      std::memcpy(RowAt(slot), floats, stride() * sizeof(float));
+      SetMeta(slot, meta);
+    } else {
+      batch_.Put(table_index_, id, meta.clock, meta.updates, floats, stride());
+      if (!cold) ++cold_rows_;
+    }
+    Track(id, meta);
+  }
+  for (size_t i = 0; i < contents.pending_ids.size(); ++i) {
+    const uint64_t id = contents.pending_ids[i];
+    if (auto it = slots_.find(id); it != slots_.end()) {
+      SlotTick(it->second) = kFreeTick;  // Replaced: not an eviction.
+      free_slots_.push_back(it->second);
+      slots_.erase(it);
+    } else if (was_cold[id]) {
+      batch_.Delete(table_index_, id);
+      --cold_rows_;
+    }
+    pending_[id] = contents.pending_counts[i];
+  }
+  CommitTier();
+}
+
+}  // namespace ps
