@@ -56,7 +56,8 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
       const int i = held.index();
       if (it == jobs_.end() || it->second.status.state() != v1::RUNNING ||
           i < 0 || i >= static_cast<int>(it->second.workers.size()) ||
-          !node.job_id.empty() || !WorkerFits(node, it->second)) {
+          it->second.workers[i].removed || !node.job_id.empty() ||
+          !WorkerFits(node, it->second)) {
         continue;
       }
       Job& job = it->second;
@@ -200,8 +201,10 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     Job& job = jobs_.at(node.job_id);
     if (node.role == v1::SERVER) {
       for (const v1::HeldAssignment& held : request.held()) {
-        if (held.job_id() == node.job_id)
-          job.servers[node.index].has_shards = true;
+        if (held.job_id() != node.job_id) continue;
+        job.servers[node.index].has_shards = true;
+        // Elastic jobs: the server's report on a membership change.
+        RecordMembershipAck(job, node.index, held);
       }
     }
     *response.add_assignments() = AssignmentOf(job, node.index);
@@ -216,6 +219,10 @@ v1::Assignment JobManager::AssignmentOf(const Job& job, int index) const {
   *a.mutable_shard_map() = job.status.shard_map();
   a.set_index(index);
   a.set_num_workers(job.workers.size());
+  *a.mutable_membership() = job.status.membership();
+  if (job.status.membership_pending().version() != 0) {
+    *a.mutable_membership_pending() = job.status.membership_pending();
+  }
   return a;
 }
 
