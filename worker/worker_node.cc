@@ -70,6 +70,8 @@ void WorkerNode::OnAssignments(const std::vector<v1::Assignment>& assignments) {
   const v1::Assignment* next = assignments.empty() ? nullptr : &assignments[0];
   if (next != nullptr && next->job_id() == current_job_ &&
       next->index() == current_index_) {
+    // Elastic jobs: a membership change reaches the trainer this way.
+    if (trainer_ != nullptr) trainer_->OfferAssignment(*next);
     return;
   }
   StopTrainer();
