@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -232,6 +233,10 @@ class JobManager {
     // Elastic jobs: the servers' reports on the membership change in
     // progress, by server index (job_manager_elastic.cc).
     std::map<int, v1::HeldAssignment> membership_acks;
+    // Elastic jobs: the joining places of the change in progress whose
+    // workers said (in a heartbeat) that they are ready to train it (data
+    // loaded). Servers are told of the change only once all are.
+    std::set<int> joiners_ready;
   };
   // A submitted job whose record is not durable yet.
   struct Submitting {
@@ -358,11 +363,17 @@ class JobManager {
                          const std::vector<std::string>& joining_nodes,
                          const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Withdraws a change no server has been told of (a joining worker was
+  // lost before it was ready): its joining places are closed, its leaving
+  // ones wait for the next change.
+  void AbandonMembership(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits the change in progress at the largest frontier the servers
   // reported.
   void CommitMembership(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records server `index`'s report of the change in progress.
-  void RecordMembershipAck(Job& job, int index, const v1::HeldAssignment& held)
+  // Records the report of the change in progress from `role`'s place
+  // `index`: a server's frontier, or a joining worker's readiness.
+  void RecordMembershipAck(Job& job, v1::NodeRole role, int index,
+                           const v1::HeldAssignment& held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reports of the places that have not left (for an elastic job; all
   // of them otherwise), place 0's first.
@@ -382,7 +393,13 @@ class JobManager {
   // job only that job.
   static bool WorkerFits(const NodeRecord& node, const Job& job);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::Assignment AssignmentOf(const Job& job, int index) const;
+  // The assignment of `role`'s place `index`. Servers get an elastic job's
+  // change in progress only once its joining workers are ready
+  // (JoinersReady).
+  v1::Assignment AssignmentOf(const Job& job, int index,
+                              v1::NodeRole role = v1::WORKER) const;
+  // True when every joining place of the change in progress is ready.
+  static bool JoinersReady(const Job& job);
 
   JobTable* const table_;
   const MembershipTiming timing_;

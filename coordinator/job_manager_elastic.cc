@@ -3,7 +3,10 @@
 // takes effect at a clock C every server agrees on, in two steps driven by
 // heartbeats:
 //   1. Propose (version v): the leaving places are marked removed and the
-//      joining ones are new places attached to their nodes. Each server, on
+//      joining ones are new places attached to their nodes; servers are
+//      given the proposal once every joining worker is ready (its data
+//      loaded: HeldAssignment.membership_version in its heartbeat), and a
+//      joiner lost before that withdraws the change. Each server, on
 //      its next heartbeat, refuses the leaving places' pushes, accepts no
 //      push at or beyond its frontier (the first clock it accepted no push
 //      for), and reports that frontier and each leaving place's recorded
@@ -69,13 +72,27 @@ std::vector<v1::ProgressReport> JobManager::MemberReports(const Job& job) {
   return reports;
 }
 
-void JobManager::RecordMembershipAck(Job& job, int index,
+void JobManager::RecordMembershipAck(Job& job, v1::NodeRole role, int index,
                                      const v1::HeldAssignment& held) {
+  const v1::MembershipProposal& pending = job.status.membership_pending();
   if (held.membership_version() == 0 ||
-      held.membership_version() != job.status.membership_pending().version()) {
+      held.membership_version() != pending.version()) {
     return;
   }
-  job.membership_acks[index] = held;
+  if (role == v1::SERVER) {
+    // Only a server told of the change reports it (JoinersReady).
+    job.membership_acks[index] = held;
+  } else if (std::find(pending.joining().begin(), pending.joining().end(),
+                       index) != pending.joining().end()) {
+    job.joiners_ready.insert(index);
+  }
+}
+
+bool JobManager::JoinersReady(const Job& job) {
+  for (int p : job.status.membership_pending().joining()) {
+    if (!job.joiners_ready.contains(p)) return false;
+  }
+  return true;
 }
 
 std::vector<int> JobManager::DroppablePlaces(const Job& job,
@@ -104,6 +121,16 @@ void JobManager::RecoverElastic(Job& job, absl::Time now) {
   if (job.status.membership_pending().version() != 0) {
     // Places lost meanwhile are dropped by the next change (the job does
     // not fail for them: DroppablePlaces).
+    if (!JoinersReady(job)) {
+      // No server has been told yet, so a joiner lost before it was ready
+      // withdraws the change: its place is closed, never used.
+      bool lost = false;
+      for (int p : job.status.membership_pending().joining()) {
+        if (job.workers[p].node_id.empty()) lost = true;
+      }
+      if (lost) AbandonMembership(job);
+      return;
+    }
     if (static_cast<int>(job.membership_acks.size()) ==
         static_cast<int>(job.servers.size())) {
       CommitMembership(job);
@@ -156,10 +183,32 @@ void JobManager::ProposeMembership(Job& job, const std::vector<int>& leaving,
     pending->add_joining(place);
   }
   job.membership_acks.clear();
+  job.joiners_ready.clear();
   PS_LOG_INFO("job ", job.status.job_id(), ": membership version ",
               pending->version(), " proposed (", reason, "; leaving [",
               absl::StrJoin(pending->leaving(), " "), "], joining [",
               absl::StrJoin(pending->joining(), " "), "])");
+  PublishVacancies(job);
+  Changed(job);
+}
+
+void JobManager::AbandonMembership(Job& job) {
+  const v1::MembershipProposal& pending = job.status.membership_pending();
+  PS_LOG_WARNING("job ", job.status.job_id(), ": membership version ",
+                 pending.version(), " withdrawn: a joining worker was lost ",
+                 "before it was ready");
+  for (int p : pending.joining()) {
+    Slot& slot = job.workers[p];
+    if (!slot.node_id.empty()) nodes_.Release(slot.node_id);
+    slot.node_id.clear();
+    slot.removed = true;
+  }
+  // Places leaving with it stay removed (fenced nowhere yet): the next
+  // change drops them, as DroppablePlaces finds them again.
+  for (int p : pending.leaving()) job.workers[p].removed = false;
+  job.status.clear_membership_pending();
+  job.membership_acks.clear();
+  job.joiners_ready.clear();
   PublishVacancies(job);
   Changed(job);
 }
@@ -202,6 +251,7 @@ void JobManager::CommitMembership(Job& job) {
   *job.status.add_membership() = std::move(change);
   job.status.clear_membership_pending();
   job.membership_acks.clear();
+  job.joiners_ready.clear();
   AggregateProgress(MemberReports(job), job.status.mutable_progress());
   Changed(job);
 }

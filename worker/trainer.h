@@ -103,6 +103,12 @@ class Trainer {
   // worker node passes on each heartbeat's): an elastic job's membership
   // changes reach the training loop through it. Any thread.
   void OfferAssignment(const v1::Assignment& assignment);
+  // Elastic jobs: the version of the membership change in progress that
+  // this trainer, joining the job, is ready to train (its data loaded);
+  // 0 otherwise. The worker node reports it in its heartbeats
+  // (HeldAssignment.membership_version): servers are told of a change only
+  // once its joining workers are ready. Any thread.
+  int64_t ReadyForMembership() const { return ready_for_; }
 
  private:
   // The parts of one run of the training loop (Train), in their order.
@@ -274,6 +280,7 @@ class Trainer {
   WorkerMetrics* const metrics_;
   const TrainerOptions options_;
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> ready_for_{0};  // ReadyForMembership().
   // What Stop() cancels: the parameter client once created (it lives as long
   // as the trainer) and the coordinator call in flight.
   absl::Mutex stop_mu_;

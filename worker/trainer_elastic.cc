@@ -55,6 +55,11 @@ absl::StatusOr<v1::Assignment> Trainer::AwaitMembership(int64_t newer_than) {
           Names(latest_.membership(), place)) {
         return latest_;
       }
+      // A joining place: its data is loaded, the change may go on.
+      const v1::MembershipProposal& pending = latest_.membership_pending();
+      for (int p : pending.joining()) {
+        if (p == place) ready_for_ = pending.version();
+      }
     }
     if (absl::Now() > deadline) break;
     // Assignments come with heartbeats (every 500 ms by default).

@@ -71,6 +71,18 @@ class ElasticMembershipTest : public testing::JobManagerFixture {
     ASSERT_TRUE(manager_->Heartbeat(request).ok());
   }
 
+  // A joining worker says it is ready for change `version`.
+  void WorkerReady(const std::string& node, const std::string& job_id,
+                   int place, int64_t version) {
+    v1::HeartbeatRequest request;
+    request.set_node_id(node);
+    v1::HeldAssignment* held = request.add_held();
+    held->set_job_id(job_id);
+    held->set_index(place);
+    held->set_membership_version(version);
+    ASSERT_TRUE(manager_->Heartbeat(request).ok());
+  }
+
   v1::JobStatus Status(const std::string& id) {
     auto status = manager_->Get(id);
     EXPECT_TRUE(status.ok());
@@ -151,6 +163,11 @@ TEST_F(ElasticMembershipTest, AFreeWorkerJoinsBelowMaxWorkers) {
   const v1::Assignment joined = Assignment(extra);
   EXPECT_EQ(joined.index(), 2);
   EXPECT_EQ(joined.num_workers(), 3);
+  EXPECT_EQ(joined.membership_pending().version(), 1);
+  // Servers are told only once the joining worker is ready (data loaded).
+  EXPECT_EQ(Assignment(server_).membership_pending().version(), 0);
+  WorkerReady(extra, id, 2, 1);
+  EXPECT_EQ(Assignment(server_).membership_pending().version(), 1);
   ServerReports(id, 1, 12, {});
   manager_->Tick(absl::Now());
   status = Status(id);
@@ -165,6 +182,28 @@ TEST_F(ElasticMembershipTest, AFreeWorkerJoinsBelowMaxWorkers) {
   CreateManager();
   status = Status(id);
   EXPECT_THAT(status.membership(), SizeIs(2));
+}
+
+TEST_F(ElasticMembershipTest, AJoinerLostBeforeItIsReadyWithdrawsTheChange) {
+  timing_.lease = absl::Milliseconds(800);
+  const std::string id = Start(2, 1, 3);
+  const std::string extra = Register(v1::WORKER);
+  EXPECT_EQ(Status(id).membership_pending().version(), 1);
+  // The joiner never heartbeats again; the others do.
+  absl::SleepFor(absl::Milliseconds(500));
+  for (const std::string& n : {server_, workers_[0], workers_[1]}) {
+    ASSERT_TRUE(manager_->Heartbeat(n).ok());
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+  manager_->Tick(absl::Now());
+  const v1::JobStatus status = Status(id);
+  EXPECT_EQ(status.state(), v1::RUNNING);
+  EXPECT_EQ(status.membership_pending().version(), 0);
+  EXPECT_THAT(status.membership(), SizeIs(1));
+  EXPECT_THAT(status.vacant(), SizeIs(0));
+  // A later free worker joins with a new place (2 is closed for good).
+  const std::string next = Register(v1::WORKER);
+  EXPECT_EQ(Assignment(next).index(), 3);
 }
 
 TEST_F(ElasticMembershipTest, AFixedSizeJobHasNoHistory) {
