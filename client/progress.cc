@@ -52,6 +52,23 @@ std::string FormatVacancies(const v1::JobStatus& job, absl::Time now) {
   return absl::StrCat("waiting for ", absl::StrJoin(places, ", "));
 }
 
+std::string FormatMembershipChange(const v1::MembershipChange& change) {
+  std::string out =
+      absl::StrCat("membership version ", change.version(), " from clock ",
+                   change.clock(), ": ", change.places_size(), " workers [",
+                   absl::StrJoin(change.places(), " "), "]");
+  if (!change.left().empty()) {
+    absl::StrAppend(&out, ", left [", absl::StrJoin(change.left(), " "), "]");
+  }
+  if (!change.joined().empty()) {
+    absl::StrAppend(&out, ", joined [", absl::StrJoin(change.joined(), " "),
+                    "]");
+  }
+  if (!change.reason().empty())
+    absl::StrAppend(&out, " (", change.reason(), ")");
+  return out;
+}
+
 std::string FormatProgressLine(const v1::JobStatus& job, int bar_width,
                                absl::Time now) {
   const v1::JobProgress& p = job.progress();

@@ -30,6 +30,10 @@ std::string FormatProgressLine(const v1::JobStatus& job, int bar_width = 24,
 // (10.0.0.1:7100, vacant 12s, the job fails in 48s)"; "" when there are none.
 std::string FormatVacancies(const v1::JobStatus& job, absl::Time now);
 
+// One membership change of an elastic job, as `psctl watch` prints it:
+// "membership version 1 from clock 96: workers [0 1] (worker 2, 3 lost ...)".
+std::string FormatMembershipChange(const v1::MembershipChange& change);
+
 // The closing summary of a job: state, message, wall time, vacant places,
 // accuracy (a CTR model: AUC and log loss) and FormatEpochTimes.
 std::string FormatSummary(const v1::JobStatus& job);

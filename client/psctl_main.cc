@@ -162,7 +162,13 @@ int Watch(ps::JobClient& client, const std::string& job_id) {
   const bool tty = isatty(fileno(stdout));
   std::string last_key;
   absl::Time last_print = absl::InfinitePast();
+  int changes_printed = 0;  // Elastic jobs: membership changes shown.
   auto result = client.Watch(job_id, [&](const ps::v1::JobStatus& job) {
+    for (; changes_printed < job.membership_size(); ++changes_printed) {
+      std::cout << (tty ? "\r\033[K" : "")
+                << ps::FormatMembershipChange(job.membership(changes_printed))
+                << std::endl;
+    }
     const std::string line = ps::FormatProgressLine(job);
     if (tty) {
       std::cout << "\r\033[K" << line << std::flush;

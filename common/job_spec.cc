@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/elastic_spec.h"
 #include "common/model_layout.h"
 #include "common/optimizer_spec.h"
 #include "common/sparse_spec.h"
@@ -230,6 +231,7 @@ int32_t DeriveBlockElems(const std::vector<TensorSpec>& tensors,
 }
 
 void ApplyJobSpecDefaults(v1::JobSpec* spec) {
+  ApplyElasticDefaults(spec);
   if (spec->block_elems() == 0) {
     // The block size follows the model and the server count
     // (docs/architecture.md, "Model, blocks and the shard map"); a
@@ -473,6 +475,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (auto s = ValidateTrainingOptions(spec); !s.ok()) return s;
   if (auto s = ValidateConsistency(spec.consistency()); !s.ok()) return s;
   if (auto s = ValidateLayout(spec, *tensors); !s.ok()) return s;
+  if (auto s = ValidateElastic(spec); !s.ok()) return s;
   if (auto s = ValidateModes(spec); !s.ok()) return s;
   // The file itself is checked against the spec by psctl at submit and by
   // each server when it opens the job (CheckModelFitsJob).

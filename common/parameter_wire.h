@@ -161,6 +161,8 @@ struct PushView {
   v1::Precision gradient_encoding = v1::FP32;
   // Row gradients of sparse tables.
   std::vector<WireSparseRows> sparse;
+  // The membership version the push was planned under (elastic jobs).
+  int64_t membership_version = 0;
 
   // The request without its gradients (what logs and fault injection see).
   v1::PushRequest Header() const;
@@ -181,14 +183,17 @@ PushView ViewOf(const v1::PushRequest& request);
 // copied: Header() is the request's fields before gradients; then, for each
 // block, BlockPrefix(key, n) followed by the block's n data bytes; then
 // Trailer(), the fields after gradients (gradient_encoding; empty for FP32);
-// then, for each sparse table, SparseRowsField(...). The concatenation equals
+// then, for each sparse table, SparseRowsField(...); then Ending() (the
+// membership version; empty for 0). The concatenation equals
 // v1::PushRequest::SerializeAsString() of the same request.
 class PushFramer {
  public:
   PushFramer(const std::string& job_id, int32_t worker_index, int64_t clock,
-             int64_t map_version, v1::Precision gradient_encoding = v1::FP32);
+             int64_t map_version, v1::Precision gradient_encoding = v1::FP32,
+             int64_t membership_version = 0);
   const std::string& Header() const { return header_; }
   const std::string& Trailer() const { return trailer_; }
+  const std::string& Ending() const { return ending_; }
   // Framing of one block of `data_bytes` bytes (at most 24 bytes).
   static std::string BlockPrefix(uint64_t key, size_t data_bytes);
   // One PushRequest.sparse entry, whole (its bytes copied: rows are small).
@@ -198,6 +203,7 @@ class PushFramer {
  private:
   std::string header_;
   std::string trailer_;
+  std::string ending_;
 };
 
 // A PullResponse whose block bytes are views into the received buffers.

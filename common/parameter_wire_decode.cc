@@ -328,6 +328,12 @@ absl::StatusOr<PushView> ParsePushRequest(
         PS_RETURN_IF_ERROR(
             ParseNestedSparseRows(&in, &out.sparse, "PushRequest"));
         break;
+      case Tag(kMembershipVersionField, WireFormatLite::WIRETYPE_VARINT): {
+        uint64_t v;
+        if (!ReadVarint64(&in, &v)) return Malformed("membership_version");
+        out.membership_version = static_cast<int64_t>(v);
+        break;
+      }
       default:
         if (!SkipUnknown(&in, tag, 1)) return Malformed("bad field");
     }
@@ -397,6 +403,7 @@ PushView ViewOf(const v1::PushRequest& request) {
   view.worker_index = request.worker_index();
   view.clock = request.clock();
   view.map_version = request.map_version();
+  view.membership_version = request.membership_version();
   view.gradient_encoding = request.gradient_encoding();
   view.gradients.reserve(request.gradients_size());
   for (const v1::Block& g : request.gradients()) {

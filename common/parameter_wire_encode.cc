@@ -85,7 +85,8 @@ std::string_view BytesOfFloats(std::span<const float> values) {
 
 PushFramer::PushFramer(const std::string& job_id, int32_t worker_index,
                        int64_t clock, int64_t map_version,
-                       v1::Precision gradient_encoding) {
+                       v1::Precision gradient_encoding,
+                       int64_t membership_version) {
   // Fields in number order and zeros left out, as Protobuf writes them.
   if (!job_id.empty()) {
     AppendVarint(Tag(kJobIdField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
@@ -117,6 +118,12 @@ PushFramer::PushFramer(const std::string& job_id, int32_t worker_index,
     AppendVarint(static_cast<uint64_t>(static_cast<int64_t>(
                      static_cast<int32_t>(gradient_encoding))),
                  &trailer_);
+  }
+  // After the sparse rows (field 7).
+  if (membership_version != 0) {
+    AppendVarint(Tag(kMembershipVersionField, WireFormatLite::WIRETYPE_VARINT),
+                 &ending_);
+    AppendVarint(static_cast<uint64_t>(membership_version), &ending_);
   }
 }
 

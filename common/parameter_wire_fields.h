@@ -26,6 +26,8 @@ constexpr int kBlocksField = v1::PullResponse::kBlocksFieldNumber;
 constexpr int kMinClockField = v1::PullResponse::kMinClockFieldNumber;
 constexpr int kWorkerClocksField = v1::PullResponse::kWorkerClocksFieldNumber;
 constexpr int kPushSparseField = v1::PushRequest::kSparseFieldNumber;
+constexpr int kMembershipVersionField =
+    v1::PushRequest::kMembershipVersionFieldNumber;
 constexpr int kPullSparseField = v1::PullResponse::kSparseFieldNumber;
 constexpr int kSparseTableField = v1::SparseRows::kTableFieldNumber;
 constexpr int kSparseKeysField = v1::SparseRows::kKeysFieldNumber;

@@ -94,8 +94,9 @@ absl::Status JobManager::Load() {
            ++i) {
         job.servers[i].last_address = job.status.shard_map().servers(i);
       }
-      PublishVacancies(job);
       job.reports.assign(job.workers.size(), NoReport());
+      LoadMembership(job);  // Elastic: every place the job has had.
+      PublishVacancies(job);
       PS_LOG_INFO("job ", job.status.job_id(),
                   " was running: waiting for its nodes to register again");
     }
@@ -359,12 +360,14 @@ bool JobManager::RecordProgress(Job& job, const v1::ProgressReport& report) {
       report, job.status.spec().model().kind() == v1::ModelSpec::CTR);
   // Keep the latest evaluation even when this report carries none.
   job.reports[w] = WithLatestEvaluation(job.reports[w], own);
-  AggregateProgress(job.reports, job.status.mutable_progress());
+  // Places that left an elastic job count no more.
+  const std::vector<v1::ProgressReport> members = MemberReports(job);
+  AggregateProgress(members, job.status.mutable_progress());
   // Worker 0 evaluates after each epoch: its report with an accuracy ends one.
   if (w == 0 && own.test_accuracy() >= 0) {
     RecordEpoch(own, NowMs(), job.status.mutable_progress());
   }
-  return std::all_of(job.reports.begin(), job.reports.end(),
+  return std::all_of(members.begin(), members.end(),
                      [](const v1::ProgressReport& r) { return r.finished(); });
 }
 

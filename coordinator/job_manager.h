@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -216,6 +217,9 @@ class JobManager {
     // Servers: the holder said (in a heartbeat) that it stores the job's
     // shards, so a server coming back without them has lost them.
     bool has_shards = false;
+    // Workers of an elastic job: the place left the job (or is leaving by
+    // the change in progress); it is never filled again.
+    bool removed = false;
   };
   struct Job {
     v1::JobStatus status;  // status.shard_map() places the blocks.
@@ -228,6 +232,13 @@ class JobManager {
     std::string request_id;
     // Its deletion is queued (DeleteAsync, ApplyRetention).
     bool deleting = false;
+    // Elastic jobs: the servers' reports on the membership change in
+    // progress, by server index (job_manager_elastic.cc).
+    std::map<int, v1::HeldAssignment> membership_acks;
+    // Elastic jobs: the joining places of the change in progress whose
+    // workers said (in a heartbeat) that they are ready to train it (data
+    // loaded). Servers are told of the change only once all are.
+    std::set<int> joiners_ready;
   };
   // A submitted job whose record is not durable yet.
   struct Submitting {
@@ -329,6 +340,46 @@ class JobManager {
   // Fills vacant worker places with free workers; fails jobs whose places
   // stayed vacant longer than the grace.
   void Recover(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Elastic workers (job_manager_elastic.cc; docs/consistency.md,
+  // "Membership changes").
+  //
+  // Records the starting membership (version 0) of an elastic job.
+  void StartMembership(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rebuilds a loaded elastic job's places from its membership history.
+  void LoadMembership(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drives an elastic job's membership: commits the change in progress once
+  // every server reported its frontier; else proposes to drop the worker
+  // places vacant longer than the grace (while min_workers remain), or to
+  // add a free worker (below max_workers, no place vacant).
+  void RecoverElastic(Job& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker places of an elastic job vacant longer than the grace that
+  // can be dropped (not place 0, and min_workers remain without them);
+  // empty when they cannot all be (the job then fails for them).
+  std::vector<int> DroppablePlaces(const Job& job, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts a change: the leaving places are removed (fenced), the joining
+  // ones are new places already attached to their nodes.
+  void ProposeMembership(Job& job, const std::vector<int>& leaving,
+                         const std::vector<std::string>& joining_nodes,
+                         const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Withdraws a change no server has been told of (a joining worker was
+  // lost before it was ready): its joining places are closed, its leaving
+  // ones wait for the next change.
+  void AbandonMembership(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits the change in progress at the largest frontier the servers
+  // reported.
+  void CommitMembership(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the report of the change in progress from `role`'s place
+  // `index`: a server's frontier, or a joining worker's readiness.
+  void RecordMembershipAck(Job& job, v1::NodeRole role, int index,
+                           const v1::HeldAssignment& held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The reports of the places that have not left (for an elastic job; all
+  // of them otherwise), place 0's first.
+  static std::vector<v1::ProgressReport> MemberReports(const Job& job);
   // Gives `node_id` the place `index` of `role` in `job`.
   void Attach(Job& job, v1::NodeRole role, int index,
               const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -344,7 +395,13 @@ class JobManager {
   // job only that job.
   static bool WorkerFits(const NodeRecord& node, const Job& job);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::Assignment AssignmentOf(const Job& job, int index) const;
+  // The assignment of `role`'s place `index`. Servers get an elastic job's
+  // change in progress only once its joining workers are ready
+  // (JoinersReady).
+  v1::Assignment AssignmentOf(const Job& job, int index,
+                              v1::NodeRole role = v1::WORKER) const;
+  // True when every joining place of the change in progress is ready.
+  static bool JoinersReady(const Job& job);
 
   JobTable* const table_;
   const MembershipTiming timing_;

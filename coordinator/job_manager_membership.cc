@@ -56,7 +56,8 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
       const int i = held.index();
       if (it == jobs_.end() || it->second.status.state() != v1::RUNNING ||
           i < 0 || i >= static_cast<int>(it->second.workers.size()) ||
-          !node.job_id.empty() || !WorkerFits(node, it->second)) {
+          it->second.workers[i].removed || !node.job_id.empty() ||
+          !WorkerFits(node, it->second)) {
         continue;
       }
       Job& job = it->second;
@@ -198,24 +199,33 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
   v1::HeartbeatResponse response;
   if (!node.job_id.empty()) {
     Job& job = jobs_.at(node.job_id);
-    if (node.role == v1::SERVER) {
-      for (const v1::HeldAssignment& held : request.held()) {
-        if (held.job_id() == node.job_id)
-          job.servers[node.index].has_shards = true;
+    for (const v1::HeldAssignment& held : request.held()) {
+      if (held.job_id() != node.job_id) continue;
+      if (node.role == v1::SERVER) {
+        job.servers[node.index].has_shards = true;
       }
+      // Elastic jobs: a server's report on a membership change, or a
+      // joining worker's readiness.
+      RecordMembershipAck(job, node.role, node.index, held);
     }
-    *response.add_assignments() = AssignmentOf(job, node.index);
+    *response.add_assignments() = AssignmentOf(job, node.index, node.role);
   }
   return response;
 }
 
-v1::Assignment JobManager::AssignmentOf(const Job& job, int index) const {
+v1::Assignment JobManager::AssignmentOf(const Job& job, int index,
+                                        v1::NodeRole role) const {
   v1::Assignment a;
   a.set_job_id(job.status.job_id());
   *a.mutable_spec() = job.status.spec();
   *a.mutable_shard_map() = job.status.shard_map();
   a.set_index(index);
   a.set_num_workers(job.workers.size());
+  *a.mutable_membership() = job.status.membership();
+  if (job.status.membership_pending().version() != 0 &&
+      (role == v1::WORKER || JoinersReady(job))) {
+    *a.mutable_membership_pending() = job.status.membership_pending();
+  }
   return a;
 }
 

@@ -1,6 +1,8 @@
 // JobManager: scheduling. Starting pending jobs on free nodes, giving lost
 // workers' places to free workers, failing jobs whose places stayed vacant,
 // and publishing the vacant places.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
@@ -45,16 +47,25 @@ void JobManager::Recover(absl::Time now) {
     std::vector<std::string> free =
         nodes_.Free(PlaceFilter(v1::WORKER, /*durable_only=*/false, &job), now);
     for (size_t i = 0; i < job.workers.size() && !free.empty(); ++i) {
-      if (!job.workers[i].node_id.empty()) continue;
+      if (!job.workers[i].node_id.empty() || job.workers[i].removed) continue;
       Attach(job, v1::WORKER, i, free.front());
       free.erase(free.begin());
     }
     if (PublishVacancies(job)) Changed(job);
+    // Elastic jobs drop lost workers after the grace, and take free ones;
+    // places lost while a change is in progress wait for the next one.
+    RecoverElastic(job, now);
+    const std::vector<int> droppable = DroppablePlaces(job, now);
     for (const auto& [slots, role] :
          {std::pair{&job.servers, v1::SERVER}, {&job.workers, v1::WORKER}}) {
       for (size_t i = 0; i < slots->size(); ++i) {
         const Slot& slot = (*slots)[i];
-        if (slot.node_id.empty() &&
+        if (role == v1::WORKER &&
+            std::find(droppable.begin(), droppable.end(),
+                      static_cast<int>(i)) != droppable.end()) {
+          continue;
+        }
+        if (slot.node_id.empty() && !slot.removed &&
             now - slot.vacant_since > timing_.recovery_grace) {
           Finish(
               job, v1::FAILED,
@@ -178,6 +189,7 @@ void JobManager::StartJob(Job& job, const std::vector<std::string>& servers,
     Attach(job, v1::WORKER, i, workers[i]);
   }
   job.reports.assign(workers.size(), NoReport());
+  StartMembership(job);
   job.status.set_state(v1::RUNNING);
   job.status.clear_message();
   job.status.set_start_time_ms(NowMs());
@@ -199,7 +211,7 @@ bool JobManager::PublishVacancies(Job& job) {
        {std::pair{&job.servers, v1::SERVER}, {&job.workers, v1::WORKER}}) {
     for (size_t i = 0; i < slots->size(); ++i) {
       const Slot& slot = (*slots)[i];
-      if (!slot.node_id.empty()) continue;
+      if (!slot.node_id.empty() || slot.removed) continue;
       v1::VacantPlace* place = vacant.Add();
       place->set_role(RoleName(role));
       place->set_index(i);

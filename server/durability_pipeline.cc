@@ -35,6 +35,16 @@ int64_t DurabilityPipeline::Log(storage::v1::UpdateRecord record,
   return sequence;
 }
 
+void DurabilityPipeline::GrowClocks(const std::vector<int64_t>& initial) {
+  auto grow = [&](std::vector<int64_t>& clocks) {
+    for (size_t p = clocks.size(); p < initial.size(); ++p) {
+      clocks.push_back(initial[p]);
+    }
+  };
+  grow(durable_clocks_);
+  for (auto& [sequence, clocks] : in_flight_) grow(clocks);
+}
+
 bool DurabilityPipeline::SnapshotDue() const {
   return writer_ != nullptr &&
          log_bytes_since_snapshot_ >=

@@ -67,6 +67,10 @@ class DurabilityPipeline {
   }
   // The sequence of the last logged record (0: none).
   int64_t last_sequence() const { return next_sequence_ - 1; }
+  // Elastic jobs: places added to the job (docs/consistency.md,
+  // "Membership changes") get durable clocks too, initial[p] for each new
+  // place p (the clock it joined at), here and in the records in flight.
+  void GrowClocks(const std::vector<int64_t>& initial);
   // Every worker's clock as of the last durable record: a push is
   // acknowledged once its clock is below its worker's here.
   const std::vector<int64_t>& durable_clocks() const { return durable_clocks_; }

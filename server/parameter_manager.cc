@@ -26,18 +26,28 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
   for (const v1::Assignment& a : assignments) {
     wanted.insert(a.job_id());
     std::shared_ptr<ServerJob> previous;
+    std::shared_ptr<ServerJob> same;  // Held under the same shard map.
     {
       absl::MutexLock lock(&mu_);
       auto it = jobs_.find(a.job_id());
       if (it != jobs_.end()) {
         if (it->second->assignment().shard_map().version() ==
             a.shard_map().version()) {
-          continue;
+          same = it->second;
+        } else {
+          // A new shard map: reopen from the store under the new placement.
+          previous = std::move(it->second);
+          jobs_.erase(it);
         }
-        // A new shard map: reopen from the store under the new placement.
-        previous = std::move(it->second);
-        jobs_.erase(it);
       }
+    }
+    if (same != nullptr) {
+      // Elastic jobs: a membership change, or one in progress (applied
+      // without mu_: it answers the requests the change lets through).
+      ServerJob::MembershipReport report = same->ApplyMembership(a);
+      absl::MutexLock lock(&mu_);
+      RecordMembershipLocked(a.job_id(), std::move(report));
+      continue;
     }
     // Closing writes out the old job's log and snapshot, which the reopen
     // reads.
@@ -54,7 +64,9 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
     }
     PS_LOG_INFO("job ", a.job_id(), ": serving as server ", a.index(), " of ",
                 a.shard_map().servers_size());
+    ServerJob::MembershipReport report = (*job)->ApplyMembership(a);
     absl::MutexLock lock(&mu_);
+    RecordMembershipLocked(a.job_id(), std::move(report));
     jobs_[a.job_id()] = *std::move(job);
   }
   {
@@ -65,6 +77,7 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
         continue;
       }
       PS_LOG_INFO("job ", it->first, ": no longer assigned, unloading");
+      membership_reports_.erase(it->first);
       unloaded.push_back(std::move(it->second));
       it = jobs_.erase(it);
     }
@@ -72,6 +85,27 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
   }
   for (auto& job : unloaded) job->Close(absl::AbortedError("job ended"));
   return errors;
+}
+
+void ParameterManager::RecordMembershipLocked(
+    const std::string& job_id, ServerJob::MembershipReport report) {
+  if (report.version == 0) {
+    membership_reports_.erase(job_id);
+    return;
+  }
+  v1::HeldAssignment& held = membership_reports_[job_id];
+  held.set_job_id(job_id);
+  held.set_membership_version(report.version);
+  held.set_frontier_clock(report.frontier);
+  held.clear_leaving_clocks();
+  for (int64_t c : report.leaving_clocks) held.add_leaving_clocks(c);
+}
+
+std::vector<v1::HeldAssignment> ParameterManager::MembershipReports() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::HeldAssignment> reports;
+  for (const auto& [id, held] : membership_reports_) reports.push_back(held);
+  return reports;
 }
 
 absl::StatusOr<std::shared_ptr<ServerJob>> ParameterManager::Find(

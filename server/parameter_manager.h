@@ -64,6 +64,10 @@ class ParameterManager {
   // server holds and answers which jobs ended), the newest
   // kMaxReportedStoredJobs (ids grow). The store's error if it cannot list.
   absl::StatusOr<std::vector<std::string>> StoredJobs() const;
+  // Elastic jobs with a membership change in progress: what this server
+  // reports of it (ServerJob::MembershipReport) in its heartbeats, one entry
+  // per job (HeldAssignment's membership fields). Thread-safe.
+  std::vector<v1::HeldAssignment> MembershipReports() const;
   // Deletes, off the calling thread, the stored state of the jobs the
   // coordinator says ended (HeartbeatResponse.ended_job_ids); a job loaded
   // now, or being exported, is left alone.
@@ -82,6 +86,13 @@ class ParameterManager {
   const ServerJobOptions job_options_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ServerJob>> jobs_ ABSL_GUARDED_BY(mu_);
+  // Per job, the membership report of its change in progress.
+  std::map<std::string, v1::HeldAssignment> membership_reports_
+      ABSL_GUARDED_BY(mu_);
+  // Records (or, for version 0, drops) a job's membership report.
+  void RecordMembershipLocked(const std::string& job_id,
+                              ServerJob::MembershipReport report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StoredJobDeleter deleter_;
   RowExporter exporter_;
 };

@@ -1,5 +1,7 @@
 #include "server/parameter_server.h"
 
+#include <algorithm>
+
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -133,6 +135,18 @@ std::vector<v1::HeldAssignment> ParameterServer::HeldJobs() {
     return held;
   }
   for (const std::string& id : *jobs) held.emplace_back().set_job_id(id);
+  // Elastic jobs' membership changes in progress (a MEMORY job is not
+  // stored, so it may be listed only here).
+  for (v1::HeldAssignment& report : manager_->MembershipReports()) {
+    auto same = std::find_if(held.begin(), held.end(), [&](const auto& h) {
+      return h.job_id() == report.job_id();
+    });
+    if (same != held.end()) {
+      *same = std::move(report);
+    } else {
+      held.push_back(std::move(report));
+    }
+  }
   return held;
 }
 

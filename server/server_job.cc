@@ -45,7 +45,14 @@ ServerJob::ServerJob(const v1::Assignment& assignment, ShardStore* store,
           assignment.num_workers(), staleness,
           assignment.spec().consistency().model() == v1::ConsistencySpec::BSP),
       waiting_(assignment.job_id()),
-      durability_(options.snapshot_log_bytes, assignment.num_workers()) {}
+      durability_(options.snapshot_log_bytes, assignment.num_workers()) {
+  if (!assignment.membership().empty()) {
+    // Elastic: the places and their clocks of joining and leaving. Nothing
+    // is accumulated yet, so no BSP clock completes here.
+    clocks_.Commit(assignment.membership(), assignment.num_workers());
+    committed_membership_ = assignment.membership();
+  }
+}
 
 ServerJob::~ServerJob() {
   Close(absl::AbortedError("job unloaded"));
@@ -168,7 +175,7 @@ absl::Status ServerJob::Restore(StoredJob stored) {
     }
     if (worker >= 0 && worker < clocks_.num_workers()) clocks[worker] = clock;
   }
-  if (clocks_.bulk_synchronous() &&
+  if (clocks_.bulk_synchronous() && assignment_.membership().empty() &&
       std::any_of(clocks.begin(), clocks.end(),
                   [&](int64_t c) { return c != clocks[0]; })) {
     // BSP advances every clock in the same write.
@@ -197,7 +204,10 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
   };
   UpdateRecord record;
   if (!record.ParseFromString(bytes)) return data_loss("does not parse");
-  if (record.clocks_after_size() != clocks_.num_workers()) {
+  // An elastic job's older records hold fewer places (those before a join).
+  if (record.clocks_after_size() > clocks_.num_workers() ||
+      (assignment_.membership().empty() &&
+       record.clocks_after_size() != clocks_.num_workers())) {
     return data_loss(absl::StrCat("has ", record.clocks_after_size(),
                                   " clocks for ", clocks_.num_workers(),
                                   " workers"));
@@ -314,6 +324,10 @@ void ServerJob::PullWire(const v1::PullRequest& request, PullWireCallback done,
     absl::ReleasableMutexLock lock(&mu_);
     status = CheckRequest(request.map_version());
     if (status.ok()) {
+      status =
+          clocks_.CheckVersion(request.membership_version(), request.clock());
+    }
+    if (status.ok()) {
       status = clocks_.CheckPull(request.worker_index(), request.clock());
     }
     if (status.ok() && !CanRead(request.clock(), request.final())) {
@@ -388,6 +402,11 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
   if (auto s = CheckRequest(request.map_version); !s.ok()) return s;
   const int worker = request.worker_index;
   const int64_t clock = request.clock;
+  if (auto s = clocks_.CheckVersion(request.membership_version, clock);
+      !s.ok()) {
+    metrics_->pushes_rejected.Increment();
+    return s;
+  }
   auto disposition = clocks_.CheckPush(worker, clock);
   if (!disposition.ok()) {
     metrics_->pushes_rejected.Increment();
@@ -395,7 +414,7 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::PushLocked(
   }
   if (*disposition == PushDisposition::kDuplicate) {
     metrics_->pushes_duplicate.Increment();
-    if (clock >= durability_.durable_clocks()[worker]) {
+    if (clock >= DurableClockLocked(worker)) {
       // A retry of a push whose update is not yet durable (or, under BSP, not
       // yet applied): acknowledge it with the original.
       waiting_.ParkPush({.worker = worker,
@@ -441,16 +460,7 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::AcceptPushLocked(
       table_->Accumulate(request, check);
       sparse_->Accumulate(check.sparse);
     }
-    if (clocks_.RecordPush(worker, clock)) {
-      // The last worker of this clock: one averaged update everywhere. The
-      // log gets the averaged gradient, which replays through the same Apply
-      // to the same bits.
-      TableUpdate update = table_->AveragedUpdate(clocks_.num_workers(), clock);
-      update.sparse = sparse_->AveragedRows(clocks_.num_workers());
-      ApplyAndLogLocked(update, worker);
-      table_->ClearAccumulated();
-      sparse_->ClearAccumulated();
-    }
+    if (clocks_.RecordPush(worker, clock)) ApplyBspClockLocked();
     // Otherwise acknowledged when the clock applies and is durable.
   } else {
     // Applied straight from the request's bytes (16-bit encodings decoded to

@@ -173,6 +173,22 @@ class ServerJob {
   // nothing more.
   void Close(const absl::Status& reason);
 
+  // What a server reports of a membership change in progress
+  // (HeldAssignment): the proposal's version it froze for (0: none), its
+  // frontier, and each leaving place's recorded clock here.
+  struct MembershipReport {
+    int64_t version = 0;
+    int64_t frontier = 0;
+    std::vector<int64_t> leaving_clocks;
+  };
+  // Elastic jobs (docs/consistency.md, "Membership changes"): takes the
+  // coordinator's latest membership from `assignment`. A newer committed
+  // history is applied (a BSP clock its change completes is applied and
+  // logged, and the requests it lets through answered); a newer proposal
+  // is applied (ClockTable::Freeze). Returns the proposal's report.
+  // Thread-safe; does not block on the disk.
+  MembershipReport ApplyMembership(const v1::Assignment& assignment);
+
   const std::string& job_id() const { return job_id_; }
   // The job's assignment as this server got it.
   const v1::Assignment& assignment() const { return assignment_; }
@@ -215,6 +231,11 @@ class ServerJob {
   // logs it (its bytes copied into the record only when the job persists).
   // Every update of the live path goes through here.
   void ApplyAndLogLocked(const TableUpdate& update, int worker)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BSP: applies and logs the clock the clock table just completed.
+  void ApplyBspClockLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker's durable clock (0 for a place the log has not seen yet).
+  int64_t DurableClockLocked(int worker) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Exports the sparse tables' counters that changed since the last call.
   void ExportSparseCountsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -290,6 +311,8 @@ class ServerJob {
   absl::Time disk_bytes_exported_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Worker clocks and the consistency bound.
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
+  // Elastic jobs: the membership history applied to clocks_.
+  MembershipHistory committed_membership_ ABSL_GUARDED_BY(mu_);
   // Pulls, pushes and Seeds held back.
   WaitingRequests waiting_ ABSL_GUARDED_BY(mu_);
   // The update log, snapshots and what is durable.

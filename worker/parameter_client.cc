@@ -10,6 +10,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/elastic_spec.h"
 #include "common/grpc_util.h"
 #include "common/half_codec.h"
 #include "common/job_spec.h"
@@ -164,6 +165,7 @@ ParameterClient::ParameterClient(const v1::Assignment& assignment,
     : job_id_(assignment.job_id()),
       worker_index_(assignment.index()),
       map_version_(assignment.shard_map().version()),
+      membership_version_(MembershipVersion(assignment.membership())),
       options_(std::move(options)),
       stop_(stop),
       tensors_(tensors),
@@ -421,6 +423,7 @@ void ParameterClient::PullFromServers(int64_t clock,
   request.set_worker_index(worker_index_);
   request.set_clock(clock);
   request.set_map_version(map_version_);
+  request.set_membership_version(membership_version_);
   request.set_final(final);
   auto pull = std::make_shared<PullInFlight>(request, std::move(parts),
                                              servers_.size());
@@ -681,7 +684,7 @@ void ParameterClient::PushWithRows(
   // framing bytes (small, copied) and the gradient blocks in place.
   auto* push = new PushInFlight(servers_.size(), std::move(done));
   const PushFramer framer(job_id_, worker_index_, clock, map_version_,
-                          wire_gradients_);
+                          wire_gradients_, membership_version_);
   for (size_t s = 0; s < servers_.size(); ++s) {
     std::vector<grpc::Slice> slices;
     slices.reserve(2 + 2 * servers_[s].blocks.size());
@@ -706,6 +709,7 @@ void ParameterClient::PushWithRows(
       }
       for (std::string& field : *fields) slices.emplace_back(field);
     }
+    if (!framer.Ending().empty()) slices.emplace_back(framer.Ending());
     push->requests[s] = grpc::ByteBuffer(slices.data(), slices.size());
   }
   AskAllServers(

@@ -228,6 +228,8 @@ class ParameterClient {
   const std::string job_id_;
   const int worker_index_;
   const int64_t map_version_;
+  // The membership version requests carry (elastic jobs; 0 otherwise).
+  const int64_t membership_version_;
   const ParameterClientOptions options_;
   const std::atomic<bool>* const stop_;
   std::vector<TensorSpec> tensors_;

@@ -5,6 +5,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/dataset_reader.h"
+#include "common/elastic_spec.h"
 #include "common/float_codec.h"
 #include "common/grpc_util.h"
 #include "common/logging.h"
@@ -26,7 +27,8 @@ Trainer::Trainer(v1::Assignment assignment,
       coordinator_(coordinator),
       backend_(backend),
       metrics_(metrics),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      latest_(assignment_) {}
 
 void Trainer::Stop() {
   absl::MutexLock lock(&stop_mu_);
@@ -40,6 +42,10 @@ bool Trainer::TrackCall(grpc::ClientContext* ctx) {
   if (ctx != nullptr && stop_) return false;
   live_call_ = ctx;
   return true;
+}
+
+int SamplesPerClockOf(const v1::JobSpec& spec) {
+  return spec.batch_size() * AccumulationSteps(spec) * LocalSteps(spec);
 }
 
 absl::Status Trainer::Run() {
@@ -199,9 +205,7 @@ namespace {
 
 // Samples one clock consumes: batch_size per micro-batch, accumulation_steps
 // micro-batches per step, local_sgd.local_steps steps per clock.
-int SamplesPerClock(const v1::JobSpec& spec) {
-  return spec.batch_size() * AccumulationSteps(spec) * LocalSteps(spec);
-}
+int SamplesPerClock(const v1::JobSpec& spec) { return SamplesPerClockOf(spec); }
 
 // Checks that every label of `data` (read from `path`) names one of the
 // model's classes, so that a wrong num_classes fails the job at once rather
@@ -231,6 +235,7 @@ absl::Status Trainer::Train() {
   }
   PS_ASSIGN_OR_RETURN(Dataset train, LoadData());
   PS_RETURN_IF_ERROR(BuildModelAndClient());
+  if (IsElastic(assignment_.spec())) return TrainElastic(train);
   PS_ASSIGN_OR_RETURN(Plan plan, MakePlan(train));
 
   const v1::JobSpec& spec = assignment_.spec();

@@ -20,6 +20,7 @@
 #include "common/idx_reader.h"
 #include "ps/v1/cluster.grpc.pb.h"
 #include "worker/batcher.h"
+#include "worker/elastic_plan.h"
 #include "worker/gradient_clipping.h"
 #include "worker/local_sgd.h"
 #include "worker/model/backend.h"
@@ -44,6 +45,17 @@ struct TrainerOptions {
   // every acknowledged push, so a fault test can check that no acknowledged
   // update is lost. Empty: no log.
   std::string ack_log;
+  // Elastic jobs: if set, a line "<job> <place> <clock> <epoch> <sample>..."
+  // is appended to this file before each step, naming the samples (indices
+  // into the training set) the step trains, so that a test can check that
+  // every sample is trained once per epoch (tests/system). A place's later
+  // line for the same clock (after a re-plan) replaces an earlier one.
+  // Empty: no log.
+  std::string sample_log;
+  // Elastic jobs: a graceful leave (tests; a preemption notice): once the
+  // push of this clock is acknowledged, Run() returns OK; the coordinator
+  // then drops the place as it drops a lost worker. -1: never.
+  int64_t leave_after_clock = -1;
   // Straggler simulation for experiments: after each step, sleep (slowdown - 1)
   // times the step's computation (forward and backward), so the worker
   // computes `slowdown` times slower. 1 means no slowdown.
@@ -61,6 +73,11 @@ struct TrainerOptions {
   // How long worker 0 retries a failing UploadModel before the job fails.
   absl::Duration upload_window = absl::Seconds(60);
 };
+
+// Samples one clock of one worker consumes: batch_size per micro-batch,
+// accumulation_steps micro-batches per step, local_sgd.local_steps steps per
+// clock.
+int SamplesPerClockOf(const v1::JobSpec& spec);
 
 // Runs on the caller's thread; Stop() may be called from any thread.
 class Trainer {
@@ -82,6 +99,16 @@ class Trainer {
   // returns within moments even while a server does not answer. Does not
   // wait; any thread.
   void Stop();
+  // The coordinator's latest assignment for this trainer's place (the
+  // worker node passes on each heartbeat's): an elastic job's membership
+  // changes reach the training loop through it. Any thread.
+  void OfferAssignment(const v1::Assignment& assignment);
+  // Elastic jobs: the version of the membership change in progress that
+  // this trainer, joining the job, is ready to train (its data loaded);
+  // 0 otherwise. The worker node reports it in its heartbeats
+  // (HeldAssignment.membership_version): servers are told of a change only
+  // once its joining workers are ready. Any thread.
+  int64_t ReadyForMembership() const { return ready_for_; }
 
  private:
   // The parts of one run of the training loop (Train), in their order.
@@ -148,6 +175,18 @@ class Trainer {
                          StepFunction step_at);
   // Loads data, builds the model and client, plans, then runs the steps.
   absl::Status Train();
+  // Train for an elastic job (worker/trainer_elastic.cc): plans under the
+  // latest membership (ElasticPlan), runs the clocks from the servers'
+  // resume clock, and re-plans whenever the servers refuse a request
+  // planned under an older membership.
+  absl::Status TrainElastic(const Dataset& train);
+  // One pass of TrainElastic under one membership. Errors: a step's, an
+  // end of epoch's (a membership change among them).
+  absl::Status RunElasticPass(const ElasticPlan& elastic, const Plan& plan,
+                              const Dataset& train);
+  // Waits (while not stopped, up to two minutes) for an assignment whose
+  // committed membership is newer than `newer_than` and names this place.
+  absl::StatusOr<v1::Assignment> AwaitMembership(int64_t newer_than);
   // Train for a CTR model (worker/trainer_ctr.cc): the same clocks, reports
   // and end of epochs, with each step's sparse rows pulled and pushed
   // beside the dense tensors.
@@ -239,6 +278,7 @@ class Trainer {
   WorkerMetrics* const metrics_;
   const TrainerOptions options_;
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> ready_for_{0};  // ReadyForMembership().
   // What Stop() cancels: the parameter client once created (it lives as long
   // as the trainer) and the coordinator call in flight.
   absl::Mutex stop_mu_;
@@ -254,6 +294,10 @@ class Trainer {
   std::unique_ptr<LocalSgd> local_sgd_;
   std::unique_ptr<ParameterClient> client_;
   std::ofstream ack_log_;
+  std::ofstream sample_log_;  // Elastic jobs, options_.sample_log.
+  // The latest assignment offered (OfferAssignment); starts as assignment_.
+  absl::Mutex latest_mu_;
+  v1::Assignment latest_ ABSL_GUARDED_BY(latest_mu_);
   Dataset test_;
   std::vector<std::vector<float>> params_;
 };

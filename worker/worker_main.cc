@@ -31,6 +31,10 @@ ABSL_FLAG(bool, shared_memory_payloads,
           ps::ParameterClientOptions().shared_payloads,
           "pass push and pull payloads to servers on this host through shared "
           "memory (/dev/shm) instead of the socket");
+ABSL_FLAG(std::string, sample_log, "",
+          "Elastic jobs: append \"<job> <place> <clock> <epoch> <samples>\" "
+          "before each step to this file (tests check once-per-epoch "
+          "coverage). Empty: none.");
 ABSL_FLAG(std::string, ack_log, "",
           "fault tests: append \"job worker clock\" here after every "
           "acknowledged push");
@@ -65,6 +69,7 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.trainer.slowdown = absl::GetFlag(FLAGS_slowdown);
   options.trainer.ack_log = absl::GetFlag(FLAGS_ack_log);
+  options.trainer.sample_log = absl::GetFlag(FLAGS_sample_log);
   options.trainer.overlap_push = absl::GetFlag(FLAGS_overlap_push);
   options.trainer.prefetch_pull = absl::GetFlag(FLAGS_prefetch_pull);
   options.trainer.parameter_client.shared_payloads =

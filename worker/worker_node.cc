@@ -41,6 +41,9 @@ absl::Status WorkerNode::Start() {
   membership.coordinator = options_.coordinator;
   membership.role = v1::WORKER;
   membership.channel = credentials.MemberChannel();
+  // The place held goes with every heartbeat: an elastic job's joining
+  // worker says so when it is ready (Trainer::ReadyForMembership).
+  membership.held_in_heartbeats = true;
   // Progress reports and the model upload (up to the model's size) go on a
   // connection of their own, so heartbeats never wait behind an upload.
   ConnectionOptions reports_connection = MemberConnectionOptions();
@@ -56,6 +59,8 @@ absl::Status WorkerNode::Start() {
         if (trainer_ != nullptr) {
           held.emplace_back().set_job_id(current_job_);
           held.back().set_index(current_index_);
+          // Elastic jobs: ready to join the change in progress.
+          held.back().set_membership_version(trainer_->ReadyForMembership());
         }
         return held;
       });
@@ -70,6 +75,8 @@ void WorkerNode::OnAssignments(const std::vector<v1::Assignment>& assignments) {
   const v1::Assignment* next = assignments.empty() ? nullptr : &assignments[0];
   if (next != nullptr && next->job_id() == current_job_ &&
       next->index() == current_index_) {
+    // Elastic jobs: a membership change reaches the trainer this way.
+    if (trainer_ != nullptr) trainer_->OfferAssignment(*next);
     return;
   }
   StopTrainer();
