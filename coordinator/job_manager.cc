@@ -14,11 +14,12 @@ namespace {
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
-// ModelDigest of a spec's model ("" if it has no valid tensors: a stored
-// spec was validated, so only a corrupt record has none).
+// ModelDigest of a spec's model, its sparse tables included ("" if it has
+// no valid tensors: a stored spec was validated, so only a corrupt record
+// has none).
 std::string SpecModelDigest(const v1::JobSpec& spec) {
   auto tensors = ModelTensors(spec.model());
-  return tensors.ok() ? ModelDigest(*tensors) : "";
+  return tensors.ok() ? ModelDigest(*tensors, spec.model()) : "";
 }
 
 // A writer callback that gives `done` `answer` once the write is durable,
