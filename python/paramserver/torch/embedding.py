@@ -295,6 +295,18 @@ class SparseStep:
                         _Chunk(ids, pull.rows[table], True))
                     self.rows_pulled += len(ids)
 
+    def ensure(self, clock: int, ids: Optional[Mapping[str, Any]]) -> None:
+        """Pulls the rows of `ids` for `clock` unless that clock's rows are
+        in already (a batch whose rows no earlier pull brought: an
+        epoch's first)."""
+        with self._lock:
+            ready = clock == self._chunk_clock and bool(self._chunks)
+        if ids and not ready:
+            pull = self.pull_of(ids)
+            if pull is not None:
+                self._fetch(clock, pull)
+            self.install(clock, pull)
+
     def lookup(self, table: str, distinct: torch.Tensor) -> torch.Tensor:
         """The rows of `table` for the sorted distinct ids, as a tensor
         that carries gradients to the step's rows (under no_grad: plain

@@ -797,6 +797,8 @@ class Worker:
             self._load(job)
             if job.sparse is not None:
                 job.sparse.install(job.clock, pull)
+        elif job.sparse is not None:
+            job.sparse.ensure(job.clock, job.batch_ids)
 
     def _push_and_pull(self, job: _Job, clock: int, grads: np.ndarray,
                        rows=None, next_ids=None) -> None:
