@@ -356,8 +356,12 @@ absl::Status JobManager::ReportProgressAsync(const v1::ProgressReport& report,
 
 bool JobManager::RecordProgress(Job& job, const v1::ProgressReport& report) {
   const int w = report.worker_index();
+  // CTR models and models with sparse tables (an EXTERNAL model's sharded
+  // embeddings: a PyTorch DLRM) measure AUC and log loss.
+  const v1::ModelSpec& model = job.status.spec().model();
   const v1::ProgressReport own = OwnMetrics(
-      report, job.status.spec().model().kind() == v1::ModelSpec::CTR);
+      report, model.kind() == v1::ModelSpec::CTR ||
+                  model.sparse_tables_size() > 0);
   // Keep the latest evaluation even when this report carries none.
   job.reports[w] = WithLatestEvaluation(job.reports[w], own);
   AggregateProgress(job.reports, job.status.mutable_progress());

@@ -62,6 +62,11 @@ _INIT_NAMES = ("FROM_WORKER", "ZEROS", "CONSTANT", "HE_UNIFORM",
                "XAVIER_UNIFORM")
 
 
+def _metric(value: Optional[float]) -> float:
+    """A test AUC or log loss for a report: -1 when not measured."""
+    return -1.0 if value is None else float(value)
+
+
 def parameters_of(module: nn.Module) -> List[Tuple[str, nn.Parameter]]:
     """The parameters a job trains: ``module.named_parameters()``, in
     order, without duplicates (tied weights count once)."""
@@ -203,6 +208,8 @@ class _Job:
             max_workers=1, thread_name_prefix="paramserver-comm")
         self.finished = False
         self.test_accuracy = -1.0
+        self.test_auc = -1.0
+        self.test_log_loss = -1.0
         self.loss_sum = 0.0
         self.loss_steps = 0
         self.interval_steps = 0
@@ -711,14 +718,20 @@ class Worker:
                                       rows, job.next_ids)
 
     def report(self, test_accuracy: Optional[float] = None,
-               test_samples: Optional[int] = None) -> None:
+               test_samples: Optional[int] = None, *,
+               test_auc: Optional[float] = None,
+               test_log_loss: Optional[float] = None) -> None:
         """Ends the current epoch: reports it to the coordinator, worker 0
         with `test_accuracy` (measured on `test_samples` samples), which
         the job records per epoch (``JobStatus.progress.epochs``). After
         the last epoch, worker 0 uploads the final model it evaluated
         (``JobClient.export`` returns it) and every worker reports that it
         finished; the job SUCCEEDS once all have. Call it after the epoch's
-        last batch (``epochs`` reports for you if you do not)."""
+        last batch (``epochs`` reports for you if you do not).
+
+        `test_auc`, `test_log_loss` (worker 0): a binary classifier's test
+        AUC and log loss, kept by the coordinator for a model with sparse
+        tables (``progress.test_auc``, the exported model's)."""
         job = self._require_job()
         try:
             self._sync(job)
@@ -743,6 +756,11 @@ class Worker:
                 self._upload(job, test_samples)
             report = self._progress(job, epoch=job.epoch + 1)
             report.test_accuracy = accuracy
+            if job.index == 0:
+                # A model with sparse tables (a CTR model) keeps these.
+                report.test_auc = job.test_auc = _metric(test_auc)
+                report.test_log_loss = job.test_log_loss = _metric(
+                    test_log_loss)
             report.finished = last
             if job.coordinator.report(report, must_arrive=True):
                 job.stop.stop(JobStoppedError(
@@ -839,7 +857,7 @@ class Worker:
             clock=job.clock, total_clocks=job.total_clocks,
             loss=(job.loss_sum / job.loss_steps) if job.loss_steps else 0.0,
             samples_per_second=job.interval_steps * job.spec.batch_size /
-            elapsed)
+            elapsed, test_auc=-1, test_log_loss=-1)
         job.loss_sum, job.loss_steps, job.interval_steps = 0.0, 0, 0
         job.interval_start = job.last_report = now
         return report
@@ -852,6 +870,8 @@ class Worker:
         model.model.CopyFrom(job.spec.model)
         model.clock = job.clock
         model.test_accuracy = job.test_accuracy
+        model.test_auc = job.test_auc
+        model.test_log_loss = job.test_log_loss
         model.test_samples = int(test_samples or 0)
         for t, lo, hi in zip(job.tensors, job.offsets[:-1], job.offsets[1:]):
             model.tensors.add(name=t.name, shape=list(t.shape),
