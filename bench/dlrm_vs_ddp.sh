@@ -15,7 +15,7 @@
 #   - single: bench/ctr_torch.py --mode single: one process of batch
 #     2 * BATCH (the same module and optimizers);
 # in one sitting, ROUNDS rounds, each running every system once in that
-# order. Every process has one intra-op thread (single: 2). Prints a
+# order, round r with seed r (initial values, data order) for all three. Every process has one intra-op thread (single: 2). Prints a
 # Markdown table of medians: training time (the training loops only: no
 # data loading, no evaluation; ours from worker 0's JSON line), test AUC
 # and log loss, ratios to DDP, and the teacher's best.
@@ -57,7 +57,7 @@ TORCH_ARGS=(--train "$DATA/train.tsv" --test "$DATA/test.tsv" --epochs "$EPOCHS"
 run_ours() {
   local dir=$OUT/r$1-ours
   rm -rf "$dir"
-  PS_SKIP_BUILD=1 BUILD_DIR=$BUILD_DIR DATA=$DATA RUN_DIR=$dir \
+  PS_SKIP_BUILD=1 BUILD_DIR=$BUILD_DIR DATA=$DATA RUN_DIR=$dir SEED=$1 \
     examples/pytorch/run_dlrm.sh --epochs "$EPOCHS" --batch_size "$BATCH" \
     --durability "$DURABILITY" >"$OUT/r$1-ours.out" 2>&1 ||
     { tail -n 20 "$OUT/r$1-ours.out" >&2; return 1; }
@@ -72,7 +72,8 @@ run_torch() {
   else
     args+=(--batch_size $((2 * BATCH)) --threads 2)
   fi
-  "$PY" bench/ctr_torch.py "${args[@]}" "${TORCH_ARGS[@]}" --work_dir "$OUT" \
+  "$PY" bench/ctr_torch.py "${args[@]}" "${TORCH_ARGS[@]}" --seed "$round" \
+    --work_dir "$OUT" \
     >"$out" 2>"$OUT/r$round-$mode.log" ||
     { tail -n 20 "$OUT/r$round-$mode.log" >&2; return 1; }
   "$PY" bench/dlrm_vs_ddp.py torch --round "$round" --system "$mode" \

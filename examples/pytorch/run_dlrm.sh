@@ -14,7 +14,8 @@
 # Needs the Debian packages of scripts/setup.sh (python3-torch,
 # python3-numpy); builds what it runs (the executables and build/python)
 # unless PS_SKIP_BUILD=1. BUILD_DIR (default build) picks another build
-# tree; RUN_DIR keeps the logs.
+# tree; RUN_DIR keeps the logs. SEED (default 1) seeds the job (data order,
+# the table's rows) and the MLPs' initial values.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "${PS_SKIP_BUILD:-0}" != 1 ]; then
@@ -56,11 +57,13 @@ for i in 0 1; do
   cluster_spawn "server$i" "$BUILD_DIR/server/ps-server" --coordinator="$COORDINATOR" \
     --data_dir="$RUN_DIR/server$i.data" --metrics_port=-1
 done
-JOB=$("$PYTHON" "$EXAMPLE" submit --data "$DATA" --coordinator="$COORDINATOR" "$@")
+SEED=${SEED:-1}
+JOB=$("$PYTHON" "$EXAMPLE" submit --data "$DATA" --coordinator="$COORDINATOR" \
+  --seed "$SEED" "$@")
 echo "submitted $JOB; logs in $RUN_DIR"
 for i in 0 1; do
   "$PYTHON" -u "$EXAMPLE" worker --data "$DATA" --coordinator="$COORDINATOR" \
-    >"$RUN_DIR/pyworker$i.log" 2>&1 &
+    --seed "$SEED" >"$RUN_DIR/pyworker$i.log" 2>&1 &
   CLUSTER_PIDS+=($!)
   CLUSTER_NAMES+=("pyworker$i")
 done
