@@ -227,16 +227,18 @@ class SparseStep:
     gradients, and the pulls that bring them. Created by the Worker when the
     job has sparse tables; binds the module's sharded embeddings to it.
 
-    `fetch(clock, pull)` runs a pull of rows at `clock` (the Worker's
-    ParameterClient, after the step's pending calls). Lookups and
-    take_gradients run on the training thread; install may run on the
+    `settle()` waits for the step's calls in flight (the communication
+    thread's push and pull, which may install rows); `fetch(clock, pull)`
+    runs a pull of rows at `clock` (the Worker's ParameterClient). Lookups
+    and take_gradients run on the training thread; install may run on the
     communication thread while the training thread waits for it."""
 
     def __init__(self, router: SparseRouter, module: nn.Module,
-                 clock: Callable[[], int],
+                 clock: Callable[[], int], settle: Callable[[], None],
                  fetch: Callable[[int, SparsePull], None]):
         self.router = router
         self._clock = clock
+        self._settle = settle
         self._fetch = fetch
         self._lock = threading.Lock()
         self._chunks: Dict[str, List[_Chunk]] = {}
@@ -313,6 +315,7 @@ class SparseStep:
         that carries gradients to the step's rows (under no_grad: plain
         values, kept out of the step)."""
         self.router.table(table)
+        self._settle()  # A pull in flight may bring this clock's rows.
         clock = self._clock()
         with self._lock:
             if clock != self._chunk_clock:
@@ -379,15 +382,22 @@ class SparseStep:
                         "cpu", torch.float32).numpy())
             if not ids:
                 continue
-            g = np.concatenate(grads) if len(grads) > 1 else grads[0]
+            if len(ids) > 1:
+                # Chunks hold disjoint ids; summed per id all the same.
+                every = np.concatenate(ids)
+                distinct, inverse = np.unique(every, return_inverse=True)
+                summed = np.zeros((len(distinct), grads[0].shape[1]),
+                                  np.float32)
+                np.add.at(summed, inverse, np.concatenate(grads))
+                ids, grads = [distinct], [summed]
+            g = grads[0]
             if check_finite and not np.isfinite(g).all():
                 raise NonFiniteGradientError(
                     f"gradients: rows of sparse table {table} hold NaN or "
                     f"Inf at clock {clock}; nothing was pushed (the job's "
                     "non_finite_gradients policy is NON_FINITE_REFUSE)",
                     table)
-            gradients[table] = (np.concatenate(ids) if len(ids) > 1
-                                else ids[0], g)
+            gradients[table] = (ids[0], g)
         with self._lock:
             if self._chunk_clock == clock:
                 self._chunks = {}

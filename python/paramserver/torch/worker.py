@@ -236,15 +236,19 @@ class _Job:
         if self.spec.model.sparse_tables or worker._tables:
             self.sparse = SparseStep(
                 SparseRouter(self.spec, self.assignment.shard_map),
-                worker.module, lambda: self.clock, self._fetch_rows)
+                worker.module, lambda: self.clock, self._settle,
+                self._fetch_rows)
             self.sparse.bind()
+
+    def _settle(self) -> None:
+        """Waits for the communication thread's push and pull, if any."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
 
     def _fetch_rows(self, clock: int, pull: SparsePull) -> None:
         """A forward pass's pull of rows the step did not prefetch (the
         dense values it reads again are dropped)."""
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            pending.result()
         self.client.pull(clock, np.empty_like(self.values), sparse=pull)
 
     def close(self) -> None:
