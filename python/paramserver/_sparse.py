@@ -20,7 +20,7 @@ uint64 bits (the wire's keys). No PyTorch here.
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 import grpc
 import numpy as np

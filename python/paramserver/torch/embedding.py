@@ -116,10 +116,9 @@ class ShardedEmbedding(nn.Module):
                 "paramserver.torch.Worker (iterate over worker.epochs() "
                 "first) and holds no rows (load_rows)")
         ids, rows = self._local
-        pos = torch.searchsorted(ids, distinct).clamp_(max=max(len(ids) - 1,
-                                                              0))
         if not len(ids):
             return torch.zeros(len(distinct), self.dim)
+        pos = torch.searchsorted(ids, distinct).clamp_(max=len(ids) - 1)
         found = ids[pos] == distinct
         return torch.where(found.unsqueeze(1), rows[pos],
                            torch.zeros((), dtype=rows.dtype))
