@@ -399,14 +399,24 @@ std::vector<BlockSpec> SplitIntoBlocks(const std::vector<TensorSpec>& tensors,
   return blocks;
 }
 
-std::string ModelDigest(const std::vector<TensorSpec>& tensors) {
-  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a offset basis.
-  auto add = [&hash](absl::string_view bytes) {
+namespace {
+
+// 64-bit FNV-1a, continued over byte strings.
+class Fnv1a64 {
+ public:
+  void Add(absl::string_view bytes) {
     for (unsigned char c : bytes) {
-      hash ^= c;
-      hash *= 0x100000001b3ull;  // FNV prime.
+      hash_ ^= c;
+      hash_ *= 0x100000001b3ull;  // FNV prime.
     }
-  };
+  }
+  std::string Digest() const { return absl::StrFormat("fnv1a64:%016x", hash_); }
+
+ private:
+  uint64_t hash_ = 0xcbf29ce484222325ull;  // FNV-1a offset basis.
+};
+
+void AddTensors(const std::vector<TensorSpec>& tensors, Fnv1a64& hash) {
   // In name order: a spec may list an EXTERNAL model's tensors in any order
   // (workers match tensors by name).
   std::vector<const TensorSpec*> sorted;
@@ -420,15 +430,45 @@ std::string ModelDigest(const std::vector<TensorSpec>& tensors) {
             });
   for (const TensorSpec* tensor : sorted) {
     const TensorSpec& t = *tensor;
-    add(t.name);
-    add("\t");
+    hash.Add(t.name);
+    hash.Add("\t");
     for (size_t d = 0; d < t.shape.size(); ++d) {
-      if (d > 0) add(",");
-      add(absl::StrCat(t.shape[d]));
+      if (d > 0) hash.Add(",");
+      hash.Add(absl::StrCat(t.shape[d]));
     }
-    add("\n");
+    hash.Add("\n");
   }
-  return absl::StrFormat("fnv1a64:%016x", hash);
+}
+
+}  // namespace
+
+std::string ModelDigest(const std::vector<TensorSpec>& tensors) {
+  Fnv1a64 hash;
+  AddTensors(tensors, hash);
+  return hash.Digest();
+}
+
+std::string ModelDigest(const std::vector<TensorSpec>& tensors,
+                        const v1::ModelSpec& model) {
+  Fnv1a64 hash;
+  AddTensors(tensors, hash);
+  if (model.sparse_tables_size() == 0) return hash.Digest();
+  // A line without a tab: no tensor's line looks like it.
+  hash.Add("sparse\n");
+  std::vector<const v1::SparseTableSpec*> tables;
+  tables.reserve(model.sparse_tables_size());
+  for (const auto& table : model.sparse_tables()) tables.push_back(&table);
+  std::sort(tables.begin(), tables.end(),
+            [](const v1::SparseTableSpec* a, const v1::SparseTableSpec* b) {
+              return a->name() < b->name();
+            });
+  for (const v1::SparseTableSpec* table : tables) {
+    hash.Add(table->name());
+    hash.Add("\t");
+    hash.Add(absl::StrCat(table->dim()));
+    hash.Add("\n");
+  }
+  return hash.Digest();
 }
 
 std::vector<float> InitialBlockValues(const TensorSpec& tensor,

@@ -109,6 +109,15 @@ absl::StatusOr<std::vector<TensorSpec>> ModelTensors(
 // matched to a job by its parameters, with or without its buffers declared.
 std::string ModelDigest(const std::vector<TensorSpec>& tensors);
 
+// The digest of a model spec whose tensors are `tensors`: ModelDigest(tensors)
+// when the model holds no sparse tables; otherwise the same hash continued
+// with the line "sparse" and, for each table in name order (bytewise), its
+// name, a tab, its dim in decimal and a newline (a Python worker's sharded
+// embedding modules declare their tables by name and dim;
+// paramserver.layout.model_digest). Thread-safe; never fails.
+std::string ModelDigest(const std::vector<TensorSpec>& tensors,
+                        const v1::ModelSpec& model);
+
 // A block's key: (tensor_index << 32) | block_index.
 inline uint64_t BlockKey(uint32_t tensor_index, uint32_t block_index) {
   return (static_cast<uint64_t>(tensor_index) << 32) | block_index;

@@ -14,11 +14,12 @@ namespace {
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
-// ModelDigest of a spec's model ("" if it has no valid tensors: a stored
-// spec was validated, so only a corrupt record has none).
+// ModelDigest of a spec's model, its sparse tables included ("" if it has
+// no valid tensors: a stored spec was validated, so only a corrupt record
+// has none).
 std::string SpecModelDigest(const v1::JobSpec& spec) {
   auto tensors = ModelTensors(spec.model());
-  return tensors.ok() ? ModelDigest(*tensors) : "";
+  return tensors.ok() ? ModelDigest(*tensors, spec.model()) : "";
 }
 
 // A writer callback that gives `done` `answer` once the write is durable,
@@ -356,8 +357,12 @@ absl::Status JobManager::ReportProgressAsync(const v1::ProgressReport& report,
 
 bool JobManager::RecordProgress(Job& job, const v1::ProgressReport& report) {
   const int w = report.worker_index();
+  // CTR models and models with sparse tables (an EXTERNAL model's sharded
+  // embeddings: a PyTorch DLRM) measure AUC and log loss.
+  const v1::ModelSpec& model = job.status.spec().model();
   const v1::ProgressReport own = OwnMetrics(
-      report, job.status.spec().model().kind() == v1::ModelSpec::CTR);
+      report, model.kind() == v1::ModelSpec::CTR ||
+                  model.sparse_tables_size() > 0);
   // Keep the latest evaluation even when this report carries none.
   job.reports[w] = WithLatestEvaluation(job.reports[w], own);
   // Places that left an elastic job count no more.

@@ -115,10 +115,22 @@ absl::Status JobManager::AdmitWorkerForJob(
                       "]");
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("model_digest: the worker's model (", request.model_digest(),
-                   ") does not match job ", request.job_id(), "'s (",
-                   job.model_digest, "); the job's tensors:", tensors));
+  // And its sparse tables (before the tensors, which end the message).
+  std::string tables;
+  for (const auto& table : job.status.spec().model().sparse_tables()) {
+    if (tables.size() > 1500) {
+      absl::StrAppend(&tables, " ...");
+      break;
+    }
+    absl::StrAppend(&tables, " ", table.name(), "/", table.dim());
+  }
+  if (!tables.empty()) {
+    tables = absl::StrCat("; the job's sparse tables (name/dim):", tables);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model_digest: the worker's model (", request.model_digest(),
+      ") does not match job ", request.job_id(), "'s (", job.model_digest, ")",
+      tables, "; the job's tensors:", tensors));
 }
 
 absl::Status JobManager::AdmitServer(const v1::RegisterRequest& request,

@@ -18,10 +18,10 @@ inline constexpr int kMaxEpochRecords = 1000;
 // the test accuracy, AUC and log loss, -1 (not measured).
 v1::ProgressReport NoReport();
 
-// `report` as the coordinator keeps it for a job whose model is a CTR model
-// (`ctr`) or not: only a CTR model measures AUC and log loss, so any other
-// model's are -1 whatever was sent (a worker built before they existed sends
-// 0).
+// `report` as the coordinator keeps it for a job whose model measures AUC
+// and log loss (`ctr`: a CTR model, or a model with sparse tables) or not:
+// any other model's are -1 whatever was sent (a worker built before they
+// existed sends 0).
 v1::ProgressReport OwnMetrics(v1::ProgressReport report, bool ctr);
 
 // `report` with `previous`'s test accuracy, AUC and log loss in place of

@@ -23,6 +23,7 @@ from paramserver._shared import (RegionPool, SharedRegion, host_of,
                                  is_loopback_host, remove_orphaned_regions)
 from paramserver.errors import ParamServerError, error_for, from_rpc_error
 from paramserver._cluster import encode_bf16, encode_fp16
+from paramserver._sparse import SparsePull
 from paramserver.layout import (TensorLayout, effective_block_elems,
                                 effective_staleness, server_blocks,
                                 split_into_blocks)
@@ -257,15 +258,21 @@ class ParameterClient:
 
     # Pull.
 
-    def pull(self, clock: int, out: np.ndarray, final: bool = False
-             ) -> Tuple[int, int]:
+    def pull(self, clock: int, out: np.ndarray, final: bool = False,
+             sparse: Optional[SparsePull] = None) -> Tuple[int, int]:
         """Fills `out` (flat float32, `size` values) with parameters holding
         every update of clocks below ``clock - staleness`` (``final``: of
         every worker's every clock below `clock`, whatever the consistency
         model). Returns (slowest worker's clock, this worker's clock) as the
         servers recorded them. Served from the SSP cache when the job asks
-        for it and the bound allows."""
-        if (not final and self.use_cache and self._cached_min_clock >= 0 and
+        for it and the bound allows (and `sparse` asks for no rows).
+
+        `sparse`: rows of sparse tables to read in the same request to each
+        server (``PullRequest.sparse``), placed into ``sparse.rows``."""
+        if sparse is not None and sparse.empty():
+            sparse = None
+        if (sparse is None and not final and self.use_cache and
+                self._cached_min_clock >= 0 and
                 clock <= self._cached_min_clock + self.staleness):
             self.pulls_saved += 1
             out[:] = self._cache
@@ -278,17 +285,24 @@ class ParameterClient:
         own_clocks: Dict[int, int] = {}
 
         def start(s: int) -> _Call:
+            server_request = request
+            reply_bytes = self._max_reply_bytes[s]
+            if sparse is not None and sparse.requests(s):
+                server_request = v1.PullRequest()
+                server_request.CopyFrom(request)
+                server_request.sparse.extend(sparse.requests(s))
+                reply_bytes += sparse.reply_bytes(s)
             if self._shared[s]:
-                region = self._region(self._max_reply_bytes[s], s, "pull from")
+                region = self._region(reply_bytes, s, "pull from")
                 if region is not None:
-                    shared = v1.SharedPullRequest(pull=request)
+                    shared = v1.SharedPullRequest(pull=server_request)
                     shared.reply.region = region.name
                     shared.reply.length = region.size
                     return _Call(self._stubs[s].PullShared.future(
                         shared, timeout=self.pull_timeout,
                         metadata=self._security.metadata), region)
             return _Call(self._stubs[s].Pull.future(
-                request, timeout=self.pull_timeout,
+                server_request, timeout=self.pull_timeout,
                 metadata=self._security.metadata))
 
         def on_reply(s: int, reply, region: Optional[SharedRegion]) -> None:
@@ -302,6 +316,12 @@ class ParameterClient:
                 with memoryview(region.buffer) as view:
                     reply = v1.PullResponse.FromString(view[:reply.length])
             self._read_pull_reply(s, reply, out)
+            if sparse is not None:
+                sparse.on_reply(s, reply.sparse, self.addresses[s])
+            elif len(reply.sparse):
+                raise error_for(grpc.StatusCode.INTERNAL,
+                                f"pull reply of server {self.addresses[s]} "
+                                "has rows no one asked for")
             min_clocks[s] = reply.min_clock
             if self.worker < len(reply.worker_clocks):
                 own_clocks[s] = reply.worker_clocks[self.worker]
@@ -314,7 +334,7 @@ class ParameterClient:
             None if final else self.retry_window, on_reply)
         min_clock = min(min_clocks.values()) if min_clocks else 0
         own_clock = min(own_clocks.values()) if own_clocks else 0
-        if self.use_cache and not final:
+        if self.use_cache and not final and sparse is None:
             self._cache = out.copy()
             self._cached_min_clock = min_clock
         return min_clock, own_clock
@@ -344,10 +364,16 @@ class ParameterClient:
 
     # Push.
 
-    def push(self, clock: int, grads: np.ndarray) -> bool:
+    def push(self, clock: int, grads: np.ndarray,
+             sparse: Optional[Sequence[Sequence["v1.SparseRows"]]] = None
+             ) -> bool:
         """Pushes the gradients of `clock` (flat float32) in the job's wire
         format. Returns True if every server had it already (a retry).
-        Applied exactly once per (worker, clock) however often retried."""
+        Applied exactly once per (worker, clock) however often retried.
+
+        `sparse`: per server, the row gradients of sparse tables to push in
+        the same request (``PushRequest.sparse``; paramserver._sparse.
+        push_rows)."""
         if grads.shape != (self.size,) or grads.dtype != np.float32:
             raise error_for(grpc.StatusCode.INVALID_ARGUMENT,
                             f"gradients: {grads.shape} {grads.dtype}, "
@@ -369,6 +395,8 @@ class ParameterClient:
             for key, first, n in blocks:
                 request.gradients.add(
                     key=key, data=data[first * width:(first + n) * width])
+            if sparse is not None:
+                request.sparse.extend(sparse[len(requests)])
             requests.append(request)
         duplicates: List[bool] = []
         self._for_all_servers(

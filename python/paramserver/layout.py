@@ -140,20 +140,34 @@ def model_tensors(model: "v1.ModelSpec") -> List[TensorLayout]:
     return tensors
 
 
-def model_digest(tensors: Iterable[Tuple[str, Sequence[int]]]) -> str:
+def model_digest(tensors: Iterable[Tuple[str, Sequence[int]]],
+                 tables: Iterable[Tuple[str, int]] = ()) -> str:
     """The digest of tensor names and shapes (RegisterRequest.model_digest):
     "fnv1a64:" and 16 hex digits of the 64-bit FNV-1a hash of, for each
     tensor in name order, ``name``, a tab, the dimensions joined by ",", and
     a newline (``ModelDigest`` in common/model_layout.h). A job's digest
-    is that of its tensors that are not buffers (TensorLayout.buffer)."""
+    is that of its tensors that are not buffers (TensorLayout.buffer). With
+    sparse `tables` ((name, dim) pairs), the hash goes on over the line
+    "sparse" and, for each table in name order, ``name``, a tab, ``dim`` and
+    a newline; without, the digest is the tensors' alone."""
     h = 0xcbf29ce484222325
-    items = sorted(((name, tuple(shape)) for name, shape in tensors),
-                   key=lambda item: item[0].encode())
-    for name, shape in items:
-        text = name + "\t" + ",".join(str(int(d)) for d in shape) + "\n"
+
+    def add(text: str) -> None:
+        nonlocal h
         for byte in text.encode():
             h ^= byte
             h = (h * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+
+    items = sorted(((name, tuple(shape)) for name, shape in tensors),
+                   key=lambda item: item[0].encode())
+    for name, shape in items:
+        add(name + "\t" + ",".join(str(int(d)) for d in shape) + "\n")
+    sparse = sorted(((name, int(dim)) for name, dim in tables),
+                    key=lambda item: item[0].encode())
+    if sparse:
+        add("sparse\n")
+        for name, dim in sparse:
+            add(f"{name}\t{dim}\n")
     return f"fnv1a64:{h:016x}"
 
 

@@ -15,6 +15,9 @@
 //      {"error": "..."} when the JSON or the model does not parse.
 //   floats <hex bits> ...   (float32 bit patterns)
 //     {"fp16": [...], "bf16": [...]} (EncodeFp16, EncodeBf16: wire gradients)
+//   ids <table> <num_buckets> <id> ...   (decimal uint64 ids)
+//     {"buckets": [...]} (BucketOfId: where a sparse row lives)
+// A spec's "digest" covers its sparse tables (ModelDigest(tensors, model)).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -129,7 +132,7 @@ std::string SpecLine(const std::string& json) {
   }
   return absl::StrCat(
       "{\"tensors\": [", absl::StrJoin(tensor_json, ", "),
-      "], \"digest\": ", JsonString(ModelDigest(*tensors)),
+      "], \"digest\": ", JsonString(ModelDigest(*tensors, parsed->model())),
       ", \"derived_block_elems\": ",
       DeriveBlockElems(*tensors, parsed->num_servers()),
       ", \"block_elems\": ", spec.block_elems(), ", \"blocks\": [",
@@ -159,6 +162,32 @@ std::string FloatsLine(const std::string& words) {
                       "], \"bf16\": [", absl::StrJoin(bf16, ", "), "]}");
 }
 
+std::string IdsLine(const std::string& words) {
+  std::vector<uint64_t> numbers;
+  for (absl::string_view word :
+       absl::StrSplit(words, ' ', absl::SkipWhitespace())) {
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(word, &n)) {
+      return ErrorLine(absl::InvalidArgumentError(
+          absl::StrCat("not a decimal uint64: ", word)));
+    }
+    numbers.push_back(n);
+  }
+  if (numbers.size() < 2 || numbers[0] > UINT32_MAX || numbers[1] == 0 ||
+      numbers[1] > uint64_t{kMaxBucketsPerTable}) {
+    return ErrorLine(absl::InvalidArgumentError(
+        "ids <table> <num_buckets> <id>...: a table and a bucket count"));
+  }
+  const auto table = static_cast<uint32_t>(numbers[0]);
+  const auto num_buckets = static_cast<uint32_t>(numbers[1]);
+  std::vector<uint32_t> buckets;
+  buckets.reserve(numbers.size() - 2);
+  for (size_t i = 2; i < numbers.size(); ++i) {
+    buckets.push_back(BucketOfId(numbers[i], table, num_buckets));
+  }
+  return absl::StrCat("{\"buckets\": [", absl::StrJoin(buckets, ", "), "]}");
+}
+
 }  // namespace
 }  // namespace ps
 
@@ -169,9 +198,11 @@ int main() {
       std::cout << ps::SpecLine(line.substr(5)) << "\n";
     } else if (line.rfind("floats ", 0) == 0) {
       std::cout << ps::FloatsLine(line.substr(7)) << "\n";
+    } else if (line.rfind("ids ", 0) == 0) {
+      std::cout << ps::IdsLine(line.substr(4)) << "\n";
     } else {
       std::cout << ps::ErrorLine(absl::InvalidArgumentError(
-                       "a line starts with \"spec \" or \"floats \""))
+                       "a line starts with \"spec \", \"floats \" or \"ids \""))
                 << "\n";
     }
   }

@@ -15,8 +15,9 @@ processes.
 docs/python.md has the whole API.
 """
 
+from paramserver.torch.embedding import ShardedEmbedding, ShardedEmbeddingBag
 from paramserver.torch.models import BuiltinModel, builtin_model
 from paramserver.torch.worker import Worker, load, model_spec, parameters_of
 
 __all__ = ["Worker", "model_spec", "load", "parameters_of", "BuiltinModel",
-           "builtin_model"]
+           "builtin_model", "ShardedEmbedding", "ShardedEmbeddingBag"]

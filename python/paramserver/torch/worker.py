@@ -26,7 +26,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import (Any, Dict, Iterator, List, Mapping, Optional,
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
                     Sequence, Tuple, Union)
 
 import grpc
@@ -38,6 +38,7 @@ from paramserver import v1
 from paramserver._cluster import Coordinator, Membership, _Stop
 from paramserver._params import ParameterClient
 from paramserver._rpc import member_security
+from paramserver._sparse import SparsePull, SparseRouter
 from paramserver.data import epoch_order, load_idx, part_size
 from paramserver.errors import (CancelledError, InvalidArgumentError,
                                 JobStoppedError, ModelMismatchError,
@@ -47,6 +48,8 @@ from paramserver.layout import TensorLayout, model_digest, model_tensors
 from paramserver.spec import check_trainable
 from paramserver.torch.buffers import (assign, buffer_changes, buffer_decls,
                                        job_buffers, load_buffers)
+from paramserver.torch.embedding import (SparseStep, sparse_table_specs,
+                                         sparse_tables_of, with_next_ids)
 
 log = logging.getLogger("paramserver")
 
@@ -59,6 +62,11 @@ DataLike = Union[Sequence[Any], "torch.utils.data.Dataset", None]
 
 _INIT_NAMES = ("FROM_WORKER", "ZEROS", "CONSTANT", "HE_UNIFORM",
                "XAVIER_UNIFORM")
+
+
+def _metric(value: Optional[float]) -> float:
+    """A test AUC or log loss for a report: -1 when not measured."""
+    return -1.0 if value is None else float(value)
 
 
 def parameters_of(module: nn.Module) -> List[Tuple[str, nn.Parameter]]:
@@ -102,7 +110,11 @@ def model_spec(module: nn.Module,
             raise InvalidArgumentError(
                 f"init: {decl.get('init')!r} for {decl['name']} is not one "
                 f"of {', '.join(_INIT_NAMES)}")
-    return {"kind": "EXTERNAL", "tensors": tensors}
+    model: Dict[str, Any] = {"kind": "EXTERNAL", "tensors": tensors}
+    tables = sparse_table_specs(module)  # Sharded embeddings' tables.
+    if tables:
+        model["sparse_tables"] = tables
+    return model
 
 
 def load(module: nn.Module, params: Mapping[str, np.ndarray],
@@ -197,10 +209,19 @@ class _Job:
         self.epoch = 0              # The epoch being trained.
         self.reported_epoch = 0     # Epochs whose end was reported.
         self.pending: Optional[concurrent.futures.Future] = None
+        # Sharded embeddings (paramserver.torch.embedding): the rows of a
+        # step; epochs()' sparse_ids; the ids of the batch being trained
+        # and of the next one.
+        self.sparse: Optional[SparseStep] = None
+        self.sparse_ids = None
+        self.batch_ids = None
+        self.next_ids = None
         self.comm = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="paramserver-comm")
         self.finished = False
         self.test_accuracy = -1.0
+        self.test_auc = -1.0
+        self.test_log_loss = -1.0
         self.loss_sum = 0.0
         self.loss_steps = 0
         self.interval_steps = 0
@@ -224,8 +245,27 @@ class _Job:
             retry_window=worker.retry_window,
             shared_memory=worker.shared_memory_payloads)
         self.values = np.zeros(self.client.size, dtype=np.float32)
+        if self.spec.model.sparse_tables or worker._tables:
+            self.sparse = SparseStep(
+                SparseRouter(self.spec, self.assignment.shard_map),
+                worker.module, lambda: self.clock, self._settle,
+                self._fetch_rows)
+            self.sparse.bind()
+
+    def _settle(self) -> None:
+        """Waits for the communication thread's push and pull, if any."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+    def _fetch_rows(self, clock: int, pull: SparsePull) -> None:
+        """A forward pass's pull of rows the step did not prefetch (the
+        dense values it reads again are dropped)."""
+        self.client.pull(clock, np.empty_like(self.values), sparse=pull)
 
     def close(self) -> None:
+        if self.sparse is not None:
+            self.sparse.unbind()
         self.comm.shutdown(wait=False, cancel_futures=True)
         if self.client is not None:
             self.client.close()
@@ -298,7 +338,8 @@ class Worker:
         self.report_interval = report_interval
         self.loader_options = dict(loader_options or {})
         self._params = parameters_of(model)
-        if not self._params:
+        self._tables = sparse_tables_of(model)
+        if not self._params and not self._tables:
             raise ModelMismatchError("model: the module has no parameters")
         for name, p in self._params:
             if p.dtype != torch.float32:
@@ -306,8 +347,8 @@ class Worker:
                     f"model: parameter {name} is {p.dtype}; the cluster "
                     "trains float32 parameters (use torch.autocast for "
                     "mixed precision)")
-        self.digest = model_digest((n, tuple(p.shape))
-                                   for n, p in self._params)
+        self.digest = model_digest(((n, tuple(p.shape))
+                                    for n, p in self._params), self._tables)
         self._security = member_security(
             tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
             tls_server_name=tls_server_name, cluster_secret=cluster_secret,
@@ -475,7 +516,8 @@ class Worker:
     # Training.
 
     def epochs(self, dataset: DataLike = None, *,
-               timeout: Optional[float] = None
+               timeout: Optional[float] = None,
+               sparse_ids: Optional[Callable[[Any], Mapping[str, Any]]] = None
                ) -> Iterator[Tuple[int, Iterator[Any]]]:
         """Trains the job the coordinator gives this worker (waiting for it
         up to `timeout` seconds); yields ``(epoch, batches)`` for each epoch
@@ -499,9 +541,16 @@ class Worker:
 
         `dataset` None: the spec's IDX data set (a built-in model's job),
         float32 features ``[n, input_dim]`` in [0, 1] and int64 labels.
+
+        `sparse_ids(batch)`: the ids each sparse table's embeddings will
+        read in that batch (``{table name: int64 ids}``); the worker then
+        pulls a batch's rows with its dense parameters, one batch ahead,
+        in the background. Without it, rows are pulled at the first
+        forward pass that reads them (a round trip of their own).
         """
         assignment = self.wait_for_job(timeout)
         job = _Job(self, assignment)
+        job.sparse_ids = sparse_ids
         with self._lock:
             self._job = job
         try:
@@ -601,9 +650,11 @@ class Worker:
     def _batches(self, job: _Job, data: _Data, order: np.ndarray, epoch: int,
                  first_step: int) -> Iterator[Any]:
         try:
-            for step, batch in enumerate(
-                    data.batches(order, first_step, job.steps,
-                                 job.spec.batch_size), start=first_step):
+            for step, (batch, job.batch_ids, job.next_ids) in enumerate(
+                    with_next_ids(
+                        job.sparse_ids if job.sparse is not None else None,
+                        data.batches(order, first_step, job.steps,
+                                     job.spec.batch_size)), start=first_step):
                 self._sync(job)
                 expected = epoch * job.steps + step
                 if job.clock != expected:
@@ -612,6 +663,7 @@ class Worker:
                         f"worker is at clock {job.clock}, batch {step} of "
                         f"epoch {epoch} is clock {expected}")
                 yield batch
+            job.batch_ids = job.next_ids = None
             if job.stop.reason is not None:
                 raise job.stop.reason
             self._wait_pending(job)
@@ -656,10 +708,11 @@ class Worker:
             grads.append(torch.zeros(p.numel(), dtype=torch.float32,
                                      device=p.device) if g is None
                          else g.detach().reshape(-1))
-        flat = torch.cat(grads).to("cpu", torch.float32).numpy().copy()
+        flat = (torch.cat(grads).to("cpu", torch.float32).numpy().copy()
+                if grads else np.zeros(0, np.float32))
         buffer_changes(flat, job.tensors, job.params, job.offsets, job.values)
-        if (job.spec.non_finite_gradients != v1.NON_FINITE_DROP and
-                not np.isfinite(flat).all()):
+        check = job.spec.non_finite_gradients != v1.NON_FINITE_DROP
+        if check and not np.isfinite(flat).all():
             for t, (lo, hi) in enumerate(zip(job.offsets[:-1],
                                              job.offsets[1:])):
                 if not np.isfinite(flat[lo:hi]).all():
@@ -668,6 +721,9 @@ class Worker:
                         f"at clock {job.clock}; nothing was pushed (the "
                         "job's non_finite_gradients policy is "
                         "NON_FINITE_REFUSE)", job.tensors[t].name)
+        rows = (job.sparse.take_gradients(check, job.clock,
+                                          job.client.encoding)
+                if job.sparse is not None else None)
         for p in job.params:
             p.grad = None
         if loss is not None:
@@ -676,17 +732,24 @@ class Worker:
         clock = job.clock
         job.clock += 1
         job.interval_steps += 1
-        job.pending = job.comm.submit(self._push_and_pull, job, clock, flat)
+        job.pending = job.comm.submit(self._push_and_pull, job, clock, flat,
+                                      rows, job.next_ids)
 
     def report(self, test_accuracy: Optional[float] = None,
-               test_samples: Optional[int] = None) -> None:
+               test_samples: Optional[int] = None, *,
+               test_auc: Optional[float] = None,
+               test_log_loss: Optional[float] = None) -> None:
         """Ends the current epoch: reports it to the coordinator, worker 0
         with `test_accuracy` (measured on `test_samples` samples), which
         the job records per epoch (``JobStatus.progress.epochs``). After
         the last epoch, worker 0 uploads the final model it evaluated
         (``JobClient.export`` returns it) and every worker reports that it
         finished; the job SUCCEEDS once all have. Call it after the epoch's
-        last batch (``epochs`` reports for you if you do not)."""
+        last batch (``epochs`` reports for you if you do not).
+
+        `test_auc`, `test_log_loss` (worker 0): a binary classifier's test
+        AUC and log loss, kept by the coordinator for a model with sparse
+        tables (``progress.test_auc``, the exported model's)."""
         job = self._require_job()
         try:
             self._sync(job)
@@ -711,6 +774,11 @@ class Worker:
                 self._upload(job, test_samples)
             report = self._progress(job, epoch=job.epoch + 1)
             report.test_accuracy = accuracy
+            if job.index == 0:
+                # A model with sparse tables (a CTR model) keeps these.
+                report.test_auc = job.test_auc = _metric(test_auc)
+                report.test_log_loss = job.test_log_loss = _metric(
+                    test_log_loss)
             report.finished = last
             if job.coordinator.report(report, must_arrive=True):
                 job.stop.stop(JobStoppedError(
@@ -758,14 +826,22 @@ class Worker:
             raise job.stop.reason
         self._wait_pending(job)
         if job.loaded_clock != job.clock:
-            job.client.pull(job.clock, job.values)
+            pull = (job.sparse.pull_of(job.batch_ids)
+                    if job.sparse is not None else None)
+            job.client.pull(job.clock, job.values, sparse=pull)
             job.loaded_clock = job.clock
             self._load(job)
+            if job.sparse is not None:
+                job.sparse.install(job.clock, pull)
+        elif job.sparse is not None:
+            job.sparse.ensure(job.clock, job.batch_ids)
 
-    def _push_and_pull(self, job: _Job, clock: int, grads: np.ndarray) -> None:
-        """The communication thread: the push of `clock`, the progress
-        report when one is due, then the read of clock + 1."""
-        job.client.push(clock, grads)
+    def _push_and_pull(self, job: _Job, clock: int, grads: np.ndarray,
+                       rows=None, next_ids=None) -> None:
+        """The communication thread: the push of `clock` (with its sparse
+        `rows`), the progress report when one is due, then the read of
+        clock + 1 (with the rows of `next_ids`, the next batch's)."""
+        job.client.push(clock, grads, sparse=rows)
         if self._ack_log is not None:
             self._ack_log.write(f"{job.job_id} {job.index} {clock}\n")
             self._ack_log.flush()  # The line must survive kill -9.
@@ -778,9 +854,13 @@ class Worker:
                 job.stop.stop(JobStoppedError(
                     f"job {job.job_id} is no longer running"))
         if clock + 1 < job.total_clocks or job.index != 0:
-            job.client.pull(clock + 1, job.values)
+            pull = (job.sparse.pull_of(next_ids)
+                    if job.sparse is not None else None)
+            job.client.pull(clock + 1, job.values, sparse=pull)
             self._load(job)
             job.loaded_clock = clock + 1
+            if job.sparse is not None:
+                job.sparse.install(clock + 1, pull)
 
     def _final_read(self, job: _Job) -> None:
         job.client.pull(job.total_clocks, job.values, final=True)
@@ -795,7 +875,7 @@ class Worker:
             clock=job.clock, total_clocks=job.total_clocks,
             loss=(job.loss_sum / job.loss_steps) if job.loss_steps else 0.0,
             samples_per_second=job.interval_steps * job.spec.batch_size /
-            elapsed)
+            elapsed, test_auc=-1, test_log_loss=-1)
         job.loss_sum, job.loss_steps, job.interval_steps = 0.0, 0, 0
         job.interval_start = job.last_report = now
         return report
@@ -808,6 +888,8 @@ class Worker:
         model.model.CopyFrom(job.spec.model)
         model.clock = job.clock
         model.test_accuracy = job.test_accuracy
+        model.test_auc = job.test_auc
+        model.test_log_loss = job.test_log_loss
         model.test_samples = int(test_samples or 0)
         for t, lo, hi in zip(job.tensors, job.offsets[:-1], job.offsets[1:]):
             model.tensors.add(name=t.name, shape=list(t.shape),

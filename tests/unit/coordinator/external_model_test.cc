@@ -109,6 +109,40 @@ TEST(ExternalModelTest, DigestIsOfNamesAndShapesInNameOrder) {
   EXPECT_THAT(ModelDigest({}), StartsWith("fnv1a64:"));
 }
 
+TEST(ExternalModelTest, DigestCoversSparseTablesByNameAndDim) {
+  v1::JobSpec spec = ExternalSpec();
+  auto tensors = ModelTensors(spec.model());
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  // No tables: the tensors' digest, as before tables existed.
+  EXPECT_EQ(ModelDigest(*tensors, spec.model()), ModelDigest(*tensors));
+  auto add_table = [&spec](const std::string& name, int dim) {
+    v1::SparseTableSpec* table = spec.mutable_model()->add_sparse_tables();
+    table->set_name(name);
+    table->set_dim(dim);
+    table->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+  };
+  add_table("ids", 8);
+  add_table("tags", 4);
+  const std::string digest = ModelDigest(*tensors, spec.model());
+  EXPECT_NE(digest, ModelDigest(*tensors));
+  // The Python SDK computes the same (tests/python/test_sparse_routing.py
+  // checks it over more specs).
+  v1::JobSpec swapped = spec;
+  swapped.mutable_model()->mutable_sparse_tables()->SwapElements(0, 1);
+  EXPECT_EQ(ModelDigest(*tensors, swapped.model()), digest);
+  v1::JobSpec wider = spec;
+  wider.mutable_model()->mutable_sparse_tables(1)->set_dim(5);
+  EXPECT_NE(ModelDigest(*tensors, wider.model()), digest);
+  v1::JobSpec renamed = spec;
+  renamed.mutable_model()->mutable_sparse_tables(0)->set_name("id");
+  EXPECT_NE(ModelDigest(*tensors, renamed.model()), digest);
+  // Other options (the optimizer, the buckets) are the spec's, not the
+  // module's: they leave the digest alone.
+  v1::JobSpec tuned = spec;
+  tuned.mutable_model()->mutable_sparse_tables(0)->set_num_buckets(64);
+  EXPECT_EQ(ModelDigest(*tensors, tuned.model()), digest);
+}
+
 TEST(ExternalModelTest, AValidSpecPassesWithoutADataSet) {
   v1::JobSpec spec = ExternalSpec();
   ApplyJobSpecDefaults(&spec);

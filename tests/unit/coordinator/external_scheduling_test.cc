@@ -143,6 +143,31 @@ TEST_F(ExternalSchedulingTest, AWorkerForAJobThatDoesNotFitIsRefused) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(ExternalSchedulingTest, AJobsSparseTablesAreInItsDigest) {
+  Register(v1::SERVER, "127.0.0.1:5000");
+  v1::JobSpec spec = ExternalJobSpec({3, 2});
+  v1::SparseTableSpec* table = spec.mutable_model()->add_sparse_tables();
+  table->set_name("ids");
+  table->set_dim(8);
+  table->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
+  auto id = manager_->Submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  // A module with the tensors but without the table (its sharded
+  // embeddings) does not fit, and is told the job's tables.
+  v1::RegisterRequest request;
+  request.set_role(v1::WORKER);
+  request.set_job_id(*id);
+  request.set_model_digest(DigestOf(spec));
+  auto refused = manager_->Register(request);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("the job's sparse tables (name/dim): ids/8; the "
+                        "job's tensors: w[3,2]"));
+  const std::string worker = RegisterWorker(
+      ModelDigest(*ModelTensors(spec.model()), spec.model()), *id);
+  EXPECT_THAT(AssignmentsOf(worker), SizeIs(1));
+}
+
 TEST_F(ExternalSchedulingTest, ALostPythonWorkersPlaceGoesToAMatchingOne) {
   timing_.lease = absl::Milliseconds(50);
   CreateManager();
