@@ -4,7 +4,6 @@
 // power-law stream over 4 million ids), then their push, dim 16, row-wise
 // Adagrad. Arg: the cap in MiB (0: no budget, no tier).
 #include <benchmark/benchmark.h>
-
 #include <stdlib.h>
 
 #include <cmath>
@@ -59,11 +58,13 @@ void BM_PullPush(benchmark::State& state) {
     table->Apply(ids, grads, clock++, 1.0f);
   }
   state.counters["rows"] = static_cast<double>(table->num_rows());
-  state.counters["hot"] =
-      static_cast<double>(table->tier_counts().hot_rows);
+  state.counters["hot"] = static_cast<double>(table->tier_counts().hot_rows);
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
-BENCHMARK(BM_PullPush)->Arg(0)->Arg(16)->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_PullPush)
+    ->Arg(0)
+    ->Arg(16)
+    ->Unit(benchmark::kMillisecond)
     ->Iterations(400);
 
 }  // namespace

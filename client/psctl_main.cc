@@ -398,9 +398,9 @@ std::optional<int> RunCommandOn(ps::JobClient& client,
   if (command == "export") return Export(client, options, arg);
   if (command == "eval") return Eval(arg);
   if (command == "estimate") {
-    auto text = ps::EstimateSpecFile(
-        arg, absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_sparse_memory_bytes),
-        absl::GetFlag(FLAGS_servers));
+    auto text = ps::EstimateSpecFile(arg, absl::GetFlag(FLAGS_rows),
+                                     absl::GetFlag(FLAGS_sparse_memory_bytes),
+                                     absl::GetFlag(FLAGS_servers));
     if (!text.ok()) return Fail(text.status());
     std::cout << *text;
     return 0;

@@ -63,9 +63,8 @@ absl::StatusOr<std::string> EncodeModelFileHead(const v1::TrainedModel& model,
 // shorter or longer than its header says (with tables: shorter than the
 // dense data and an end marker); another errno-derived code for other I/O
 // failures.
-absl::StatusOr<v1::TrainedModel> ReadModelFile(const std::string& path,
-                                               ModelFileLayout* layout =
-                                                   nullptr);
+absl::StatusOr<v1::TrainedModel> ReadModelFile(
+    const std::string& path, ModelFileLayout* layout = nullptr);
 
 }  // namespace ps
 

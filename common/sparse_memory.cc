@@ -89,8 +89,8 @@ SparseHotPlan PlanSparseHotRows(int64_t cap_bytes, int64_t slot_bytes) {
 }
 
 int64_t SparseTierDiskBytesPerRow(int dim, int64_t state_floats) {
-  const int64_t raw =
-      kTierKeyBytes + SparseSlotBytes(dim, state_floats) + kTierEntryOverheadBytes;
+  const int64_t raw = kTierKeyBytes + SparseSlotBytes(dim, state_floats) +
+                      kTierEntryOverheadBytes;
   return static_cast<int64_t>(
       std::ceil(static_cast<double>(raw) * kTierSpaceAmplification));
 }
@@ -105,10 +105,10 @@ std::vector<int64_t> SparseBudgetShares(int64_t budget_bytes,
   double total = 0;
   for (double w : weights) total += std::max(0.0, w);
   for (size_t i = 0; i < weights.size(); ++i) {
-    shares[i] = total > 0 ? static_cast<int64_t>(
-                                static_cast<double>(budget_bytes) *
-                                (std::max(0.0, weights[i]) / total))
-                          : budget_bytes / static_cast<int64_t>(weights.size());
+    shares[i] = total > 0
+                    ? static_cast<int64_t>(static_cast<double>(budget_bytes) *
+                                           (std::max(0.0, weights[i]) / total))
+                    : budget_bytes / static_cast<int64_t>(weights.size());
   }
   return shares;
 }
@@ -131,10 +131,9 @@ SparseServerEstimate EstimateSparseServer(const v1::JobSpec& spec,
     e.name = t.name();
     const auto expected = static_cast<double>(
         t.expected_rows() > 0 ? t.expected_rows() : kDefaultExpectedRows);
-    const double rows =
-        total_rows > 0 ? static_cast<double>(total_rows) * expected /
-                             expected_total
-                       : expected;
+    const double rows = total_rows > 0 ? static_cast<double>(total_rows) *
+                                             expected / expected_total
+                                       : expected;
     e.rows = static_cast<int64_t>(std::ceil(rows / out.num_servers));
     const int64_t state = SparseStateFloatsPerRow(t);
     const int64_t slot = SparseSlotBytes(t.dim(), state);
@@ -144,19 +143,17 @@ SparseServerEstimate EstimateSparseServer(const v1::JobSpec& spec,
                       static_cast<double>(slot + kSparseTierSlotExtraBytes));
     e.snapshot_bytes = e.rows * SparseSnapshotBytesPerRow(t.dim(), state);
     const v1::EvictionSpec& ev = t.eviction();
-    const int orders = ((ev.max_idle_clocks() > 0 ||
-                         (ev.max_rows_per_server() > 0 &&
-                          ev.policy() != v1::EvictionSpec::LFU))
-                            ? 1
-                            : 0) +
-                       (ev.max_rows_per_server() > 0 &&
-                                ev.policy() == v1::EvictionSpec::LFU
-                            ? 1
-                            : 0);
+    const int orders =
+        ((ev.max_idle_clocks() > 0 || (ev.max_rows_per_server() > 0 &&
+                                       ev.policy() != v1::EvictionSpec::LFU))
+             ? 1
+             : 0) +
+        (ev.max_rows_per_server() > 0 && ev.policy() == v1::EvictionSpec::LFU
+             ? 1
+             : 0);
     e.order_bytes = orders * 16 * e.rows;
   }
-  const std::vector<int64_t> shares =
-      SparseBudgetShares(budget_bytes, weights);
+  const std::vector<int64_t> shares = SparseBudgetShares(budget_bytes, weights);
   for (int i = 0; i < tables.size(); ++i) {
     SparseTableEstimate& e = out.tables[static_cast<size_t>(i)];
     const auto& t = tables[i];
@@ -164,9 +161,9 @@ SparseServerEstimate EstimateSparseServer(const v1::JobSpec& spec,
     const int64_t slot = SparseSlotBytes(t.dim(), state);
     if (budget_bytes <= 0) {
       e.hot_rows = e.rows;
-      e.memory_bytes = CeilDiv(e.rows, kUnlimitedChunkRows) *
-                           kUnlimitedChunkRows * slot +
-                       SparseIndexBytes(HashCapacityFor(e.rows));
+      e.memory_bytes =
+          CeilDiv(e.rows, kUnlimitedChunkRows) * kUnlimitedChunkRows * slot +
+          SparseIndexBytes(HashCapacityFor(e.rows));
     } else {
       e.budget_share = shares[static_cast<size_t>(i)];
       const SparseHotPlan plan = PlanSparseHotRows(e.budget_share, slot);
@@ -196,20 +193,20 @@ std::string FormatSparseEstimate(const SparseServerEstimate& e) {
                         "rows", "rows in memory", "bytes/row", "memory",
                         "tier disk", "snapshot");
   for (const SparseTableEstimate& t : e.tables) {
-    absl::StrAppendFormat(&out, "%-24s %14d %14d %10d %12s %12s %12s\n",
-                          t.name, t.rows, t.hot_rows, t.bytes_per_row,
+    absl::StrAppendFormat(&out, "%-24s %14d %14d %10d %12s %12s %12s\n", t.name,
+                          t.rows, t.hot_rows, t.bytes_per_row,
                           Mib(t.memory_bytes + t.order_bytes),
                           Mib(t.tier_disk_bytes), Mib(t.snapshot_bytes));
   }
-  absl::StrAppend(&out, "memory: ", Mib(e.memory_bytes),
-                  e.budget_bytes > 0
-                      ? absl::StrCat(" (rows within the budget, plus ",
-                                     Mib(kSparseTierFixedBytes),
-                                     " for the tier's RocksDB)")
-                      : std::string(),
-                  ", plus the server's fixed overhead (docs/sparse.md)\n",
-                  "disk:   ", Mib(e.disk_bytes),
-                  " (the tier's cold rows and one snapshot)\n");
+  absl::StrAppend(
+      &out, "memory: ", Mib(e.memory_bytes),
+      e.budget_bytes > 0
+          ? absl::StrCat(" (rows within the budget, plus ",
+                         Mib(kSparseTierFixedBytes), " for the tier's RocksDB)")
+          : std::string(),
+      ", plus the server's fixed overhead (docs/sparse.md)\n",
+      "disk:   ", Mib(e.disk_bytes),
+      " (the tier's cold rows and one snapshot)\n");
   return out;
 }
 

@@ -360,9 +360,9 @@ bool JobManager::RecordProgress(Job& job, const v1::ProgressReport& report) {
   // CTR models and models with sparse tables (an EXTERNAL model's sharded
   // embeddings: a PyTorch DLRM) measure AUC and log loss.
   const v1::ModelSpec& model = job.status.spec().model();
-  const v1::ProgressReport own = OwnMetrics(
-      report, model.kind() == v1::ModelSpec::CTR ||
-                  model.sparse_tables_size() > 0);
+  const v1::ProgressReport own =
+      OwnMetrics(report, model.kind() == v1::ModelSpec::CTR ||
+                             model.sparse_tables_size() > 0);
   // Keep the latest evaluation even when this report carries none.
   job.reports[w] = WithLatestEvaluation(job.reports[w], own);
   // Places that left an elastic job count no more.

@@ -119,13 +119,13 @@ class ClockTable {
 
   int64_t staleness_;
   bool bulk_synchronous_;
-  std::vector<int64_t> clocks_;   // Applied clock of each place.
-  std::vector<bool> bsp_pushed_;  // BSP: pushed for clock min_clock_ already.
+  std::vector<int64_t> clocks_;     // Applied clock of each place.
+  std::vector<bool> bsp_pushed_;    // BSP: pushed for clock min_clock_ already.
   std::vector<int64_t> joined_at_;  // First clock of each place.
   std::vector<bool> left_;          // Left by a committed change.
   std::vector<int64_t> left_at_;    // Its clock (meaningful when left_).
   std::vector<bool> fenced_;        // Leaving by the proposal in progress.
-  int bsp_pending_ = 0;           // BSP: pushes recorded for clock min_clock_.
+  int bsp_pending_ = 0;  // BSP: pushes recorded for clock min_clock_.
   int64_t min_clock_ = 0;
   int64_t completed_clock_ = -1;
   int completed_pushes_ = 0;

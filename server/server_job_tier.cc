@@ -25,8 +25,8 @@ std::string TierDirName(const std::string& job_id) {
   const bool plain =
       !job_id.empty() && job_id.size() <= 128 && job_id[0] != '.' &&
       std::all_of(job_id.begin(), job_id.end(), [](char c) {
-        return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
-               c == '-' || c == '_' || c == '.';
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+               c == '_' || c == '.';
       });
   if (plain) return job_id;
   std::string hex = "x";
@@ -86,8 +86,8 @@ absl::Status ServerJob::OpenTier(const ServerJobOptions& options) {
 absl::Status ServerJob::TierHealthLocked() {
   if (absl::Status tier = sparse_->TierStatus(); !tier.ok() && closed_.ok()) {
     closed_ = absl::UnavailableError(absl::StrCat(
-        "job ", job_id_, ": the sparse tier failed, refusing requests: ",
-        tier.message()));
+        "job ", job_id_,
+        ": the sparse tier failed, refusing requests: ", tier.message()));
     PS_LOG_ERROR(closed_.message());
   }
   return closed_;
@@ -98,8 +98,8 @@ void ServerJob::ExportTierCountsLocked() {
   exported_tier_.resize(sparse_->size());
   // RocksDB's size estimate walks its files: at most once a second.
   const absl::Time now_time = absl::Now();
-  const bool disk = tier_ != nullptr &&
-                    now_time - disk_bytes_exported_ >= absl::Seconds(1);
+  const bool disk =
+      tier_ != nullptr && now_time - disk_bytes_exported_ >= absl::Seconds(1);
   if (disk) disk_bytes_exported_ = now_time;
   for (size_t t = 0; t < sparse_->size(); ++t) {
     const SparseTierCounts now = sparse_->TierCounts(t);

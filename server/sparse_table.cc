@@ -98,8 +98,8 @@ SparseTable::SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
   if (tier_ == nullptr) return;
   // The whole plan is allocated as rows arrive, never more: the index and
   // the free list reserved now, the chunks one by one up to max_hot_.
-  const SparseHotPlan plan = PlanSparseHotRows(
-      memory.cap_bytes, SparseSlotBytes(dim_, state_floats_));
+  const SparseHotPlan plan =
+      PlanSparseHotRows(memory.cap_bytes, SparseSlotBytes(dim_, state_floats_));
   max_hot_ = plan.hot_rows;
   chunk_log2_ = static_cast<uint32_t>(plan.chunk_log2);
   chunk_mask_ = (uint32_t{1} << chunk_log2_) - 1;
@@ -395,8 +395,8 @@ void SparseTable::MaybeCompactOrders() {
   for (const auto& [id, slot] : slots_) Track(id, Meta(slot));
   if (tier_ == nullptr || cold_rows_ == 0) return;
   // Cold rows' clocks and counts, one pass over the tier (no values kept).
-  absl::Status s = tier_->ForEach(
-      table_index_, [this](uint64_t id, std::string_view value) {
+  absl::Status s =
+      tier_->ForEach(table_index_, [this](uint64_t id, std::string_view value) {
         RowMeta meta;
         if (SparseTier::Decode(value, stride(), &meta.clock, &meta.updates,
                                nullptr)) {

@@ -229,9 +229,8 @@ class SparseTable {
                      std::span<const size_t> miss_at);
   // A scratch row for `id` (stride() floats, zeros), with `meta`.
   float* AddScratch(uint64_t id, const RowMeta& meta, bool created);
-  void ApplyTiered(std::span<const uint64_t> keys,
-                   std::span<const float> grads, int64_t clock,
-                   float lr_factor);
+  void ApplyTiered(std::span<const uint64_t> keys, std::span<const float> grads,
+                   int64_t clock, float lr_factor);
   // Tier variant of LiveCandidates: cold candidates' metas come from the
   // tier.
   std::vector<uint64_t> LiveCandidatesTiered(const OrderKey& key,
@@ -299,8 +298,8 @@ class SparseTable {
 
   // The memory tier's state (tier_ set).
   std::vector<std::unique_ptr<uint64_t[]>> info_;  // Per chunk: id, tick.
-  uint64_t tick_ = 0;     // Apply calls; rows touched by this one are pinned.
-  uint32_t hand_ = 0;     // Where the victim search goes on.
+  uint64_t tick_ = 0;  // Apply calls; rows touched by this one are pinned.
+  uint32_t hand_ = 0;  // Where the victim search goes on.
   int64_t cold_rows_ = 0;
   int64_t demotions_ = 0;
   mutable int64_t hits_ = 0;

@@ -55,7 +55,8 @@ class IdSet {
     if (id == kEmpty) return !std::exchange(has_empty_, true);
     const size_t mask = slots_.size() - 1;
     // Fibonacci hashing: the product's high bits.
-    for (size_t i = (id * 0x9e3779b97f4a7c15ULL) >> shift_;; i = (i + 1) & mask) {
+    for (size_t i = (id * 0x9e3779b97f4a7c15ULL) >> shift_;;
+         i = (i + 1) & mask) {
       if (slots_[i] == id) return false;
       if (slots_[i] == kEmpty) {
         slots_[i] = id;
@@ -126,17 +127,18 @@ std::vector<int64_t> Shares(const v1::JobSpec& spec,
   const auto& specs = spec.model().sparse_tables();
   for (int t = 0; t < specs.size(); ++t) {
     const auto& h = held[static_cast<size_t>(t)];
-    const double here = static_cast<double>(std::count(h.begin(), h.end(), true));
-    const double expected = static_cast<double>(
-        specs[t].expected_rows() > 0 ? specs[t].expected_rows()
-                                     : kDefaultExpectedRows);
+    const double here =
+        static_cast<double>(std::count(h.begin(), h.end(), true));
+    const double expected = static_cast<double>(specs[t].expected_rows() > 0
+                                                    ? specs[t].expected_rows()
+                                                    : kDefaultExpectedRows);
     const int64_t bytes =
         SparseSlotBytes(specs[t].dim(), SparseStateFloatsPerRow(specs[t])) +
         kSparseTierSlotExtraBytes;
-    weights.push_back(h.empty() ? 0
-                                : expected * here /
-                                      static_cast<double>(h.size()) *
-                                      static_cast<double>(bytes));
+    weights.push_back(h.empty()
+                          ? 0
+                          : expected * here / static_cast<double>(h.size()) *
+                                static_cast<double>(bytes));
   }
   return SparseBudgetShares(budget, weights);
 }

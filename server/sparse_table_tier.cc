@@ -80,8 +80,7 @@ void SparseTable::CommitTier() {
 void SparseTable::Demote(uint32_t slot) {
   const uint64_t id = SlotId(slot);
   const RowMeta meta = Meta(slot);
-  batch_.Put(table_index_, id, meta.clock, meta.updates, RowAt(slot),
-             stride());
+  batch_.Put(table_index_, id, meta.clock, meta.updates, RowAt(slot), stride());
   slots_.erase(id);
   SlotTick(slot) = kFreeTick;
   ++cold_rows_;
@@ -144,8 +143,8 @@ void SparseTable::ReadTiered(std::span<const uint64_t> keys, float* out) const {
   SparseTable* const self = const_cast<SparseTable*>(this);
   for (size_t j = 0; j < miss_ids.size(); ++j) {
     float* row = out + miss_at[j] * dim;
-    if (values[j].size() == SparseTier::kRowHeaderBytes +
-                                stride() * sizeof(float)) {
+    if (values[j].size() ==
+        SparseTier::kRowHeaderBytes + stride() * sizeof(float)) {
       std::memcpy(row, values[j].data() + SparseTier::kRowHeaderBytes,
                   dim * sizeof(float));
       ++disk_reads_;
@@ -208,8 +207,7 @@ void SparseTable::PinHot(std::span<const uint64_t> keys,
   absent_.clear();  // Rows are created from here on.
 }
 
-float* SparseTable::AddScratch(uint64_t id, const RowMeta& meta,
-                               bool created) {
+float* SparseTable::AddScratch(uint64_t id, const RowMeta& meta, bool created) {
   scratch_index_[id] = static_cast<uint32_t>(scratch_rows_.size());
   scratch_rows_.push_back({.id = id, .meta = meta, .created = created});
   scratch_floats_.resize(scratch_floats_.size() + stride(), 0.0f);
@@ -363,10 +361,10 @@ std::vector<std::pair<uint64_t, std::string>> SparseTable::ColdRows() const {
   std::vector<std::pair<uint64_t, std::string>> rows;
   if (tier_ == nullptr || cold_rows_ == 0) return rows;
   rows.reserve(static_cast<size_t>(cold_rows_));
-  absl::Status s = tier_->ForEach(
-      table_index_, [&rows](uint64_t id, std::string_view value) {
-        rows.emplace_back(id, std::string(value));
-      });
+  absl::Status s = tier_->ForEach(table_index_,
+                                  [&rows](uint64_t id, std::string_view value) {
+                                    rows.emplace_back(id, std::string(value));
+                                  });
   if (!s.ok()) TierFailed(s);
   return rows;
 }

@@ -119,7 +119,8 @@ absl::StatusOr<std::unique_ptr<SparseTier>> SparseTier::Open(
         "sparse tier: cannot make ", options.path, ": ", error.message()));
   }
   rocksdb::DB* raw = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(TierOptions(options), options.path, &raw);
+  rocksdb::Status s =
+      rocksdb::DB::Open(TierOptions(options), options.path, &raw);
   if (!s.ok()) {
     return RocksDbStatusToAbsl(
         s, absl::StrCat("sparse tier: opening ", options.path));
@@ -159,8 +160,8 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
   // A cache of this process's own writes: the blocks are not checksummed
   // again on every read (a snapshot's scan, ForEach, still checks them).
   options.verify_checksums = false;
-  db_->MultiGet(options, db_->DefaultColumnFamily(), ids.size(),
-                slices.data(), found.data(), statuses.data());
+  db_->MultiGet(options, db_->DefaultColumnFamily(), ids.size(), slices.data(),
+                found.data(), statuses.data());
   for (size_t i = 0; i < ids.size(); ++i) {
     if (statuses[i].ok()) {
       (*values)[i].assign(found[i].data(), found[i].size());
@@ -212,8 +213,8 @@ absl::Status SparseTier::Write(Batch& batch) {
       [](const Batch::Op& a, const Batch::Op& b) { return a.key < b.key; });
   rocksdb::WriteBatch write;
   for (const Batch::Op& op : batch.ops_) {
-    rocksdb::Status s = op.put ? write.Put(op.key, op.value)
-                               : write.Delete(op.key);
+    rocksdb::Status s =
+        op.put ? write.Put(op.key, op.value) : write.Delete(op.key);
     if (!s.ok()) {
       batch.ops_.clear();
       return RocksDbStatusToAbsl(s, "sparse tier: batch");

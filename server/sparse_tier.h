@@ -135,8 +135,8 @@ class SparseTier {
                      size_t num_floats, std::string* out);
   // Reads back Encode's clock and count, and copies num_floats floats into
   // `floats` (may be null). False when the size is not that of such a row.
-  static bool Decode(std::string_view value, size_t num_floats,
-                     int64_t* clock, int64_t* updates, float* floats);
+  static bool Decode(std::string_view value, size_t num_floats, int64_t* clock,
+                     int64_t* updates, float* floats);
 
  private:
   SparseTier(std::string path, std::unique_ptr<rocksdb::DB> db);

@@ -35,17 +35,17 @@ std::vector<int64_t> CtrSampleStream::WindowOrder(uint64_t seed, int epoch,
   }
   std::vector<int64_t> order(static_cast<size_t>(size));
   std::iota(order.begin(), order.end(), int64_t{0});
-  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                    static_cast<uint32_t>(epoch), uint32_t{0},
-                    static_cast<uint32_t>(index)};
+  std::seed_seq seq{
+      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+      static_cast<uint32_t>(epoch), uint32_t{0}, static_cast<uint32_t>(index)};
   std::mt19937_64 rng(seq);
   std::shuffle(order.begin(), order.end(), rng);
   return order;
 }
 
 absl::Status CtrSampleStream::Seek(int epoch, int64_t position) {
-  PS_CHECK(position >= 0 && position <= per_worker_, "Seek(", position,
-           ") of ", per_worker_);
+  PS_CHECK(position >= 0 && position <= per_worker_, "Seek(", position, ") of ",
+           per_worker_);
   epoch_ = -1;  // Until the seek succeeds.
   absl::StatusOr<CriteoStream> file =
       CriteoStream::Open(path_, max_samples_, shard_);
@@ -59,8 +59,8 @@ absl::Status CtrSampleStream::Seek(int epoch, int64_t position) {
     if (auto s = file_->Next(options_.window, &window_); !s.ok()) return s;
     if (window_.size() < options_.window) {
       return absl::OutOfRangeError(
-          absl::StrCat(path_, ": shard ", shard_.part, " of ",
-                       shard_.num_parts, " ends before sample ", position));
+          absl::StrCat(path_, ": shard ", shard_.part, " of ", shard_.num_parts,
+                       " ends before sample ", position));
     }
     window_index_ = k;
   }
@@ -90,9 +90,9 @@ absl::Status CtrSampleStream::Next(int64_t count, std::vector<float>* dense,
                                    std::vector<uint64_t>* ids,
                                    std::vector<int32_t>* labels) {
   if (epoch_ < 0 || position_ + count > per_worker_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "CtrSampleStream: ", count, " samples at ", position_, " of ",
-        per_worker_, epoch_ < 0 ? " without a Seek" : ""));
+    return absl::FailedPreconditionError(
+        absl::StrCat("CtrSampleStream: ", count, " samples at ", position_,
+                     " of ", per_worker_, epoch_ < 0 ? " without a Seek" : ""));
   }
   const size_t nd = kCriteoDenseFeatures;
   const size_t nf = kCriteoFields;

@@ -63,10 +63,9 @@ absl::Status CheckCtrShape(const v1::ModelSpec& model) {
         kCriteoDenseFeatures, " dense features"));
   }
   if (model.ctr().num_fields() != kCriteoFields) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.ctr.num_fields: is ", model.ctr().num_fields(),
-                     " but Criteo data has ", kCriteoFields,
-                     " categorical fields"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.ctr.num_fields: is ", model.ctr().num_fields(),
+        " but Criteo data has ", kCriteoFields, " categorical fields"));
   }
   return absl::OkStatus();
 }
@@ -74,9 +73,8 @@ absl::Status CheckCtrShape(const v1::ModelSpec& model) {
 // Reads `shard` of `path` through (every line checked, no sample kept):
 // its samples, and the source's in *source_samples. Errors: the stream's;
 // INVALID_ARGUMENT for a shard without samples.
-absl::StatusOr<int64_t> ScanCriteo(const std::string& path,
-                                   int64_t max_samples, CriteoShard shard,
-                                   int64_t* source_samples) {
+absl::StatusOr<int64_t> ScanCriteo(const std::string& path, int64_t max_samples,
+                                   CriteoShard shard, int64_t* source_samples) {
   PS_ASSIGN_OR_RETURN(CriteoStream stream,
                       CriteoStream::Open(path, max_samples, shard));
   CtrDataset chunk;
@@ -101,12 +99,11 @@ absl::StatusOr<int64_t> Trainer::ScanCtrData() {
   // Worker i of N trains samples i, i + N, ... (CriteoShard): no worker
   // reads the others' samples past their line ends.
   int64_t source = 0;
-  PS_ASSIGN_OR_RETURN(
-      const int64_t shard_samples,
-      ScanCriteo(data.train_file(), data.max_train_samples(),
-                 {.part = assignment_.index(),
-                  .num_parts = assignment_.num_workers()},
-                 &source));
+  PS_ASSIGN_OR_RETURN(const int64_t shard_samples,
+                      ScanCriteo(data.train_file(), data.max_train_samples(),
+                                 {.part = assignment_.index(),
+                                  .num_parts = assignment_.num_workers()},
+                                 &source));
   if (assignment_.index() == 0) {  // The evaluator.
     int64_t test_source = 0;
     PS_ASSIGN_OR_RETURN(ctr_test_samples_,
@@ -128,15 +125,13 @@ absl::Status Trainer::TrainCtr() {
   InstallClient(std::move(client));
   // This worker's shard, as one worker's whole data. The epoch's order the
   // plan gives is not read: the stream has its own (CtrSampleStream).
-  PS_ASSIGN_OR_RETURN(
-      Plan plan,
-      MakePlan(DataPartition::Create(per_worker, 1), /*worker_in_partition=*/0));
+  PS_ASSIGN_OR_RETURN(Plan plan, MakePlan(DataPartition::Create(per_worker, 1),
+                                          /*worker_in_partition=*/0));
   CtrPipeline pipeline(
-      CtrSampleStream(spec.dataset().train_file(),
-                      spec.dataset().max_train_samples(),
-                      {.part = assignment_.index(),
-                       .num_parts = assignment_.num_workers()},
-                      per_worker, spec.seed()),
+      CtrSampleStream(
+          spec.dataset().train_file(), spec.dataset().max_train_samples(),
+          {.part = assignment_.index(), .num_parts = assignment_.num_workers()},
+          per_worker, spec.seed()),
       plan.steps);
   // Training ends with a call in flight only on an error; a pull made ahead
   // may then wait on a server for a push that will not come: end it.
@@ -145,8 +140,8 @@ absl::Status Trainer::TrainCtr() {
   };
   Pipeline unused;  // The dense step's buffers: none here.
   return RunClocks(plan, unused,
-                   [&](std::span<const int64_t> /*batch_order*/,
-                       int64_t clock, bool prefetch_next) {
+                   [&](std::span<const int64_t> /*batch_order*/, int64_t clock,
+                       bool prefetch_next) {
                      return RunCtrStep(pipeline, clock, prefetch_next);
                    });
 }
@@ -164,10 +159,8 @@ absl::Status FillSlot(CtrSampleStream& samples, int64_t steps, int batch,
     PS_RETURN_IF_ERROR(samples.Seek(epoch, position));
   }
   slot.clock = -1;
-  PS_RETURN_IF_ERROR(
-      samples.Next(batch, &slot.dense, &slot.ids, &slot.labels));
-  model.PrepareInto(BatchOf(slot.dense, slot.ids, slot.labels),
-                    &slot.prepared);
+  PS_RETURN_IF_ERROR(samples.Next(batch, &slot.dense, &slot.ids, &slot.labels));
+  model.PrepareInto(BatchOf(slot.dense, slot.ids, slot.labels), &slot.prepared);
   slot.sparse.ids.resize(model.num_tables());
   for (int t = 0; t < model.num_tables(); ++t) {
     const std::vector<uint64_t>& unique = slot.prepared.unique_ids(t);
@@ -229,10 +222,9 @@ absl::StatusOr<Trainer::StepTimes> Trainer::RunCtrStep(CtrPipeline& pipeline,
   slot.clock = -1;  // Its batch is the model's now.
   PS_RETURN_IF_ERROR(ctr_model_->SetParameters(slot.params));
   PS_ASSIGN_OR_RETURN(
-      times.loss,
-      ctr_model_->ComputeGradients(BatchOf(slot.dense, slot.ids, slot.labels),
-                                   slot.sparse.rows, &slot.grads,
-                                   &slot.sparse.row_grads));
+      times.loss, ctr_model_->ComputeGradients(
+                      BatchOf(slot.dense, slot.ids, slot.labels),
+                      slot.sparse.rows, &slot.grads, &slot.sparse.row_grads));
   RecordClipping(
       ClipGradients(assignment_.spec().gradient_clipping(), &slot.grads));
   times.computed = absl::Now();
@@ -290,8 +282,8 @@ absl::StatusOr<Trainer::Evaluation> Trainer::EvaluateCtr(int64_t clock,
     PS_RETURN_IF_ERROR(ctr_model_->SetParameters(params));
     const size_t first = probabilities.size();
     probabilities.resize(first + samples.size());
-    PS_RETURN_IF_ERROR(ctr_model_->Predict(batch, sparse.rows,
-                                           probabilities.data() + first));
+    PS_RETURN_IF_ERROR(
+        ctr_model_->Predict(batch, sparse.rows, probabilities.data() + first));
     labels.insert(labels.end(), samples.labels.begin(), samples.labels.end());
   }
   const int64_t n = static_cast<int64_t>(labels.size());

@@ -148,8 +148,8 @@ using testing::StoreKind;
 class ServerJobBufferTest : public testing::ServerJobStoreFixture {
  protected:
   std::unique_ptr<ServerJob> Open(v1::ConsistencySpec::Model consistency) {
-    auto job = ServerJob::Open(MakeAssignment(consistency), store_.get(),
-                               &metrics_);
+    auto job =
+        ServerJob::Open(MakeAssignment(consistency), store_.get(), &metrics_);
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? *std::move(job) : nullptr;
   }

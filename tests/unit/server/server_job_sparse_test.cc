@@ -23,8 +23,8 @@
 #include "common/sparse_keys.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/memory_shard_store.h"
 #include "prometheus/text_serializer.h"
+#include "server/memory_shard_store.h"
 #include "server/server_job.h"
 #include "tests/testing/metrics_scrape.h"
 #include "tests/testing/server_job_store_fixture.h"
@@ -156,8 +156,9 @@ class ServerJobSparseTest : public testing::ServerJobStoreFixture {
  protected:
   // The "Tiered" instantiations' budget: two or three rows of the table.
   static int64_t Budget() {
-    const std::string suite =
-        ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name();
+    const std::string suite = ::testing::UnitTest::GetInstance()
+                                  ->current_test_info()
+                                  ->test_suite_name();
     return suite.rfind("Tiered", 0) == 0 ? 700 : 0;
   }
 
@@ -290,8 +291,8 @@ TEST_P(ServerJobSparseTest, RepeatedIdAmongManyIsRefusedEachTime) {
     EXPECT_THAT(reply.status().message(), HasSubstr("more than once"));
   }
   EXPECT_TRUE(PullNow(*job, 0, many).ok());
-  EXPECT_TRUE(Push(*job, MakePush(0, 0, many, Rows(many.size() * kDim, 0.5f)))
-                  .ok());
+  EXPECT_TRUE(
+      Push(*job, MakePush(0, 0, many, Rows(many.size() * kDim, 0.5f))).ok());
 }
 
 TEST_P(ServerJobSparseTest, MalformedSparseRequestsAreRefusedAndChangeNothing) {

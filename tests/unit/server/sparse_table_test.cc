@@ -71,8 +71,7 @@ v1::SparseTableSpec Spec(int dim, int num_buckets = 8) {
 std::unique_ptr<SparseTable> Make(const v1::SparseTableSpec& spec,
                                   uint32_t table_index = 3,
                                   uint64_t seed = kSeed) {
-  auto table =
-      SparseTable::Create(spec, table_index, seed, true, TestMemory());
+  auto table = SparseTable::Create(spec, table_index, seed, true, TestMemory());
   EXPECT_TRUE(table.ok()) << table.status();
   return table.ok() ? std::move(*table) : nullptr;
 }
@@ -494,12 +493,13 @@ TEST_P(SparseTableTest, MalformedBucketsAreDataLoss) {
 
 // No tier; every row cold (cap 0); about 10 rows in memory (fewer than one
 // push names: rows stepped outside memory); about 60.
-INSTANTIATE_TEST_SUITE_P(
-    Budgets, SparseTableTest, testing::Values(-1, 0, 1024, 4096),
-    [](const testing::TestParamInfo<int64_t>& info) {
-      return info.param < 0 ? std::string("Unlimited")
-                            : "Cap" + std::to_string(info.param);
-    });
+INSTANTIATE_TEST_SUITE_P(Budgets, SparseTableTest,
+                         testing::Values(-1, 0, 1024, 4096),
+                         [](const testing::TestParamInfo<int64_t>& info) {
+                           return info.param < 0
+                                      ? std::string("Unlimited")
+                                      : "Cap" + std::to_string(info.param);
+                         });
 
 }  // namespace
 }  // namespace ps

@@ -2,6 +2,8 @@
 // the estimate"): the budget is a hard bound on a table's memory, rows read
 // and snapshot the same as without a budget, the server's budget is shared
 // by its jobs, and the tier's store round-trips rows and removes its files.
+#include "server/sparse_tier.h"
+
 #include <stdlib.h>
 
 #include <algorithm>
@@ -19,7 +21,6 @@
 #include "gtest/gtest.h"
 #include "server/sparse_table.h"
 #include "server/sparse_table_set.h"
-#include "server/sparse_tier.h"
 
 namespace ps {
 namespace {
@@ -53,8 +54,8 @@ std::vector<uint64_t> ZipfBatch(std::mt19937_64& rng, int n, uint64_t range) {
   std::uniform_real_distribution<double> u(0, 1);
   std::vector<bool> seen(range, false);
   while (static_cast<int>(ids.size()) < n) {
-    const auto rank = static_cast<uint64_t>(
-        std::pow(static_cast<double>(range), u(rng)) - 1);
+    const auto rank =
+        static_cast<uint64_t>(std::pow(static_cast<double>(range), u(rng)) - 1);
     if (rank < range && !seen[rank]) {
       seen[rank] = true;
       ids.push_back(rank * 0x9e3779b97f4a7c15ULL + 7);
@@ -186,10 +187,11 @@ TEST(SparseMemoryBudgetTest, JobsShareTheServersBudget) {
     ASSERT_TRUE(second.ok()) << second.status();
     EXPECT_EQ(budget.reserved(), 100000);  // The rest, not more.
     // Nothing is allocated before rows arrive.
-    EXPECT_EQ((*second)->TierCounts(0).memory_bytes,
-              SparseIndexBytes(SparseIndexCapacity(
-                  PlanSparseHotRows(20000, SparseSlotBytes(16, 1)).hot_rows)) +
-                  4 * PlanSparseHotRows(20000, SparseSlotBytes(16, 1)).hot_rows);
+    EXPECT_EQ(
+        (*second)->TierCounts(0).memory_bytes,
+        SparseIndexBytes(SparseIndexCapacity(
+            PlanSparseHotRows(20000, SparseSlotBytes(16, 1)).hot_rows)) +
+            4 * PlanSparseHotRows(20000, SparseSlotBytes(16, 1)).hot_rows);
   }
   EXPECT_EQ(budget.reserved(), 0);
 }
@@ -219,8 +221,7 @@ TEST(SparseEstimateTest, MemoryIsWhatTheTableAllocates) {
     EXPECT_EQ((*table)->num_rows(), kRows);
     EXPECT_EQ(estimate.tables[0].memory_bytes, (*table)->memory_bytes())
         << "budget " << budget;
-    EXPECT_EQ(estimate.tables[0].hot_rows,
-              (*table)->tier_counts().hot_rows);
+    EXPECT_EQ(estimate.tables[0].hot_rows, (*table)->tier_counts().hot_rows);
   }
 }
 
@@ -246,11 +247,11 @@ TEST(SparseTierStoreTest, RowsRoundTripAndTheDirectoryGoes) {
     EXPECT_EQ(std::memcmp(back, row, sizeof(row)), 0);
     EXPECT_TRUE(values[1].empty());
     std::vector<uint64_t> seen;
-    ASSERT_TRUE((*tier)
-                    ->ForEach(1, [&seen](uint64_t id, std::string_view) {
-                      seen.push_back(id);
-                    })
-                    .ok());
+    ASSERT_TRUE(
+        (*tier)
+            ->ForEach(1, [&seen](uint64_t id,
+                                 std::string_view) { seen.push_back(id); })
+            .ok());
     EXPECT_EQ(seen, (std::vector<uint64_t>{5, 42}));
     batch.Delete(1, 42);
     ASSERT_TRUE((*tier)->Write(batch).ok());

@@ -234,8 +234,8 @@ TEST_P(CtrBackendTest, CtrModelStepMatchesTheCpuBackend) {
 TEST(CpuCtrKernelsTest, PairwiseDotsAndGradEqualThePlainLoopsBitForBit) {
   std::unique_ptr<CpuBackend> cpu = CpuBackend::Create({});
   std::mt19937 rng(17);
-  for (const auto& [vectors, dim] : {std::pair{27, 16}, std::pair{6, 5},
-                                    std::pair{2, 1}, std::pair{9, 7}}) {
+  for (const auto& [vectors, dim] :
+       {std::pair{27, 16}, std::pair{6, 5}, std::pair{2, 1}, std::pair{9, 7}}) {
     SCOPED_TRACE(::testing::Message() << vectors << " vectors of " << dim);
     const int batch = 5;
     const int64_t pairs = int64_t{vectors} * (vectors - 1) / 2;
@@ -255,7 +255,8 @@ TEST(CpuCtrKernelsTest, PairwiseDotsAndGradEqualThePlainLoopsBitForBit) {
       for (int i = 0; i < vectors; ++i) {
         for (int j = i + 1; j < vectors; ++j) {
           float sum = 0.0f;
-          for (int k = 0; k < dim; ++k) sum += zb[i * dim + k] * zb[j * dim + k];
+          for (int k = 0; k < dim; ++k)
+            sum += zb[i * dim + k] * zb[j * dim + k];
           *o++ = sum;
           const float gp = *gb++;
           for (int k = 0; k < dim; ++k) {

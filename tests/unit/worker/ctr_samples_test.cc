@@ -50,8 +50,8 @@ class CtrSamplesTest : public ::testing::Test {
     EXPECT_TRUE(stream.Next(count, &dense, &ids, &labels).ok());
     std::vector<int64_t> lines;
     for (int64_t i = 0; i < count; ++i) {
-      const int64_t line = static_cast<int64_t>(
-          ids[i * kCriteoFields] - CriteoId(0, 0));
+      const int64_t line =
+          static_cast<int64_t>(ids[i * kCriteoFields] - CriteoId(0, 0));
       EXPECT_EQ(labels[i], line % 2);
       EXPECT_EQ(dense[i * kCriteoDenseFeatures],
                 static_cast<float>(std::log1p(static_cast<double>(line % 50))));
@@ -98,8 +98,7 @@ TEST_F(CtrSamplesTest, EachEpochTrainsEveryShardSampleOnceWindowByWindow) {
   }
   EXPECT_NE(first, second);  // Reshuffled each epoch.
   // A pure function of (seed, epoch): another stream reads the same.
-  CtrSampleStream again(path_, 0, shard, per_worker, kSeed,
-                        {.window = window});
+  CtrSampleStream again(path_, 0, shard, per_worker, kSeed, {.window = window});
   EXPECT_EQ(Epoch(again, 1, per_worker), second);
 }
 
@@ -108,10 +107,9 @@ TEST_F(CtrSamplesTest, SeekResumesTheEpochsOrderAnywhere) {
   const int64_t per_worker = kLines / 3;
   CtrSampleStream stream(path_, 0, shard, per_worker, kSeed, {.window = 50});
   const std::vector<int64_t> epoch = Epoch(stream, 2, per_worker);
-  for (const int64_t at : {int64_t{0}, int64_t{49}, int64_t{50},
-                           int64_t{173}, per_worker - 1}) {
-    CtrSampleStream resumed(path_, 0, shard, per_worker, kSeed,
-                            {.window = 50});
+  for (const int64_t at :
+       {int64_t{0}, int64_t{49}, int64_t{50}, int64_t{173}, per_worker - 1}) {
+    CtrSampleStream resumed(path_, 0, shard, per_worker, kSeed, {.window = 50});
     ASSERT_TRUE(resumed.Seek(2, at).ok());
     EXPECT_EQ(Lines(resumed, per_worker - at),
               std::vector<int64_t>(epoch.begin() + at, epoch.end()))
