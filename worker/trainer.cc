@@ -305,16 +305,20 @@ absl::Status Trainer::RunClocks(const Plan& plan, Pipeline& pipeline,
   if (plan.resume_clock >= plan.total_clocks) {
     // The previous holder of this place pushed everything before it was lost;
     // only the end of the last epoch remains.
-    v1::ProgressReport report;
-    report.set_epoch(spec.epochs());
-    report.set_clock(plan.total_clocks);
-    report.set_total_clocks(plan.total_clocks);
-    report.set_test_accuracy(-1);
-    report.set_test_auc(-1);
-    report.set_test_log_loss(-1);
-    return EndEpoch(std::move(report), /*last=*/true);
+    return EndAfterLastClock(plan.total_clocks);
   }
   return absl::OkStatus();
+}
+
+absl::Status Trainer::EndAfterLastClock(int64_t total_clocks) {
+  v1::ProgressReport report;
+  report.set_epoch(assignment_.spec().epochs());
+  report.set_clock(total_clocks);
+  report.set_total_clocks(total_clocks);
+  report.set_test_accuracy(-1);
+  report.set_test_auc(-1);
+  report.set_test_log_loss(-1);
+  return EndEpoch(std::move(report), /*last=*/true);
 }
 
 absl::StatusOr<Dataset> Trainer::LoadData() {

@@ -258,6 +258,9 @@ class Trainer {
   // Reports the end of an epoch (`last`: of the job). Worker 0 first measures
   // test accuracy and, after the last epoch, uploads the model.
   absl::Status EndEpoch(v1::ProgressReport report, bool last);
+  // Ends the job's last epoch for a place whose every clock (of
+  // `total_clocks`) was pushed before: the final report, no training.
+  absl::Status EndAfterLastClock(int64_t total_clocks);
   // Makes `ctx` the coordinator call that Stop() cancels (null: none).
   // Returns false, and registers nothing, once stopped.
   bool TrackCall(grpc::ClientContext* ctx);

@@ -192,14 +192,7 @@ absl::Status Trainer::RunElasticPass(const ElasticPlan& elastic,
   if (plan.resume_clock >= plan.total_clocks) {
     // Every clock of this place was pushed before (by itself, before a
     // re-plan): only the end of the last epoch remains.
-    v1::ProgressReport report;
-    report.set_epoch(spec.epochs());
-    report.set_clock(plan.total_clocks);
-    report.set_total_clocks(plan.total_clocks);
-    report.set_test_accuracy(-1);
-    report.set_test_auc(-1);
-    report.set_test_log_loss(-1);
-    return EndEpoch(std::move(report), /*last=*/true);
+    return EndAfterLastClock(plan.total_clocks);
   }
   return absl::OkStatus();
 }

@@ -291,9 +291,9 @@ def test_buffers_are_the_workers_average_and_a_retry_counts_once(cluster):
             if not last:
                 push = parameter_client.push
 
-                def recording(clock, grads, push=push):
+                def recording(clock, grads, push=push, **rows):
                     last[:] = [clock, grads.copy()]
-                    return push(clock, grads)
+                    return push(clock, grads, **rows)
                 parameter_client.push = recording
             for k, (xb, yb) in enumerate(batches):
                 F.cross_entropy(module(xb), yb).backward()
