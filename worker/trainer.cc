@@ -241,27 +241,8 @@ absl::Status Trainer::Train() {
   const v1::JobSpec& spec = assignment_.spec();
   const int batch = SamplesPerClock(spec);
   Pipeline pipeline;
-  pipeline.features.resize(static_cast<size_t>(batch) * train.dim);
-  pipeline.labels.resize(batch);
-  if (options_.overlap_push) {
-    // A failed push ends training, and this worker's clock can no longer
-    // advance: a pull made ahead would wait on the servers for it until its
-    // deadline and retries. Cancelling the client ends it at once (with
-    // CANCELLED: PullFailed reports the push's error instead).
-    pipeline.pusher.emplace(client_.get(),
-                            [this](const absl::Status&) { client_->Cancel(); });
-  }
-  if (options_.prefetch_pull) pipeline.puller.emplace(client_.get());
-  // Training ends with a call still in flight only on an error, and then a
-  // pull made ahead may be parked on a server for a push that will not come:
-  // end it rather than wait out its deadline and retries. (Runs before the
-  // pusher and puller wait for their calls.)
-  absl::Cleanup end_calls_in_flight = [&] {
-    if ((pipeline.puller.has_value() && pipeline.puller->busy()) ||
-        (pipeline.pusher.has_value() && pipeline.pusher->busy())) {
-      client_->Cancel();
-    }
-  };
+  StartPipeline(batch, train.dim, pipeline);
+  absl::Cleanup end_calls_in_flight = [&] { EndCallsInFlight(pipeline); };
 
   return RunClocks(plan, pipeline,
                    [&](std::span<const int64_t> batch_order, int64_t clock,
@@ -308,6 +289,32 @@ absl::Status Trainer::RunClocks(const Plan& plan, Pipeline& pipeline,
     return EndAfterLastClock(plan.total_clocks);
   }
   return absl::OkStatus();
+}
+
+void Trainer::StartPipeline(int batch, int dim, Pipeline& pipeline) {
+  pipeline.features.resize(static_cast<size_t>(batch) * dim);
+  pipeline.labels.resize(batch);
+  if (options_.overlap_push) {
+    // A failed push ends training, and this worker's clock can no longer
+    // advance: a pull made ahead would wait on the servers for it until its
+    // deadline and retries. Cancelling the client ends it at once (with
+    // CANCELLED: PullFailed reports the push's error instead).
+    pipeline.pusher.emplace(client_.get(),
+                            [this](const absl::Status&) { client_->Cancel(); });
+  }
+  if (options_.prefetch_pull) pipeline.puller.emplace(client_.get());
+}
+
+void Trainer::EndCallsInFlight(Pipeline& pipeline) {
+  // Training ends with a call still in flight only on an error (a refusal
+  // under a new membership among them), and then a pull made ahead may be
+  // parked on a server for a push that will not come: end it rather than
+  // wait out its deadline and retries. (Runs before the pusher and puller
+  // wait for their calls.)
+  if ((pipeline.puller.has_value() && pipeline.puller->busy()) ||
+      (pipeline.pusher.has_value() && pipeline.pusher->busy())) {
+    client_->Cancel();
+  }
 }
 
 absl::Status Trainer::EndAfterLastClock(int64_t total_clocks) {

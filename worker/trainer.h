@@ -258,6 +258,12 @@ class Trainer {
   // Reports the end of an epoch (`last`: of the job). Worker 0 first measures
   // test accuracy and, after the last epoch, uploads the model.
   absl::Status EndEpoch(v1::ProgressReport report, bool last);
+  // Sizes `pipeline`'s batch buffers and starts its pusher and puller as
+  // the options say (a failed push cancels the client's calls).
+  void StartPipeline(int batch, int dim, Pipeline& pipeline);
+  // Cancels the client's calls if the pipeline left one in flight (training
+  // ended on an error). For an absl::Cleanup beside the pipeline.
+  void EndCallsInFlight(Pipeline& pipeline);
   // Ends the job's last epoch for a place whose every clock (of
   // `total_clocks`) was pushed before: the final report, no training.
   absl::Status EndAfterLastClock(int64_t total_clocks);

@@ -134,21 +134,8 @@ absl::Status Trainer::RunElasticPass(const ElasticPlan& elastic,
   const int place = assignment_.index();
   const int batch = SamplesPerClockOf(spec);
   Pipeline pipeline;
-  pipeline.features.resize(static_cast<size_t>(batch) * train.dim);
-  pipeline.labels.resize(batch);
-  if (options_.overlap_push) {
-    pipeline.pusher.emplace(client_.get(),
-                            [this](const absl::Status&) { client_->Cancel(); });
-  }
-  if (options_.prefetch_pull) pipeline.puller.emplace(client_.get());
-  // As in Train: calls left in flight by an error (a refusal under a new
-  // membership among them) end now.
-  absl::Cleanup end_calls_in_flight = [&] {
-    if ((pipeline.puller.has_value() && pipeline.puller->busy()) ||
-        (pipeline.pusher.has_value() && pipeline.pusher->busy())) {
-      client_->Cancel();
-    }
-  };
+  StartPipeline(batch, train.dim, pipeline);
+  absl::Cleanup end_calls_in_flight = [&] { EndCallsInFlight(pipeline); };
   Interval interval{.start = absl::Now()};
   CounterMarks marks;
   for (int64_t clock = plan.resume_clock; clock < plan.total_clocks; ++clock) {
