@@ -58,7 +58,7 @@ print(int(sum(float(l.split()[-1]) for l in t.splitlines() if l.startswith('$fam
 
 # SYSTEM (unlimited | budget | empty), ROUND.
 run() {
-  local system=$1 round=$2 dir id i data=$DATA batch=$BATCH
+  local system=$1 round=$2 dir data=$DATA batch=$BATCH
   dir=$OUT/r$round-$system
   mkdir -p "$dir"
   [ "$system" = empty ] && data=$OUT/empty batch=64
@@ -68,17 +68,8 @@ run() {
   [ "$system" != unlimited ] && CLUSTER_SERVER_ARGS="--sparse_memory_bytes=$BUDGET"
   export CLUSTER_SERVER_ARGS
   cluster_start "$BUILD_DIR" "$dir" 2 2 >/dev/null
-  "$(cluster_binary client psctl)" --coordinator="$COORDINATOR" submit \
-    "$dir/job.json" --watch >"$dir/watch.log" 2>&1 ||
-    { tail -n 5 "$dir/watch.log" >&2; return 1; }
-  id=$(sed -n 's/^submitted //p' "$dir/watch.log")
-  "$(cluster_binary client psctl)" --coordinator="$COORDINATOR" get "$id" \
-    >"$dir/status.json"
-  : >"$dir/rss.txt"
-  for i in "${!CLUSTER_NAMES[@]}"; do
-    awk -v n="${CLUSTER_NAMES[$i]}" '/^VmHWM/ { printf "%s %.0f\n", n, $2 * 1024 }' \
-      "/proc/${CLUSTER_PIDS[$i]}/status" >>"$dir/rss.txt" 2>/dev/null || true
-  done
+  cluster_submit_and_wait "$dir/job.json" "$dir" >/dev/null || return 1
+  cluster_peak_rss >"$dir/rss.txt"
   local rows hits misses reads memory
   rows=$(scrape ps_sparse_rows)
   memory=$(scrape ps_sparse_memory_bytes)

@@ -49,23 +49,14 @@ RESULTS=$OUT/results.jsonl
 
 # Our cluster, ROUND: appends a JSON line to RESULTS.
 run_ours() {
-  local round=$1 dir id i
+  local round=$1 dir
   dir=$OUT/r$round-ours
   mkdir -p "$dir"
   "$PY" bench/ctr_vs_pytorch.py job --data "$DATA" --batch "$BATCH" \
     >"$dir/job.json"
   cluster_start "$BUILD_DIR" "$dir" 2 2 >/dev/null
-  "$(cluster_binary client psctl)" --coordinator="$COORDINATOR" submit \
-    "$dir/job.json" --watch >"$dir/watch.log" 2>&1 ||
-    { tail -n 5 "$dir/watch.log" >&2; return 1; }
-  id=$(sed -n 's/^submitted //p' "$dir/watch.log")
-  "$(cluster_binary client psctl)" --coordinator="$COORDINATOR" get "$id" \
-    >"$dir/status.json"
-  : >"$dir/rss.txt"
-  for i in "${!CLUSTER_NAMES[@]}"; do
-    awk -v n="${CLUSTER_NAMES[$i]}" '/^VmHWM/ { printf "%s %.0f\n", n, $2 * 1024 }' \
-      "/proc/${CLUSTER_PIDS[$i]}/status" >>"$dir/rss.txt" 2>/dev/null || true
-  done
+  cluster_submit_and_wait "$dir/job.json" "$dir" >/dev/null || return 1
+  cluster_peak_rss >"$dir/rss.txt"
   cluster_stop >/dev/null 2>&1 || true
   "$PY" bench/ctr_vs_pytorch.py record-ours --status "$dir/status.json" \
     --worker_log "$dir/worker0.log" --rss "$dir/rss.txt" --round "$round" \

@@ -128,6 +128,28 @@ cluster_cpu_seconds() {
   done
 }
 
+# Submits JOB_JSON with `psctl submit --watch` (its output in DIR/watch.log;
+# the last lines on stderr if the job fails), then writes the ended job's
+# status to DIR/status.json and prints the job's id.
+cluster_submit_and_wait() {
+  local job=$1 dir=$2 psctl id
+  psctl=$(cluster_binary client psctl)
+  "$psctl" --coordinator="$COORDINATOR" submit "$job" --watch \
+    >"$dir/watch.log" 2>&1 || { tail -n 5 "$dir/watch.log" >&2; return 1; }
+  id=$(sed -n 's/^submitted //p' "$dir/watch.log")
+  "$psctl" --coordinator="$COORDINATOR" get "$id" >"$dir/status.json" || return 1
+  echo "$id"
+}
+
+# Prints "name peak_rss_bytes" (VmHWM) for every live process of the cluster.
+cluster_peak_rss() {
+  local i
+  for i in "${!CLUSTER_NAMES[@]}"; do
+    awk -v n="${CLUSTER_NAMES[$i]}" '/^VmHWM/ { printf "%s %.0f\n", n, $2 * 1024 }' \
+      "/proc/${CLUSTER_PIDS[$i]}/status" 2>/dev/null || true
+  done
+}
+
 # Prints "name metrics_port" for every process of the cluster.
 cluster_metrics_ports() {
   local name
