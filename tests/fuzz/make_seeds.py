@@ -181,6 +181,17 @@ def main():
                     'gradient_encoding: FP16')
     write("fuzz_parameter_requests", "raw-push16-pull",
           bytes([1, 0, len(push16)]) + push16 + bytes([1, len(pull)]) + pull)
+    # An elastic job's push and pull, planned under membership version 1.
+    push_m = encode("PushRequest",
+                    'job_id: "job-000001" worker_index: 0 clock: 0 '
+                    'map_version: 1 gradients { key: 0 data: "' +
+                    "\\000" * 32 + '" } membership_version: 1')
+    pull_m = encode("PullRequest",
+                    'job_id: "job-000001" worker_index: 0 clock: 1 '
+                    'map_version: 1 keys: 0 membership_version: 1')
+    write("fuzz_parameter_requests", "raw-push-pull-membership",
+          bytes([1, 0, len(push_m)]) + push_m + bytes([1, len(pull_m)]) +
+          pull_m)
 
     images = idx(0x08, [2, 2, 2], bytes([0, 255, 128, 7, 1, 2, 3, 4]))
     labels = idx(0x08, [2], bytes([3, 9]))
