@@ -264,8 +264,8 @@ def table(args):
         return statistics.median(r["per_step_ms"][part] for r in runs[system])
 
     ddp_s = median("ddp", "train_seconds") if "ddp" in runs else None
-    print("| system | train s (median) | × DDP | test accuracy | per step ms: "
-          "compute | step() | wait | rounds (train s) |")
+    print("| system | train s (median) | × DDP | test accuracy | per step ms:"
+          " compute | step() | wait | rounds (train s) |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     order = [s for s in ("ours", "before", "ddp", "single") if s in runs]
     for system in order + sorted(set(runs) - set(order)):
