@@ -46,10 +46,12 @@ class _Failed(ParamServerError):
     server `server`."""
 
     def __init__(self, code: grpc.StatusCode, server: int,
-                 error: Optional[BaseException]):
+                 error: Optional[BaseException],
+                 servers: Sequence[int] = ()):
         super().__init__("some servers failed", code)
         self.server = server
         self.error = error
+        self.servers = list(servers)  # Every server that failed.
 
 
 class ParameterClient:
@@ -150,7 +152,11 @@ class ParameterClient:
         def attempt() -> None:
             if self._stop.reason is not None:
                 raise self._stop.reason
-            todo[:] = self._attempt(what, todo, start, on_reply)
+            try:
+                self._attempt(what, todo, start, on_reply)
+            except _Failed as e:
+                todo[:] = e.servers  # Only they are called again.
+                raise
 
         retrier = Retrier(PARAMETERS.with_window(retry_window))
         try:
@@ -227,7 +233,7 @@ class ParameterClient:
         if failed:
             s, code, error = last if last else (
                 failed[0], grpc.StatusCode.UNAVAILABLE, None)
-            raise _Failed(code, s, error)
+            raise _Failed(code, s, error, failed)
         return failed
 
     def _shared_refused(self, s: int, error: BaseException
@@ -259,7 +265,8 @@ class ParameterClient:
     # Pull.
 
     def pull(self, clock: int, out: np.ndarray, final: bool = False,
-             sparse: Optional[SparsePull] = None) -> Tuple[int, int]:
+             sparse: Optional[SparsePull] = None,
+             servers: Optional[Sequence[int]] = None) -> Tuple[int, int]:
         """Fills `out` (flat float32, `size` values) with parameters holding
         every update of clocks below ``clock - staleness`` (``final``: of
         every worker's every clock below `clock`, whatever the consistency
@@ -268,7 +275,9 @@ class ParameterClient:
         for it and the bound allows (and `sparse` asks for no rows).
 
         `sparse`: rows of sparse tables to read in the same request to each
-        server (``PullRequest.sparse``), placed into ``sparse.rows``."""
+        server (``PullRequest.sparse``), placed into ``sparse.rows``.
+        `servers`: only these servers' blocks (default: every server's);
+        the clocks returned are then theirs."""
         if sparse is not None and sparse.empty():
             sparse = None
         if (sparse is None and not final and self.use_cache and
@@ -328,13 +337,13 @@ class ParameterClient:
 
         self._for_all_servers(
             f"{'final pull' if final else 'pull'} of clock {clock}",
-            range(len(self._stubs)), start,
+            range(len(self._stubs)) if servers is None else servers, start,
             # A final read waits for the slowest worker for as long as the
             # job runs.
             None if final else self.retry_window, on_reply)
         min_clock = min(min_clocks.values()) if min_clocks else 0
         own_clock = min(own_clocks.values()) if own_clocks else 0
-        if self.use_cache and not final and sparse is None:
+        if self.use_cache and not final and sparse is None and servers is None:
             self._cache = out.copy()
             self._cached_min_clock = min_clock
         return min_clock, own_clock
@@ -365,15 +374,16 @@ class ParameterClient:
     # Push.
 
     def push(self, clock: int, grads: np.ndarray,
-             sparse: Optional[Sequence[Sequence["v1.SparseRows"]]] = None
-             ) -> bool:
+             sparse: Optional[Sequence[Sequence["v1.SparseRows"]]] = None,
+             servers: Optional[Sequence[int]] = None) -> bool:
         """Pushes the gradients of `clock` (flat float32) in the job's wire
         format. Returns True if every server had it already (a retry).
         Applied exactly once per (worker, clock) however often retried.
 
         `sparse`: per server, the row gradients of sparse tables to push in
         the same request (``PushRequest.sparse``; paramserver._sparse.
-        push_rows)."""
+        push_rows). `servers`: only to these servers (default: every
+        server)."""
         if grads.shape != (self.size,) or grads.dtype != np.float32:
             raise error_for(grpc.StatusCode.INVALID_ARGUMENT,
                             f"gradients: {grads.shape} {grads.dtype}, "
@@ -400,7 +410,8 @@ class ParameterClient:
             requests.append(request)
         duplicates: List[bool] = []
         self._for_all_servers(
-            f"push of clock {clock}", range(len(self._stubs)),
+            f"push of clock {clock}",
+            range(len(self._stubs)) if servers is None else servers,
             lambda s: self._start_push(s, requests[s]), self.retry_window,
             lambda s, reply, region: duplicates.append(reply.duplicate))
         return all(duplicates)

@@ -37,6 +37,7 @@ from torch import nn
 from paramserver import v1
 from paramserver._cluster import Coordinator, Membership, _Stop
 from paramserver._params import ParameterClient
+from paramserver._pipeline import Started, StepPipeline
 from paramserver._rpc import member_security
 from paramserver._sparse import SparsePull, SparseRouter
 from paramserver.data import epoch_order, load_idx, part_size
@@ -209,6 +210,19 @@ class _Job:
         self.epoch = 0              # The epoch being trained.
         self.reported_epoch = 0     # Epochs whose end was reported.
         self.pending: Optional[concurrent.futures.Future] = None
+        # The step pipeline (a dense job: Worker(pipeline=True)): the push
+        # in flight, the pull of a later clock in flight, the progress
+        # report in flight; the reused flat gradient buffer (a torch
+        # tensor and its numpy view); each parameter's (or buffer's) view
+        # of `values` that a load copies into it.
+        self.pipe: Optional[StepPipeline] = None
+        self.pushing: Optional[Started] = None
+        self.pulling: Optional[Started] = None
+        self.reporting: Optional[concurrent.futures.Future] = None
+        self.grad_flat: Optional[torch.Tensor] = None
+        self.grad_np = np.zeros(0, dtype=np.float32)
+        self.zero_grads: List[Optional[torch.Tensor]] = []
+        self.loads: List[Tuple[torch.Tensor, torch.Tensor]] = []
         # Sharded embeddings (paramserver.torch.embedding): the rows of a
         # step; epochs()' sparse_ids; the ids of the batch being trained
         # and of the next one.
@@ -251,6 +265,13 @@ class _Job:
                 worker.module, lambda: self.clock, self._settle,
                 self._fetch_rows)
             self.sparse.bind()
+        if (worker.pipeline and self.sparse is None and
+                not self.client.use_cache):
+            self.pipe = StepPipeline(self.client)
+        flat = torch.from_numpy(self.values)
+        self.loads = [(p, flat[lo:hi].view(p.shape)) for p, lo, hi in
+                      zip(self.params, self.offsets[:-1], self.offsets[1:])]
+        self.zero_grads = [None] * len(self.params)
 
     def _settle(self) -> None:
         """Waits for the communication thread's push and pull, if any."""
@@ -267,6 +288,8 @@ class _Job:
         if self.sparse is not None:
             self.sparse.unbind()
         self.comm.shutdown(wait=False, cancel_futures=True)
+        if self.pipe is not None:
+            self.pipe.close()
         if self.client is not None:
             self.client.close()
 
@@ -302,6 +325,13 @@ class Worker:
             a loopback address through shared memory (``/dev/shm``), as
             ps-worker's ``--shared_memory_payloads`` (default on); a server
             that does not take them is called through the socket.
+        pipeline: Pull the next step's parameters while this step computes
+            and push from the training thread, as ps-worker's
+            ``--prefetch_pull --overlap_push`` (default on; a job with
+            sparse tables or the SSP worker cache steps as without it);
+            False: push and pull in turn on a communication thread after
+            each step (for A/B measurements). docs/python.md, "A step's
+            cost".
         report_interval: Seconds between progress reports.
         ack_log: A file to which "job worker clock" is appended after every
             acknowledged push (as ps-worker's ``--ack_log``).
@@ -324,6 +354,7 @@ class Worker:
                  pull_timeout: float = 30.0, push_timeout: float = 30.0,
                  retry_window: float = 120.0,
                  shared_memory_payloads: bool = True,
+                 pipeline: bool = True,
                  report_interval: float = 1.0,
                  ack_log: Optional[str] = None,
                  loader_options: Optional[Mapping[str, Any]] = None):
@@ -335,6 +366,7 @@ class Worker:
         self.push_timeout = push_timeout
         self.retry_window = retry_window
         self.shared_memory_payloads = shared_memory_payloads
+        self.pipeline = pipeline
         self.report_interval = report_interval
         self.loader_options = dict(loader_options or {})
         self._params = parameters_of(model)
@@ -702,14 +734,9 @@ class Worker:
         except ParamServerError as e:
             self._fail(job, e)
             raise
-        grads = []
-        for p in job.params:
-            g = p.grad
-            grads.append(torch.zeros(p.numel(), dtype=torch.float32,
-                                     device=p.device) if g is None
-                         else g.detach().reshape(-1))
-        flat = (torch.cat(grads).to("cpu", torch.float32).numpy().copy()
-                if grads else np.zeros(0, np.float32))
+        flat = self._gather(job)
+        if job.pipe is None:
+            flat = flat.copy()  # The communication thread sends it later.
         buffer_changes(flat, job.tensors, job.params, job.offsets, job.values)
         check = job.spec.non_finite_gradients != v1.NON_FINITE_DROP
         if check and not np.isfinite(flat).all():
@@ -732,8 +759,16 @@ class Worker:
         clock = job.clock
         job.clock += 1
         job.interval_steps += 1
-        job.pending = job.comm.submit(self._push_and_pull, job, clock, flat,
-                                      rows, job.next_ids)
+        if job.pipe is None:
+            job.pending = job.comm.submit(self._push_and_pull, job, clock,
+                                          flat, rows, job.next_ids)
+            return
+        try:
+            job.pushing = job.pipe.start_push(clock, flat)
+        except ParamServerError as e:
+            self._fail(job, e)
+            raise
+        self._report_if_due(job, clock)
 
     def report(self, test_accuracy: Optional[float] = None,
                test_samples: Optional[int] = None, *,
@@ -753,6 +788,10 @@ class Worker:
         job = self._require_job()
         try:
             self._sync(job)
+            if job.reporting is not None:
+                # The latest report wins: the progress report goes first.
+                job.reporting.result()
+                job.reporting = None
             epoch_end = (job.epoch + 1) * job.steps
             if job.clock < epoch_end:
                 raise RuntimeError(
@@ -810,22 +849,105 @@ class Worker:
             return torch.cat([p.detach().reshape(-1) for p in job.params]).to(
                 "cpu", torch.float32).numpy().copy()
 
+    def _gather(self, job: _Job) -> np.ndarray:
+        """The module's gradients in the job's tensor order, one flat
+        float32 vector (zeros for a parameter without a gradient, and for
+        a buffer): one concatenation into a buffer reused every step (a
+        numpy view of it; the next call overwrites it)."""
+        if job.grad_flat is None:
+            job.grad_flat = torch.zeros(job.client.size, dtype=torch.float32)
+            job.grad_np = job.grad_flat.numpy()
+        grads = []
+        on_cpu = True
+        for i, p in enumerate(job.params):
+            g = p.grad
+            if g is None:
+                g = job.zero_grads[i]
+                if g is None:
+                    g = job.zero_grads[i] = torch.zeros(
+                        p.numel(), dtype=torch.float32, device=p.device)
+            else:
+                g = g.detach().reshape(-1)
+            on_cpu = on_cpu and g.device.type == "cpu"
+            grads.append(g)
+        if not grads:
+            return job.grad_np
+        if on_cpu and all(g.dtype == torch.float32 for g in grads):
+            torch.cat(grads, out=job.grad_flat)
+        else:
+            job.grad_flat.copy_(torch.cat([g.to("cpu", torch.float32)
+                                           for g in grads]))
+        return job.grad_np
+
     def _load(self, job: _Job) -> None:
-        flat = torch.from_numpy(job.values)
+        """Copies the values read (job.values) into the module, each
+        parameter's and buffer's in place from a view of them."""
         with torch.no_grad():
-            for p, lo, hi in zip(job.params, job.offsets[:-1], job.offsets[1:]):
-                assign(p, flat[lo:hi].view(p.shape))
+            for p, values in job.loads:
+                assign(p, values)
 
     def _wait_pending(self, job: _Job) -> None:
+        """Waits for the communication of the last step: its push (and, on
+        the communication thread, its pull). Raises their error."""
         pending, job.pending = job.pending, None
         if pending is not None:
             pending.result()  # Raises the push's or pull's error.
+        pushing, job.pushing = job.pushing, None
+        if pushing is not None:
+            job.pipe.finish_push(pushing, job.grad_np)
+            self._acknowledged(job, pushing.clock)
+
+    def _acknowledged(self, job: _Job, clock: int) -> None:
+        if self._ack_log is not None:
+            self._ack_log.write(f"{job.job_id} {job.index} {clock}\n")
+            self._ack_log.flush()  # The line must survive kill -9.
+
+    def _report_if_due(self, job: _Job, clock: int) -> None:
+        """Sends a progress report (clock + 1 pushed) on the communication
+        thread when one is due and none is in flight."""
+        if time.monotonic() - job.last_report < self.report_interval:
+            return
+        if job.reporting is not None and not job.reporting.done():
+            return
+        report = self._progress(job, epoch=job.epoch)
+        report.clock = clock + 1
+        report.test_accuracy = -1
+
+        def send() -> None:
+            if job.coordinator.report(report, must_arrive=False):
+                job.stop.stop(JobStoppedError(
+                    f"job {job.job_id} is no longer running"))
+        job.reporting = job.comm.submit(send)
+
+    def _sync_pipelined(self, job: _Job) -> None:
+        """_sync with the step pipeline: the pull of this clock (made while
+        the last step computed, or now), then the pull of the next clock
+        within the epoch started before the batch is computed."""
+        pulling = job.pulling
+        if pulling is not None and pulling.clock == job.clock:
+            job.pulling = None
+            job.pipe.finish_pull(pulling, job.values)
+            self._load(job)
+            job.loaded_clock = job.clock
+        elif pulling is not None and not (pulling.clock == job.clock + 1 and
+                                          job.loaded_clock == job.clock):
+            job.pulling = None
+            job.pipe.abandon(pulling)
+        if job.loaded_clock != job.clock:
+            job.pipe.pull(job.clock, job.values)
+            self._load(job)
+            job.loaded_clock = job.clock
+        if (job.pulling is None and
+                job.clock + 1 < (job.epoch + 1) * job.steps):
+            job.pulling = job.pipe.start_pull(job.clock + 1)
 
     def _sync(self, job: _Job) -> None:
         if job.stop.reason is not None:
             raise job.stop.reason
         self._wait_pending(job)
-        if job.loaded_clock != job.clock:
+        if job.pipe is not None:
+            self._sync_pipelined(job)
+        elif job.loaded_clock != job.clock:
             pull = (job.sparse.pull_of(job.batch_ids)
                     if job.sparse is not None else None)
             job.client.pull(job.clock, job.values, sparse=pull)
@@ -842,9 +964,7 @@ class Worker:
         `rows`), the progress report when one is due, then the read of
         clock + 1 (with the rows of `next_ids`, the next batch's)."""
         job.client.push(clock, grads, sparse=rows)
-        if self._ack_log is not None:
-            self._ack_log.write(f"{job.job_id} {job.index} {clock}\n")
-            self._ack_log.flush()  # The line must survive kill -9.
+        self._acknowledged(job, clock)
         now = time.monotonic()
         if now - job.last_report >= self.report_interval:
             report = self._progress(job, epoch=job.epoch)
