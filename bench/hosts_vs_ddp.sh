@@ -92,7 +92,11 @@ stop_processes() {
 }
 teardown() {
   local h
-  [ -n "$BRIDGE_PID" ] && { kill "$BRIDGE_PID" 2>/dev/null; wait "$BRIDGE_PID" 2>/dev/null || true; }
+  if [ -n "$BRIDGE_PID" ]; then
+    kill "$BRIDGE_PID" 2>/dev/null
+    wait "$BRIDGE_PID" 2>/dev/null || true
+    cat "$OUT/delay_bridge.log" >&2  # Frames it dropped, if any.
+  fi
   BRIDGE_PID=""
   for h in "${HOSTS[@]}"; do ip netns del "$(ns "$h")" 2>/dev/null || true; done
   ip netns del "$SWITCH_NS" 2>/dev/null || true
@@ -234,7 +238,8 @@ run_ddp() {
   done
   # Per connection of rank 0 near the end (ss -ti), then its end.
   while kill -0 "${pids[0]}" 2>/dev/null; do
-    ip netns exec "$(ns w0)" ss -tin >"$dir/w0.ss.tmp" 2>&1 && mv "$dir/w0.ss.tmp" "$dir/w0.ss"
+    ip netns exec "$(ns w0)" ss -tin >"$dir/w0.ss.tmp" 2>&1 &&
+      grep -q ESTAB "$dir/w0.ss.tmp" && mv "$dir/w0.ss.tmp" "$dir/w0.ss"
     sleep 1
   done
   for r in "${pids[@]}"; do

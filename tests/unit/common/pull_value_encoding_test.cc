@@ -128,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(Encodings, PullValueEncodingTest,
                            return v1::Precision_Name(info.param);
                          });
 
-TEST(PullValueEncodingTest, SixteenBitsHalveTheValueBytes) {
+TEST(PullValueBytesTest, SixteenBitsHalveTheValueBytes) {
   const std::vector<float> values = SomeValues(1000, 5);
   const std::vector<ReplyBlock> blocks = {{0, values}};
   const size_t fp32 = EncodePullResponse(blocks, 0, {}).size();
@@ -139,7 +139,7 @@ TEST(PullValueEncodingTest, SixteenBitsHalveTheValueBytes) {
   EXPECT_EQ(fp32 - bf16, 2000u - 2u);
 }
 
-TEST(PullValueEncodingTest, FinalFp32RepliesCarryNoEncodingField) {
+TEST(PullValueBytesTest, FinalFp32RepliesCarryNoEncodingField) {
   // FP32 is the default: the reply is byte for byte the one before
   // wire_parameters existed.
   const std::vector<float> values = {1.0f, 2.0f};
