@@ -26,7 +26,7 @@
 # bytes worker host w0 sent and received per step (its eth0 counters) against
 # the step's payload (the parameters' float32 bytes pushed and pulled).
 #
-#   ROUNDS=3 EPOCHS=2 bench/hosts_vs_ddp.sh [OUT_DIR]
+#   ROUNDS=3 EPOCHS=1 bench/hosts_vs_ddp.sh [OUT_DIR]   # about 20 min under load 10-20
 #   SHAPES=1gbit WORKERS=2 SYSTEMS="ours ours-bf16 ddp" bench/hosts_vs_ddp.sh
 #
 # Needs root (ip netns, tc), gcc (the delay bridge), Debian's python3-torch and
@@ -37,7 +37,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${1:-$(mktemp -d -t ps-hosts.XXXXXX)}
 ROUNDS=${ROUNDS:-3}
-EPOCHS=${EPOCHS:-2}
+EPOCHS=${EPOCHS:-1}
 WORKERS=${WORKERS:-2 4}
 SHAPES=${SHAPES:-unlimited 1gbit 2ms}
 SYSTEMS=${SYSTEMS:-ours ddp}
