@@ -20,7 +20,9 @@
 // push phase of the same job with mixed_precision.wire_gradients set to each
 // (2 bytes a value on the wire), on the same servers and interleaved with the
 // FP32 push; its row's ratio is against that FP32 push. MB/s there is still
-// float32 gradient bytes delivered per second (twice the wire bytes).
+// float32 gradient bytes delivered per second (twice the wire bytes). The
+// same jobs set mixed_precision.wire_parameters to the format too, and a
+// pull phase of each (16-bit replies) is measured against the FP32 pull.
 //
 // Usage: ps-bench [--quick] [--reps=N] [--sizes=1,16,64] [--servers=1,2,4]
 //                 [--workers=1,2,4] [--target_mib=M] [--no_sparse]
@@ -416,6 +418,7 @@ v1::JobSpec BenchSpec(int64_t input_dim, int classes, int workers, int servers,
   if (block_elems > 0) spec.set_block_elems(block_elems);
   spec.set_durability(wal ? v1::WAL : v1::MEMORY);
   spec.mutable_mixed_precision()->set_wire_gradients(wire);
+  spec.mutable_mixed_precision()->set_wire_parameters(wire);
   return spec;
 }
 
@@ -604,6 +607,8 @@ void RunDense(const Flags& flags, std::vector<Row>* rows) {
           runs.push_back(wal->PushPhase(workers, calls, bytes));
         for (auto& w : wire)
           runs.push_back(w->PushPhase(workers, calls, bytes));
+        for (auto& w : wire)
+          runs.push_back(w->PullPhase(workers, calls, bytes));
         const std::vector<Result> r = Interleave(flags.reps, 1.0, runs);
         Row push(absl::StrCat(config, ", push"), "MB/s");
         push.ours = r[0];
@@ -642,6 +647,17 @@ void RunDense(const Flags& flags, std::vector<Row>* rows) {
           wpush.has_base = true;
           PrintRow(wpush);
           rows->push_back(wpush);
+        }
+        for (v1::Precision encoding : flags.wire) {
+          Row wpull(
+              absl::StrCat(config, ", pull (", v1::Precision_Name(encoding),
+                           " wire_parameters; ratio and baseline: FP32 pull)"),
+              "MB/s");
+          wpull.ours = r[next++];
+          wpull.base = pull.ours;
+          wpull.has_base = true;
+          PrintRow(wpull);
+          rows->push_back(wpull);
         }
       }
       if (wal_group != nullptr) {

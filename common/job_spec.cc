@@ -333,6 +333,15 @@ absl::Status ValidateMixedPrecision(const v1::MixedPrecisionSpec& mixed) {
       return Invalid("mixed_precision.wire_gradients",
                      "must be FP32, FP16 or BF16");
   }
+  switch (mixed.wire_parameters()) {
+    case v1::FP32:
+    case v1::FP16:
+    case v1::BF16:
+      break;
+    default:
+      return Invalid("mixed_precision.wire_parameters",
+                     "must be FP32, FP16 or BF16");
+  }
   switch (mixed.compute()) {
     case v1::FP32:
     case v1::BF16:
@@ -464,7 +473,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (external && spec.mixed_precision().compute() != v1::FP32) {
     return Invalid("mixed_precision.compute",
                    "an EXTERNAL model computes in the precision its workers "
-                   "choose (torch.autocast); only wire_gradients applies");
+                   "choose (torch.autocast); only wire_gradients and "
+                   "wire_parameters apply");
   }
   if (spec.epochs() < 1) return Invalid("epochs", "must be >= 1");
   if (spec.batch_size() < 1) return Invalid("batch_size", "must be >= 1");

@@ -212,7 +212,17 @@ struct PullView {
   std::vector<WireSparseRows> sparse;  // Rows in the request's order.
   int64_t min_clock = 0;
   std::vector<int64_t> worker_clocks;
+  // The format of the blocks' data and the rows' values (as received:
+  // possibly a value that is no encoding; CopyPulledValues refuses it).
+  v1::Precision value_encoding = v1::FP32;
 };
+
+// Writes the `count` values of pulled bytes `data` (in `encoding`: FP32, FP16
+// or BF16) to out[0 .. count), decoded to float32 (exactly). Errors:
+// INVALID_ARGUMENT when `encoding` is no encoding or `data` does not hold
+// exactly `count` values in it (nothing is written then).
+absl::Status CopyPulledValues(const WireBytes& data, v1::Precision encoding,
+                              size_t count, float* out);
 
 // Parses the wire bytes of a ps.v1.PullResponse held in `segments`, with
 // Protobuf's rules (as ParsePushRequest; worker_clocks packed or not). The
@@ -236,16 +246,19 @@ struct ReplyRows {
   std::span<const float> values;
 };
 
-// The bytes of the PullResponse {blocks, min_clock, worker_clocks, sparse},
-// written in one pass (the values copied once): equal to SerializeAsString()
-// of that message. The buffer comes from `allocate` if set, else from `pool`
-// if not null.
+// The bytes of the PullResponse {blocks, min_clock, worker_clocks, sparse,
+// value_encoding}, written in one pass (the values copied once, rounded to
+// `value_encoding` on the way when it is FP16 or BF16): equal to
+// SerializeAsString() of that message. The buffer comes from `allocate` if
+// set, else from `pool` if not null. `value_encoding` must be FP32, FP16 or
+// BF16 (checked).
 WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
                                int64_t min_clock,
                                std::span<const int64_t> worker_clocks,
                                WireBufferPool* pool = nullptr,
                                const ReplyAllocator& allocate = nullptr,
-                               std::span<const ReplyRows> sparse = {});
+                               std::span<const ReplyRows> sparse = {},
+                               v1::Precision value_encoding = v1::FP32);
 
 }  // namespace ps
 

@@ -2,6 +2,7 @@
 // ParsePullResponse and ViewOf (parameter_wire.h), with Protobuf's rules.
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -390,11 +391,46 @@ absl::StatusOr<PullView> ParsePullResponse(
       case Tag(kPullSparseField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED):
         PS_RETURN_IF_ERROR(ParseNestedSparseRows(&in, &out.sparse, kMessage));
         break;
+      case Tag(kValueEncodingField, WireFormatLite::WIRETYPE_VARINT): {
+        uint64_t v;
+        if (!ReadVarint64(&in, &v)) return Malformed("value_encoding", kMessage);
+        // An enum is an int32 on the wire (as Protobuf reads it).
+        out.value_encoding = static_cast<v1::Precision>(static_cast<int32_t>(v));
+        break;
+      }
       default:
         if (!SkipUnknown(&in, tag, 1)) return Malformed("bad field", kMessage);
     }
   }
   return out;
+}
+
+absl::Status CopyPulledValues(const WireBytes& data, v1::Precision encoding,
+                              size_t count, float* out) {
+  const size_t value_bytes = WireValueBytes(encoding);
+  if (value_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value_encoding: ", static_cast<int>(encoding),
+                     " is not an encoding (FP32, FP16 or BF16)"));
+  }
+  if (data.size() != count * value_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "values: ", data.size(), " bytes, expected ", count * value_bytes,
+        " (", count, " values in ", v1::Precision_Name(encoding), ")"));
+  }
+  if (encoding == v1::FP32) {
+    char* to = reinterpret_cast<char*>(out);
+    for (std::string_view piece : data.pieces()) {
+      std::memcpy(to, piece.data(), piece.size());
+      to += piece.size();
+    }
+    return absl::OkStatus();
+  }
+  ForEachGradientRun(data, encoding,
+                     [out](size_t first, std::span<const float> run) {
+                       std::memcpy(out + first, run.data(), run.size_bytes());
+                     });
+  return absl::OkStatus();
 }
 
 PushView ViewOf(const v1::PushRequest& request) {

@@ -1,6 +1,7 @@
 // ParameterService's messages written without extra copies: PushFramer
 // and EncodePullResponse (parameter_wire.h), byte for byte as Protobuf
 // serializes them.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -77,8 +78,47 @@ size_t SparseRowsFieldSize(int field, uint32_t table, size_t keys_bytes,
          VarintSize(body) + body;
 }
 
-std::string_view BytesOfFloats(std::span<const float> values) {
-  return {reinterpret_cast<const char*>(values.data()), values.size_bytes()};
+// Writes `values` in `encoding` (FP32, FP16 or BF16) at p: the float32 bytes
+// copied, or each value rounded to 16 bits (little-endian) through a small
+// aligned buffer. Returns the end.
+char* WriteValues(std::span<const float> values, v1::Precision encoding,
+                  char* p) {
+  if (encoding == v1::FP32) {
+    std::memcpy(p, values.data(), values.size_bytes());
+    return p + values.size_bytes();
+  }
+  alignas(64) uint16_t run[kFloatRun];
+  for (size_t first = 0; first < values.size(); first += kFloatRun) {
+    const std::span<const float> part =
+        values.subspan(first, std::min(kFloatRun, values.size() - first));
+    if (encoding == v1::FP16) {
+      EncodeFp16(part, run);
+    } else {
+      EncodeBf16(part, run);
+    }
+    std::memcpy(p, run, part.size() * sizeof(uint16_t));
+    p += part.size() * sizeof(uint16_t);
+  }
+  return p;
+}
+
+// Writes a pull reply's SparseRows field (no keys) with `values` in
+// `encoding`.
+char* WriteReplyRows(uint32_t table, std::span<const float> values,
+                     v1::Precision encoding, char* p) {
+  const size_t values_bytes = values.size() * WireValueBytes(encoding);
+  p = WriteVarint(
+      Tag(kPullSparseField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
+  p = WriteVarint(SparseRowsBodySize(table, 0, values_bytes), p);
+  if (table != 0) {
+    p = WriteVarint(Tag(kSparseTableField, WireFormatLite::WIRETYPE_VARINT), p);
+    p = WriteVarint(table, p);
+  }
+  if (values_bytes == 0) return p;
+  p = WriteVarint(
+      Tag(kSparseValuesField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
+  p = WriteVarint(values_bytes, p);
+  return WriteValues(values, encoding, p);
 }
 
 }  // namespace
@@ -132,14 +172,17 @@ WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
                                std::span<const int64_t> worker_clocks,
                                WireBufferPool* pool,
                                const ReplyAllocator& allocate,
-                               std::span<const ReplyRows> sparse) {
+                               std::span<const ReplyRows> sparse,
+                               v1::Precision value_encoding) {
   // Sizes first, then one pass of writes into a buffer of exactly that size;
   // fields in number order and zeros left out, as Protobuf writes them.
+  const size_t value_bytes = WireValueBytes(value_encoding);
+  PS_CHECK(value_bytes != 0);
   const uint32_t block_tag =
       Tag(kBlocksField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
   size_t size = 0;
   for (const ReplyBlock& b : blocks) {
-    const size_t body = BlockBodySize(b.key, b.values.size_bytes());
+    const size_t body = BlockBodySize(b.key, b.values.size() * value_bytes);
     size += VarintSize(block_tag) + VarintSize(body) + body;
   }
   if (min_clock != 0) {
@@ -154,7 +197,10 @@ WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
   }
   for (const ReplyRows& r : sparse) {
     size += SparseRowsFieldSize(kPullSparseField, r.table, 0,
-                                r.values.size_bytes());
+                                r.values.size() * value_bytes);
+  }
+  if (value_encoding != v1::FP32) {
+    size += 1 + VarintSize(static_cast<uint64_t>(value_encoding));
   }
   WireMessage out = allocate          ? allocate(size)
                     : pool != nullptr ? pool->Take(size)
@@ -162,7 +208,7 @@ WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
   PS_CHECK(out.size() == size);
   char* p = out.data();
   for (const ReplyBlock& b : blocks) {
-    const size_t data_bytes = b.values.size_bytes();
+    const size_t data_bytes = b.values.size() * value_bytes;
     p = WriteVarint(block_tag, p);
     p = WriteVarint(BlockBodySize(b.key, data_bytes), p);
     if (b.key != 0) {
@@ -173,8 +219,7 @@ WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
       p = WriteVarint(
           Tag(kDataField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), p);
       p = WriteVarint(data_bytes, p);
-      std::memcpy(p, b.values.data(), data_bytes);
-      p += data_bytes;
+      p = WriteValues(b.values, value_encoding, p);
     }
   }
   if (min_clock != 0) {
@@ -190,8 +235,12 @@ WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
     }
   }
   for (const ReplyRows& r : sparse) {
-    p = WriteSparseRows(kPullSparseField, r.table, {}, BytesOfFloats(r.values),
-                        p);
+    p = WriteReplyRows(r.table, r.values, value_encoding, p);
+  }
+  if (value_encoding != v1::FP32) {
+    p = WriteVarint(Tag(kValueEncodingField, WireFormatLite::WIRETYPE_VARINT),
+                    p);
+    p = WriteVarint(static_cast<uint64_t>(value_encoding), p);
   }
   PS_CHECK(p == out.data() + size);
   return out;

@@ -147,13 +147,15 @@ WireMessage DenseTable::EncodeReply(std::span<const uint64_t> keys,
                                     std::span<const int64_t> clocks,
                                     WireBufferPool* pool,
                                     const ReplyAllocator& allocate,
-                                    std::span<const ReplyRows> sparse) const {
+                                    std::span<const ReplyRows> sparse,
+                                    v1::Precision encoding) const {
   std::vector<ReplyBlock> blocks;
   blocks.reserve(keys.size());
   for (uint64_t key : keys) {
     blocks.push_back({key, blocks_[index_.at(key)].values});
   }
-  return EncodePullResponse(blocks, min_clock, clocks, pool, allocate, sparse);
+  return EncodePullResponse(blocks, min_clock, clocks, pool, allocate, sparse,
+                            encoding);
 }
 
 void DenseTable::Accumulate(const PushView& request, const PushCheck& check) {

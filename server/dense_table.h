@@ -43,7 +43,8 @@ class DenseTable final : public ParameterTable {
   WireMessage EncodeReply(std::span<const uint64_t> keys, int64_t min_clock,
                           std::span<const int64_t> clocks, WireBufferPool* pool,
                           const ReplyAllocator& allocate,
-                          std::span<const ReplyRows> sparse) const override;
+                          std::span<const ReplyRows> sparse,
+                          v1::Precision encoding) const override;
   void Accumulate(const PushView& request, const PushCheck& check) override;
   TableUpdate AveragedUpdate(int num_workers, int64_t clock) override;
   void ClearAccumulated() override;

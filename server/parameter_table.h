@@ -62,6 +62,9 @@ struct SparseKeys {
 struct PullKeys {
   std::vector<uint64_t> blocks{};
   std::vector<SparseKeys> sparse{};
+  // The reply's value format (PullResponse.value_encoding): the job's
+  // mixed_precision.wire_parameters, FP32 for a final read.
+  v1::Precision encoding = v1::FP32;
 };
 
 // A push's gradients checked before any lock is taken.
@@ -97,13 +100,15 @@ class ParameterTable {
 
   // The serialized PullResponse of `keys` (from ResolvePullKeys) with the
   // given clocks, into a buffer from `allocate` if set, else from `pool`.
-  // `sparse`: rows of sparse tables to add to the reply.
+  // `sparse`: rows of sparse tables to add to the reply. Values are written
+  // in `encoding` (FP32, FP16 or BF16).
   virtual WireMessage EncodeReply(std::span<const uint64_t> keys,
                                   int64_t min_clock,
                                   std::span<const int64_t> clocks,
                                   WireBufferPool* pool,
                                   const ReplyAllocator& allocate,
-                                  std::span<const ReplyRows> sparse) const = 0;
+                                  std::span<const ReplyRows> sparse,
+                                  v1::Precision encoding) const = 0;
 
   // BSP: adds a checked push's gradients to the clock's sum.
   virtual void Accumulate(const PushView& request, const PushCheck& check) = 0;

@@ -281,7 +281,8 @@ WireMessage ServerJob::BuildReply(const PullKeys& keys,
     sparse.push_back({.table = keys.sparse[i].table, .values = rows[i]});
   }
   return table_->EncodeReply(keys.blocks, clocks_.min_clock(), clocks_.clocks(),
-                             reply_buffers_.get(), allocate, sparse);
+                             reply_buffers_.get(), allocate, sparse,
+                             keys.encoding);
 }
 
 void ServerJob::Pull(const v1::PullRequest& request, PullCallback done) {
@@ -307,6 +308,10 @@ bool ServerJob::CanRead(int64_t clock, bool final) const {
 void ServerJob::PullWire(const v1::PullRequest& request, PullWireCallback done,
                          ReplyAllocator allocate) {
   PullKeys keys;
+  // Every reply but a final read in the job's wire_parameters format.
+  keys.encoding = request.final()
+                      ? v1::FP32
+                      : assignment_.spec().mixed_precision().wire_parameters();
   absl::Status status = table_->ResolvePullKeys(request.keys(), &keys.blocks);
   if (status.ok() && !request.sparse().empty()) {
     auto sparse = sparse_->CheckPull(request.sparse());

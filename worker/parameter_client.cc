@@ -505,17 +505,16 @@ absl::Status ParameterClient::ReadPullReply(
   for (size_t i = 0; i < view->blocks.size(); ++i) {
     const BlockRef& ref = server.blocks[i];
     const WireBlock& block = view->blocks[i];
-    if (block.key != ref.key ||
-        block.data.size() !=
-            static_cast<size_t>(ref.num_elems) * sizeof(float)) {
-      return absl::InternalError(
-          absl::StrCat("pull reply block ", block.key, " does not match"));
-    }
-    char* out =
-        reinterpret_cast<char*>((*params)[ref.tensor].data() + ref.offset);
-    for (std::string_view piece : block.data.pieces()) {
-      std::memcpy(out, piece.data(), piece.size());
-      out += piece.size();
+    // FP32, or 16-bit values with the job's wire_parameters: decoded here.
+    absl::Status copied =
+        block.key != ref.key
+            ? absl::InvalidArgumentError("another key")
+            : CopyPulledValues(block.data, view->value_encoding,
+                               static_cast<size_t>(ref.num_elems),
+                               (*params)[ref.tensor].data() + ref.offset);
+    if (!copied.ok()) {
+      return absl::InternalError(absl::StrCat(
+          "pull reply block ", block.key, " does not match: ", copied.message()));
     }
   }
   if (view->sparse.size() != parts.size()) {
@@ -527,14 +526,16 @@ absl::Status ParameterClient::ReadPullReply(
     const SparsePart& part = parts[i];
     const WireSparseRows& rows = view->sparse[i];
     const size_t dim = static_cast<size_t>(router_.dim(part.table));
-    if (rows.table != part.table ||
-        rows.values.size() != part.ids.size() * dim * sizeof(float)) {
+    const size_t value_bytes = WireValueBytes(view->value_encoding);
+    if (rows.table != part.table || value_bytes == 0 ||
+        rows.values.size() != part.ids.size() * dim * value_bytes) {
       return absl::InternalError(absl::StrCat(
           "pull reply rows of sparse table ", rows.table, " do not match"));
     }
     // Value k of the reply is value k % dim of row positions[k / dim].
     float* out = step->rows[part.table].data();
-    ForEachFloatRun(rows.values, [&](size_t first, std::span<const float> run) {
+    ForEachGradientRun(rows.values, view->value_encoding,
+                       [&](size_t first, std::span<const float> run) {
       for (size_t k = 0; k < run.size(); ++k) {
         const size_t at = first + k;
         out[part.positions[at / dim] * dim + at % dim] = run[k];

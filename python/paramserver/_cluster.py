@@ -24,7 +24,8 @@ from paramserver.errors import JobStoppedError, ParamServerError, from_rpc_error
 
 log = logging.getLogger("paramserver")
 
-__all__ = ["Membership", "Coordinator", "encode_fp16", "encode_bf16"]
+__all__ = ["Membership", "Coordinator", "encode_fp16", "encode_bf16",
+           "decode_values"]
 
 
 # Gradients on the wire (common/half_codec.h): round to nearest even, finite
@@ -60,6 +61,20 @@ def encode_bf16(values: np.ndarray) -> np.ndarray:
     b = np.where(mag > np.uint32(0x7F800000),
                  (mag >> 16) | np.uint32(0x0040), b)
     return (b | sign).astype(np.uint16)
+
+
+def decode_values(data: bytes, encoding: int) -> np.ndarray:
+    """Pulled values (``PullResponse.value_encoding``: 0 FP32, 1 FP16,
+    2 BF16; little-endian) as float32, exactly (``CopyPulledValues``).
+    ValueError for another encoding."""
+    if encoding == 0:
+        return np.frombuffer(data, dtype="<f4")
+    if encoding == 1:
+        return np.frombuffer(data, dtype="<f2").astype(np.float32)
+    if encoding == 2:
+        bits = np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16
+        return bits.view(np.float32)
+    raise ValueError(f"value_encoding {encoding} is not FP32, FP16 or BF16")
 
 
 class _Stop:

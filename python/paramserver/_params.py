@@ -22,7 +22,7 @@ from paramserver._rpc import Security, create_channel
 from paramserver._shared import (RegionPool, SharedRegion, host_of,
                                  is_loopback_host, remove_orphaned_regions)
 from paramserver.errors import ParamServerError, error_for, from_rpc_error
-from paramserver._cluster import encode_bf16, encode_fp16
+from paramserver._cluster import decode_values, encode_bf16, encode_fp16
 from paramserver._sparse import SparsePull
 from paramserver.layout import (TensorLayout, effective_block_elems,
                                 effective_staleness, server_blocks,
@@ -326,7 +326,8 @@ class ParameterClient:
                     reply = v1.PullResponse.FromString(view[:reply.length])
             self._read_pull_reply(s, reply, out)
             if sparse is not None:
-                sparse.on_reply(s, reply.sparse, self.addresses[s])
+                sparse.on_reply(s, reply.sparse, self.addresses[s],
+                                reply.value_encoding)
             elif len(reply.sparse):
                 raise error_for(grpc.StatusCode.INTERNAL,
                                 f"pull reply of server {self.addresses[s]} "
@@ -355,12 +356,15 @@ class ParameterClient:
                             f"pull reply of server {self.addresses[s]} "
                             f"has {len(reply.blocks)} blocks, expected "
                             f"{len(expected)}")
+        # 16-bit values when the job sets mixed_precision.wire_parameters.
+        encoding = reply.value_encoding
+        width = {v1.FP32: 4, v1.FP16: 2, v1.BF16: 2}.get(encoding, 0)
         for block, (key, first, n) in zip(reply.blocks, expected):
-            if block.key != key or len(block.data) != 4 * n:
+            if block.key != key or width == 0 or len(block.data) != width * n:
                 raise error_for(grpc.StatusCode.INTERNAL,
                                 f"pull reply block {block.key} does not "
                                 "match")
-            out[first:first + n] = np.frombuffer(block.data, dtype="<f4")
+            out[first:first + n] = decode_values(block.data, encoding)
             self.pulled_bytes += len(block.data)
 
     def resume_clock(self, out: np.ndarray) -> int:

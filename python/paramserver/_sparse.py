@@ -26,7 +26,7 @@ import grpc
 import numpy as np
 
 from paramserver import v1
-from paramserver._cluster import encode_bf16, encode_fp16
+from paramserver._cluster import decode_values, encode_bf16, encode_fp16
 from paramserver.errors import InvalidArgumentError, error_for
 
 __all__ = ["bucket_of_ids", "bucket_key", "SparseRouter", "TableRoute",
@@ -211,8 +211,9 @@ class SparsePull:
         return self._reply_bytes[server]
 
     def on_reply(self, server: int, replies: Sequence["v1.SparseRows"],
-                 address: str) -> None:
-        """Places server `server`'s rows; INTERNAL if they do not answer
+                 address: str, encoding: int = 0) -> None:
+        """Places server `server`'s rows, whose values are in `encoding`
+        (``PullResponse.value_encoding``); INTERNAL if they do not answer
         the request (count, order, size)."""
         parts = self._parts[server]
         if len(replies) != len(parts):
@@ -221,13 +222,14 @@ class SparsePull:
                             f"{len(replies)} sparse tables, expected "
                             f"{len(parts)}")
         for reply, (route, positions) in zip(replies, parts):
-            if (reply.table != route.index or
-                    len(reply.values) != 4 * route.dim * len(positions)):
+            width = 4 if encoding == 0 else 2 if encoding in (1, 2) else 0
+            if (reply.table != route.index or width == 0 or
+                    len(reply.values) != width * route.dim * len(positions)):
                 raise error_for(grpc.StatusCode.INTERNAL,
                                 f"pull reply of server {address}: the rows "
                                 f"of table {route.name!r} do not match")
-            self.rows[route.name][positions] = np.frombuffer(
-                reply.values, dtype="<f4").reshape(len(positions), route.dim)
+            self.rows[route.name][positions] = decode_values(
+                reply.values, encoding).reshape(len(positions), route.dim)
 
 
 def push_rows(router: SparseRouter,

@@ -98,6 +98,9 @@ ps::v1::Assignment MakeAssignment(uint8_t config) {
           spec->mutable_optimizer()->mutable_sgd()->set_momentum(0.5f);
         }
         if (sparse) AddSparseTables(spec);
+        // Pull replies in FP32, FP16 or BF16 (wire_parameters).
+        spec->mutable_mixed_precision()->set_wire_parameters(
+            static_cast<ps::v1::Precision>((config / 9) % 3));
       });
   for (uint32_t t = 0; sparse && t < 2; ++t) {
     for (uint32_t b = 0; b < kBuckets; ++b) {
@@ -194,6 +197,38 @@ void CheckRefusal(const absl::Status& status) {
   PS_FUZZ_REQUIRE(status.message().size() < 2048, status.ToString());
 }
 
+// `bytes` parsed as a PullResponse in place, cut into two segments at `cut`,
+// must agree with Protobuf's parse, value_encoding included; a block whose
+// data fits its encoding decodes (CopyPulledValues) or is refused, never
+// read out of bounds.
+void CheckPullReplyParse(const std::string& bytes, size_t cut) {
+  ps::v1::PullResponse r;
+  const bool parses = r.ParseFromString(bytes);
+  const std::string_view all(bytes);
+  const std::string_view segments[] = {all.substr(0, cut), all.substr(cut)};
+  absl::StatusOr<ps::PullView> view = ps::ParsePullResponse(segments);
+  PS_FUZZ_REQUIRE(view.ok() == parses, "pull reply: in-place parser and "
+                                       "Protobuf disagree: " +
+                                           view.status().ToString());
+  if (!view.ok()) return;
+  PS_FUZZ_REQUIRE(view->value_encoding == r.value_encoding() &&
+                      view->min_clock == r.min_clock() &&
+                      static_cast<int>(view->blocks.size()) == r.blocks_size(),
+                  "in-place pull reply differs from Protobuf's");
+  for (int i = 0; i < r.blocks_size(); ++i) {
+    PS_FUZZ_REQUIRE(view->blocks[i].data.ToString() == r.blocks(i).data(),
+                    "in-place pull reply block differs from Protobuf's");
+    const size_t width = ps::WireValueBytes(view->value_encoding);
+    const size_t count = width ? view->blocks[i].data.size() / width : 0;
+    std::vector<float> out(count);
+    const absl::Status decoded = ps::CopyPulledValues(
+        view->blocks[i].data, view->value_encoding, count, out.data());
+    PS_FUZZ_REQUIRE(decoded.ok() == (width != 0 && count * width ==
+                                                       view->blocks[i].data.size()),
+                    decoded.ToString());
+  }
+}
+
 int64_t ElemsOf(uint64_t key, const std::vector<ps::BlockSpec>& blocks) {
   for (const ps::BlockSpec& b : blocks) {
     if (b.key == key) return b.num_elems;
@@ -278,6 +313,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
               if (!reply.ok()) CheckRefusal(reply.status());
             });
           }
+          // The same bytes as a pull reply, as a worker parses it in place
+          // (any value_encoding): Protobuf's parser must agree.
+          CheckPullReplyParse(bytes,
+                              in.ConsumeIntegralInRange<size_t>(0, bytes.size()));
         }
         continue;
       }
@@ -325,16 +364,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (sparse) {
           AddSparseRows(in, /*push=*/false, ps::v1::FP32, r.mutable_sparse());
         }
-        job->Pull(r, [&blocks](absl::StatusOr<ps::v1::PullResponse> reply) {
+        const ps::v1::Precision wire =
+            assignment.spec().mixed_precision().wire_parameters();
+        job->Pull(r, [&blocks, wire](
+                         absl::StatusOr<ps::v1::PullResponse> reply) {
           if (!reply.ok()) {
             CheckRefusal(reply.status());
             return;
           }
-          // A reply holds held blocks only, each whole.
+          // A reply holds held blocks only, each whole, in the job's
+          // wire_parameters format.
+          PS_FUZZ_REQUIRE(reply->value_encoding() == wire,
+                          "reply not in the job's wire_parameters");
           for (const ps::v1::Block& b : reply->blocks()) {
-            PS_FUZZ_REQUIRE(static_cast<int64_t>(b.data().size()) ==
-                                ElemsOf(b.key(), blocks) * 4,
-                            std::to_string(b.key()));
+            PS_FUZZ_REQUIRE(
+                static_cast<int64_t>(b.data().size()) ==
+                    ElemsOf(b.key(), blocks) *
+                        static_cast<int64_t>(ps::WireValueBytes(wire)),
+                std::to_string(b.key()));
           }
         });
       }

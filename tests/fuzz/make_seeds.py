@@ -61,6 +61,8 @@ optimizer { sgd { learning_rate: 0.1 } }
 num_workers: 2 num_servers: 2 durability: MEMORY
 mixed_precision { wire_gradients: BF16 }
 """
+SPEC_WIRE16 = SPEC_SGD + "mixed_precision { wire_gradients: FP16 wire_parameters: BF16 }\n"
+
 
 JSON_SPECS = {
     "external.json": b"""{"name": "pytorch", "model": {"kind": "EXTERNAL",
@@ -89,6 +91,12 @@ JSON_SPECS = {
  "optimizer": {"adam": {"learning_rate": 1e-3, "beta1": 0.8, "beta2": 0.99,
  "epsilon": 1e-7, "weight_decay": 0.01}}, "consistency": {"model": "ASP"},
  "num_workers": 1024, "num_servers": 1, "durability": "SYNC"}""",
+    "wire-parameters.json": b"""{"name": "w", "model": {"kind":
+ "SOFTMAX_REGRESSION", "input_dim": 4, "num_classes": 3}, "dataset":
+ {"format": "IDX", "train_images": "a", "train_labels": "b", "test_images":
+ "c", "test_labels": "d"}, "epochs": 1, "batch_size": 2, "optimizer": {"sgd":
+ {"learning_rate": 0.5}}, "num_workers": 2, "num_servers": 1,
+ "mixed_precision": {"wire_parameters": "FP16", "wire_gradients": "BF16"}}""",
     "invalid.json": b"""{"name": "bad", "epochs": 0, "batch_size": -1,
  "optimizer": {"adam": {"learning_rate": "NaN"}}, "num_workers": 0,
  "unknown_field": 1}""",
@@ -119,6 +127,8 @@ def main():
     write("fuzz_job_spec_binary", "sgd-bsp", encode("SubmitJobRequest",
                                                      f"spec {{ {SPEC_SGD} }}"))
     write("fuzz_job_spec_binary", "empty", b"")
+    write("fuzz_job_spec_binary", "wire16", encode("SubmitJobRequest",
+                                                    f"spec {{ {SPEC_WIRE16} }}"))
     write("fuzz_job_spec_binary", "external", encode(
         "SubmitJobRequest", f"spec {{ {SPEC_EXTERNAL} }}"))
 
@@ -192,6 +202,15 @@ def main():
     write("fuzz_parameter_requests", "raw-push-pull-membership",
           bytes([1, 0, len(push_m)]) + push_m + bytes([1, len(pull_m)]) +
           pull_m)
+    # A pull reply with bf16 values (value_encoding), as raw bytes, for the
+    # in-place reply parser; config 9: the job pulls in FP16.
+    reply16 = encode("PullResponse",
+                     'blocks { key: 0 data: "' + "\\200\\077" * 8 + '" } '
+                     'blocks { key: 4294967296 data: "' + "\\000\\300" * 3 +
+                     '" } min_clock: 1 worker_clocks: 1 worker_clocks: 0 '
+                     'value_encoding: BF16')
+    write("fuzz_parameter_requests", "raw-pull-reply16",
+          bytes([9, 1, len(reply16)]) + reply16 + bytes([1, len(pull)]) + pull)
 
     images = idx(0x08, [2, 2, 2], bytes([0, 255, 128, 7, 1, 2, 3, 4]))
     labels = idx(0x08, [2], bytes([3, 9]))

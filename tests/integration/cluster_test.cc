@@ -161,6 +161,30 @@ TEST_F(ClusterTest, MlpTrainsAsWellWithSixteenBitWireGradients) {
   }
 }
 
+// Parameters pulled as fp16 and as bf16 (half the pull bytes) train the MLP
+// as well as float32 ones: the same job, seed and data order, so the runs
+// differ only by the rounding of what workers compute on (the servers keep
+// float32 values, and the model worker 0 evaluates last is read in float32).
+TEST_F(ClusterTest, MlpTrainsAsWellWithSixteenBitWireParameters) {
+  v1::JobStatus fp32 = Run(SmallJob(v1::ConsistencySpec::BSP, 0));
+  ASSERT_EQ(fp32.state(), v1::SUCCEEDED) << fp32.message();
+  for (v1::Precision wire : {v1::FP16, v1::BF16}) {
+    v1::JobSpec spec = SmallJob(v1::ConsistencySpec::BSP, 0);
+    spec.mutable_mixed_precision()->set_wire_parameters(wire);
+    v1::JobStatus job = Run(spec);
+    ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.message();
+    EXPECT_EQ(job.spec().mixed_precision().wire_parameters(), wire);
+    RecordProperty(absl::StrCat(v1::Precision_Name(wire), "_accuracy"),
+                   absl::StrCat(job.progress().test_accuracy(), " (FP32 ",
+                                fp32.progress().test_accuracy(), ")"));
+    EXPECT_EQ(job.progress().clock(), job.progress().total_clocks());
+    EXPECT_GT(job.progress().test_accuracy(), 0.6) << v1::Precision_Name(wire);
+    EXPECT_NEAR(job.progress().test_accuracy(), fp32.progress().test_accuracy(),
+                0.03)
+        << v1::Precision_Name(wire);
+  }
+}
+
 TEST_F(ClusterTest, SspAndAspTrainToo) {
   v1::JobStatus ssp = Run(SmallJob(v1::ConsistencySpec::SSP, 2));
   ASSERT_EQ(ssp.state(), v1::SUCCEEDED) << ssp.message();

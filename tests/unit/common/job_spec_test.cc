@@ -388,6 +388,41 @@ TEST(JobSpecFromJsonTest, ParsesWireGradients) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ValidateJobSpecTest, WireParametersIsAnyFormatWhateverTheRest) {
+  for (v1::Precision params : {v1::FP32, v1::FP16, v1::BF16}) {
+    for (v1::Precision grads : {v1::FP32, v1::BF16}) {
+      v1::JobSpec spec = ValidSpec();
+      spec.mutable_mixed_precision()->set_wire_parameters(params);
+      spec.mutable_mixed_precision()->set_wire_gradients(grads);
+      ApplyJobSpecDefaults(&spec);
+      EXPECT_TRUE(ValidateJobSpec(spec).ok())
+          << ValidateJobSpec(spec) << " parameters " << params
+          << " gradients " << grads;
+    }
+  }
+}
+
+TEST(ValidateJobSpecTest, WireParametersMustBeAFormat) {
+  for (int bad : {3, -1, 1000}) {
+    ExpectFieldError(ValidateMutated([bad](v1::JobSpec* s) {
+                       s->mutable_mixed_precision()->set_wire_parameters(
+                           static_cast<v1::Precision>(bad));
+                     }),
+                     "mixed_precision.wire_parameters");
+  }
+}
+
+TEST(JobSpecFromJsonTest, ParsesWireParameters) {
+  auto spec = JobSpecFromJson(
+      R"json({"mixed_precision": {"wire_parameters": "FP16"}})json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->mixed_precision().wire_parameters(), v1::FP16);
+  EXPECT_EQ(spec->mixed_precision().wire_gradients(), v1::FP32);
+  auto bad = JobSpecFromJson(
+      R"json({"mixed_precision": {"wire_parameters": "INT8"}})json");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(EffectiveStalenessTest, BspIsZero) {
   v1::ConsistencySpec c;
   c.set_model(v1::ConsistencySpec::BSP);
