@@ -64,10 +64,10 @@ class BlockClock {
   const size_t num_blocks_;
   const int num_workers_;
   int64_t clock_ = 0;
-  std::vector<bool> pushed_;           // [worker * num_blocks + position].
-  std::vector<int> pushes_;            // Per block: workers that pushed it.
-  std::vector<size_t> remaining_;      // Per worker: blocks not yet pushed.
-  std::vector<int64_t> applied_by_;    // Per block: record sequence, 0: not.
+  std::vector<bool> pushed_;         // [worker * num_blocks + position].
+  std::vector<int> pushes_;          // Per block: workers that pushed it.
+  std::vector<size_t> remaining_;    // Per worker: blocks not yet pushed.
+  std::vector<int64_t> applied_by_;  // Per block: record sequence, 0: not.
   bool any_applied_ = false;
 };
 

@@ -624,12 +624,11 @@ void ServerJob::CollectReady(ReadyCallbacks* ready) {
                                pull.allocate);
       },
       observe(metrics_->pull_wait_seconds), ready);
-  waiting_.ReleasePushes(durability_.durable_clocks(),
-                         [this](const ParkedPush& push)
-                             ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                               return PartDurableLocked(push);
-                             },
-                         observe(metrics_->push_wait_seconds), ready);
+  waiting_.ReleasePushes(
+      durability_.durable_clocks(),
+      [this](const ParkedPush& push)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS { return PartDurableLocked(push); },
+      observe(metrics_->push_wait_seconds), ready);
   if (durability_.IsDurable(seed_sequence_)) waiting_.ReleaseSeeds(ready);
 }
 

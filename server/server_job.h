@@ -242,9 +242,8 @@ class ServerJob {
   // those every worker has now pushed are applied and logged (BSP_BLOCKS),
   // and the push is answered once its blocks are applied and durable.
   std::optional<absl::StatusOr<v1::PushResponse>> AcceptPartLocked(
-      const PushView& request, PushCheck& check, bool apply,
-      PushCallback& done, ReadyCallbacks* ready)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      const PushView& request, PushCheck& check, bool apply, PushCallback& done,
+      ReadyCallbacks* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CanRead, or in a pipelined job a read at min_clock + 1 of blocks that
   // are all applied for min_clock.
   bool CanReadPullLocked(int64_t clock, bool final, const PullKeys& keys) const

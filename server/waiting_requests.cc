@@ -20,10 +20,10 @@ void HoldBounded(T entry, std::vector<T>& held, const char* what,
   if (count >= max) {
     failed.emplace_back(
         std::move(oldest->done),
-        absl::ResourceExhaustedError(absl::StrCat(
-            "worker_index: worker ", entry.worker, " has more than ", max,
-            " waiting ", what, " on job ",
-            job_id, " on this server; the oldest was dropped")));
+        absl::ResourceExhaustedError(
+            absl::StrCat("worker_index: worker ", entry.worker,
+                         " has more than ", max, " waiting ", what, " on job ",
+                         job_id, " on this server; the oldest was dropped")));
     held.erase(oldest);
   }
   held.push_back(std::move(entry));

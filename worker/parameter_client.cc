@@ -442,8 +442,8 @@ void ParameterClient::PullFromServers(int64_t clock,
   std::vector<BlockSpan> spans(servers_.size());
   std::vector<std::vector<uint64_t>> keys(servers_.size());
   for (size_t s = 0; s < servers_.size(); ++s) {
-    spans[s] = part != nullptr ? (*part)[s]
-                               : BlockSpan{0, servers_[s].blocks.size()};
+    spans[s] =
+        part != nullptr ? (*part)[s] : BlockSpan{0, servers_[s].blocks.size()};
     for (size_t b = spans[s].begin; part != nullptr && b < spans[s].end; ++b) {
       keys[s].push_back(servers_[s].blocks[b].key);
     }
@@ -458,7 +458,7 @@ void ParameterClient::PullFromServers(int64_t clock,
       final ? absl::InfiniteDuration() : options_.retry_window,
       [this, pull, params, step, spans, partial = part != nullptr](
           int s, grpc::ClientContext* context,
-                                        ServerFanout::CallDone call_done) {
+          ServerFanout::CallDone call_done) {
         if (partial && spans[s].begin == spans[s].end) {
           call_done(absl::OkStatus());  // A part with no block here.
           return;
@@ -730,9 +730,8 @@ void ParameterClient::PushWithRows(
   const PushFramer framer(job_id_, worker_index_, clock, map_version_,
                           wire_gradients_, membership_version_);
   for (size_t s = 0; s < servers_.size(); ++s) {
-    const BlockSpan span = part != nullptr
-                               ? (*part)[s]
-                               : BlockSpan{0, servers_[s].blocks.size()};
+    const BlockSpan span =
+        part != nullptr ? (*part)[s] : BlockSpan{0, servers_[s].blocks.size()};
     // A part with no block on this server: no call (the request stays
     // invalid).
     if (part != nullptr && span.begin == span.end) continue;
