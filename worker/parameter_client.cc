@@ -482,10 +482,12 @@ void ParameterClient::PullFromServers(int64_t clock,
       [this, pull, whole = part == nullptr,
        done = std::move(done)](absl::Status status) mutable {
         pull->slots.clear();  // Gives back what the transports lent.
-        if (status.ok() && !whole) {
+        if (status.ok()) {
           for (int64_t bytes : pull->reply_bytes) pulled_bytes_ += bytes;
-        } else if (status.ok()) {
-          for (int64_t bytes : pull->reply_bytes) pulled_bytes_ += bytes;
+        }
+        // A part's pull (parts end on their own threads) leaves the clocks
+        // the client keeps as they are.
+        if (status.ok() && whole) {
           const int64_t min_clock = *std::min_element(pull->min_clocks.begin(),
                                                       pull->min_clocks.end());
           const int64_t own_clock = *std::min_element(pull->own_clocks.begin(),
