@@ -126,6 +126,7 @@ PYEOF
       "/proc/$p/stat" >>"$dir/cpu.txt" 2>/dev/null || true
   done
   stop_processes
+  rm -rf "$dir"/*.data  # The servers' and coordinator's stores: not needed.
   "$PY" bench/vs_pytorch.py record-ours --status "$dir/status.json" --system "$system" \
     --round "$round" --cpu "$dir/cpu.txt" >>"$RESULTS"
   tail -n 1 "$RESULTS" >&2
