@@ -393,6 +393,28 @@ absl::Status ValidateConsistency(const v1::ConsistencySpec& consistency) {
   return absl::OkStatus();
 }
 
+// consistency.pipeline_parts (docs/consistency.md, "The pipelined step").
+absl::Status ValidatePipelineParts(const v1::JobSpec& spec) {
+  const int32_t parts = spec.consistency().pipeline_parts();
+  if (parts < 0 || parts > kMaxPipelineParts) {
+    return Invalid("consistency.pipeline_parts",
+                   absl::StrCat("must be in [0, ", kMaxPipelineParts, "]"));
+  }
+  if (parts < 2) return absl::OkStatus();
+  if (spec.consistency().model() != v1::ConsistencySpec::BSP) {
+    return Invalid("consistency.pipeline_parts", "only BSP pipelines a step");
+  }
+  if (spec.model().sparse_tables_size() > 0) {
+    return Invalid("consistency.pipeline_parts",
+                   "a job with sparse tables pushes whole steps");
+  }
+  if (IsElastic(spec)) {
+    return Invalid("consistency.pipeline_parts",
+                   "an elastic job pushes whole steps");
+  }
+  return absl::OkStatus();
+}
+
 // The numbers of workers and servers, the block size and the number of
 // blocks of the model (of `tensors`).
 absl::Status ValidateLayout(const v1::JobSpec& spec,
@@ -486,6 +508,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (auto s = ValidateConsistency(spec.consistency()); !s.ok()) return s;
   if (auto s = ValidateLayout(spec, *tensors); !s.ok()) return s;
   if (auto s = ValidateElastic(spec); !s.ok()) return s;
+  if (auto s = ValidatePipelineParts(spec); !s.ok()) return s;
   if (auto s = ValidateModes(spec); !s.ok()) return s;
   // The file itself is checked against the spec by psctl at submit and by
   // each server when it opens the job (CheckModelFitsJob).

@@ -18,6 +18,8 @@ namespace ps {
 // float32 values: 1 MiB, the fastest message size for gRPC on loopback
 // (docs/architecture.md). A model with one server gets exactly this.
 inline constexpr int32_t kDefaultBlockElems = 262144;
+// Most parts ConsistencySpec.pipeline_parts may cut a step's push into.
+inline constexpr int32_t kMaxPipelineParts = 64;
 // Blocks per server that a derived block size aims at (DeriveBlockElems).
 inline constexpr int64_t kBlocksPerServer = 16;
 // A derived block size is a multiple of this many values (1 KiB).

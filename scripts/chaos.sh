@@ -7,6 +7,7 @@
 #
 #   scripts/chaos.sh [--ctr] [--faults N] [--seed S] [--build DIR] [--epochs E]
 #                    [--samples N] [--victims "worker1 server0 coordinator"]
+#                    [--pipeline_parts P]
 #
 # The job is an MLP on Fashion-MNIST, or with --ctr a CTR model on sparse
 # embedding tables (docs/sparse.md) trained on Criteo-format data that
@@ -39,6 +40,7 @@ EPOCHS=""
 SAMPLES=""
 VICTIMS=()
 MODE=dense
+PIPELINE_PARTS=0  # The MLP job's consistency.pipeline_parts (docs/consistency.md).
 while [ $# -gt 0 ]; do
   case $1 in
     --ctr) MODE=ctr; shift ;;
@@ -48,7 +50,8 @@ while [ $# -gt 0 ]; do
     --epochs) EPOCHS=$2; shift 2 ;;
     --samples) SAMPLES=$2; shift 2 ;;
     --victims) read -r -a VICTIMS <<<"$2"; shift 2 ;;
-    *) echo "usage: $0 [--ctr] [--faults N] [--seed S] [--build DIR] [--epochs E] [--samples N] [--victims LIST]" >&2; exit 64 ;;
+    --pipeline_parts) PIPELINE_PARTS=$2; shift 2 ;;
+    *) echo "usage: $0 [--ctr] [--faults N] [--seed S] [--build DIR] [--epochs E] [--samples N] [--victims LIST] [--pipeline_parts P]" >&2; exit 64 ;;
   esac
 done
 if [ $MODE = ctr ]; then
@@ -80,7 +83,7 @@ write_dense_job() {
   },
   "epochs": $EPOCHS, "batch_size": 32, "seed": 11,
   "optimizer": {"adam": {"learning_rate": 0.001}},
-  "consistency": {"model": "BSP"},
+  "consistency": {"model": "BSP", "pipeline_parts": $PIPELINE_PARTS},
   "num_workers": 2, "num_servers": 2, "durability": "WAL"
 }
 JSON

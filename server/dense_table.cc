@@ -189,6 +189,29 @@ void DenseTable::ClearAccumulated() {
   for (Block& b : blocks_) std::fill(b.accum.begin(), b.accum.end(), 0.0f);
 }
 
+TableUpdate DenseTable::AveragedBlocks(int num_workers, int64_t clock,
+                                       std::span<const size_t> positions) {
+  TableUpdate update;
+  update.kind = storage::v1::UpdateRecord::BSP_BLOCKS;
+  update.clock = clock;
+  update.blocks.reserve(positions.size());
+  const float scale = 1.0f / static_cast<float>(num_workers);
+  for (size_t i : positions) {
+    Block& b = blocks_[i];
+    for (float& v : b.accum) v *= scale;
+    update.blocks.push_back({.key = b.spec.key,
+                             .position = i,
+                             .data = WireBytes(BytesOf(b.accum))});
+  }
+  return update;
+}
+
+void DenseTable::ClearAccumulated(std::span<const size_t> positions) {
+  for (size_t i : positions) {
+    std::fill(blocks_[i].accum.begin(), blocks_[i].accum.end(), 0.0f);
+  }
+}
+
 absl::StatusOr<TableUpdate> DenseTable::UpdateOfRecord(
     const storage::v1::UpdateRecord& record) const {
   using storage::v1::UpdateRecord;

@@ -48,6 +48,10 @@ class DenseTable final : public ParameterTable {
   void Accumulate(const PushView& request, const PushCheck& check) override;
   TableUpdate AveragedUpdate(int num_workers, int64_t clock) override;
   void ClearAccumulated() override;
+  TableUpdate AveragedBlocks(int num_workers, int64_t clock,
+                             std::span<const size_t> positions) override;
+  void ClearAccumulated(std::span<const size_t> positions) override;
+  size_t Position(uint64_t key) const override { return index_.at(key); }
   absl::StatusOr<TableUpdate> UpdateOfRecord(
       const storage::v1::UpdateRecord& record) const override;
   void Apply(const TableUpdate& update, float learning_rate) override;

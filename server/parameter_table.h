@@ -118,6 +118,13 @@ class ParameterTable {
   virtual TableUpdate AveragedUpdate(int num_workers, int64_t clock) = 0;
   // BSP: zeroes the sum for the next clock.
   virtual void ClearAccumulated() = 0;
+  // The pipelined step (server/block_clock.h): AveragedUpdate of the blocks
+  // at `positions` only, as a BSP_BLOCKS update; ClearAccumulated of them.
+  virtual TableUpdate AveragedBlocks(int num_workers, int64_t clock,
+                                     std::span<const size_t> positions) = 0;
+  virtual void ClearAccumulated(std::span<const size_t> positions) = 0;
+  // The table position of `key`, which ResolvePullKeys returned. Lock-free.
+  virtual size_t Position(uint64_t key) const = 0;
 
   // Checks a logged record against the table (its kind is the caller's to
   // check) and returns it as an update whose bytes point into `record`.

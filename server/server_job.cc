@@ -44,7 +44,9 @@ ServerJob::ServerJob(const v1::Assignment& assignment, ShardStore* store,
       clocks_(
           assignment.num_workers(), staleness,
           assignment.spec().consistency().model() == v1::ConsistencySpec::BSP),
-      waiting_(assignment.job_id()),
+      waiting_(assignment.job_id(),
+               WaitingRequests::kMaxPerWorker +
+                   2 * assignment.spec().consistency().pipeline_parts()),
       durability_(options.snapshot_log_bytes, assignment.num_workers()) {
   if (!assignment.membership().empty()) {
     // Elastic: the places and their clocks of joining and leaving. Nothing
@@ -91,6 +93,10 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
       /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP);
   if (!table.ok()) return table.status();
   job->table_ = *std::move(table);
+  {
+    absl::MutexLock lock(&job->mu_);
+    job->StartBlockClockLocked();
+  }
   if (auto s = job->OpenTier(options); !s.ok()) return s;
   auto sparse = SparseTableSet::Create(
       assignment,
@@ -184,6 +190,7 @@ absl::Status ServerJob::Restore(StoredJob stored) {
                      absl::StrJoin(clocks, " "), "]"));
   }
   clocks_.Restore(clocks);
+  if (block_clock_ != nullptr) block_clock_->Reset(clocks_.min_clock());
   int64_t sequence = stored.log_sequence;
   int64_t bytes = 0;
   for (const std::string& record : stored.log) {
@@ -212,7 +219,9 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
                                   " clocks for ", clocks_.num_workers(),
                                   " workers"));
   }
-  const bool bsp = record.kind() == UpdateRecord::BSP_CLOCK;
+  const bool bsp =
+      record.kind() == UpdateRecord::BSP_CLOCK ||
+      (record.kind() == UpdateRecord::BSP_BLOCKS && block_clock_ != nullptr);
   if (record.kind() != UpdateRecord::SEED &&
       (bsp != clocks_.bulk_synchronous() ||
        (!bsp && record.kind() != UpdateRecord::PUSH))) {
@@ -241,6 +250,7 @@ absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
     if (absl::Status s = sparse_->TierStatus(); !s.ok()) return s;
   }
   clocks_.Restore(clocks);
+  if (block_clock_ != nullptr) ReplayBlocksLocked(*update, sequence);
   return absl::OkStatus();
 }
 
@@ -335,7 +345,8 @@ void ServerJob::PullWire(const v1::PullRequest& request, PullWireCallback done,
     if (status.ok()) {
       status = clocks_.CheckPull(request.worker_index(), request.clock());
     }
-    if (status.ok() && !CanRead(request.clock(), request.final())) {
+    if (status.ok() &&
+        !CanReadPullLocked(request.clock(), request.final(), keys)) {
       ReadyCallbacks evicted;
       waiting_.ParkPull({.worker = request.worker_index(),
                          .clock = request.clock(),
@@ -351,7 +362,7 @@ void ServerJob::PullWire(const v1::PullRequest& request, PullWireCallback done,
     }
     if (status.ok()) {
       metrics_->pull_wait_seconds.Observe(0);
-      reply = BuildReply(keys, allocate);
+      reply = PullReplyLocked(request.clock(), request.final(), keys, allocate);
       if (tier_ != nullptr) {
         if (absl::Status s = TierHealthLocked(); !s.ok()) reply = s;
       }
@@ -460,6 +471,9 @@ std::optional<absl::StatusOr<v1::PushResponse>> ServerJob::AcceptPushLocked(
     ReadyCallbacks* ready) {
   const int worker = request.worker_index;
   const int64_t clock = request.clock;
+  if (block_clock_ != nullptr) {
+    return AcceptPartLocked(request, check, apply, done, ready);
+  }
   if (clocks_.bulk_synchronous()) {
     if (apply) {
       table_->Accumulate(request, check);
@@ -545,6 +559,9 @@ float ServerJob::ScheduledRate(int64_t clock) const {
 }
 
 void ServerJob::SnapshotLocked() {
+  // A pipelined clock half applied: the snapshot would not say which blocks
+  // are (the log does); taken once the clock completes.
+  if (block_clock_ != nullptr && block_clock_->AnyApplied()) return;
   std::vector<StoredBlock> blocks = table_->Snapshot();
   for (StoredBlock& bucket : sparse_->Snapshot()) {
     blocks.push_back(std::move(bucket));
@@ -604,13 +621,19 @@ void ServerJob::CollectReady(ReadyCallbacks* ready) {
     };
   };
   waiting_.ReleasePulls(
-      [this](int64_t clock, bool final)
-          ABSL_NO_THREAD_SAFETY_ANALYSIS { return CanRead(clock, final); },
-      [this](const PullKeys& keys, const ReplyAllocator& allocate)
-          ABSL_NO_THREAD_SAFETY_ANALYSIS { return BuildReply(keys, allocate); },
+      [this](const WaitingPull& pull) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return CanReadPullLocked(pull.clock, pull.final, pull.keys);
+      },
+      [this](const WaitingPull& pull) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return PullReplyLocked(pull.clock, pull.final, pull.keys,
+                               pull.allocate);
+      },
       observe(metrics_->pull_wait_seconds), ready);
-  waiting_.ReleasePushes(durability_.durable_clocks(),
-                         observe(metrics_->push_wait_seconds), ready);
+  waiting_.ReleasePushes(
+      durability_.durable_clocks(),
+      [this](const ParkedPush& push)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS { return PartDurableLocked(push); },
+      observe(metrics_->push_wait_seconds), ready);
   if (durability_.IsDurable(seed_sequence_)) waiting_.ReleaseSeeds(ready);
 }
 

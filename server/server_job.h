@@ -22,6 +22,7 @@
 #include "ps/storage/v1/update_log.pb.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/parameter.pb.h"
+#include "server/block_clock.h"
 #include "server/clock_table.h"
 #include "server/durability_pipeline.h"
 #include "server/optimizer.h"
@@ -234,6 +235,34 @@ class ServerJob {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // BSP: applies and logs the clock the clock table just completed.
   void ApplyBspClockLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // The pipelined step (server/server_job_pipeline.cc; docs/consistency.md,
+  // "The pipelined step"). Takes an accepted BSP push of some of the
+  // clock's blocks: the blocks this worker had not pushed yet are summed,
+  // those every worker has now pushed are applied and logged (BSP_BLOCKS),
+  // and the push is answered once its blocks are applied and durable.
+  std::optional<absl::StatusOr<v1::PushResponse>> AcceptPartLocked(
+      const PushView& request, PushCheck& check, bool apply, PushCallback& done,
+      ReadyCallbacks* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CanRead, or in a pipelined job a read at min_clock + 1 of blocks that
+  // are all applied for min_clock.
+  bool CanReadPullLocked(int64_t clock, bool final, const PullKeys& keys) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The reply of a read CanReadPullLocked allows (BuildReply; for blocks
+  // read ahead of their clock, the clocks they hold).
+  WireMessage PullReplyLocked(int64_t clock, bool final, const PullKeys& keys,
+                              const ReplyAllocator& allocate) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pipelined push parked by AcceptPartLocked: its blocks are applied and
+  // the records that applied them durable.
+  bool PartDurableLocked(const ParkedPush& push) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replay of a BSP_BLOCKS record (applied already): which blocks of the
+  // unfinished clock it applied.
+  void ReplayBlocksLocked(const TableUpdate& update, int64_t sequence)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets up block_clock_ for a pipelined job (Open).
+  void StartBlockClockLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker's durable clock (0 for a place the log has not seen yet).
   int64_t DurableClockLocked(int worker) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -315,6 +344,10 @@ class ServerJob {
   MembershipHistory committed_membership_ ABSL_GUARDED_BY(mu_);
   // Pulls, pushes and Seeds held back.
   WaitingRequests waiting_ ABSL_GUARDED_BY(mu_);
+  // The pipelined step (ConsistencySpec.pipeline_parts): which blocks of
+  // the current clock each worker pushed and which are applied; null
+  // otherwise. Set in Open, before any request.
+  std::unique_ptr<BlockClock> block_clock_ ABSL_GUARDED_BY(mu_);
   // The update log, snapshots and what is durable.
   DurabilityPipeline durability_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed or broken.

@@ -10,20 +10,20 @@ namespace {
 // RESOURCE_EXHAUSTED (`what`: "pulls" or "pushes").
 template <typename T, typename Failed>
 void HoldBounded(T entry, std::vector<T>& held, const char* what,
-                 const std::string& job_id, Failed& failed) {
+                 const std::string& job_id, int max, Failed& failed) {
   auto oldest = held.end();
   int count = 0;
   for (auto it = held.begin(); it != held.end(); ++it) {
     if (it->worker != entry.worker) continue;
     if (count++ == 0) oldest = it;
   }
-  if (count >= WaitingRequests::kMaxPerWorker) {
+  if (count >= max) {
     failed.emplace_back(
         std::move(oldest->done),
-        absl::ResourceExhaustedError(absl::StrCat(
-            "worker_index: worker ", entry.worker, " has more than ",
-            WaitingRequests::kMaxPerWorker, " waiting ", what, " on job ",
-            job_id, " on this server; the oldest was dropped")));
+        absl::ResourceExhaustedError(
+            absl::StrCat("worker_index: worker ", entry.worker,
+                         " has more than ", max, " waiting ", what, " on job ",
+                         job_id, " on this server; the oldest was dropped")));
     held.erase(oldest);
   }
   held.push_back(std::move(entry));
@@ -51,11 +51,13 @@ void ReadyCallbacks::Run() {
 }
 
 void WaitingRequests::ParkPull(WaitingPull pull, ReadyCallbacks* ready) {
-  HoldBounded(std::move(pull), pulls_, "pulls", job_id_, ready->pulls);
+  HoldBounded(std::move(pull), pulls_, "pulls", job_id_, max_per_worker_,
+              ready->pulls);
 }
 
 void WaitingRequests::ParkPush(ParkedPush push, ReadyCallbacks* ready) {
-  HoldBounded(std::move(push), pushes_, "pushes", job_id_, ready->pushes);
+  HoldBounded(std::move(push), pushes_, "pushes", job_id_, max_per_worker_,
+              ready->pushes);
 }
 
 void WaitingRequests::ParkSeed(SeedCallback done, bool duplicate) {
@@ -63,28 +65,30 @@ void WaitingRequests::ParkSeed(SeedCallback done, bool duplicate) {
 }
 
 void WaitingRequests::ReleasePulls(
-    absl::FunctionRef<bool(int64_t, bool)> can_read,
-    absl::FunctionRef<WireMessage(const PullKeys&, const ReplyAllocator&)>
-        reply,
+    absl::FunctionRef<bool(const WaitingPull&)> can_read,
+    absl::FunctionRef<WireMessage(const WaitingPull&)> reply,
     absl::FunctionRef<void(absl::Duration)> observe_wait,
     ReadyCallbacks* ready) {
   const absl::Time now = absl::Now();
   ReleaseWhere(pulls_, [&](WaitingPull& pull) {
-    if (!can_read(pull.clock, pull.final)) return false;
+    if (!can_read(pull)) return false;
     observe_wait(now - pull.since);
-    ready->pulls.emplace_back(std::move(pull.done),
-                              reply(pull.keys, pull.allocate));
+    ready->pulls.emplace_back(std::move(pull.done), reply(pull));
     return true;
   });
 }
 
 void WaitingRequests::ReleasePushes(
     const std::vector<int64_t>& durable_clocks,
+    absl::FunctionRef<bool(const ParkedPush&)> part_durable,
     absl::FunctionRef<void(absl::Duration)> observe_wait,
     ReadyCallbacks* ready) {
   const absl::Time now = absl::Now();
   ReleaseWhere(pushes_, [&](ParkedPush& push) {
-    if (push.clock >= durable_clocks[push.worker]) return false;
+    if (push.clock >= durable_clocks[push.worker] &&
+        (push.positions.empty() || !part_durable(push))) {
+      return false;
+    }
     observe_wait(now - push.since);
     v1::PushResponse response;
     response.set_duplicate(push.duplicate);

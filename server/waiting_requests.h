@@ -56,6 +56,10 @@ struct ParkedPush {
   bool duplicate = false;  // A retry: answered duplicate=true.
   PushCallback done{};
   absl::Time since{};
+  // The pipelined step (server/block_clock.h): the table positions of the
+  // blocks this push carried; it may also be answered once they are applied
+  // and durable, before its clock is.
+  std::vector<size_t> positions{};
 };
 
 // Thread-compatible: the owning ServerJob calls it under its lock.
@@ -66,7 +70,11 @@ class WaitingRequests {
   // RESOURCE_EXHAUSTED. A live worker has one of each at most.
   static constexpr int kMaxPerWorker = 4;
 
-  explicit WaitingRequests(std::string job_id) : job_id_(std::move(job_id)) {}
+  // `max_per_worker`: the bound above (a pipelined step's parts wait
+  // side by side, so its jobs allow more).
+  explicit WaitingRequests(std::string job_id,
+                           int max_per_worker = kMaxPerWorker)
+      : job_id_(std::move(job_id)), max_per_worker_(max_per_worker) {}
 
   // Holds `pull`; first, if kMaxPerWorker pulls of its worker wait, fails
   // the oldest into `ready`.
@@ -76,17 +84,17 @@ class WaitingRequests {
   // Holds a Seed's callback until the seed is durable.
   void ParkSeed(SeedCallback done, bool duplicate);
 
-  // Moves the pulls `can_read(clock, final)` lets through into `ready`, each
-  // answered by `reply(keys, allocate)`; observes their wait.
-  void ReleasePulls(absl::FunctionRef<bool(int64_t clock, bool final)> can_read,
-                    absl::FunctionRef<WireMessage(
-                        const PullKeys& keys, const ReplyAllocator& allocate)>
-                        reply,
+  // Moves the pulls `can_read(pull)` lets through into `ready`, each
+  // answered by `reply(pull)`; observes their wait.
+  void ReleasePulls(absl::FunctionRef<bool(const WaitingPull&)> can_read,
+                    absl::FunctionRef<WireMessage(const WaitingPull&)> reply,
                     absl::FunctionRef<void(absl::Duration)> observe_wait,
                     ReadyCallbacks* ready);
-  // Moves the pushes whose clock is below their worker's durable clock into
-  // `ready`, acknowledged.
+  // Moves the pushes whose clock is below their worker's durable clock, or
+  // that `part_durable` says are durable (the pipelined step), into `ready`,
+  // acknowledged.
   void ReleasePushes(const std::vector<int64_t>& durable_clocks,
+                     absl::FunctionRef<bool(const ParkedPush&)> part_durable,
                      absl::FunctionRef<void(absl::Duration)> observe_wait,
                      ReadyCallbacks* ready);
   // Moves every held Seed into `ready`, acknowledged.
@@ -96,6 +104,7 @@ class WaitingRequests {
 
  private:
   const std::string job_id_;  // For error messages.
+  const int max_per_worker_;
   std::vector<WaitingPull> pulls_;
   std::vector<ParkedPush> pushes_;
   std::vector<std::pair<SeedCallback, bool>> seeds_;  // (done, duplicate)

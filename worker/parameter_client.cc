@@ -102,7 +102,7 @@ class PushInFlight {
 struct PullInFlight {
   PullInFlight(const v1::PullRequest& message,
                std::vector<std::vector<SparsePart>> sparse_parts,
-               size_t servers)
+               size_t servers, const std::vector<std::vector<uint64_t>>& keys)
       : parts(std::move(sparse_parts)),
         slots(servers),
         min_clocks(servers, INT64_MAX),
@@ -112,6 +112,7 @@ struct PullInFlight {
     requests.reserve(servers);
     for (size_t s = 0; s < servers; ++s) {
       v1::PullRequest request = message;
+      for (uint64_t key : keys[s]) request.add_keys(key);
       for (const SparsePart& part : parts[s]) {
         v1::SparseRows* rows = request.add_sparse();
         rows->set_table(part.table);
@@ -235,6 +236,12 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
         11 * static_cast<size_t>(std::max(1, assignment.spec().num_workers())) +
         sparse_bytes;
   }
+  const v1::JobSpec& spec = assignment.spec();
+  if (spec.consistency().pipeline_parts() >= 2 &&
+      spec.consistency().model() == v1::ConsistencySpec::BSP &&
+      client->router_.num_tables() == 0 && assignment.membership().empty()) {
+    client->CutIntoParts(spec.consistency().pipeline_parts());
+  }
   client->OpenTransports();
   return client;
 }
@@ -355,6 +362,10 @@ void ParameterClient::PullAsync(int64_t clock,
     return;
   }
   ++pulls_made_;
+  if (!parts_.empty()) {
+    PullPartsAsync(clock, params, std::move(done));
+    return;
+  }
   PullFromServers(
       clock, params, /*final=*/false,
       [this, params, done = std::move(done)](absl::Status status) mutable {
@@ -399,10 +410,13 @@ absl::StatusOr<int64_t> ParameterClient::ResumeClock() {
 
 void ParameterClient::PullFromServers(int64_t clock,
                                       std::vector<std::vector<float>>* params,
-                                      bool final, Done done, SparseStep* step) {
-  params->resize(tensors_.size());
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    (*params)[t].resize(tensors_[t].num_elems());
+                                      bool final, Done done, SparseStep* step,
+                                      const Part* part) {
+  if (part == nullptr) {
+    params->resize(tensors_.size());
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      (*params)[t].resize(tensors_[t].num_elems());
+    }
   }
   std::vector<std::vector<SparsePart>> parts;
   if (step != nullptr) {
@@ -425,23 +439,37 @@ void ParameterClient::PullFromServers(int64_t clock,
   request.set_map_version(map_version_);
   request.set_membership_version(membership_version_);
   request.set_final(final);
+  std::vector<BlockSpan> spans(servers_.size());
+  std::vector<std::vector<uint64_t>> keys(servers_.size());
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    spans[s] =
+        part != nullptr ? (*part)[s] : BlockSpan{0, servers_[s].blocks.size()};
+    for (size_t b = spans[s].begin; part != nullptr && b < spans[s].end; ++b) {
+      keys[s].push_back(servers_[s].blocks[b].key);
+    }
+  }
   auto pull = std::make_shared<PullInFlight>(request, std::move(parts),
-                                             servers_.size());
+                                             servers_.size(), keys);
   AskAllServers(
       absl::StrCat(final ? "final pull of clock " : "pull of clock ", clock),
       options_.pull_timeout,
       // A final read waits for the slowest worker, for as long
       // as the job runs (its end stops or cancels the client).
       final ? absl::InfiniteDuration() : options_.retry_window,
-      [this, pull, params, step](int s, grpc::ClientContext* context,
-                                 ServerFanout::CallDone call_done) {
+      [this, pull, params, step, spans, partial = part != nullptr](
+          int s, grpc::ClientContext* context,
+          ServerFanout::CallDone call_done) {
+        if (partial && spans[s].begin == spans[s].end) {
+          call_done(absl::OkStatus());  // A part with no block here.
+          return;
+        }
         // Read where the transport holds them and copied once, into the
         // tensors (common/parameter_wire.h).
-        auto read = [this, s, pull, params,
-                     step](std::span<const std::string_view> reply) {
+        auto read = [this, s, pull, params, step,
+                     span = spans[s]](std::span<const std::string_view> reply) {
           return ReadPullReply(s, reply, params, &pull->min_clocks[s],
                                &pull->own_clocks[s], &pull->reply_bytes[s],
-                               pull->parts[s], step);
+                               pull->parts[s], step, span);
         };
         CallServer(
             s, "pull from",
@@ -451,10 +479,15 @@ void ParameterClient::PullFromServers(int64_t clock,
             },
             std::move(call_done));
       },
-      [this, pull, done = std::move(done)](absl::Status status) mutable {
+      [this, pull, whole = part == nullptr,
+       done = std::move(done)](absl::Status status) mutable {
         pull->slots.clear();  // Gives back what the transports lent.
         if (status.ok()) {
           for (int64_t bytes : pull->reply_bytes) pulled_bytes_ += bytes;
+        }
+        // A part's pull (parts end on their own threads) leaves the clocks
+        // the client keeps as they are.
+        if (status.ok() && whole) {
           const int64_t min_clock = *std::min_element(pull->min_clocks.begin(),
                                                       pull->min_clocks.end());
           const int64_t own_clock = *std::min_element(pull->own_clocks.begin(),
@@ -486,7 +519,8 @@ absl::Status ParameterClient::ReadPullReply(
     int s, std::span<const std::string_view> segments,
     std::vector<std::vector<float>>* params, int64_t* min_clock,
     int64_t* own_clock, int64_t* reply_bytes,
-    const std::vector<SparsePart>& parts, SparseStep* step) const {
+    const std::vector<SparsePart>& parts, SparseStep* step,
+    BlockSpan span) const {
   *reply_bytes = 0;
   for (std::string_view segment : segments) {
     *reply_bytes += static_cast<int64_t>(segment.size());
@@ -497,13 +531,13 @@ absl::Status ParameterClient::ReadPullReply(
         absl::StrCat("pull reply: ", view.status().message()));
   }
   const Server& server = servers_[s];
-  if (view->blocks.size() != server.blocks.size()) {
+  if (view->blocks.size() != span.end - span.begin) {
     return absl::InternalError(
         absl::StrCat("pull reply has ", view->blocks.size(),
-                     " blocks, expected ", server.blocks.size()));
+                     " blocks, expected ", span.end - span.begin));
   }
   for (size_t i = 0; i < view->blocks.size(); ++i) {
-    const BlockRef& ref = server.blocks[i];
+    const BlockRef& ref = server.blocks[span.begin + i];
     const WireBlock& block = view->blocks[i];
     // FP32, or 16-bit values with the job's wire_parameters: decoded here.
     absl::Status copied =
@@ -586,6 +620,10 @@ void ParameterClient::PushStepAsync(
 void ParameterClient::PushAsync(int64_t clock,
                                 const std::vector<std::vector<float>>* grads,
                                 Done done) {
+  if (!parts_.empty()) {
+    PushPartsAsync(clock, grads, std::move(done));
+    return;
+  }
   PushWithRows(clock, grads, nullptr, std::move(done));
 }
 
@@ -636,9 +674,35 @@ absl::StatusOr<std::vector<std::string>> SparsePushFields(
 
 }  // namespace
 
+absl::Status ParameterClient::CheckAndEncode(
+    const std::vector<std::vector<float>>& grads) {
+  if (grads.size() != tensors_.size()) {
+    return absl::InvalidArgumentError("push: one gradient per tensor required");
+  }
+  for (size_t t = 0; t < grads.size(); ++t) {
+    if (static_cast<int64_t>(grads[t].size()) != tensors_[t].num_elems()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push: gradient of tensor ", t, " has ", grads[t].size(),
+                       " values, the tensor ", tensors_[t].num_elems()));
+    }
+  }
+  // 16-bit wire gradients: encoded once into this client's push buffer (the
+  // previous push's slices were all released before it was reported).
+  if (wire_gradients_ != v1::FP32) {
+    for (size_t t = 0; t < grads.size(); ++t) {
+      if (wire_gradients_ == v1::FP16) {
+        EncodeFp16(grads[t], push_encoded_[t].data());
+      } else {
+        EncodeBf16(grads[t], push_encoded_[t].data());
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 void ParameterClient::PushWithRows(
     int64_t clock, const std::vector<std::vector<float>>* grads_in,
-    const SparseStep* step, Done done) {
+    const SparseStep* step, Done done, const Part* part) {
   const std::vector<std::vector<float>>& grads = *grads_in;
   std::vector<std::vector<SparsePart>> parts(servers_.size());
   if (step != nullptr) {
@@ -655,31 +719,13 @@ void ParameterClient::PushWithRows(
       return;
     }
   }
-  if (grads.size() != tensors_.size()) {
-    std::move(done)(
-        absl::InvalidArgumentError("push: one gradient per tensor required"));
-    return;
-  }
-  for (size_t t = 0; t < grads.size(); ++t) {
-    if (static_cast<int64_t>(grads[t].size()) != tensors_[t].num_elems()) {
-      std::move(done)(absl::InvalidArgumentError(
-          absl::StrCat("push: gradient of tensor ", t, " has ", grads[t].size(),
-                       " values, the tensor ", tensors_[t].num_elems())));
+  if (part == nullptr) {
+    if (absl::Status checked = CheckAndEncode(grads); !checked.ok()) {
+      std::move(done)(std::move(checked));
       return;
     }
   }
-  // 16-bit wire gradients: encoded once into this client's push buffer (the
-  // previous push's slices were all released before it was reported).
   const bool encoded = wire_gradients_ != v1::FP32;
-  if (encoded) {
-    for (size_t t = 0; t < grads.size(); ++t) {
-      if (wire_gradients_ == v1::FP16) {
-        EncodeFp16(grads[t], push_encoded_[t].data());
-      } else {
-        EncodeBf16(grads[t], push_encoded_[t].data());
-      }
-    }
-  }
   const size_t value_bytes = WireValueBytes(wire_gradients_);
   // Each server's request is the PushRequest wire format as slices: the
   // framing bytes (small, copied) and the gradient blocks in place.
@@ -687,10 +733,16 @@ void ParameterClient::PushWithRows(
   const PushFramer framer(job_id_, worker_index_, clock, map_version_,
                           wire_gradients_, membership_version_);
   for (size_t s = 0; s < servers_.size(); ++s) {
+    const BlockSpan span =
+        part != nullptr ? (*part)[s] : BlockSpan{0, servers_[s].blocks.size()};
+    // A part with no block on this server: no call (the request stays
+    // invalid).
+    if (part != nullptr && span.begin == span.end) continue;
     std::vector<grpc::Slice> slices;
-    slices.reserve(2 + 2 * servers_[s].blocks.size());
+    slices.reserve(2 + 2 * (span.end - span.begin));
     slices.emplace_back(framer.Header());
-    for (const BlockRef& ref : servers_[s].blocks) {
+    for (size_t b = span.begin; b < span.end; ++b) {
+      const BlockRef& ref = servers_[s].blocks[b];
       const void* data =
           encoded
               ? static_cast<const void*>(push_encoded_[ref.tensor].data() +
@@ -718,6 +770,10 @@ void ParameterClient::PushWithRows(
       options_.retry_window,
       [this, push](int s, grpc::ClientContext* context,
                    ServerFanout::CallDone call_done) {
+        if (!push->requests[s].Valid()) {
+          call_done(absl::OkStatus());  // A part with no block here.
+          return;
+        }
         // The request's bytes, however they travel.
         pushed_bytes_.fetch_add(push->requests[s].Length(),
                                 std::memory_order_relaxed);

@@ -31,6 +31,8 @@
 
 namespace ps {
 
+class PartsInFlight;  // worker/parameter_client_pipeline.cc
+
 struct ParameterClientOptions {
   // Deadline of one Pull attempt; a pull may wait this long for slower workers.
   absl::Duration pull_timeout = absl::Seconds(30);
@@ -162,6 +164,14 @@ class ParameterClient {
     int64_t offset;
     int64_t num_elems;
   };
+  // Blocks [begin, end) of one server's, in key order.
+  struct BlockSpan {
+    size_t begin = 0;
+    size_t end = 0;
+  };
+  // One part of the pipelined step (ConsistencySpec.pipeline_parts): a span
+  // of each server's blocks (empty for a server with fewer blocks).
+  using Part = std::vector<BlockSpan>;
   // One server: how its calls travel (payload_transport.h) and its blocks.
   struct Server {
     // Push and Pull, with the payloads in the messages, read and written in
@@ -187,12 +197,33 @@ class ParameterClient {
   void AskAllServers(std::string what, absl::Duration timeout,
                      absl::Duration retry_window, ServerFanout::Call call,
                      Done done);
-  // `step`, if not null, adds its sparse rows to the pull.
+  // `step`, if not null, adds its sparse rows to the pull. `part`, if not
+  // null, pulls only its blocks (`params` already sized) and leaves the
+  // client's clocks as they are.
   void PullFromServers(int64_t clock, std::vector<std::vector<float>>* params,
-                       bool final, Done done, SparseStep* step = nullptr);
-  // PushAsync with `step`'s sparse rows, if not null.
+                       bool final, Done done, SparseStep* step = nullptr,
+                       const Part* part = nullptr);
+  // PushAsync with `step`'s sparse rows, if not null. `part`, if not null,
+  // pushes only its blocks, from gradients CheckAndEncode took already.
   void PushWithRows(int64_t clock, const std::vector<std::vector<float>>* grads,
-                    const SparseStep* step, Done done);
+                    const SparseStep* step, Done done,
+                    const Part* part = nullptr);
+  // Checks the gradients' shape and, for 16-bit wire gradients, encodes them
+  // into push_encoded_. Errors: INVALID_ARGUMENT.
+  absl::Status CheckAndEncode(const std::vector<std::vector<float>>& grads);
+  // The pipelined step (worker/parameter_client_pipeline.cc): the push as
+  // parts_, the last part (the last layer's blocks) first, at most two in
+  // flight; the pull as parts_, all asked at once, the first part first.
+  void PushPartsAsync(int64_t clock,
+                      const std::vector<std::vector<float>>* grads, Done done);
+  void PullPartsAsync(int64_t clock, std::vector<std::vector<float>>* params,
+                      Done done);
+  // Pushes part `taken` (in push order) of PushPartsAsync's, and the next
+  // one when it ends.
+  void PushPart(std::shared_ptr<PartsInFlight> state, int64_t clock,
+                const std::vector<std::vector<float>>* grads, int taken);
+  // Cuts every server's blocks into `parts` spans of about equal bytes.
+  void CutIntoParts(int parts);
   // Logs when calls to `server` start failing (once per outage) and when it
   // answers again. Thread-safe.
   void NoteReachability(int server, const std::string& what,
@@ -201,12 +232,13 @@ class ParameterClient {
   // returns the clocks it carries and its size. Thread-safe (each server's
   // blocks are its own).
   // `parts`: the sparse rows asked of server s, written into step->rows.
+  // `span`: the server's blocks the reply holds.
   absl::Status ReadPullReply(int s, std::span<const std::string_view> reply,
                              std::vector<std::vector<float>>* params,
                              int64_t* min_clock, int64_t* own_clock,
                              int64_t* reply_bytes,
                              const std::vector<SparsePart>& parts,
-                             SparseStep* step) const;
+                             SparseStep* step, BlockSpan span) const;
   // Once the servers' blocks are known: a channel to each server and the
   // transports over it.
   void OpenTransports();
@@ -246,6 +278,8 @@ class ParameterClient {
 
   const int64_t staleness_;
   const bool use_cache_;
+  // The pipelined step's parts, in key order (empty: whole-step pushes).
+  std::vector<Part> parts_;
   // Push's state (touched by Push only; see the class comment).
   const v1::Precision wire_gradients_;
   std::vector<std::vector<uint16_t>> push_encoded_;  // Per tensor; 16-bit only.
