@@ -276,6 +276,12 @@ int64_t ServerJob::min_clock() const {
 absl::Status ServerJob::CheckRequest(int64_t map_version) const {
   if (!closed_.ok()) return closed_;
   const int64_t current = assignment_.shard_map().version();
+  if (map_version > current) {
+    // A server move committed that this server has not taken yet.
+    return absl::UnavailableError(
+        absl::StrCat("map_change: request has shard map version ", map_version,
+                     ", this server still has version ", current, " (retry)"));
+  }
   if (map_version != current) {
     return absl::FailedPreconditionError(
         absl::StrCat("map_version: request has shard map version ", map_version,

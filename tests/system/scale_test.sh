@@ -9,7 +9,7 @@
 # the second move (which then either completes or is abandoned and is
 # asked again). Checks:
 #   - every psctl scale that is asked to finish (--watch) ends with the job
-#     on the requested servers (psctl get: shardMap, mapMoves);
+#     on the requested servers (psctl get: shard_map, map_moves);
 #   - the job SUCCEEDS with every clock run;
 #   - nothing acknowledged is lost: a server restarted after a kill reloads
 #     worker clocks above the largest clock each worker had acknowledged
@@ -31,7 +31,7 @@ SEED=${3:-${SEED:-$$}}
 RANDOM=$SEED
 PSCTL=$BUILD_DIR/client/psctl
 DATA_DIR=${PS_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
-SAMPLES=${SAMPLES:-6144}
+SAMPLES=${SAMPLES:-32768}
 EPOCHS=${EPOCHS:-2}
 for file in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz \
             t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
@@ -139,7 +139,7 @@ kill_restart() {
            sed -n "$((before + 1))p")
     [ -n "$line" ] && break
     # A server no longer in the job (moved off) reloads nothing.
-    [ "$(field "len(j['shardMap']['servers'])")" -le "${victim#server}" ] && return 0
+    [ "$(field "len(j['shard_map']['servers'])")" -le "${victim#server}" ] && return 0
     sleep 0.05
   done
   [ -n "$line" ] || { echo "# $victim did not reload the job"; return 0; }
@@ -155,7 +155,7 @@ scale_to() {
   for try in 1 2 3 4 5; do
     if timeout 120 "$PSCTL" --coordinator="$COORDINATOR" scale "$JOB" \
          --servers="$n" --watch >>"$RUN_DIR/scale.out" 2>&1; then
-      [ "$(field "len(j['shardMap']['servers'])")" = "$n" ] && return 0
+      [ "$(field "len(j['shard_map']['servers'])")" = "$n" ] && return 0
     fi
     sleep 0.5
   done
@@ -165,7 +165,7 @@ scale_to() {
 TOTAL=$((EPOCHS * SAMPLES / 32))
 wait_clock $((5 + RANDOM % 40))
 scale_to 3
-ok "moved to 3 servers at clock $(field 'j["mapMoves"][-1]["clock"]')"
+ok "moved to 3 servers at clock $(field 'j["map_moves"][-1]["clock"]')"
 kill_restart server2
 
 wait_clock $(( $(clock) + 5 + RANDOM % 30 ))
@@ -175,7 +175,7 @@ sleep 0.0$((RANDOM % 10))
 VICTIMS=(server0 server1 server2 coordinator worker1)
 kill_restart "${VICTIMS[$((RANDOM % ${#VICTIMS[@]}))]}"
 scale_to 2
-ok "moved to 2 servers: $(field '", ".join("v%s at clock %s on %s servers" % (m["version"], m.get("clock", 0), m["numServers"]) for m in j["mapMoves"])')"
+ok "moved to 2 servers: $(field '", ".join("v%s at clock %s on %s servers" % (m["version"], m.get("clock", 0), m["num_servers"]) for m in j["map_moves"])')"
 
 timeout 300 "$PSCTL" --coordinator="$COORDINATOR" watch "$JOB" >"$RUN_DIR/watch.out" 2>&1 ||
   fail "the job did not succeed" "$RUN_DIR/watch.out"
