@@ -1,5 +1,6 @@
 #include "server/parameter_manager.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -202,8 +203,12 @@ void ParameterManager::Seed(const v1::SeedRequest& request,
 absl::StatusOr<std::vector<std::string>> ParameterManager::StoredJobs() const {
   auto stored = store_->ListJobs();
   if (!stored.ok()) return stored.status();
-  // A move's staged copies are no jobs of their own.
-  std::erase_if(*stored, UnitMover::IsStagedId);
+  // A move's staged copy counts as its job's shards (a server added by a
+  // move holds the job from then on, also if it restarts before taking
+  // the copy over); it is no job of its own.
+  for (std::string& id : *stored) id = UnitMover::JobOfStagedId(id);
+  std::sort(stored->begin(), stored->end());
+  stored->erase(std::unique(stored->begin(), stored->end()), stored->end());
   if (stored->size() > kMaxReportedStoredJobs) {
     stored->erase(stored->begin(), stored->end() - kMaxReportedStoredJobs);
   }

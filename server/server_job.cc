@@ -274,14 +274,15 @@ int64_t ServerJob::min_clock() const {
 }
 
 absl::Status ServerJob::CheckRequest(int64_t map_version) const {
-  if (!closed_.ok()) return closed_;
   const int64_t current = assignment_.shard_map().version();
   if (map_version > current) {
-    // A server move committed that this server has not taken yet.
+    // A server move committed that this server has not taken yet (this
+    // job may be closing for it: its reason is for older requests).
     return absl::UnavailableError(
         absl::StrCat("map_change: request has shard map version ", map_version,
                      ", this server still has version ", current, " (retry)"));
   }
+  if (!closed_.ok()) return closed_;
   if (map_version != current) {
     return absl::FailedPreconditionError(
         absl::StrCat("map_version: request has shard map version ", map_version,

@@ -64,6 +64,12 @@ bool UnitMover::IsStagedId(const std::string& id) {
   return ParseStagedId(id, &job_id, &version);
 }
 
+std::string UnitMover::JobOfStagedId(const std::string& id) {
+  std::string job_id;
+  int64_t version = 0;
+  return ParseStagedId(id, &job_id, &version) ? job_id : id;
+}
+
 void UnitMover::SetRemoteFetch(RemoteFetch fetch) {
   absl::MutexLock lock(&mu_);
   remote_ = std::move(fetch);

@@ -74,6 +74,8 @@ class UnitMover {
   // job id).
   static std::string StagedId(const std::string& job_id, int64_t version);
   static bool IsStagedId(const std::string& id);
+  // The job id of a staged id; any other id as it is.
+  static std::string JobOfStagedId(const std::string& id);
 
  private:
   struct Move {
