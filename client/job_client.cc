@@ -142,6 +142,19 @@ absl::StatusOr<v1::JobStatus> JobClient::Cancel(const std::string& job_id) {
   return response.job();
 }
 
+absl::StatusOr<v1::JobStatus> JobClient::Scale(const std::string& job_id,
+                                                int num_servers) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.timeout);
+  v1::ScaleJobRequest request;
+  request.set_job_id(job_id);
+  request.set_num_servers(num_servers);
+  v1::ScaleJobResponse response;
+  grpc::Status status = stub_->ScaleJob(&ctx, request, &response);
+  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  return response.job();
+}
+
 absl::StatusOr<v1::TrainedModel> JobClient::ExportModel(
     const std::string& job_id) {
   grpc::ClientContext ctx;

@@ -64,6 +64,10 @@ class JobClient {
   absl::StatusOr<v1::ListJobsResponse> ListPage(int page_size,
                                                 const std::string& page_token);
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id);
+  // Starts moving a running job to `num_servers` servers (JobService
+  // ScaleJob); the job's status with the move in progress (map_change).
+  absl::StatusOr<v1::JobStatus> Scale(const std::string& job_id,
+                                      int num_servers);
   // Deletes an ended job's record and trained model; the servers then delete
   // its shards. NOT_FOUND for an unknown job; FAILED_PRECONDITION for one that
   // has not ended.

@@ -3,6 +3,7 @@
 //   psctl [--coordinator=HOST:PORT] [--tls_ca=PEM] [--token_file=FILE]
 //         submit JOB.json [--watch] [--init_from=MODEL_FILE]
 //   psctl list | get JOB | watch JOB | cancel JOB | delete JOB
+//   psctl scale JOB --servers=N [--watch]
 //   psctl health HOST:PORT
 //   psctl export JOB --output=FILE   (or -o FILE)
 //   psctl eval MODEL_FILE [--images=PATH --labels=PATH] [--max_samples=N]
@@ -90,7 +91,9 @@ ABSL_FLAG(int64_t, rows, 0,
           "expected_rows)");
 ABSL_FLAG(int64_t, sparse_memory_bytes, 0,
           "estimate: each server's --sparse_memory_bytes (0: unlimited)");
-ABSL_FLAG(int32_t, servers, 0, "estimate: servers (0: the spec's)");
+ABSL_FLAG(int32_t, servers, 0,
+          "estimate: servers (0: the spec's); scale: the job's new number "
+          "of servers");
 
 namespace {
 
@@ -106,6 +109,9 @@ constexpr char kUsage[] =
     "  watch JOB                  follow a job until it ends (exit 0 if "
     "SUCCEEDED)\n"
     "  cancel JOB                 cancel a pending or running job\n"
+    "  scale JOB --servers=N      move a running job to N servers while it\n"
+    "      [--watch]              trains (docs/operations.md); --watch waits\n"
+    "                             until the move ends\n"
     "  delete JOB                 delete an ended job: its record, trained\n"
     "                             model and the servers' shards\n"
     "  health HOST:PORT           check any process's gRPC health service\n"
@@ -388,6 +394,45 @@ std::optional<int> OptionsFromFlags(ps::JobClientOptions* options) {
   return std::nullopt;
 }
 
+// psctl scale JOB --servers=N [--watch]: starts the move; with --watch,
+// waits until it ends (committed or abandoned).
+int Scale(ps::JobClient& client, const std::string& job_id) {
+  const int servers = absl::GetFlag(FLAGS_servers);
+  if (servers < 1) {
+    std::cerr << "psctl: scale needs --servers=N (N >= 1)\n";
+    return 64;
+  }
+  auto job = client.Scale(job_id, servers);
+  if (!job.ok()) return Fail(job.status());
+  const int64_t version = job->map_change().version();
+  if (version == 0) {
+    std::cout << job_id << " already has " << servers << " servers\n";
+    return 0;
+  }
+  std::cout << job_id << ": moving to shard map version " << version << " ("
+            << job->map_change().reason() << ")" << std::endl;
+  if (!absl::GetFlag(FLAGS_watch)) return 0;
+  while (true) {
+    absl::SleepFor(absl::Milliseconds(100));
+    auto now = client.Get(job_id);
+    if (!now.ok()) return Fail(now.status());
+    if (now->map_change().version() == version) continue;
+    for (const ps::v1::ShardMapMove& move : now->map_moves()) {
+      if (move.version() != version) continue;
+      std::cout << job_id << ": on " << move.num_servers()
+                << " servers from clock " << move.clock() << " ("
+                << move.units_moved() << " units moved, "
+                << move.committed_time_ms() - move.requested_time_ms()
+                << " ms)" << std::endl;
+      return 0;
+    }
+    std::cerr << "psctl: the move of " << job_id
+              << " was abandoned (a server was lost, or the job ended: "
+              << ps::v1::JobState_Name(now->state()) << ")\n";
+    return 1;
+  }
+}
+
 // Runs the command that takes one argument, `arg`; nothing when `command`
 // is not one of them.
 std::optional<int> RunCommandOn(ps::JobClient& client,
@@ -419,6 +464,7 @@ std::optional<int> RunCommandOn(ps::JobClient& client,
     std::cout << ps::FormatSummary(*job) << std::endl;
     return 0;
   }
+  if (command == "scale") return Scale(client, arg);
   if (command == "delete") {
     if (auto s = client.Delete(arg); !s.ok()) return Fail(s);
     std::cout << arg << " deleted" << std::endl;

@@ -87,7 +87,11 @@ absl::Status JobManager::Load() {
       const absl::Time now = absl::Now();
       Slot vacant;
       vacant.vacant_since = now;
-      job.servers.assign(job.status.spec().num_servers(), vacant);
+      LoadMapChange(job);  // A server move: on the old map or the new one.
+      job.servers.assign(job.status.shard_map().servers_size() > 0
+                             ? job.status.shard_map().servers_size()
+                             : job.status.spec().num_servers(),
+                         vacant);
       job.workers.assign(job.status.spec().num_workers(), vacant);
       for (size_t i = 0;
            i < job.servers.size() &&

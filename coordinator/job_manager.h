@@ -202,6 +202,20 @@ class JobManager {
   std::vector<std::string> EndedJobs(
       const std::vector<std::string>& stored_job_ids) const;
 
+  // Starts moving a RUNNING job to `num_servers` servers
+  // (job_manager_scale.cc; docs/operations.md, "Scaling a job's servers"):
+  // the first servers stay, free servers are added (durable ones unless the
+  // job's durability is MEMORY) or the last ones leave; the move then runs
+  // at a clock boundary, driven by heartbeats (JobStatus.map_change until
+  // it ends, then map_moves). Returns the job's status with the change (or
+  // unchanged when it already has num_servers). Errors: INVALID_ARGUMENT
+  // (a malformed id, num_servers < 1, more servers than the job's units),
+  // NOT_FOUND, FAILED_PRECONDITION (not RUNNING; elastic; sparse tables; a
+  // move in progress; a server place vacant), RESOURCE_EXHAUSTED (too few
+  // free servers).
+  absl::StatusOr<v1::JobStatus> Scale(const std::string& job_id,
+                                      int num_servers);
+
   // Every registered node (job_manager_nodes.cc): servers first, each role in
   // node id order; its role, address, job and place, and its last heartbeat.
   std::vector<v1::NodeInfo> ListNodes() const;
@@ -239,6 +253,11 @@ class JobManager {
     // workers said (in a heartbeat) that they are ready to train it (data
     // loaded). Servers are told of the change only once all are.
     std::set<int> joiners_ready;
+    // A server move in progress (job_manager_scale.cc): the frontiers the
+    // current map's servers reported, and the new map's servers that
+    // reported their units staged, by server index.
+    std::map<int, int64_t> map_frontiers;
+    std::set<int> map_staged;
   };
   // A submitted job whose record is not durable yet.
   struct Submitting {
@@ -380,6 +399,25 @@ class JobManager {
   // The reports of the places that have not left (for an elastic job; all
   // of them otherwise), place 0's first.
   static std::vector<v1::ProgressReport> MemberReports(const Job& job);
+  // Server moves (job_manager_scale.cc). Why `job` cannot move to
+  // `num_servers` servers now (OK if it can).
+  absl::Status CheckScalable(const Job& job, int num_servers) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a server's report on the move in progress, and advances it.
+  void RecordMapChangeAck(Job& job, int index, const v1::HeldAssignment& held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the boundary once every current server reported its frontier,
+  // commits once every new server staged, abandons when a server is lost.
+  void AdvanceMapChange(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the move in progress without a change of map.
+  void AbandonMapChange(Job& job, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the decision; once durable, FinishMapChange.
+  void CommitMapChange(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts the new map in effect and releases the servers that left.
+  void FinishMapChange(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At load: finishes a committed move, abandons another.
+  void LoadMapChange(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives `node_id` the place `index` of `role` in `job`.
   void Attach(Job& job, v1::NodeRole role, int index,
               const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

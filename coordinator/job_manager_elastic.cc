@@ -118,6 +118,8 @@ std::vector<int> JobManager::DroppablePlaces(const Job& job,
 void JobManager::RecoverElastic(Job& job, absl::Time now) {
   const v1::JobSpec& spec = job.status.spec();
   if (!IsElastic(spec) || job.status.membership().empty()) return;
+  // No membership change while the job's servers move.
+  if (job.status.map_change().version() != 0) return;
   if (job.status.membership_pending().version() != 0) {
     // Places lost meanwhile are dropped by the next change (the job does
     // not fail for them: DroppablePlaces).

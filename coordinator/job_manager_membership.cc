@@ -219,6 +219,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
       // Elastic jobs: a server's report on a membership change, or a
       // joining worker's readiness.
       RecordMembershipAck(job, node.role, node.index, held);
+      // A server's report on a move of the job's servers.
+      if (node.role == v1::SERVER) RecordMapChangeAck(job, node.index, held);
     }
     *response.add_assignments() = AssignmentOf(job, node.index, node.role);
   }
@@ -237,6 +239,9 @@ v1::Assignment JobManager::AssignmentOf(const Job& job, int index,
   if (job.status.membership_pending().version() != 0 &&
       (role == v1::WORKER || JoinersReady(job))) {
     *a.mutable_membership_pending() = job.status.membership_pending();
+  }
+  if (role == v1::SERVER && job.status.map_change().version() != 0) {
+    *a.mutable_map_change() = job.status.map_change();
   }
   return a;
 }

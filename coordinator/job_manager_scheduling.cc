@@ -55,6 +55,8 @@ void JobManager::Recover(absl::Time now) {
     // Elastic jobs drop lost workers after the grace, and take free ones;
     // places lost while a change is in progress wait for the next one.
     RecoverElastic(job, now);
+    // A server move: abandoned when one of its servers was lost.
+    AdvanceMapChange(job);
     const std::vector<int> droppable = DroppablePlaces(job, now);
     for (const auto& [slots, role] :
          {std::pair{&job.servers, v1::SERVER}, {&job.workers, v1::WORKER}}) {

@@ -27,6 +27,26 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
       });
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::ScaleJob(
+    grpc::CallbackServerContext* ctx, const v1::ScaleJobRequest* request,
+    v1::ScaleJobResponse* response) {
+  const absl::Time start = absl::Now();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const absl::Status allowed =
+      authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
+  absl::StatusOr<v1::JobStatus> job =
+      allowed.ok()
+            ? manager_->Scale(request->job_id(), request->num_servers())
+            : absl::StatusOr<v1::JobStatus>(allowed);
+  const grpc::Status result = ToGrpcStatus(job.status());
+  if (job.ok()) *response->mutable_job() = *std::move(job);
+  metrics_->Record("ScaleJob", result.error_code(), request->ByteSizeLong(),
+                   result.ok() ? response->ByteSizeLong() : 0,
+                   absl::ToDoubleSeconds(absl::Now() - start));
+  reactor->Finish(result);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {

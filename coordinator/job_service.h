@@ -37,6 +37,10 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
+  // A ScaleJobRequest (JobManager::Scale); answers a ScaleJobResponse.
+  grpc::ServerUnaryReactor* ScaleJob(grpc::CallbackServerContext* ctx,
+                                     const v1::ScaleJobRequest* request,
+                                     v1::ScaleJobResponse* response) override;
   // A GetJobRequest; answers a JobStatus.
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
                                    const grpc::ByteBuffer* request,

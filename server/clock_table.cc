@@ -67,6 +67,35 @@ int64_t ClockTable::Freeze(int64_t version, const std::vector<int>& leaving) {
   return frontier_;
 }
 
+int64_t ClockTable::FreezeForMove(int64_t version) {
+  if (move_version_ == version) return move_frontier_;
+  int64_t frontier = min_clock_;
+  for (int p = 0; p < num_workers(); ++p) {
+    frontier = std::max(frontier, Recorded(p));
+  }
+  move_version_ = version;
+  move_frontier_ = frontier;
+  return move_frontier_;
+}
+
+void ClockTable::SetMoveBoundary(int64_t version, int64_t clock) {
+  if (move_version_ != version) FreezeForMove(version);
+  move_frontier_ = std::max(move_frontier_, clock);
+}
+
+void ClockTable::EndMove() {
+  move_version_ = 0;
+  move_frontier_ = 0;
+}
+
+bool ClockTable::AllAt(int64_t clock) const {
+  for (int p = 0; p < num_workers(); ++p) {
+    if (!Counted(p)) continue;
+    if (clocks_[p] != clock || Recorded(p) != clock) return false;
+  }
+  return true;
+}
+
 int64_t ClockTable::Recorded(int place) const {
   if (place < 0 || place >= num_workers()) return 0;
   return clocks_[place] + (bulk_synchronous_ && bsp_pushed_[place] ? 1 : 0);
@@ -137,6 +166,12 @@ absl::StatusOr<PushDisposition> ClockTable::CheckPush(int worker,
         "clock: worker ", worker, " pushed clock ", clock,
         " but the server has recorded its pushes only up to clock ",
         expected - 1));
+  }
+  if (move_version_ != 0 && clock >= move_frontier_) {
+    return absl::UnavailableError(absl::StrCat(
+        "clock: the job's servers are moving (shard map version ",
+        move_version_, "); pushes from clock ", move_frontier_,
+        " wait for it (retry)"));
   }
   if (frozen_version_ != 0 && clock >= frontier_) {
     return absl::UnavailableError(

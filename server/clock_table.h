@@ -57,6 +57,22 @@ class ClockTable {
   int64_t frozen_version() const { return frozen_version_; }
   // The frontier Freeze returned.
   int64_t frontier() const { return frontier_; }
+  // Server moves (docs/consistency.md, "Server moves"): refuses every push
+  // at or beyond a frontier (UNAVAILABLE: retry) until EndMove, whatever
+  // the membership. FreezeForMove sets the frontier as Freeze computes it,
+  // once per `version` (later calls return it unchanged); SetMoveBoundary
+  // sets it to the clock every server agreed on (at least this server's).
+  int64_t FreezeForMove(int64_t version);
+  void SetMoveBoundary(int64_t version, int64_t clock);
+  void EndMove();
+  // The move's version applied (0: none) and its frontier.
+  int64_t move_version() const { return move_version_; }
+  int64_t move_frontier() const { return move_frontier_; }
+  // True when every place still training has pushed every clock below
+  // `clock` and none beyond it (all at `clock`): the state is that of the
+  // boundary.
+  bool AllAt(int64_t clock) const;
+
   // The first clock whose push from `place` is not recorded here (a BSP push
   // of the current clock counts as recorded: it is in the clock's sum).
   int64_t Recorded(int place) const;
@@ -132,6 +148,8 @@ class ClockTable {
   MembershipHistory history_;   // Committed changes (elastic jobs).
   int64_t frozen_version_ = 0;  // Proposal applied (0: none).
   int64_t frontier_ = 0;
+  int64_t move_version_ = 0;  // Server move applied (0: none).
+  int64_t move_frontier_ = 0;
 };
 
 }  // namespace ps

@@ -1,5 +1,6 @@
 #include "server/parameter_manager.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +15,10 @@ ParameterManager::ParameterManager(ShardStore* store, ServerMetrics* metrics,
       metrics_(metrics),
       job_options_(job_options),
       deleter_(store),
-      exporter_(store, metrics) {}
+      exporter_(store, metrics),
+      mover_(store, [this](const v1::FetchUnitsRequest& request) {
+        return FetchUnits(request);
+      }) {}
 
 ParameterManager::~ParameterManager() { Shutdown(); }
 
@@ -22,7 +26,7 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
     const std::vector<v1::Assignment>& assignments) {
   std::vector<absl::Status> errors;
   std::set<std::string> wanted;
-  std::vector<std::shared_ptr<ServerJob>> unloaded;
+  std::vector<std::pair<std::shared_ptr<ServerJob>, absl::Status>> unloaded;
   for (const v1::Assignment& a : assignments) {
     wanted.insert(a.job_id());
     std::shared_ptr<ServerJob> previous;
@@ -30,6 +34,8 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
     {
       absl::MutexLock lock(&mu_);
       auto it = jobs_.find(a.job_id());
+      // A server being added by a move serves nothing until it commits.
+      if (NoteMoveLocked(a)) continue;
       if (it != jobs_.end()) {
         if (it->second->assignment().shard_map().version() ==
             a.shard_map().version()) {
@@ -45,17 +51,21 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
       // Elastic jobs: a membership change, or one in progress (applied
       // without mu_: it answers the requests the change lets through).
       ServerJob::MembershipReport report = same->ApplyMembership(a);
+      ServerJob::MoveReport move = same->ApplyMapChange(a);
       absl::MutexLock lock(&mu_);
       RecordMembershipLocked(a.job_id(), std::move(report));
+      RecordMoveLocked(a.job_id(), move);
       continue;
     }
     // Closing writes out the old job's log and snapshot, which the reopen
     // reads.
     if (previous != nullptr) {
-      previous->Close(absl::AbortedError("the job's shard map changed"));
+      previous->Close(absl::FailedPreconditionError(absl::StrCat(
+          "map_version: job ", a.job_id(), "'s shard map changed to version ",
+          a.shard_map().version(), " on this server; fetch the new map")));
     }
     // Opening reads or initialises shards; do it without holding mu_.
-    auto job = ServerJob::Open(a, store_, metrics_, job_options_);
+    auto job = OpenJob(a);
     if (!job.ok()) {
       errors.push_back(absl::Status(
           job.status().code(),
@@ -65,8 +75,11 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
     PS_LOG_INFO("job ", a.job_id(), ": serving as server ", a.index(), " of ",
                 a.shard_map().servers_size());
     ServerJob::MembershipReport report = (*job)->ApplyMembership(a);
+    ServerJob::MoveReport move = (*job)->ApplyMapChange(a);
     absl::MutexLock lock(&mu_);
     RecordMembershipLocked(a.job_id(), std::move(report));
+    RecordMoveLocked(a.job_id(), move);
+    moved_away_.erase(a.job_id());
     jobs_[a.job_id()] = *std::move(job);
   }
   {
@@ -78,12 +91,16 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
       }
       PS_LOG_INFO("job ", it->first, ": no longer assigned, unloading");
       membership_reports_.erase(it->first);
-      unloaded.push_back(std::move(it->second));
+      unloaded.emplace_back(std::move(it->second),
+                            UnloadReasonLocked(it->first));
       it = jobs_.erase(it);
     }
     metrics_->jobs.Set(jobs_.size());
   }
-  for (auto& job : unloaded) job->Close(absl::AbortedError("job ended"));
+  for (auto& [job, reason] : unloaded) job->Close(reason);
+  // After the opens, which may take a staged copy: moves no longer listed
+  // are forgotten, and their copies deleted.
+  mover_.Sync(assignments);
   return errors;
 }
 
@@ -114,6 +131,15 @@ absl::StatusOr<std::shared_ptr<ServerJob>> ParameterManager::Find(
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
+    if (auto moved = moved_away_.find(job_id); moved != moved_away_.end()) {
+      return MovedAway(job_id, moved->second);
+    }
+    if (move_reports_.contains(job_id)) {
+      // A server added by a move, not serving the job yet.
+      return absl::UnavailableError(
+          absl::StrCat("job_id: job \"", job_id,
+                       "\" is moving to this server; not served yet (retry)"));
+    }
     return absl::NotFoundError(absl::StrCat("job_id: job \"", job_id,
                                             "\" is not held by this server"));
   }
@@ -177,6 +203,12 @@ void ParameterManager::Seed(const v1::SeedRequest& request,
 absl::StatusOr<std::vector<std::string>> ParameterManager::StoredJobs() const {
   auto stored = store_->ListJobs();
   if (!stored.ok()) return stored.status();
+  // A move's staged copy counts as its job's shards (a server added by a
+  // move holds the job from then on, also if it restarts before taking
+  // the copy over); it is no job of its own.
+  for (std::string& id : *stored) id = UnitMover::JobOfStagedId(id);
+  std::sort(stored->begin(), stored->end());
+  stored->erase(std::unique(stored->begin(), stored->end()), stored->end());
   if (stored->size() > kMaxReportedStoredJobs) {
     stored->erase(stored->begin(), stored->end() - kMaxReportedStoredJobs);
   }
@@ -210,6 +242,7 @@ void ParameterManager::Shutdown() {
     absl::MutexLock lock(&mu_);
     jobs.swap(jobs_);
   }
+  mover_.Stop();
   for (auto& [id, job] : jobs) {
     job->Close(absl::UnavailableError("parameter server shutting down"));
   }

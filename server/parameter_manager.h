@@ -15,6 +15,7 @@
 #include "server/row_export.h"
 #include "server/server_job.h"
 #include "server/shard_store.h"
+#include "server/unit_mover.h"
 
 namespace ps {
 
@@ -73,6 +74,18 @@ class ParameterManager {
   // now, or being exported, is left alone.
   void DeleteEndedJobs(const std::vector<std::string>& job_ids);
 
+  // Server moves (docs/durability.md, "A server move"; these are in
+  // server/parameter_manager_move.cc). How units are fetched from another
+  // server of a job (ParameterServer sets it; without it a move waits).
+  void SetRemoteFetch(UnitMover::RemoteFetch fetch);
+  // Another server's copy of units of a job this server serves
+  // (ServerJob::ExportUnits); NOT_FOUND if it does not serve the job.
+  absl::StatusOr<v1::FetchUnitsResponse> FetchUnits(
+      const v1::FetchUnitsRequest& request) const;
+  // Jobs with a move in progress: what this server reports of it in its
+  // heartbeats (HeldAssignment's map_* fields), one entry per job.
+  std::vector<v1::HeldAssignment> MoveReports() const;
+
   // Unloads every job, failing waiting pulls with UNAVAILABLE, and stops
   // deleting (a deletion in progress completes first).
   void Shutdown();
@@ -93,8 +106,35 @@ class ParameterManager {
   void RecordMembershipLocked(const std::string& job_id,
                               ServerJob::MembershipReport report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves: the report of each job's move in progress; the jobs this server
+  // leaves by the move in progress (their new map's version); the jobs
+  // that left it, with that version (requests for them are refused as of
+  // a stale map, so that workers fetch the new one).
+  std::map<std::string, ServerJob::MoveReport> move_reports_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> leaving_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> moved_away_ ABSL_GUARDED_BY(mu_);
+  // Takes a move in progress of `a` (its report, whether this server leaves
+  // the job by it); true when this server is being added by it (it has
+  // nothing to serve under the current map).
+  bool NoteMoveLocked(const v1::Assignment& a)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records `job`'s report of `a`'s move (ServerJob::ApplyMapChange).
+  void RecordMoveLocked(const std::string& job_id, ServerJob::MoveReport report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The refusal of a request for a job that moved off this server.
+  static absl::Status MovedAway(const std::string& job_id, int64_t version);
+  // Opens `a`'s job: from the units staged for its map version if any (a
+  // move just committed), else as ServerJob::Open does.
+  absl::StatusOr<std::unique_ptr<ServerJob>> OpenJob(const v1::Assignment& a);
+  // Why a job unloaded now stops here (a move took it away, or it ended);
+  // records a move away.
+  absl::Status UnloadReasonLocked(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StoredJobDeleter deleter_;
   RowExporter exporter_;
+  // Declared last: its thread stops first, while the jobs are there.
+  UnitMover mover_;
 };
 
 }  // namespace ps

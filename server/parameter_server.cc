@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/net_address.h"
 #include "server/memory_shard_store.h"
+#include "server/peer_fetch.h"
 #include "server/rocksdb_shard_store.h"
 
 namespace ps {
@@ -43,6 +44,8 @@ absl::Status ParameterServer::Start() {
   }
   manager_ = std::make_unique<ParameterManager>(store_.get(), metrics_.get(),
                                                 job_options);
+  // Server moves: units are copied from the other servers of a job.
+  manager_->SetRemoteFetch(MakePeerFetch(credentials->MemberChannel()));
   service_ = std::make_unique<ParameterServiceImpl>(
       manager_.get(), rpc_metrics_.get(), push_faults_,
       Authorizer(credentials->MemberChecks()), options_.shared_payloads);
@@ -146,6 +149,18 @@ std::vector<v1::HeldAssignment> ParameterServer::HeldJobs() {
     } else {
       held.push_back(std::move(report));
     }
+  }
+  // Server moves in progress (ParameterManager::MoveReports).
+  for (const v1::HeldAssignment& report : manager_->MoveReports()) {
+    auto same = std::find_if(held.begin(), held.end(), [&](const auto& h) {
+      return h.job_id() == report.job_id();
+    });
+    v1::HeldAssignment& entry =
+        same != held.end() ? *same : held.emplace_back();
+    entry.set_job_id(report.job_id());
+    entry.set_map_change_version(report.map_change_version());
+    entry.set_map_frontier_clock(report.map_frontier_clock());
+    entry.set_map_staged_version(report.map_staged_version());
   }
   return held;
 }

@@ -300,4 +300,22 @@ grpc::ServerUnaryReactor* ParameterServiceImpl::ReadRows(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ParameterServiceImpl::FetchUnits(
+    grpc::CallbackServerContext* ctx, const v1::FetchUnitsRequest* request,
+    v1::FetchUnitsResponse* response) {
+  const absl::Time start = absl::Now();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const absl::Status allowed = authorizer_.AuthorizeMember(*ctx);
+  absl::StatusOr<v1::FetchUnitsResponse> reply =
+      allowed.ok() ? manager_->FetchUnits(*request)
+                   : absl::StatusOr<v1::FetchUnitsResponse>(allowed);
+  const grpc::Status result = ToGrpcStatus(reply.status());
+  if (reply.ok()) *response = *std::move(reply);
+  metrics_->Record("FetchUnits", result.error_code(), request->ByteSizeLong(),
+                   result.ok() ? response->ByteSizeLong() : 0,
+                   absl::ToDoubleSeconds(absl::Now() - start));
+  reactor->Finish(result);
+  return reactor;
+}
+
 }  // namespace ps

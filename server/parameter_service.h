@@ -51,14 +51,15 @@ using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 // answered from the manager's exporter thread; the caller must be a member
 // of the cluster or carry a job token that may export (JobAccess::kWrite).
 class ParameterServiceImpl final
-    : public v1::ParameterService::WithCallbackMethod_ReadRows<
+    : public v1::ParameterService::WithCallbackMethod_FetchUnits<
+          v1::ParameterService::WithCallbackMethod_ReadRows<
           v1::ParameterService::WithCallbackMethod_Seed<
               v1::ParameterService::WithRawCallbackMethod_Push<
                   v1::ParameterService::WithRawCallbackMethod_Pull<
                       v1::ParameterService::WithRawCallbackMethod_PushShared<
                           v1::ParameterService::
                               WithRawCallbackMethod_PullShared<
-                                  v1::ParameterService::Service>>>>>> {
+                                  v1::ParameterService::Service>>>>>>> {
  public:
   // `manager` and `metrics` must outlive the service.
   ParameterServiceImpl(ParameterManager* manager, RpcMetrics* metrics,
@@ -78,6 +79,11 @@ class ParameterServiceImpl final
   grpc::ServerUnaryReactor* ReadRows(grpc::CallbackServerContext* ctx,
                                      const v1::ReadRowsRequest* request,
                                      v1::ReadRowsResponse* response) override;
+  // A server move's copy of units (ParameterManager::FetchUnits), from
+  // another member of the cluster; answered at once.
+  grpc::ServerUnaryReactor* FetchUnits(
+      grpc::CallbackServerContext* ctx, const v1::FetchUnitsRequest* request,
+      v1::FetchUnitsResponse* response) override;
   grpc::ServerUnaryReactor* PushShared(grpc::CallbackServerContext* ctx,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;

@@ -27,10 +27,15 @@ namespace {
 std::string JobMeta(const v1::Assignment& assignment) {
   v1::Assignment meta = assignment;
   meta.clear_index();
+  meta.clear_map_change();  // A move in progress is no part of the job's.
   return meta.SerializeAsString();
 }
 
 }  // namespace
+
+std::string StoredJobMeta(const v1::Assignment& assignment) {
+  return JobMeta(assignment);
+}
 
 ServerJob::ServerJob(const v1::Assignment& assignment, ShardStore* store,
                      ServerMetrics* metrics, const ServerJobOptions& options,
@@ -70,7 +75,7 @@ ServerJob::~ServerJob() {
 
 absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
     const v1::Assignment& assignment, ShardStore* store, ServerMetrics* metrics,
-    const ServerJobOptions& options) {
+    const ServerJobOptions& options, StoredJob* initial) {
   // As given: the coordinator completes every spec with its defaults
   // (ApplyJobSpecDefaults at submit, and at load for one stored before a
   // default existed); an incomplete one is refused here naming the field.
@@ -108,7 +113,11 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
   job->sparse_ = *std::move(sparse);
   const bool from_file = !spec.init_from().empty();
   if (store == nullptr) {
-    if (from_file) PS_RETURN_IF_ERROR(job->LoadInitialModel());
+    if (initial != nullptr) {
+      PS_RETURN_IF_ERROR(job->Restore(std::move(*initial)));
+    } else if (from_file) {
+      PS_RETURN_IF_ERROR(job->LoadInitialModel());
+    }
     return job;
   }
   ServerJob* const raw = job.get();
@@ -119,6 +128,9 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
             raw->OnDurable(sequence, status);
           }));
 
+  if (initial != nullptr) {
+    return AdoptMoved(std::move(job), store, std::move(*initial));
+  }
   auto stored = store->Load(assignment.job_id());
   if (stored.ok()) {
     if (stored->meta != JobMeta(assignment)) {
@@ -272,8 +284,15 @@ int64_t ServerJob::min_clock() const {
 }
 
 absl::Status ServerJob::CheckRequest(int64_t map_version) const {
-  if (!closed_.ok()) return closed_;
   const int64_t current = assignment_.shard_map().version();
+  if (map_version > current) {
+    // A server move committed that this server has not taken yet (this
+    // job may be closing for it: its reason is for older requests).
+    return absl::UnavailableError(
+        absl::StrCat("map_change: request has shard map version ", map_version,
+                     ", this server still has version ", current, " (retry)"));
+  }
+  if (!closed_.ok()) return closed_;
   if (map_version != current) {
     return absl::FailedPreconditionError(
         absl::StrCat("map_version: request has shard map version ", map_version,

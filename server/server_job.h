@@ -57,6 +57,11 @@ struct ServerJobOptions {
   SparseMemoryBudget* sparse_budget = nullptr;
 };
 
+// The job's metadata as the store keeps it (ShardStore::PutJobMeta): the
+// assignment without this server's index or a move in progress; a stored
+// job whose metadata differs is not opened. Thread-safe.
+std::string StoredJobMeta(const v1::Assignment& assignment);
+
 // Thread-safe. Pulls that must wait for slower workers, and BSP pushes that
 // wait for their clock, are completed later, from the thread whose push let
 // them through.
@@ -81,9 +86,15 @@ class ServerJob {
   // not fit it), DATA_LOSS if stored blocks or log records do not match the
   // shard map (or the init_from file is damaged), NOT_FOUND for a missing
   // init_from file, and the store's errors.
+  // With `initial` (a server move: the units this server owns under the
+  // assignment's map, copied at the move's boundary), the job starts from
+  // that state instead, and unless durability is MEMORY the store's copy of
+  // the job is replaced by it (deleted, then written as the first snapshot,
+  // before Open returns).
   static absl::StatusOr<std::unique_ptr<ServerJob>> Open(
       const v1::Assignment& assignment, ShardStore* store,
-      ServerMetrics* metrics, const ServerJobOptions& options = {});
+      ServerMetrics* metrics, const ServerJobOptions& options = {},
+      StoredJob* initial = nullptr);
 
   // Closes the job (see Close).
   ~ServerJob();
@@ -190,6 +201,28 @@ class ServerJob {
   // Thread-safe; does not block on the disk.
   MembershipReport ApplyMembership(const v1::Assignment& assignment);
 
+  // Server moves (server/server_job_move.cc; docs/consistency.md, "Server
+  // moves"). What a server reports of a move in progress: the change's
+  // version it froze for (0: none) and its frontier.
+  struct MoveReport {
+    int64_t version = 0;
+    int64_t frontier = 0;
+  };
+  // Takes the coordinator's change of the job's servers from `assignment`
+  // (Assignment.map_change): freezes this server's frontier for a new one
+  // (no push at or beyond it is taken: UNAVAILABLE, retry), raises it to
+  // the agreed boundary once set, and ends the freeze when the assignment
+  // lists no change (the move was abandoned). Thread-safe; does not block.
+  MoveReport ApplyMapChange(const v1::Assignment& assignment);
+  // The state of the units `request.keys` at the move's boundary, with
+  // every place's clock, once every place's clock here is the boundary and
+  // durable. Errors: UNAVAILABLE (not drained yet, or this server has not
+  // taken that move or boundary yet: retry), INVALID_ARGUMENT (a key this
+  // server does not hold), the Close reason. Thread-safe; copies under the
+  // job's lock.
+  absl::StatusOr<v1::FetchUnitsResponse> ExportUnits(
+      const v1::FetchUnitsRequest& request) const;
+
   const std::string& job_id() const { return job_id_; }
   // The job's assignment as this server got it.
   const v1::Assignment& assignment() const { return assignment_; }
@@ -212,6 +245,10 @@ class ServerJob {
             std::unique_ptr<Optimizer> optimizer, int64_t staleness);
   // Loads a snapshot and replays the update log that follows it.
   absl::Status Restore(StoredJob stored);
+  // Open's end for a server move: the store's copy of the job is replaced
+  // by `initial` (server/server_job_move.cc).
+  static absl::StatusOr<std::unique_ptr<ServerJob>> AdoptMoved(
+      std::unique_ptr<ServerJob> job, ShardStore* store, StoredJob initial);
   // The job's initial values from the model file of spec.init_from: the
   // dense blocks and the rows of the buckets this server holds (ids hashed
   // with this job's num_buckets), with fresh optimizer state

@@ -236,6 +236,16 @@ absl::Status Trainer::Train() {
   PS_ASSIGN_OR_RETURN(Dataset train, LoadData());
   PS_RETURN_IF_ERROR(BuildModelAndClient());
   if (IsElastic(assignment_.spec())) return TrainElastic(train);
+  while (true) {
+    absl::Status status = TrainUnderMap(train);
+    // A server move: the servers refuse the old map once the new one is in
+    // effect; go on under the new one from the clock they recorded.
+    if (stop_ || !IsMapChange(status)) return status;
+    PS_RETURN_IF_ERROR(FollowMapChange());
+  }
+}
+
+absl::Status Trainer::TrainUnderMap(const Dataset& train) {
   PS_ASSIGN_OR_RETURN(Plan plan, MakePlan(train));
 
   const v1::JobSpec& spec = assignment_.spec();
@@ -410,7 +420,7 @@ absl::StatusOr<Trainer::Plan> Trainer::MakePlan(
         " samples)"));
   }
   const int64_t total_clocks = steps * spec.epochs();
-  if (!options_.ack_log.empty()) {
+  if (!options_.ack_log.empty() && !ack_log_.is_open()) {
     ack_log_.open(options_.ack_log, std::ios::app);
     if (!ack_log_) {
       return absl::UnavailableError(

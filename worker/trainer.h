@@ -175,6 +175,13 @@ class Trainer {
                          StepFunction step_at);
   // Loads data, builds the model and client, plans, then runs the steps.
   absl::Status Train();
+  // Train for a fixed-size dense job under one shard map: plans from the
+  // servers' resume clock and runs the clocks.
+  absl::Status TrainUnderMap(const Dataset& train);
+  // Server moves (worker/trainer_scale.cc): waits (while not stopped, up to
+  // two minutes) for an assignment whose shard map is newer than the
+  // client's, and installs a client for it. DEADLINE_EXCEEDED if none.
+  absl::Status FollowMapChange();
   // Train for an elastic job (worker/trainer_elastic.cc): plans under the
   // latest membership (ElasticPlan), runs the clocks from the servers'
   // resume clock, and re-plans whenever the servers refuse a request
@@ -307,9 +314,15 @@ class Trainer {
   // The latest assignment offered (OfferAssignment); starts as assignment_.
   absl::Mutex latest_mu_;
   v1::Assignment latest_ ABSL_GUARDED_BY(latest_mu_);
+  // The shard map version the client plans under (server moves).
+  int64_t client_map_version_ = assignment_.shard_map().version();
   Dataset test_;
   std::vector<std::vector<float>> params_;
 };
+
+// True for a server's refusal of a request made under an older shard map
+// (a server move: "map_version: ..."); the worker fetches the new map.
+bool IsMapChange(const absl::Status& status);
 
 }  // namespace ps
 
