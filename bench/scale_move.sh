@@ -65,12 +65,14 @@ POLLER=$!
 "$PSCTL" --coordinator="$COORDINATOR" submit "$RUN_DIR/job.json" >"$RUN_DIR/submit.out"
 JOB=$(sed -n 's/^submitted \(job-[0-9]*\)$/\1/p' "$RUN_DIR/submit.out")
 get() { "$PSCTL" --coordinator="$COORDINATOR" get "$JOB" >"$RUN_DIR/get.json"; }
+# Worker 0's last acknowledged clock (its ack log; progress reports lag).
 clock() {
-  get
-  python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1])).get("progress",{}).get("clock",0)))' "$RUN_DIR/get.json"
+  local last
+  last=$(tail -n 1 "$RUN_DIR/acks.log" 2>/dev/null | awk '{ print $3 }')
+  echo "${last:-0}"
 }
 wait_clock() {
-  while [ "$(clock)" -lt "$1" ]; do sleep 0.2; done
+  while [ "$(clock)" -lt "$1" ]; do sleep 0.05; done
 }
 wait_clock 50
 for _ in $(seq 1 "$MOVES"); do

@@ -131,14 +131,14 @@ absl::StatusOr<std::shared_ptr<ServerJob>> ParameterManager::Find(
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    if (auto moved = moved_away_.find(job_id); moved != moved_away_.end()) {
-      return MovedAway(job_id, moved->second);
-    }
     if (move_reports_.contains(job_id)) {
-      // A server added by a move, not serving the job yet.
+      // A server added by a move (perhaps again), not serving the job yet.
       return absl::UnavailableError(
           absl::StrCat("job_id: job \"", job_id,
                        "\" is moving to this server; not served yet (retry)"));
+    }
+    if (auto moved = moved_away_.find(job_id); moved != moved_away_.end()) {
+      return MovedAway(job_id, moved->second);
     }
     return absl::NotFoundError(absl::StrCat("job_id: job \"", job_id,
                                             "\" is not held by this server"));

@@ -64,6 +64,7 @@ bool ParameterManager::NoteMoveLocked(const v1::Assignment& a) {
   // mover; it serves the job once the new map is in effect.
   if (a.index() >= a.shard_map().servers_size()) {
     move_reports_[a.job_id()] = {};
+    moved_away_.erase(a.job_id());  // Added again after it left.
     return true;
   }
   return false;

@@ -285,7 +285,7 @@ int64_t ServerJob::min_clock() const {
 
 absl::Status ServerJob::CheckRequest(int64_t map_version) const {
   const int64_t current = assignment_.shard_map().version();
-  if (map_version > current) {
+  if (map_version > current && map_version == clocks_.move_version()) {
     // A server move committed that this server has not taken yet (this
     // job may be closing for it: its reason is for older requests).
     return absl::UnavailableError(
