@@ -108,7 +108,7 @@ WireMessage ServerJob::PullReplyLocked(int64_t clock, bool final,
   // min_clock: their clocks are min_clock + 1 (a fixed-size job's).
   const std::vector<int64_t> clocks(clocks_.clocks().size(), clock);
   return table_->EncodeReply(keys.blocks, clock, clocks, reply_buffers_.get(),
-                             allocate, {});
+                             allocate, {}, keys.encoding);
 }
 
 bool ServerJob::PartDurableLocked(const ParkedPush& push) const {
