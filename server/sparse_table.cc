@@ -140,11 +140,24 @@ void SparseTable::Read(std::span<const uint64_t> keys, float* out) const {
     return;
   }
   const size_t dim = static_cast<size_t>(dim_);
+  // A pipeline over a large table: the index entry of key i + 2 * kAhead and
+  // the row of key i + kAhead are fetched while row i is copied.
+  constexpr size_t kAhead = 8;
+  uint32_t ahead[kAhead];
+  const auto look_up = [this, keys](size_t j) {
+    if (j + kAhead < keys.size()) slots_.prefetch(keys[j + kAhead]);
+    auto it = slots_.find(keys[j]);
+    if (it == slots_.end()) return kNoSlot;
+    __builtin_prefetch(RowAt(it->second));
+    return it->second;
+  };
+  for (size_t j = 0; j < kAhead && j < keys.size(); ++j) ahead[j] = look_up(j);
   for (size_t i = 0; i < keys.size(); ++i) {
     float* row = out + i * dim;
-    auto it = slots_.find(keys[i]);
-    if (it != slots_.end()) {
-      std::memcpy(row, RowAt(it->second), dim * sizeof(float));
+    const uint32_t slot = ahead[i % kAhead];
+    if (i + kAhead < keys.size()) ahead[i % kAhead] = look_up(i + kAhead);
+    if (slot != kNoSlot) {
+      std::memcpy(row, RowAt(slot), dim * sizeof(float));
     } else if (unconditional_admission()) {
       init_.Fill(keys[i], std::span<float>(row, dim));
     } else {
@@ -172,28 +185,39 @@ void SparseTable::Accumulate(std::span<const uint64_t> keys,
   }
 }
 
-SparseTable::RowsView SparseTable::AveragedRows(int num_workers) {
+void SparseTable::AveragedRowsInto(int num_workers, std::vector<uint64_t>* keys,
+                                   std::vector<float>* values) {
   PS_CHECK(num_workers >= 1, "sparse table: num_workers ", num_workers);
   const size_t dim = static_cast<size_t>(dim_);
-  std::vector<uint32_t> order(acc_keys_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
-  std::sort(order.begin(), order.end(), [this](uint32_t a, uint32_t b) {
-    return acc_keys_[a] < acc_keys_[b];
-  });
-  avg_keys_.resize(order.size());
-  avg_values_.resize(order.size() * dim);
+  // (key, index) pairs sorted in place: no indirection in the comparisons.
+  order_.resize(acc_keys_.size());
+  for (size_t i = 0; i < order_.size(); ++i) {
+    order_[i] = {acc_keys_[i], static_cast<uint32_t>(i)};
+  }
+  std::sort(order_.begin(), order_.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  keys->resize(order_.size());
+  values->resize(order_.size() * dim);
   const auto n = static_cast<float>(num_workers);
-  for (size_t i = 0; i < order.size(); ++i) {
-    avg_keys_[i] = acc_keys_[order[i]];
-    const float* sum = acc_sums_.data() + size_t{order[i]} * dim;
-    float* avg = avg_values_.data() + i * dim;
+  for (size_t i = 0; i < order_.size(); ++i) {
+    (*keys)[i] = order_[i].first;
+    const float* sum = acc_sums_.data() + size_t{order_[i].second} * dim;
+    float* avg = values->data() + i * dim;
     for (size_t j = 0; j < dim; ++j) avg[j] = sum[j] / n;
   }
+}
+
+SparseTable::RowsView SparseTable::AveragedRows(int num_workers) {
+  AveragedRowsInto(num_workers, &avg_keys_, &avg_values_);
   return RowsView{.keys = avg_keys_, .values = avg_values_};
 }
 
 void SparseTable::ClearAccumulated() {
+  // absl's clear() frees a large array: reserve what this clock used, so
+  // that the next clock's sums do not grow the index step by step.
+  const size_t used = acc_keys_.size();
   acc_index_.clear();
+  if (used > 0) acc_index_.reserve(used);
   acc_keys_.clear();
   acc_sums_.clear();
 }
@@ -407,67 +431,84 @@ void SparseTable::MaybeCompactOrders() {
 }
 
 std::vector<StoredBlock> SparseTable::Snapshot() const {
-  struct Contents {
-    std::vector<uint64_t> rows;
-    std::vector<uint64_t> pending;
-    // Rows in the tier: ids ascending, their stored bytes.
-    std::vector<const std::pair<uint64_t, std::string>*> cold;
-  };
-  std::map<uint32_t, Contents> buckets;
-  for (uint32_t b = 0; b < num_buckets_; ++b) {
-    if (held_[b]) buckets[b];
-  }
-  for (const auto& [id, slot] : slots_) {
-    buckets[BucketOfId(id, table_index_, num_buckets_)].rows.push_back(id);
-  }
-  for (const auto& [id, count] : pending_) {
-    buckets[BucketOfId(id, table_index_, num_buckets_)].pending.push_back(id);
-  }
+  // Every row (hot, and cold from the tier) once, grouped by bucket with a
+  // counting sort, then ids ascending within each bucket.
   const std::vector<std::pair<uint64_t, std::string>> cold = ColdRows();
-  for (const auto& row : cold) {
-    buckets[BucketOfId(row.first, table_index_, num_buckets_)].cold.push_back(
-        &row);
+  struct Entry {
+    uint64_t id;
+    uint32_t ref;   // Slot of a hot row, index into `cold` of a cold one.
+    uint32_t cold;  // 1: a cold row.
+  };
+  const size_t n = slots_.size() + cold.size();
+  std::vector<uint32_t> bucket_of(n);
+  std::vector<uint32_t> start(size_t{num_buckets_} + 1, 0);
+  std::vector<Entry> unsorted;
+  unsorted.reserve(n);
+  for (const auto& [id, slot] : slots_) unsorted.push_back({id, slot, 0});
+  for (size_t i = 0; i < cold.size(); ++i) {
+    unsorted.push_back({cold[i].first, static_cast<uint32_t>(i), 1});
   }
+  for (size_t i = 0; i < n; ++i) {
+    bucket_of[i] = BucketOfId(unsorted[i].id, table_index_, num_buckets_);
+    ++start[bucket_of[i] + 1];
+  }
+  for (uint32_t b = 0; b < num_buckets_; ++b) start[b + 1] += start[b];
+  std::vector<Entry> entries(n);
+  {
+    std::vector<uint32_t> next(start.begin(), start.end() - 1);
+    for (size_t i = 0; i < n; ++i) entries[next[bucket_of[i]]++] = unsorted[i];
+  }
+  unsorted = std::vector<Entry>();
+  // Pending ids (admission counts), by bucket then id.
+  std::vector<std::pair<uint32_t, uint64_t>> pending;
+  pending.reserve(pending_.size());
+  for (const auto& [id, count] : pending_) {
+    pending.emplace_back(BucketOfId(id, table_index_, num_buckets_), id);
+  }
+  std::sort(pending.begin(), pending.end());
+
   std::vector<StoredBlock> blocks;
-  blocks.reserve(buckets.size());
   std::vector<float> floats(stride());
-  for (auto& [bucket, contents] : buckets) {
-    StoredBlock& block = blocks.emplace_back();
-    block.key = BucketKey(table_index_, bucket);
-    if (contents.rows.empty() && contents.pending.empty() &&
-        contents.cold.empty()) {
-      continue;
+  size_t p = 0;
+  for (uint32_t b = 0; b < num_buckets_; ++b) {
+    const size_t rows = start[b + 1] - start[b];
+    size_t pending_end = p;
+    while (pending_end < pending.size() && pending[pending_end].first == b) {
+      ++pending_end;
     }
-    std::sort(contents.rows.begin(), contents.rows.end());
-    std::sort(contents.pending.begin(), contents.pending.end());
+    if (!held_[b] && rows == 0 && pending_end == p) continue;
+    StoredBlock& block = blocks.emplace_back();
+    block.key = BucketKey(table_index_, b);
+    if (rows == 0 && pending_end == p) continue;
+    Entry* first = entries.data() + start[b];
+    std::sort(first, first + rows,
+              [](const Entry& x, const Entry& y) { return x.id < y.id; });
     AppendSparseBucketHeader(
         static_cast<uint8_t>(optimizer_.kind()), static_cast<uint32_t>(dim_),
-        static_cast<uint32_t>(state_floats_),
-        static_cast<uint32_t>(contents.rows.size() + contents.cold.size()),
-        static_cast<uint32_t>(contents.pending.size()), &block.rows);
-    // Hot and cold rows merged, ids ascending (an id is one or the other).
-    size_t h = 0;
-    size_t c = 0;
-    while (h < contents.rows.size() || c < contents.cold.size()) {
-      if (c == contents.cold.size() ||
-          (h < contents.rows.size() &&
-           contents.rows[h] < contents.cold[c]->first)) {
-        const uint64_t id = contents.rows[h++];
-        const uint32_t slot = slots_.at(id);
-        const RowMeta meta = Meta(slot);
-        AppendSparseBucketRow(id, meta.clock, meta.updates, RowAt(slot),
-                              stride(), &block.rows);
-      } else {
-        const auto& [id, value] = *contents.cold[c++];
-        RowMeta meta;
-        SparseTier::Decode(value, stride(), &meta.clock, &meta.updates,
-                           floats.data());
-        AppendSparseBucketRow(id, meta.clock, meta.updates, floats.data(),
-                              stride(), &block.rows);
+        static_cast<uint32_t>(state_floats_), static_cast<uint32_t>(rows),
+        static_cast<uint32_t>(pending_end - p), &block.rows);
+    block.rows.resize(SparseBucketBytes(stride(), rows, pending_end - p));
+    char* at = block.rows.data() + kSparseBucketHeaderBytes;
+    for (size_t i = 0; i < rows; ++i) {
+      if (i + 4 < rows && first[i + 4].cold == 0) {
+        __builtin_prefetch(RowAt(first[i + 4].ref) - kMetaFloats);
       }
+      const Entry& e = first[i];
+      RowMeta meta;
+      const float* row = floats.data();
+      if (e.cold == 0) {
+        meta = Meta(e.ref);
+        row = RowAt(e.ref);
+      } else {
+        SparseTier::Decode(cold[e.ref].second, stride(), &meta.clock,
+                           &meta.updates, floats.data());
+      }
+      at = PutSparseBucketRow(at, e.id, meta.clock, meta.updates, row,
+                              stride());
     }
-    for (uint64_t id : contents.pending) {
-      AppendSparseBucketPending(id, pending_.at(id), &block.rows);
+    for (; p < pending_end; ++p) {
+      at = PutSparseBucketPending(at, pending[p].second,
+                                  pending_.at(pending[p].second));
     }
   }
   return blocks;

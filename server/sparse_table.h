@@ -92,6 +92,10 @@ class SparseTable {
   };
   // Valid until ClearAccumulated or the next AveragedRows. num_workers >= 1.
   RowsView AveragedRows(int num_workers);
+  // AveragedRows written into `keys` and `values` (resized), without the
+  // table's own copy.
+  void AveragedRowsInto(int num_workers, std::vector<uint64_t>* keys,
+                        std::vector<float>* values);
   // Forgets the clock's sums.
   void ClearAccumulated();
 
@@ -291,6 +295,7 @@ class SparseTable {
   std::vector<float> acc_sums_;
   std::vector<uint64_t> avg_keys_;
   std::vector<float> avg_values_;
+  std::vector<std::pair<uint64_t, uint32_t>> order_;  // AveragedRows' sort.
 
   int64_t admissions_ = 0;
   int64_t rejections_ = 0;
