@@ -254,19 +254,23 @@ uint32_t SparseTable::AllocateSlot() {
   return slot;
 }
 
-uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
-  const uint32_t slot = tier_ != nullptr ? TakeSlot() : AllocateSlot();
-  if (slot == kNoSlot) return kNoSlot;  // Tier: memory full and pinned.
+void SparseTable::InitRow(uint32_t slot, uint64_t id, int64_t clock) {
   float* row = RowAt(slot);
   init_.Fill(id, std::span<float>(row, static_cast<size_t>(dim_)));
   std::fill(row + dim_, row + stride(), 0.0f);
   SetMeta(slot, {.clock = clock, .updates = 0});
+  MarkHeld(id);
+}
+
+uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
+  const uint32_t slot = tier_ != nullptr ? TakeSlot() : AllocateSlot();
+  if (slot == kNoSlot) return kNoSlot;  // Tier: memory full and pinned.
+  InitRow(slot, id, clock);
   slots_.emplace(id, slot);
   if (tier_ != nullptr) {
     SlotId(slot) = id;
     SlotTick(slot) = tick_;
   }
-  MarkHeld(id);
   return slot;
 }
 
@@ -324,12 +328,18 @@ void SparseTable::Apply(std::span<const uint64_t> keys,
     const uint64_t id = keys[i];
     uint32_t slot = found_[i];
     if (slot == kNoSlot) {
-      if (auto it = slots_.find(id); it != slots_.end()) {
-        slot = it->second;  // Created earlier in this call (a repeated id).
+      // One probe of the index: the row created earlier in this call (a
+      // repeated id), or the new row's entry.
+      auto [it, inserted] = slots_.try_emplace(id, kNoSlot);
+      if (!inserted) {
+        slot = it->second;
       } else if (Admit(id, clock)) {
-        slot = NewRow(id, clock);
+        slot = AllocateSlot();
+        InitRow(slot, id, clock);
+        it->second = slot;
         ++admissions_;
       } else {
+        slots_.erase(it);
         ++rejections_;
         continue;
       }

@@ -187,6 +187,9 @@ class SparseTable {
   bool Admit(uint64_t id, int64_t clock);
   // A new row for `id`: the initializer's values, zero state, no updates.
   uint32_t NewRow(uint64_t id, int64_t clock);
+  // NewRow's contents in `slot` (not indexed: the caller adds slots_'s
+  // entry), its bucket marked held.
+  void InitRow(uint32_t slot, uint64_t id, int64_t clock);
   void Evict(uint64_t id);
   // Records the row's current (clock, count) in the eviction orders.
   void Track(uint64_t id, const RowMeta& meta);
