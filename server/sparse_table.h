@@ -243,6 +243,18 @@ class SparseTable {
   std::vector<uint64_t> LiveCandidatesTiered(const OrderKey& key,
                                              std::vector<uint64_t>& group,
                                              bool by_count) const;
+  // A row of a snapshot: a hot row's slot or a cold row's index.
+  struct SnapshotEntry {
+    uint64_t id;
+    uint32_t ref;   // Slot of a hot row, index into the cold rows else.
+    uint32_t cold;  // 1: a cold row.
+  };
+  // Snapshot's grouping (server/sparse_table_snapshot.cc): every hot row and
+  // every row of `cold`, by bucket (bucket b's at [start[b], start[b + 1])),
+  // ids ascending within each.
+  std::vector<SnapshotEntry> EntriesByBucket(
+      const std::vector<std::pair<uint64_t, std::string>>& cold,
+      std::vector<uint32_t>* start) const;
   // Cold rows' (id, stored bytes), ids ascending.
   std::vector<std::pair<uint64_t, std::string>> ColdRows() const;
   // Restore's placement of checked contents under a tier.
