@@ -144,6 +144,87 @@ void BM_Read(benchmark::State& state) {
 }
 BENCHMARK(BM_Read)->Unit(benchmark::kMillisecond);
 
+// A large table (args: millions of rows held; the pull: 12,500 ids, 30 %
+// of them not yet held), as a server of a CTR job with a 10x id space sees.
+std::unique_ptr<SparseTable> LargeTable(int64_t millions, uint32_t seed) {
+  auto table = SparseTable::Create(Spec(kRowwise, 0), 0, 1, true);
+  const uint64_t rows = static_cast<uint64_t>(millions) * 1000000;
+  std::vector<uint64_t> keys;
+  std::vector<float> zeros;
+  for (uint64_t first = 0; first < rows; first += 100000) {
+    keys.clear();
+    for (uint64_t i = first; i < first + 100000 && i < rows; ++i) {
+      keys.push_back(i * 2654435761u + seed);
+    }
+    zeros.assign(keys.size() * kDim, 0.0f);
+    (*table)->Apply(keys, zeros, 0, 1.0f);
+  }
+  return *std::move(table);
+}
+
+std::vector<uint64_t> PullIds(int64_t millions, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  const uint64_t rows = static_cast<uint64_t>(millions) * 1000000;
+  std::uniform_int_distribution<uint64_t> held(0, rows - 1);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 12500; ++i) {
+    ids.push_back(i % 10 < 7 ? held(rng) * 2654435761u + 1
+                             : rng() | (uint64_t{1} << 63));
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+void BM_ReadLarge(benchmark::State& state) {
+  std::unique_ptr<SparseTable> table = LargeTable(state.range(0), 1);
+  const std::vector<uint64_t> ids = PullIds(state.range(0), 2);
+  std::vector<float> out(ids.size() * kDim);
+  for (auto _ : state) {
+    table->Read(ids, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(ids.size()));
+}
+BENCHMARK(BM_ReadLarge)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
+
+// A BSP clock on a large table: two workers' sums, their average, Apply
+// (30 % new rows), as ApplyBspClockLocked does it.
+void BM_BspClockLarge(benchmark::State& state) {
+  std::unique_ptr<SparseTable> table = LargeTable(state.range(0), 1);
+  std::vector<uint64_t> a = PullIds(state.range(0), 3);
+  std::vector<uint64_t> b = PullIds(state.range(0), 4);
+  std::vector<float> ga(a.size() * kDim, 0.01f);
+  std::vector<float> gb(b.size() * kDim, -0.02f);
+  int64_t clock = 1;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (uint64_t& id : a) id += uint64_t{1} << 40;  // New ids stay new.
+    state.ResumeTiming();
+    table->Accumulate(a, ga);
+    table->Accumulate(b, gb);
+    const SparseTable::RowsView avg = table->AveragedRows(2);
+    std::vector<uint64_t> keys(avg.keys.begin(), avg.keys.end());
+    std::vector<float> values(avg.values.begin(), avg.values.end());
+    table->Apply(keys, values, clock++, 1.0f);
+    table->ClearAccumulated();
+  }
+  state.SetItemsProcessed(state.iterations() *
+                          static_cast<int64_t>(a.size() + b.size()));
+}
+BENCHMARK(BM_BspClockLarge)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// A snapshot of a table of `millions` of rows (every bucket encoded).
+void BM_SnapshotLarge(benchmark::State& state) {
+  std::unique_ptr<SparseTable> table = LargeTable(state.range(0), 1);
+  for (auto _ : state) {
+    std::vector<StoredBlock> blocks = table->Snapshot();
+    benchmark::DoNotOptimize(blocks.data());
+  }
+  state.SetItemsProcessed(state.iterations() * table->num_rows());
+}
+BENCHMARK(BM_SnapshotLarge)->Arg(1)->Unit(benchmark::kMillisecond);
+
 // The baseline: SGD over kPushRows * kDim contiguous floats.
 void BM_DenseSgdBaseline(benchmark::State& state) {
   std::vector<float> values(size_t{kPushRows} * kDim, 0.5f);

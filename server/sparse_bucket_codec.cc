@@ -61,6 +61,28 @@ void AppendSparseBucketPending(uint64_t id, int64_t count, std::string* out) {
   AppendRaw<int64_t>(count, out);
 }
 
+size_t SparseBucketBytes(size_t floats_per_row, size_t rows, size_t pending) {
+  return kSparseBucketHeaderBytes +
+         rows * (kRowFixedBytes + sizeof(float) * floats_per_row) +
+         pending * kPendingBytes;
+}
+
+char* PutSparseBucketRow(char* at, uint64_t id, int64_t last_clock,
+                         int64_t update_count, const float* floats,
+                         size_t num_floats) {
+  std::memcpy(at, &id, 8);
+  std::memcpy(at + 8, &last_clock, 8);
+  std::memcpy(at + 16, &update_count, 8);
+  std::memcpy(at + kRowFixedBytes, floats, num_floats * sizeof(float));
+  return at + kRowFixedBytes + num_floats * sizeof(float);
+}
+
+char* PutSparseBucketPending(char* at, uint64_t id, int64_t count) {
+  std::memcpy(at, &id, 8);
+  std::memcpy(at + 8, &count, 8);
+  return at + kPendingBytes;
+}
+
 absl::StatusOr<SparseBucket> DecodeSparseBucket(std::string_view bytes) {
   if (bytes.size() < kSparseBucketHeaderBytes) {
     return absl::DataLossError(absl::StrCat("sparse bucket of ", bytes.size(),

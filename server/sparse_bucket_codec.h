@@ -57,6 +57,18 @@ void AppendSparseBucketRow(uint64_t id, int64_t last_clock,
 // One pending id.
 void AppendSparseBucketPending(uint64_t id, int64_t count, std::string* out);
 
+// Bytes of a bucket of `rows` rows of `floats_per_row` floats (dim + state)
+// and `pending` pending ids, header included.
+size_t SparseBucketBytes(size_t floats_per_row, size_t rows, size_t pending);
+// The in-place writers, for a bucket whose size is known: AppendSparseBucket
+// Header, then resize the string to SparseBucketBytes and write the rows and
+// the pending ids from its header's end. Each writes at `at` what its Append
+// twin appends and returns the byte after it.
+char* PutSparseBucketRow(char* at, uint64_t id, int64_t last_clock,
+                         int64_t update_count, const float* floats,
+                         size_t num_floats);
+char* PutSparseBucketPending(char* at, uint64_t id, int64_t count);
+
 // Decodes `bytes` (non-empty). DATA_LOSS naming the problem for an unknown
 // version or a length that does not match the header. The values are not
 // checked further (ids order, kinds, counts): the table checks them.

@@ -69,8 +69,17 @@ absl::StatusOr<SparseRowInit> SparseRowInit::Create(const v1::SparseInit& init,
       return absl::InvalidArgumentError(
           absl::StrCat("init.kind ", static_cast<int>(kind), " is unknown"));
   }
-  return SparseRowInit(kind, resolved,
-                       Stream(kInitSalt, job_seed, table_index));
+  return SparseRowInit(kind, resolved, Stream(kInitSalt, job_seed, table_index),
+                       dim);
+}
+
+SparseRowInit::SparseRowInit(v1::SparseInit::Kind kind, double scale,
+                             uint64_t stream, int dim)
+    : kind_(kind), scale_(scale), stream_(stream) {
+  index_mix_.resize(static_cast<size_t>(dim > 0 ? dim : 0));
+  for (size_t i = 0; i < index_mix_.size(); ++i) {
+    index_mix_[i] = SparseMix64(i);
+  }
 }
 
 void SparseRowInit::Fill(uint64_t id, std::span<float> out) const {
@@ -79,17 +88,25 @@ void SparseRowInit::Fill(uint64_t id, std::span<float> out) const {
     return;
   }
   const uint64_t row = SparseHashCombine(stream_, id);
-  for (size_t i = 0; i < out.size(); ++i) {
-    const uint64_t h = SparseHashCombine(row, i);
-    if (kind_ == v1::SparseInit::UNIFORM) {
-      out[i] = static_cast<float>((2.0 * SparseUnitDouble(h) - 1.0) * scale_);
-    } else {
-      // Box-Muller from two independent uniforms; u1 in (0, 1].
-      const double u1 = 1.0 - SparseUnitDouble(h);
-      const double u2 = SparseUnitDouble(SparseMix64(h));
-      out[i] = static_cast<float>(scale_ * std::sqrt(-2.0 * std::log(u1)) *
-                                  std::cos(2.0 * std::numbers::pi * u2));
+  // Equal to SparseHashCombine(row, i), with SparseMix64(i) precomputed.
+  const auto hash = [this, row](size_t i) {
+    return SparseMix64(row ^ (i < index_mix_.size() ? index_mix_[i]
+                                                    : SparseMix64(i)));
+  };
+  if (kind_ == v1::SparseInit::UNIFORM) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i] = static_cast<float>((2.0 * SparseUnitDouble(hash(i)) - 1.0) *
+                                  scale_);
     }
+    return;
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    const uint64_t h = hash(i);
+    // Box-Muller from two independent uniforms; u1 in (0, 1].
+    const double u1 = 1.0 - SparseUnitDouble(h);
+    const double u2 = SparseUnitDouble(SparseMix64(h));
+    out[i] = static_cast<float>(scale_ * std::sqrt(-2.0 * std::log(u1)) *
+                                std::cos(2.0 * std::numbers::pi * u2));
   }
 }
 

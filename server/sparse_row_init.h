@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "ps/v1/job.pb.h"
@@ -33,12 +34,15 @@ class SparseRowInit {
   bool zeros() const { return kind_ == v1::SparseInit::ZEROS || scale_ == 0; }
 
  private:
-  SparseRowInit(v1::SparseInit::Kind kind, double scale, uint64_t stream)
-      : kind_(kind), scale_(scale), stream_(stream) {}
+  SparseRowInit(v1::SparseInit::Kind kind, double scale, uint64_t stream,
+                int dim);
 
   v1::SparseInit::Kind kind_;
   double scale_;
   uint64_t stream_;  // Mix of (job_seed, table_index).
+  // SparseMix64(i) for i < dim: value i's hash is SparseMix64(row ^ this),
+  // which is SparseHashCombine(row, i) with its index half computed once.
+  std::vector<uint64_t> index_mix_;
 };
 
 // The splitmix64 finalizer: a bijection of 64-bit words that mixes every

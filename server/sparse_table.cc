@@ -140,11 +140,24 @@ void SparseTable::Read(std::span<const uint64_t> keys, float* out) const {
     return;
   }
   const size_t dim = static_cast<size_t>(dim_);
+  // A pipeline over a large table: the index entry of key i + 2 * kAhead and
+  // the row of key i + kAhead are fetched while row i is copied.
+  constexpr size_t kAhead = 8;
+  uint32_t ahead[kAhead];
+  const auto look_up = [this, keys](size_t j) {
+    if (j + kAhead < keys.size()) slots_.prefetch(keys[j + kAhead]);
+    auto it = slots_.find(keys[j]);
+    if (it == slots_.end()) return kNoSlot;
+    __builtin_prefetch(RowAt(it->second));
+    return it->second;
+  };
+  for (size_t j = 0; j < kAhead && j < keys.size(); ++j) ahead[j] = look_up(j);
   for (size_t i = 0; i < keys.size(); ++i) {
     float* row = out + i * dim;
-    auto it = slots_.find(keys[i]);
-    if (it != slots_.end()) {
-      std::memcpy(row, RowAt(it->second), dim * sizeof(float));
+    const uint32_t slot = ahead[i % kAhead];
+    if (i + kAhead < keys.size()) ahead[i % kAhead] = look_up(i + kAhead);
+    if (slot != kNoSlot) {
+      std::memcpy(row, RowAt(slot), dim * sizeof(float));
     } else if (unconditional_admission()) {
       init_.Fill(keys[i], std::span<float>(row, dim));
     } else {
@@ -172,28 +185,39 @@ void SparseTable::Accumulate(std::span<const uint64_t> keys,
   }
 }
 
-SparseTable::RowsView SparseTable::AveragedRows(int num_workers) {
+void SparseTable::AveragedRowsInto(int num_workers, std::vector<uint64_t>* keys,
+                                   std::vector<float>* values) {
   PS_CHECK(num_workers >= 1, "sparse table: num_workers ", num_workers);
   const size_t dim = static_cast<size_t>(dim_);
-  std::vector<uint32_t> order(acc_keys_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
-  std::sort(order.begin(), order.end(), [this](uint32_t a, uint32_t b) {
-    return acc_keys_[a] < acc_keys_[b];
-  });
-  avg_keys_.resize(order.size());
-  avg_values_.resize(order.size() * dim);
+  // (key, index) pairs sorted in place: no indirection in the comparisons.
+  order_.resize(acc_keys_.size());
+  for (size_t i = 0; i < order_.size(); ++i) {
+    order_[i] = {acc_keys_[i], static_cast<uint32_t>(i)};
+  }
+  std::sort(order_.begin(), order_.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  keys->resize(order_.size());
+  values->resize(order_.size() * dim);
   const auto n = static_cast<float>(num_workers);
-  for (size_t i = 0; i < order.size(); ++i) {
-    avg_keys_[i] = acc_keys_[order[i]];
-    const float* sum = acc_sums_.data() + size_t{order[i]} * dim;
-    float* avg = avg_values_.data() + i * dim;
+  for (size_t i = 0; i < order_.size(); ++i) {
+    (*keys)[i] = order_[i].first;
+    const float* sum = acc_sums_.data() + size_t{order_[i].second} * dim;
+    float* avg = values->data() + i * dim;
     for (size_t j = 0; j < dim; ++j) avg[j] = sum[j] / n;
   }
+}
+
+SparseTable::RowsView SparseTable::AveragedRows(int num_workers) {
+  AveragedRowsInto(num_workers, &avg_keys_, &avg_values_);
   return RowsView{.keys = avg_keys_, .values = avg_values_};
 }
 
 void SparseTable::ClearAccumulated() {
+  // absl's clear() frees a large array: reserve what this clock used, so
+  // that the next clock's sums do not grow the index step by step.
+  const size_t used = acc_keys_.size();
   acc_index_.clear();
+  if (used > 0) acc_index_.reserve(used);
   acc_keys_.clear();
   acc_sums_.clear();
 }
@@ -230,19 +254,23 @@ uint32_t SparseTable::AllocateSlot() {
   return slot;
 }
 
-uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
-  const uint32_t slot = tier_ != nullptr ? TakeSlot() : AllocateSlot();
-  if (slot == kNoSlot) return kNoSlot;  // Tier: memory full and pinned.
+void SparseTable::InitRow(uint32_t slot, uint64_t id, int64_t clock) {
   float* row = RowAt(slot);
   init_.Fill(id, std::span<float>(row, static_cast<size_t>(dim_)));
   std::fill(row + dim_, row + stride(), 0.0f);
   SetMeta(slot, {.clock = clock, .updates = 0});
+  MarkHeld(id);
+}
+
+uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
+  const uint32_t slot = tier_ != nullptr ? TakeSlot() : AllocateSlot();
+  if (slot == kNoSlot) return kNoSlot;  // Tier: memory full and pinned.
+  InitRow(slot, id, clock);
   slots_.emplace(id, slot);
   if (tier_ != nullptr) {
     SlotId(slot) = id;
     SlotTick(slot) = tick_;
   }
-  MarkHeld(id);
   return slot;
 }
 
@@ -300,12 +328,18 @@ void SparseTable::Apply(std::span<const uint64_t> keys,
     const uint64_t id = keys[i];
     uint32_t slot = found_[i];
     if (slot == kNoSlot) {
-      if (auto it = slots_.find(id); it != slots_.end()) {
-        slot = it->second;  // Created earlier in this call (a repeated id).
+      // One probe of the index: the row created earlier in this call (a
+      // repeated id), or the new row's entry.
+      auto [it, inserted] = slots_.try_emplace(id, kNoSlot);
+      if (!inserted) {
+        slot = it->second;
       } else if (Admit(id, clock)) {
-        slot = NewRow(id, clock);
+        slot = AllocateSlot();
+        InitRow(slot, id, clock);
+        it->second = slot;
         ++admissions_;
       } else {
+        slots_.erase(it);
         ++rejections_;
         continue;
       }
@@ -404,167 +438,6 @@ void SparseTable::MaybeCompactOrders() {
         }
       });
   if (!s.ok()) TierFailed(s);
-}
-
-std::vector<StoredBlock> SparseTable::Snapshot() const {
-  struct Contents {
-    std::vector<uint64_t> rows;
-    std::vector<uint64_t> pending;
-    // Rows in the tier: ids ascending, their stored bytes.
-    std::vector<const std::pair<uint64_t, std::string>*> cold;
-  };
-  std::map<uint32_t, Contents> buckets;
-  for (uint32_t b = 0; b < num_buckets_; ++b) {
-    if (held_[b]) buckets[b];
-  }
-  for (const auto& [id, slot] : slots_) {
-    buckets[BucketOfId(id, table_index_, num_buckets_)].rows.push_back(id);
-  }
-  for (const auto& [id, count] : pending_) {
-    buckets[BucketOfId(id, table_index_, num_buckets_)].pending.push_back(id);
-  }
-  const std::vector<std::pair<uint64_t, std::string>> cold = ColdRows();
-  for (const auto& row : cold) {
-    buckets[BucketOfId(row.first, table_index_, num_buckets_)].cold.push_back(
-        &row);
-  }
-  std::vector<StoredBlock> blocks;
-  blocks.reserve(buckets.size());
-  std::vector<float> floats(stride());
-  for (auto& [bucket, contents] : buckets) {
-    StoredBlock& block = blocks.emplace_back();
-    block.key = BucketKey(table_index_, bucket);
-    if (contents.rows.empty() && contents.pending.empty() &&
-        contents.cold.empty()) {
-      continue;
-    }
-    std::sort(contents.rows.begin(), contents.rows.end());
-    std::sort(contents.pending.begin(), contents.pending.end());
-    AppendSparseBucketHeader(
-        static_cast<uint8_t>(optimizer_.kind()), static_cast<uint32_t>(dim_),
-        static_cast<uint32_t>(state_floats_),
-        static_cast<uint32_t>(contents.rows.size() + contents.cold.size()),
-        static_cast<uint32_t>(contents.pending.size()), &block.rows);
-    // Hot and cold rows merged, ids ascending (an id is one or the other).
-    size_t h = 0;
-    size_t c = 0;
-    while (h < contents.rows.size() || c < contents.cold.size()) {
-      if (c == contents.cold.size() ||
-          (h < contents.rows.size() &&
-           contents.rows[h] < contents.cold[c]->first)) {
-        const uint64_t id = contents.rows[h++];
-        const uint32_t slot = slots_.at(id);
-        const RowMeta meta = Meta(slot);
-        AppendSparseBucketRow(id, meta.clock, meta.updates, RowAt(slot),
-                              stride(), &block.rows);
-      } else {
-        const auto& [id, value] = *contents.cold[c++];
-        RowMeta meta;
-        SparseTier::Decode(value, stride(), &meta.clock, &meta.updates,
-                           floats.data());
-        AppendSparseBucketRow(id, meta.clock, meta.updates, floats.data(),
-                              stride(), &block.rows);
-      }
-    }
-    for (uint64_t id : contents.pending) {
-      AppendSparseBucketPending(id, pending_.at(id), &block.rows);
-    }
-  }
-  return blocks;
-}
-
-absl::Status SparseTable::CheckBucket(uint32_t bucket,
-                                      const SparseBucket& contents) const {
-  if (contents.optimizer_kind != static_cast<uint8_t>(optimizer_.kind()) ||
-      contents.dim != static_cast<uint32_t>(dim_) ||
-      contents.state_floats != static_cast<uint32_t>(state_floats_)) {
-    return absl::DataLossError(
-        absl::StrCat("holds rows of optimizer kind ", contents.optimizer_kind,
-                     ", dim ", contents.dim, " and ", contents.state_floats,
-                     " state floats; the table has kind ",
-                     static_cast<int>(optimizer_.kind()), ", dim ", dim_,
-                     " and ", state_floats_));
-  }
-  const std::vector<uint64_t>& ids = contents.ids;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i > 0 && ids[i] <= ids[i - 1]) {
-      return absl::DataLossError(absl::StrCat("row ids not ascending at ", i));
-    }
-    if (BucketOfId(ids[i], table_index_, num_buckets_) != bucket) {
-      return absl::DataLossError(
-          absl::StrCat("row id ", ids[i], " belongs to another bucket"));
-    }
-    if (contents.update_counts[i] < 1) {
-      return absl::DataLossError(absl::StrCat(
-          "row id ", ids[i], " has update count ", contents.update_counts[i]));
-    }
-  }
-  const std::vector<uint64_t>& pending = contents.pending_ids;
-  for (size_t i = 0; i < pending.size(); ++i) {
-    const int64_t count = contents.pending_counts[i];
-    if ((i > 0 && pending[i] <= pending[i - 1]) ||
-        BucketOfId(pending[i], table_index_, num_buckets_) != bucket ||
-        count < 1 || count >= min_count_ ||
-        std::binary_search(ids.begin(), ids.end(), pending[i])) {
-      return absl::DataLossError(absl::StrCat(
-          "pending id ", pending[i], " (count ", count,
-          ") is out of order, of another bucket, also a row, or has a count "
-          "outside 1 to min_count - 1 = ",
-          min_count_ - 1));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SparseTable::Restore(const StoredBlock& block) {
-  if (!IsBucketKey(block.key) || BucketTable(block.key) != table_index_ ||
-      BucketIndex(block.key) >= num_buckets_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sparse table ", table_index_, ": key ", block.key,
-                     " is not one of its ", num_buckets_, " buckets"));
-  }
-  const uint32_t bucket = BucketIndex(block.key);
-  const std::string context =
-      absl::StrCat("sparse table ", table_index_, ", bucket ", bucket, ": ");
-  if (!block.values.empty() || !block.optimizer_state.empty()) {
-    return absl::DataLossError(
-        absl::StrCat(context, "a bucket holds no dense values or state"));
-  }
-  if (block.rows.empty()) return absl::OkStatus();
-  absl::StatusOr<SparseBucket> contents = DecodeSparseBucket(block.rows);
-  if (!contents.ok()) {
-    return absl::DataLossError(
-        absl::StrCat(context, contents.status().message()));
-  }
-  if (absl::Status status = CheckBucket(bucket, *contents); !status.ok()) {
-    return absl::DataLossError(absl::StrCat(context, status.message()));
-  }
-  held_[bucket] = true;
-  if (tier_ != nullptr) {
-    RestoreTiered(*contents);
-    return tier_status_;
-  }
-  for (size_t i = 0; i < contents->ids.size(); ++i) {
-    const uint64_t id = contents->ids[i];
-    pending_.erase(id);
-    auto it = slots_.find(id);
-    const uint32_t slot =
-        it != slots_.end() ? it->second : NewRow(id, contents->last_clocks[i]);
-    std::memcpy(RowAt(slot), contents->floats.data() + i * stride(),
-                stride() * sizeof(float));
-    const RowMeta meta{.clock = contents->last_clocks[i],
-                       .updates = contents->update_counts[i]};
-    SetMeta(slot, meta);
-    Track(id, meta);
-  }
-  for (size_t i = 0; i < contents->pending_ids.size(); ++i) {
-    if (auto it = slots_.find(contents->pending_ids[i]); it != slots_.end()) {
-      free_slots_.push_back(it->second);  // Replaced: not an eviction.
-      slots_.erase(it);
-    }
-    pending_[contents->pending_ids[i]] = contents->pending_counts[i];
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace ps

@@ -92,6 +92,10 @@ class SparseTable {
   };
   // Valid until ClearAccumulated or the next AveragedRows. num_workers >= 1.
   RowsView AveragedRows(int num_workers);
+  // AveragedRows written into `keys` and `values` (resized), without the
+  // table's own copy.
+  void AveragedRowsInto(int num_workers, std::vector<uint64_t>* keys,
+                        std::vector<float>* values);
   // Forgets the clock's sums.
   void ClearAccumulated();
 
@@ -183,6 +187,9 @@ class SparseTable {
   bool Admit(uint64_t id, int64_t clock);
   // A new row for `id`: the initializer's values, zero state, no updates.
   uint32_t NewRow(uint64_t id, int64_t clock);
+  // NewRow's contents in `slot` (not indexed: the caller adds slots_'s
+  // entry), its bucket marked held.
+  void InitRow(uint32_t slot, uint64_t id, int64_t clock);
   void Evict(uint64_t id);
   // Records the row's current (clock, count) in the eviction orders.
   void Track(uint64_t id, const RowMeta& meta);
@@ -236,6 +243,18 @@ class SparseTable {
   std::vector<uint64_t> LiveCandidatesTiered(const OrderKey& key,
                                              std::vector<uint64_t>& group,
                                              bool by_count) const;
+  // A row of a snapshot: a hot row's slot or a cold row's index.
+  struct SnapshotEntry {
+    uint64_t id;
+    uint32_t ref;   // Slot of a hot row, index into the cold rows else.
+    uint32_t cold;  // 1: a cold row.
+  };
+  // Snapshot's grouping (server/sparse_table_snapshot.cc): every hot row and
+  // every row of `cold`, by bucket (bucket b's at [start[b], start[b + 1])),
+  // ids ascending within each.
+  std::vector<SnapshotEntry> EntriesByBucket(
+      const std::vector<std::pair<uint64_t, std::string>>& cold,
+      std::vector<uint32_t>* start) const;
   // Cold rows' (id, stored bytes), ids ascending.
   std::vector<std::pair<uint64_t, std::string>> ColdRows() const;
   // Restore's placement of checked contents under a tier.
@@ -291,6 +310,7 @@ class SparseTable {
   std::vector<float> acc_sums_;
   std::vector<uint64_t> avg_keys_;
   std::vector<float> avg_values_;
+  std::vector<std::pair<uint64_t, uint32_t>> order_;  // AveragedRows' sort.
 
   int64_t admissions_ = 0;
   int64_t rejections_ = 0;

@@ -317,12 +317,9 @@ std::vector<TableUpdate::SparseRows> SparseTableSet::AveragedRows(
     int num_workers) {
   std::vector<TableUpdate::SparseRows> out;
   for (size_t t = 0; t < tables_.size(); ++t) {
-    const SparseTable::RowsView view =
-        tables_[t].rows->AveragedRows(num_workers);
-    if (view.keys.empty()) continue;
-    out.push_back({.table = static_cast<uint32_t>(t),
-                   .keys = {view.keys.begin(), view.keys.end()},
-                   .values = {view.values.begin(), view.values.end()}});
+    TableUpdate::SparseRows rows{.table = static_cast<uint32_t>(t)};
+    tables_[t].rows->AveragedRowsInto(num_workers, &rows.keys, &rows.values);
+    if (!rows.keys.empty()) out.push_back(std::move(rows));
   }
   return out;
 }

@@ -223,7 +223,15 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write) {
   const std::string prefix = StoredJobPrefix(write.job_id);
   const std::string context =
       absl::StrCat("rocksdb shard store: job ", write.job_id, ": ");
-  rocksdb::WriteBatch batch;
+  // The batch's bytes reserved once: a snapshot of a large sparse table is
+  // hundreds of MB, which a growing batch would copy again at each doubling.
+  size_t reserve = 64;
+  for (const BlockWrite& block : write.blocks) {
+    reserve += 3 * (prefix.size() + 48) + block.values.size_bytes() +
+               block.optimizer_state.size_bytes() + block.rows.size();
+  }
+  reserve += write.worker_clocks.size() * (prefix.size() + 32);
+  rocksdb::WriteBatch batch(reserve);
   for (const BlockWrite& block : write.blocks) {
     const std::string key = BlockKey(prefix, block.key);
     rocksdb::Status put =

@@ -1,0 +1,199 @@
+// SparseTable's snapshot and restore (docs/sparse.md, "The bucket snapshot
+// format"): every bucket's rows encoded in id order into a string of its
+// exact size, and a stored bucket checked and taken back.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/sparse_keys.h"
+#include "server/sparse_bucket_codec.h"
+#include "server/sparse_table.h"
+
+namespace ps {
+
+std::vector<SparseTable::SnapshotEntry> SparseTable::EntriesByBucket(
+    const std::vector<std::pair<uint64_t, std::string>>& cold,
+    std::vector<uint32_t>* start) const {
+  // Every row (hot, and cold from the tier) once, grouped by bucket with a
+  // counting sort, then ids ascending within each bucket.
+  const size_t n = slots_.size() + cold.size();
+  std::vector<uint32_t> bucket_of(n);
+  start->assign(size_t{num_buckets_} + 1, 0);
+  std::vector<SnapshotEntry> unsorted;
+  unsorted.reserve(n);
+  for (const auto& [id, slot] : slots_) unsorted.push_back({id, slot, 0});
+  for (size_t i = 0; i < cold.size(); ++i) {
+    unsorted.push_back({cold[i].first, static_cast<uint32_t>(i), 1});
+  }
+  for (size_t i = 0; i < n; ++i) {
+    bucket_of[i] = BucketOfId(unsorted[i].id, table_index_, num_buckets_);
+    ++(*start)[bucket_of[i] + 1];
+  }
+  for (uint32_t b = 0; b < num_buckets_; ++b) (*start)[b + 1] += (*start)[b];
+  std::vector<SnapshotEntry> entries(n);
+  std::vector<uint32_t> next(start->begin(), start->end() - 1);
+  for (size_t i = 0; i < n; ++i) entries[next[bucket_of[i]]++] = unsorted[i];
+  for (uint32_t b = 0; b < num_buckets_; ++b) {
+    std::sort(entries.begin() + (*start)[b], entries.begin() + (*start)[b + 1],
+              [](const SnapshotEntry& x, const SnapshotEntry& y) {
+                return x.id < y.id;
+              });
+  }
+  return entries;
+}
+
+std::vector<StoredBlock> SparseTable::Snapshot() const {
+  const std::vector<std::pair<uint64_t, std::string>> cold = ColdRows();
+  std::vector<uint32_t> start;
+  const std::vector<SnapshotEntry> entries = EntriesByBucket(cold, &start);
+  // Pending ids (admission counts), by bucket then id.
+  std::vector<std::pair<uint32_t, uint64_t>> pending;
+  pending.reserve(pending_.size());
+  for (const auto& [id, count] : pending_) {
+    pending.emplace_back(BucketOfId(id, table_index_, num_buckets_), id);
+  }
+  std::sort(pending.begin(), pending.end());
+
+  std::vector<StoredBlock> blocks;
+  std::vector<float> floats(stride());
+  size_t p = 0;
+  for (uint32_t b = 0; b < num_buckets_; ++b) {
+    const size_t rows = start[b + 1] - start[b];
+    size_t pending_end = p;
+    while (pending_end < pending.size() && pending[pending_end].first == b) {
+      ++pending_end;
+    }
+    if (!held_[b] && rows == 0 && pending_end == p) continue;
+    StoredBlock& block = blocks.emplace_back();
+    block.key = BucketKey(table_index_, b);
+    if (rows == 0 && pending_end == p) continue;
+    const SnapshotEntry* first = entries.data() + start[b];
+    AppendSparseBucketHeader(
+        static_cast<uint8_t>(optimizer_.kind()), static_cast<uint32_t>(dim_),
+        static_cast<uint32_t>(state_floats_), static_cast<uint32_t>(rows),
+        static_cast<uint32_t>(pending_end - p), &block.rows);
+    block.rows.resize(SparseBucketBytes(stride(), rows, pending_end - p));
+    char* at = block.rows.data() + kSparseBucketHeaderBytes;
+    for (size_t i = 0; i < rows; ++i) {
+      if (i + 4 < rows && first[i + 4].cold == 0) {
+        __builtin_prefetch(RowAt(first[i + 4].ref) - kMetaFloats);
+      }
+      const SnapshotEntry& e = first[i];
+      RowMeta meta;
+      const float* row = floats.data();
+      if (e.cold == 0) {
+        meta = Meta(e.ref);
+        row = RowAt(e.ref);
+      } else {
+        SparseTier::Decode(cold[e.ref].second, stride(), &meta.clock,
+                           &meta.updates, floats.data());
+      }
+      at = PutSparseBucketRow(at, e.id, meta.clock, meta.updates, row,
+                              stride());
+    }
+    for (; p < pending_end; ++p) {
+      at = PutSparseBucketPending(at, pending[p].second,
+                                  pending_.at(pending[p].second));
+    }
+  }
+  return blocks;
+}
+
+absl::Status SparseTable::CheckBucket(uint32_t bucket,
+                                      const SparseBucket& contents) const {
+  if (contents.optimizer_kind != static_cast<uint8_t>(optimizer_.kind()) ||
+      contents.dim != static_cast<uint32_t>(dim_) ||
+      contents.state_floats != static_cast<uint32_t>(state_floats_)) {
+    return absl::DataLossError(
+        absl::StrCat("holds rows of optimizer kind ", contents.optimizer_kind,
+                     ", dim ", contents.dim, " and ", contents.state_floats,
+                     " state floats; the table has kind ",
+                     static_cast<int>(optimizer_.kind()), ", dim ", dim_,
+                     " and ", state_floats_));
+  }
+  const std::vector<uint64_t>& ids = contents.ids;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0 && ids[i] <= ids[i - 1]) {
+      return absl::DataLossError(absl::StrCat("row ids not ascending at ", i));
+    }
+    if (BucketOfId(ids[i], table_index_, num_buckets_) != bucket) {
+      return absl::DataLossError(
+          absl::StrCat("row id ", ids[i], " belongs to another bucket"));
+    }
+    if (contents.update_counts[i] < 1) {
+      return absl::DataLossError(absl::StrCat(
+          "row id ", ids[i], " has update count ", contents.update_counts[i]));
+    }
+  }
+  const std::vector<uint64_t>& pending = contents.pending_ids;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const int64_t count = contents.pending_counts[i];
+    if ((i > 0 && pending[i] <= pending[i - 1]) ||
+        BucketOfId(pending[i], table_index_, num_buckets_) != bucket ||
+        count < 1 || count >= min_count_ ||
+        std::binary_search(ids.begin(), ids.end(), pending[i])) {
+      return absl::DataLossError(absl::StrCat(
+          "pending id ", pending[i], " (count ", count,
+          ") is out of order, of another bucket, also a row, or has a count "
+          "outside 1 to min_count - 1 = ",
+          min_count_ - 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseTable::Restore(const StoredBlock& block) {
+  if (!IsBucketKey(block.key) || BucketTable(block.key) != table_index_ ||
+      BucketIndex(block.key) >= num_buckets_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sparse table ", table_index_, ": key ", block.key,
+                     " is not one of its ", num_buckets_, " buckets"));
+  }
+  const uint32_t bucket = BucketIndex(block.key);
+  const std::string context =
+      absl::StrCat("sparse table ", table_index_, ", bucket ", bucket, ": ");
+  if (!block.values.empty() || !block.optimizer_state.empty()) {
+    return absl::DataLossError(
+        absl::StrCat(context, "a bucket holds no dense values or state"));
+  }
+  if (block.rows.empty()) return absl::OkStatus();
+  absl::StatusOr<SparseBucket> contents = DecodeSparseBucket(block.rows);
+  if (!contents.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(context, contents.status().message()));
+  }
+  if (absl::Status status = CheckBucket(bucket, *contents); !status.ok()) {
+    return absl::DataLossError(absl::StrCat(context, status.message()));
+  }
+  held_[bucket] = true;
+  if (tier_ != nullptr) {
+    RestoreTiered(*contents);
+    return tier_status_;
+  }
+  for (size_t i = 0; i < contents->ids.size(); ++i) {
+    const uint64_t id = contents->ids[i];
+    pending_.erase(id);
+    auto it = slots_.find(id);
+    const uint32_t slot =
+        it != slots_.end() ? it->second : NewRow(id, contents->last_clocks[i]);
+    std::memcpy(RowAt(slot), contents->floats.data() + i * stride(),
+                stride() * sizeof(float));
+    const RowMeta meta{.clock = contents->last_clocks[i],
+                       .updates = contents->update_counts[i]};
+    SetMeta(slot, meta);
+    Track(id, meta);
+  }
+  for (size_t i = 0; i < contents->pending_ids.size(); ++i) {
+    if (auto it = slots_.find(contents->pending_ids[i]); it != slots_.end()) {
+      free_slots_.push_back(it->second);  // Replaced: not an eviction.
+      slots_.erase(it);
+    }
+    pending_[contents->pending_ids[i]] = contents->pending_counts[i];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps
