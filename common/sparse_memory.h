@@ -49,6 +49,11 @@ struct SparseHotPlan {
 // cap is small (at least 1/16 of the rows per chunk). Thread-safe.
 SparseHotPlan PlanSparseHotRows(int64_t cap_bytes, int64_t slot_bytes);
 
+// The share of a budget a table needs to hold `rows` rows of `slot_bytes`
+// (SparseSlotBytes) in memory: PlanSparseHotRows of it plans at least `rows`
+// hot rows. 0 for rows <= 0. Thread-safe.
+int64_t SparseNeedBytes(int64_t rows, int64_t slot_bytes);
+
 // Disk bytes per cold row in the memory tier's RocksDB (key 12 bytes, value
 // 16 + 4 * (dim + state floats), plus RocksDB's per-entry overhead measured:
 // docs/sparse.md).
@@ -97,8 +102,19 @@ SparseServerEstimate EstimateSparseServer(const v1::JobSpec& spec,
                                           int64_t total_rows,
                                           int64_t budget_bytes);
 
-// The budget's split among tables of weights `weights` (expected rows on the
-// server times bytes per row): proportional, rounded down. Thread-safe.
+// The budget's split among tables that need `weights` bytes each (their
+// expected rows on the server in memory, SparseNeedBytes): max-min fair, as
+// water fills vessels. Every table gets the same share, or its need when
+// that is less; what such tables leave is split again among the others.
+// A table of weight <= 0 gets 0 (all of them 0: equal shares). The shares
+// sum to at most budget_bytes. Thread-safe.
+//
+// Why not in proportion to rows: a model looks each table up about as often
+// (one id per sample and feature), and a table's lookups crowd on its most
+// frequent ids, so a slot of a small table serves more lookups than one of
+// a large table; in proportion to rows, a table of 1,000 ids beside one of
+// 10 million would keep a few of its rows in memory and read the others
+// from disk at every step (docs/sparse.md, "The split").
 std::vector<int64_t> SparseBudgetShares(int64_t budget_bytes,
                                         const std::vector<double>& weights);
 
