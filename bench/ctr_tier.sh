@@ -70,6 +70,7 @@ run() {
   cluster_start "$BUILD_DIR" "$dir" 2 2 >/dev/null
   cluster_submit_and_wait "$dir/job.json" "$dir" >/dev/null || return 1
   cluster_peak_rss >"$dir/rss.txt"
+  cluster_cpu_seconds >"$dir/cpu.txt"
   local rows hits misses reads memory
   rows=$(scrape ps_sparse_rows)
   memory=$(scrape ps_sparse_memory_bytes)

@@ -42,7 +42,8 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t PlanBytes(int64_t rows, int64_t chunk_rows, int64_t slot_bytes) {
   return CeilDiv(rows, chunk_rows) * chunk_rows *
              (slot_bytes + kSlotInfoBytes) +
-         4 * rows + SparseIndexBytes(SparseIndexCapacity(rows));
+         4 * rows + CeilDiv(rows * kSparseColdFilterBytesPerHotRow, 8) * 8 +
+         SparseIndexBytes(SparseIndexCapacity(rows));
 }
 
 std::string Mib(int64_t bytes) {
@@ -169,7 +170,10 @@ SparseServerEstimate EstimateSparseServer(const v1::JobSpec& spec,
     e.rows = static_cast<int64_t>(std::ceil(rows / out.num_servers));
     const int64_t state = SparseStateFloatsPerRow(t);
     const int64_t slot = SparseSlotBytes(t.dim(), state);
-    e.bytes_per_row = slot + (budget_bytes > 0 ? kSparseTierSlotExtraBytes : 0);
+    e.bytes_per_row =
+        slot + (budget_bytes > 0 ? kSparseTierSlotExtraBytes +
+                                       kSparseColdFilterBytesPerHotRow
+                                 : 0);
     // As the server weighs its tables: the memory of all its expected rows
     // here.
     weights.push_back(static_cast<double>(SparseNeedBytes(

@@ -23,6 +23,12 @@ int64_t SparseSlotBytes(int dim, int64_t state_floats);
 // in the free-slot list (4).
 inline constexpr int64_t kSparseTierSlotExtraBytes = 20;
 
+// Bytes per hot row of a table under a budget for its filter of the ids it
+// has written to the tier (a Bloom filter of 32 bits a hot row, allocated at
+// the first demotion): a pull of an id the filter has never seen (most new
+// ids) skips the tier's lookup.
+inline constexpr int64_t kSparseColdFilterBytesPerHotRow = 4;
+
 // Bytes per capacity unit of a table's hash index (absl::flat_hash_map of
 // uint64 id -> uint32 slot: a 16-byte entry and a control byte).
 inline constexpr int64_t kSparseIndexBytesPerCapacity = 17;
@@ -44,7 +50,8 @@ struct SparseHotPlan {
 };
 
 // The largest number of hot rows whose memory (whole chunks of slots with
-// their tier extra, the free list, the index) fits in `cap_bytes`, for rows
+// their tier extra, the free list, the cold-id filter, the index) fits in
+// `cap_bytes`, for rows
 // of `slot_bytes` (SparseSlotBytes). Chunks are 4,096 slots, fewer when the
 // cap is small (at least 1/16 of the rows per chunk). Thread-safe.
 SparseHotPlan PlanSparseHotRows(int64_t cap_bytes, int64_t slot_bytes);
@@ -63,8 +70,9 @@ int64_t SparseTierDiskBytesPerRow(int dim, int64_t state_floats);
 int64_t SparseSnapshotBytesPerRow(int dim, int64_t state_floats);
 
 // Memory of the tier's RocksDB per job on a server (its memtables and block
-// cache, as the server configures them), outside the budget.
-inline constexpr int64_t kSparseTierFixedBytes = int64_t{16} << 20;
+// cache: 2 × 16 + 8 MiB, as the server configures them), outside the
+// budget.
+inline constexpr int64_t kSparseTierFixedBytes = int64_t{40} << 20;
 
 // One table's estimate on one server.
 struct SparseTableEstimate {

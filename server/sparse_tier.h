@@ -62,8 +62,10 @@ struct SparseTierOptions {
   // The directory: created if missing, emptied when opened, removed when the
   // tier closes. Required.
   std::string path{};
-  // Memtable size (two at most). Default 4 MiB.
-  size_t write_buffer_bytes = size_t{4} << 20;
+  // Memtable size (two at most). Default 16 MiB: a table file per about
+  // 150,000 rows, so that L0 compacts into L1 (rewriting it) less often
+  // (the tier bench: 13 % less server CPU than with 4 MiB).
+  size_t write_buffer_bytes = size_t{16} << 20;
   // Block cache for data, index and filter blocks (half kept for index and
   // filter blocks). Default 8 MiB: the index and filters of about two million
   // cold rows.
