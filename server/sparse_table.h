@@ -309,7 +309,7 @@ class SparseTable {
   // The memory tier's state (tier_ set).
   std::vector<std::unique_ptr<uint64_t[]>> info_;  // Per chunk: id, tick.
   uint64_t tick_ = 0;  // Apply calls; rows touched by this one are pinned.
-  uint32_t hand_ = 0;  // Where the victim search goes on.
+  uint32_t hand_ = 0;  // The victim search's random state.
   int64_t cold_rows_ = 0;
   int64_t demotions_ = 0;
   mutable int64_t hits_ = 0;

@@ -6,11 +6,13 @@
 //
 // - A pull (ReadTiered) reads memory, then the missing rows from the tier in
 //   one MultiGet, and promotes those it found (demoting as a push does): it
-//   changes no row's values, only where rows live.
+//   changes no row's values, only where rows live. An id the cold-id filter
+//   has never seen (a new id) is not looked up.
 // - A push (ApplyTiered) pins the rows it finds in memory, reads the others
 //   in one MultiGet and promotes them into memory, demoting unpinned rows
-//   (the table's policy: least recently updated for LRU, least often for
-//   LFU, among 16 sampled slots); a row that finds no room (every hot row
+//   (the table's policy among 16 sampled slots: for LFU the least often
+//   updated; for LRU the least recently updated, a row updated only once
+//   going first, segmented LRU); a row that finds no room (every hot row
 //   pinned by this push) is stepped in a scratch buffer and written back to
 //   the tier. The tier's writes of a call go in one batch.
 // - The table's own eviction (idle time, max_rows_per_server) deletes rows
@@ -148,8 +150,11 @@ uint32_t SparseTable::TakeSlot() {
   OrderKey best{};
   int seen = 0;
   for (uint32_t n = 0; n < next_slot_ && seen < kVictimSamples; ++n) {
-    const uint32_t slot = hand_;
-    hand_ = hand_ + 1 == next_slot_ ? 0 : hand_ + 1;
+    // Slots drawn at random (a 32-bit LCG: deterministic), so that rows
+    // placed side by side are not sampled together.
+    hand_ = hand_ * 1664525u + 1013904223u;
+    const auto slot =
+        static_cast<uint32_t>((uint64_t{hand_} * next_slot_) >> 32);
     const uint64_t tick = SlotTick(slot);
     if (tick == kFreeTick || tick == tick_) continue;  // Free or pinned.
     ++seen;

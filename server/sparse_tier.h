@@ -126,6 +126,10 @@ class SparseTier {
       const std::function<void(uint64_t id, std::string_view value)>& visit)
       const;
 
+  // Ids looked up by MultiGet since Open (all tables), for tests and
+  // benchmarks.
+  int64_t keys_looked_up() const { return keys_looked_up_.load(); }
+
   // Approximate bytes `table`'s rows take on disk and in memtables
   // (RocksDB's size estimate of its key range).
   int64_t ApproximateBytes(uint32_t table) const;
@@ -145,6 +149,7 @@ class SparseTier {
 
   const std::string path_;
   std::unique_ptr<rocksdb::DB> db_;
+  mutable std::atomic<int64_t> keys_looked_up_{0};
 };
 
 }  // namespace ps
