@@ -10,7 +10,8 @@
 #                  nearly empty): their peak RSS is the fixed overhead;
 # ROUNDS rounds, alternating. Prints medians: worker 0's training time,
 # test AUC, the largest server peak RSS (VmHWM), and the rows the servers
-# held, the tier's hits and disk reads (from their metrics).
+# held, the tier's hits and disk reads (from their metrics); each run's
+# processes' CPU seconds go to OUT/r<round>-<system>/cpu.txt.
 #
 #   ROUNDS=3 TRAIN_ROWS=1000000 BUDGET=33554432 bench/ctr_tier.sh [OUT_DIR]
 set -euo pipefail
