@@ -10,7 +10,8 @@
 #                  nearly empty): their peak RSS is the fixed overhead;
 # ROUNDS rounds, alternating. Prints medians: worker 0's training time,
 # test AUC, the largest server peak RSS (VmHWM), and the rows the servers
-# held, the tier's hits and disk reads (from their metrics).
+# held, the tier's hits and disk reads (from their metrics); each run's
+# processes' CPU seconds go to OUT/r<round>-<system>/cpu.txt.
 #
 #   ROUNDS=3 TRAIN_ROWS=1000000 BUDGET=33554432 bench/ctr_tier.sh [OUT_DIR]
 set -euo pipefail
@@ -70,6 +71,7 @@ run() {
   cluster_start "$BUILD_DIR" "$dir" 2 2 >/dev/null
   cluster_submit_and_wait "$dir/job.json" "$dir" >/dev/null || return 1
   cluster_peak_rss >"$dir/rss.txt"
+  cluster_cpu_seconds >"$dir/cpu.txt"
   local rows hits misses reads memory
   rows=$(scrape ps_sparse_rows)
   memory=$(scrape ps_sparse_memory_bytes)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,7 +42,8 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t PlanBytes(int64_t rows, int64_t chunk_rows, int64_t slot_bytes) {
   return CeilDiv(rows, chunk_rows) * chunk_rows *
              (slot_bytes + kSlotInfoBytes) +
-         4 * rows + SparseIndexBytes(SparseIndexCapacity(rows));
+         4 * rows + CeilDiv(rows * kSparseColdFilterBytesPerHotRow, 8) * 8 +
+         SparseIndexBytes(SparseIndexCapacity(rows));
 }
 
 std::string Mib(int64_t bytes) {
@@ -88,6 +90,13 @@ SparseHotPlan PlanSparseHotRows(int64_t cap_bytes, int64_t slot_bytes) {
   return plan;
 }
 
+int64_t SparseNeedBytes(int64_t rows, int64_t slot_bytes) {
+  if (rows <= 0) return 0;
+  // With chunks of 4,096 slots; a share this large plans chunks no larger
+  // (PlanSparseHotRows), so it holds at least `rows`.
+  return PlanBytes(rows, kUnlimitedChunkRows, slot_bytes);
+}
+
 int64_t SparseTierDiskBytesPerRow(int dim, int64_t state_floats) {
   const int64_t raw = kTierKeyBytes + SparseSlotBytes(dim, state_floats) +
                       kTierEntryOverheadBytes;
@@ -101,14 +110,38 @@ int64_t SparseSnapshotBytesPerRow(int dim, int64_t state_floats) {
 
 std::vector<int64_t> SparseBudgetShares(int64_t budget_bytes,
                                         const std::vector<double>& weights) {
+  // Max-min fair (water-filling): every table the same share, a table that
+  // needs less gets its need, and what those leave is split again among the
+  // others, until the rest all need more than an equal share.
   std::vector<int64_t> shares(weights.size(), 0);
-  double total = 0;
-  for (double w : weights) total += std::max(0.0, w);
+  std::vector<size_t> open;
   for (size_t i = 0; i < weights.size(); ++i) {
-    shares[i] = total > 0
-                    ? static_cast<int64_t>(static_cast<double>(budget_bytes) *
-                                           (std::max(0.0, weights[i]) / total))
-                    : budget_bytes / static_cast<int64_t>(weights.size());
+    if (weights[i] > 0) open.push_back(i);
+  }
+  if (open.empty()) {
+    for (int64_t& share : shares) {
+      share = budget_bytes / static_cast<int64_t>(weights.size());
+    }
+    return shares;
+  }
+  int64_t left = budget_bytes;
+  while (!open.empty()) {
+    const int64_t equal = left / static_cast<int64_t>(open.size());
+    std::vector<size_t> still_open;
+    for (size_t i : open) {
+      const auto need = static_cast<int64_t>(std::ceil(weights[i]));
+      if (need <= equal) {
+        shares[i] = need;
+        left -= need;
+      } else {
+        still_open.push_back(i);
+      }
+    }
+    if (still_open.size() == open.size()) {
+      for (size_t i : open) shares[i] = equal;
+      break;
+    }
+    open = std::move(still_open);
   }
   return shares;
 }
@@ -137,10 +170,14 @@ SparseServerEstimate EstimateSparseServer(const v1::JobSpec& spec,
     e.rows = static_cast<int64_t>(std::ceil(rows / out.num_servers));
     const int64_t state = SparseStateFloatsPerRow(t);
     const int64_t slot = SparseSlotBytes(t.dim(), state);
-    e.bytes_per_row = slot + (budget_bytes > 0 ? kSparseTierSlotExtraBytes : 0);
-    // As the server weighs its tables: expected rows here times row bytes.
-    weights.push_back(expected / out.num_servers *
-                      static_cast<double>(slot + kSparseTierSlotExtraBytes));
+    e.bytes_per_row =
+        slot + (budget_bytes > 0 ? kSparseTierSlotExtraBytes +
+                                       kSparseColdFilterBytesPerHotRow
+                                 : 0);
+    // As the server weighs its tables: the memory of all its expected rows
+    // here.
+    weights.push_back(static_cast<double>(SparseNeedBytes(
+        static_cast<int64_t>(std::ceil(expected / out.num_servers)), slot)));
     e.snapshot_bytes = e.rows * SparseSnapshotBytesPerRow(t.dim(), state);
     const v1::EvictionSpec& ev = t.eviction();
     const int orders =

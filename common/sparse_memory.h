@@ -23,6 +23,12 @@ int64_t SparseSlotBytes(int dim, int64_t state_floats);
 // in the free-slot list (4).
 inline constexpr int64_t kSparseTierSlotExtraBytes = 20;
 
+// Bytes per hot row of a table under a budget for its filter of the ids it
+// has written to the tier (a Bloom filter of 32 bits a hot row, allocated at
+// the first demotion): a pull of an id the filter has never seen (most new
+// ids) skips the tier's lookup.
+inline constexpr int64_t kSparseColdFilterBytesPerHotRow = 4;
+
 // Bytes per capacity unit of a table's hash index (absl::flat_hash_map of
 // uint64 id -> uint32 slot: a 16-byte entry and a control byte).
 inline constexpr int64_t kSparseIndexBytesPerCapacity = 17;
@@ -44,10 +50,16 @@ struct SparseHotPlan {
 };
 
 // The largest number of hot rows whose memory (whole chunks of slots with
-// their tier extra, the free list, the index) fits in `cap_bytes`, for rows
+// their tier extra, the free list, the cold-id filter, the index) fits in
+// `cap_bytes`, for rows
 // of `slot_bytes` (SparseSlotBytes). Chunks are 4,096 slots, fewer when the
 // cap is small (at least 1/16 of the rows per chunk). Thread-safe.
 SparseHotPlan PlanSparseHotRows(int64_t cap_bytes, int64_t slot_bytes);
+
+// The share of a budget a table needs to hold `rows` rows of `slot_bytes`
+// (SparseSlotBytes) in memory: PlanSparseHotRows of it plans at least `rows`
+// hot rows. 0 for rows <= 0. Thread-safe.
+int64_t SparseNeedBytes(int64_t rows, int64_t slot_bytes);
 
 // Disk bytes per cold row in the memory tier's RocksDB (key 12 bytes, value
 // 16 + 4 * (dim + state floats), plus RocksDB's per-entry overhead measured:
@@ -58,8 +70,9 @@ int64_t SparseTierDiskBytesPerRow(int dim, int64_t state_floats);
 int64_t SparseSnapshotBytesPerRow(int dim, int64_t state_floats);
 
 // Memory of the tier's RocksDB per job on a server (its memtables and block
-// cache, as the server configures them), outside the budget.
-inline constexpr int64_t kSparseTierFixedBytes = int64_t{16} << 20;
+// cache: 2 × 16 + 8 MiB, as the server configures them), outside the
+// budget.
+inline constexpr int64_t kSparseTierFixedBytes = int64_t{40} << 20;
 
 // One table's estimate on one server.
 struct SparseTableEstimate {
@@ -97,8 +110,19 @@ SparseServerEstimate EstimateSparseServer(const v1::JobSpec& spec,
                                           int64_t total_rows,
                                           int64_t budget_bytes);
 
-// The budget's split among tables of weights `weights` (expected rows on the
-// server times bytes per row): proportional, rounded down. Thread-safe.
+// The budget's split among tables that need `weights` bytes each (their
+// expected rows on the server in memory, SparseNeedBytes): max-min fair, as
+// water fills vessels. Every table gets the same share, or its need when
+// that is less; what such tables leave is split again among the others.
+// A table of weight <= 0 gets 0 (all of them 0: equal shares). The shares
+// sum to at most budget_bytes. Thread-safe.
+//
+// Why not in proportion to rows: a model looks each table up about as often
+// (one id per sample and feature), and a table's lookups crowd on its most
+// frequent ids, so a slot of a small table serves more lookups than one of
+// a large table; in proportion to rows, a table of 1,000 ids beside one of
+// 10 million would keep a few of its rows in memory and read the others
+// from disk at every step (docs/sparse.md, "The split").
 std::vector<int64_t> SparseBudgetShares(int64_t budget_bytes,
                                         const std::vector<double>& weights);
 

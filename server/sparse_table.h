@@ -214,11 +214,21 @@ class SparseTable {
   // recently (LRU) or least often (LFU) updated unpinned row when memory is
   // full; kNoSlot when every hot row is pinned (the row stays cold).
   uint32_t TakeSlot();
+  // The order in which TakeSlot demotes (smallest first) hot row `slot`
+  // last touched at `tick`: LFU (updates, tick); LRU (0, tick), a row
+  // updated more than once counted as touched kProtectedTicks later.
+  OrderKey VictimKey(uint32_t slot, uint64_t tick) const;
   // Writes row `slot` to the tier's batch and frees it from the index.
   void Demote(uint32_t slot);
   // Moves cold row `id` (its stored bytes `value`) into memory when a slot
   // is free or can be freed; else leaves it cold.
   void Promote(uint64_t id, std::string_view value);
+  // The filter of ids written to the tier (kSparseColdFilterBytesPerHotRow
+  // a hot row, allocated at the first write; without hot rows, none):
+  // FilterAdd before every tier write of a row; MaybeCold false means the
+  // tier does not hold `id`.
+  void FilterAdd(uint64_t id);
+  bool MaybeCold(uint64_t id) const;
   // Records the tier's first error.
   void TierFailed(const absl::Status& status) const;
   void ReadTiered(std::span<const uint64_t> keys, float* out) const;
@@ -319,7 +329,7 @@ class SparseTable {
   // The memory tier's state (tier_ set).
   std::vector<std::unique_ptr<uint64_t[]>> info_;  // Per chunk: id, tick.
   uint64_t tick_ = 0;  // Apply calls; rows touched by this one are pinned.
-  uint32_t hand_ = 0;  // Where the victim search goes on.
+  uint32_t hand_ = 0;  // The victim search's random state.
   int64_t cold_rows_ = 0;
   int64_t demotions_ = 0;
   mutable int64_t hits_ = 0;
@@ -341,6 +351,7 @@ class SparseTable {
   // need not look them up again. Cleared by every Apply and Restore; at
   // most the ids pulled between two Applies.
   mutable absl::flat_hash_set<uint64_t> absent_;
+  std::vector<uint64_t> cold_filter_;  // Bloom filter bits (FilterAdd).
   std::vector<ScratchRow> scratch_rows_;
   std::vector<float> scratch_floats_;
 };

@@ -1,6 +1,7 @@
 #include "server/sparse_table_set.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -118,8 +119,8 @@ absl::StatusOr<std::vector<std::vector<bool>>> HeldBuckets(
   return held;
 }
 
-// Each table's share of `budget`: in proportion to its expected rows on this
-// server times its bytes per row (common/sparse_memory.h).
+// Each table's share of `budget`: max-min fair over the memory each needs
+// for its expected rows on this server (common/sparse_memory.h).
 std::vector<int64_t> Shares(const v1::JobSpec& spec,
                             const std::vector<std::vector<bool>>& held,
                             int64_t budget) {
@@ -132,13 +133,15 @@ std::vector<int64_t> Shares(const v1::JobSpec& spec,
     const double expected = static_cast<double>(specs[t].expected_rows() > 0
                                                     ? specs[t].expected_rows()
                                                     : kDefaultExpectedRows);
-    const int64_t bytes =
-        SparseSlotBytes(specs[t].dim(), SparseStateFloatsPerRow(specs[t])) +
-        kSparseTierSlotExtraBytes;
-    weights.push_back(h.empty()
-                          ? 0
-                          : expected * here / static_cast<double>(h.size()) *
-                                static_cast<double>(bytes));
+    const int64_t slot =
+        SparseSlotBytes(specs[t].dim(), SparseStateFloatsPerRow(specs[t]));
+    weights.push_back(
+        h.empty() || here == 0
+            ? 0
+            : static_cast<double>(SparseNeedBytes(
+                  static_cast<int64_t>(std::ceil(
+                      expected * here / static_cast<double>(h.size()))),
+                  slot)));
   }
   return SparseBudgetShares(budget, weights);
 }

@@ -45,8 +45,9 @@ struct SparseTableCounts {
 struct SparseSetMemory {
   // The job's disk tier; null: no budget, every row in memory (the default).
   SparseTier* tier = nullptr;
-  // The budget the job's tables split, in proportion to their expected rows
-  // on this server times their bytes per row. > 0 with a tier.
+  // The budget the job's tables split, max-min fair over the memory each
+  // needs for its expected rows on this server (SparseBudgetShares). > 0
+  // with a tier.
   int64_t budget_bytes = 0;
   // The server's budget, shared by its jobs: each table reserves its share
   // from it (less, or nothing, when other jobs hold it) and gives it back

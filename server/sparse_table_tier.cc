@@ -6,11 +6,13 @@
 //
 // - A pull (ReadTiered) reads memory, then the missing rows from the tier in
 //   one MultiGet, and promotes those it found (demoting as a push does): it
-//   changes no row's values, only where rows live.
+//   changes no row's values, only where rows live. An id the cold-id filter
+//   has never seen (a new id) is not looked up.
 // - A push (ApplyTiered) pins the rows it finds in memory, reads the others
 //   in one MultiGet and promotes them into memory, demoting unpinned rows
-//   (the table's policy: least recently updated for LRU, least often for
-//   LFU, among 16 sampled slots); a row that finds no room (every hot row
+//   (the table's policy among 16 sampled slots: for LFU the least often
+//   updated; for LRU the least recently updated, a row updated only once
+//   going first, segmented LRU); a row that finds no room (every hot row
 //   pinned by this push) is stepped in a scratch buffer and written back to
 //   the tier. The tier's writes of a call go in one batch.
 // - The table's own eviction (idle time, max_rows_per_server) deletes rows
@@ -31,12 +33,26 @@ namespace {
 
 // Slots sampled for a victim (Redis-style approximate LRU/LFU).
 constexpr int kVictimSamples = 16;
+// LRU: how many of the table's updates a row updated more than once
+// outlives a row updated once that was last used at the same time.
+constexpr int64_t kProtectedTicks = 64;
+// Bits the cold-id filter sets per id.
+constexpr int kFilterProbes = 3;
+
+// The filter's two hashes of `id` (splitmix64's finalizer).
+std::pair<uint64_t, uint64_t> FilterHashes(uint64_t id) {
+  uint64_t h = id + 0x9e3779b97f4a7c15ULL;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+  h ^= h >> 31;
+  return {h, (h >> 32) | 1};
+}
 
 }  // namespace
 
 bool SparseTable::Contains(uint64_t id) const {
   if (slots_.contains(id)) return true;
-  if (tier_ == nullptr) return false;
+  if (tier_ == nullptr || !MaybeCold(id)) return false;
   std::vector<std::string> values;
   if (absl::Status s = tier_->MultiGet(table_index_, {&id, 1}, &values);
       !s.ok()) {
@@ -52,7 +68,36 @@ int64_t SparseTable::memory_bytes() const {
                            (tier_ != nullptr ? 16 : 0);
   return static_cast<int64_t>(chunks_.size()) * chunk_rows * per_slot +
          SparseIndexBytes(static_cast<int64_t>(slots_.capacity())) +
-         static_cast<int64_t>(free_slots_.capacity() * sizeof(uint32_t));
+         static_cast<int64_t>(free_slots_.capacity() * sizeof(uint32_t)) +
+         static_cast<int64_t>(cold_filter_.capacity() * sizeof(uint64_t));
+}
+
+void SparseTable::FilterAdd(uint64_t id) {
+  if (max_hot_ <= 0) return;  // No filter: MaybeCold is always true.
+  if (cold_filter_.empty()) {
+    const int64_t bytes = max_hot_ * kSparseColdFilterBytesPerHotRow;
+    cold_filter_.assign(static_cast<size_t>((bytes + 7) / 8), 0);
+  }
+  const uint64_t bits = cold_filter_.size() * 64;
+  auto [h, step] = FilterHashes(id);
+  for (int i = 0; i < kFilterProbes; ++i, h += step) {
+    const uint64_t bit = h % bits;
+    cold_filter_[bit >> 6] |= uint64_t{1} << (bit & 63);
+  }
+}
+
+bool SparseTable::MaybeCold(uint64_t id) const {
+  if (max_hot_ <= 0) return true;
+  if (cold_filter_.empty()) return false;  // Nothing written yet.
+  const uint64_t bits = cold_filter_.size() * 64;
+  auto [h, step] = FilterHashes(id);
+  for (int i = 0; i < kFilterProbes; ++i, h += step) {
+    const uint64_t bit = h % bits;
+    if ((cold_filter_[bit >> 6] & (uint64_t{1} << (bit & 63))) == 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 SparseTierCounts SparseTable::tier_counts() const {
@@ -80,11 +125,22 @@ void SparseTable::CommitTier() {
 void SparseTable::Demote(uint32_t slot) {
   const uint64_t id = SlotId(slot);
   const RowMeta meta = Meta(slot);
+  FilterAdd(id);
   batch_.Put(table_index_, id, meta.clock, meta.updates, RowAt(slot), stride());
   slots_.erase(id);
   SlotTick(slot) = kFreeTick;
   ++cold_rows_;
   ++demotions_;
+}
+
+SparseTable::OrderKey SparseTable::VictimKey(uint32_t slot,
+                                             uint64_t tick) const {
+  const int64_t updates = Meta(slot).updates;
+  if (lfu_) return {updates, static_cast<int64_t>(tick)};
+  // LRU, segmented: a row updated once (most new ids of a long tail are
+  // seen once) goes before a row updated again, unless that one has been
+  // idle kProtectedTicks more updates of the table.
+  return {0, static_cast<int64_t>(tick) + (updates > 1 ? kProtectedTicks : 0)};
 }
 
 uint32_t SparseTable::TakeSlot() {
@@ -94,13 +150,15 @@ uint32_t SparseTable::TakeSlot() {
   OrderKey best{};
   int seen = 0;
   for (uint32_t n = 0; n < next_slot_ && seen < kVictimSamples; ++n) {
-    const uint32_t slot = hand_;
-    hand_ = hand_ + 1 == next_slot_ ? 0 : hand_ + 1;
+    // Slots drawn at random (a 32-bit LCG: deterministic), so that rows
+    // placed side by side are not sampled together.
+    hand_ = hand_ * 1664525u + 1013904223u;
+    const auto slot =
+        static_cast<uint32_t>((uint64_t{hand_} * next_slot_) >> 32);
     const uint64_t tick = SlotTick(slot);
     if (tick == kFreeTick || tick == tick_) continue;  // Free or pinned.
     ++seen;
-    const OrderKey key{lfu_ ? Meta(slot).updates : 0,
-                       static_cast<int64_t>(tick)};
+    const OrderKey key = VictimKey(slot, tick);
     if (victim == kNoSlot || key < best) {
       victim = slot;
       best = key;
@@ -124,6 +182,11 @@ void SparseTable::ReadTiered(std::span<const uint64_t> keys, float* out) const {
     }
     ++misses_;
     if (absent_.contains(keys[i])) {  // Found nowhere since the last Apply.
+      FillMissing(keys[i], out + i * dim);
+      continue;
+    }
+    if (!MaybeCold(keys[i])) {  // Never written to the tier: no row.
+      absent_.insert(keys[i]);
       FillMissing(keys[i], out + i * dim);
       continue;
     }
@@ -197,7 +260,7 @@ void SparseTable::PinHot(std::span<const uint64_t> keys,
     // Each id once (an update may repeat one): a repeat finds the row where
     // the first put it. An id a Read found nowhere is not read.
     if (scratch_index_.try_emplace(keys[i], 0).second &&
-        !absent_.contains(keys[i])) {
+        !absent_.contains(keys[i]) && MaybeCold(keys[i])) {
       miss_ids->push_back(keys[i]);
       miss_at->push_back(i);
     }
@@ -312,6 +375,7 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
   }
   for (size_t k = 0; k < scratch_rows_.size(); ++k) {
     const ScratchRow& r = scratch_rows_[k];
+    FilterAdd(r.id);
     batch_.Put(table_index_, r.id, r.meta.clock, r.meta.updates,
                scratch_floats_.data() + k * stride(), stride());
     if (r.created) ++cold_rows_;
@@ -409,6 +473,7 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
       std::memcpy(RowAt(slot), floats, stride() * sizeof(float));
       SetMeta(slot, meta);
     } else {
+      FilterAdd(id);
       batch_.Put(table_index_, id, meta.clock, meta.updates, floats, stride());
       if (!cold) ++cold_rows_;
     }

@@ -148,6 +148,7 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
                                   std::vector<std::string>* values) const {
   values->assign(ids.size(), std::string());
   if (ids.empty()) return absl::OkStatus();
+  keys_looked_up_ += static_cast<int64_t>(ids.size());
   std::vector<std::string> keys(ids.size());
   std::vector<rocksdb::Slice> slices(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
