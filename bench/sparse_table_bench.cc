@@ -184,7 +184,8 @@ void BM_ReadLarge(benchmark::State& state) {
     table->Read(ids, out.data());
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(ids.size()));
+  state.SetItemsProcessed(state.iterations() *
+                          static_cast<int64_t>(ids.size()));
 }
 BENCHMARK(BM_ReadLarge)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
 

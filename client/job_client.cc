@@ -143,7 +143,7 @@ absl::StatusOr<v1::JobStatus> JobClient::Cancel(const std::string& job_id) {
 }
 
 absl::StatusOr<v1::JobStatus> JobClient::Scale(const std::string& job_id,
-                                                int num_servers) {
+                                               int num_servers) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.timeout);
   v1::ScaleJobRequest request;

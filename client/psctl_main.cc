@@ -422,8 +422,8 @@ int Scale(ps::JobClient& client, const std::string& job_id) {
       std::cout << job_id << ": on " << move.num_servers()
                 << " servers from clock " << move.clock() << " ("
                 << move.units_moved() << " units moved, "
-                << move.committed_time_ms() - move.requested_time_ms()
-                << " ms)" << std::endl;
+                << move.committed_time_ms() - move.requested_time_ms() << " ms)"
+                << std::endl;
       return 0;
     }
     std::cerr << "psctl: the move of " << job_id

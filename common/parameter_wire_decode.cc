@@ -393,9 +393,11 @@ absl::StatusOr<PullView> ParsePullResponse(
         break;
       case Tag(kValueEncodingField, WireFormatLite::WIRETYPE_VARINT): {
         uint64_t v;
-        if (!ReadVarint64(&in, &v)) return Malformed("value_encoding", kMessage);
+        if (!ReadVarint64(&in, &v))
+          return Malformed("value_encoding", kMessage);
         // An enum is an int32 on the wire (as Protobuf reads it).
-        out.value_encoding = static_cast<v1::Precision>(static_cast<int32_t>(v));
+        out.value_encoding =
+            static_cast<v1::Precision>(static_cast<int32_t>(v));
         break;
       }
       default:
@@ -415,8 +417,8 @@ absl::Status CopyPulledValues(const WireBytes& data, v1::Precision encoding,
   }
   if (data.size() != count * value_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "values: ", data.size(), " bytes, expected ", count * value_bytes,
-        " (", count, " values in ", v1::Precision_Name(encoding), ")"));
+        "values: ", data.size(), " bytes, expected ", count * value_bytes, " (",
+        count, " values in ", v1::Precision_Name(encoding), ")"));
   }
   if (encoding == v1::FP32) {
     char* to = reinterpret_cast<char*>(out);

@@ -29,8 +29,7 @@ constexpr int kPushSparseField = v1::PushRequest::kSparseFieldNumber;
 constexpr int kMembershipVersionField =
     v1::PushRequest::kMembershipVersionFieldNumber;
 constexpr int kPullSparseField = v1::PullResponse::kSparseFieldNumber;
-constexpr int kValueEncodingField =
-    v1::PullResponse::kValueEncodingFieldNumber;
+constexpr int kValueEncodingField = v1::PullResponse::kValueEncodingFieldNumber;
 constexpr int kSparseTableField = v1::SparseRows::kTableFieldNumber;
 constexpr int kSparseKeysField = v1::SparseRows::kKeysFieldNumber;
 constexpr int kSparseValuesField = v1::SparseRows::kValuesFieldNumber;

@@ -34,9 +34,9 @@ absl::Status JobManager::CheckScalable(const Job& job, int num_servers) const {
   const v1::JobStatus& status = job.status;
   const std::string& id = status.job_id();
   if (status.state() != v1::RUNNING) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id, " is ", v1::JobState_Name(status.state()),
-        ": only a RUNNING job's servers can be scaled"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is ", v1::JobState_Name(status.state()),
+                     ": only a RUNNING job's servers can be scaled"));
   }
   if (IsElastic(status.spec())) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -86,9 +86,9 @@ absl::StatusOr<v1::JobStatus> JobManager::Scale(const std::string& job_id,
   const v1::ShardMap& current = job.status.shard_map();
   const int old_n = current.servers_size();
   if (num_servers == old_n) return job.status;
-  std::vector<std::string> addresses(current.servers().begin(),
-                                     current.servers().begin() +
-                                         std::min(old_n, num_servers));
+  std::vector<std::string> addresses(
+      current.servers().begin(),
+      current.servers().begin() + std::min(old_n, num_servers));
   std::vector<std::string> added;
   if (num_servers > old_n) {
     const bool durable = job.status.spec().durability() != v1::MEMORY;
@@ -110,10 +110,9 @@ absl::StatusOr<v1::JobStatus> JobManager::Scale(const std::string& job_id,
   v1::ShardMapChange* change = job.status.mutable_map_change();
   change->set_version(next.version());
   change->set_requested_time_ms(absl::ToUnixMillis(absl::Now()));
-  change->set_reason(
-      absl::StrCat("scale ", old_n, " -> ", num_servers, " servers, ",
-                   UnitsMoved(current, next), " of ", next.blocks_size(),
-                   " units move"));
+  change->set_reason(absl::StrCat("scale ", old_n, " -> ", num_servers,
+                                  " servers, ", UnitsMoved(current, next),
+                                  " of ", next.blocks_size(), " units move"));
   *change->mutable_shard_map() = std::move(next);
   job.map_frontiers.clear();
   job.map_staged.clear();
@@ -149,9 +148,9 @@ void JobManager::AdvanceMapChange(Job& job) {
   }
   for (size_t i = 0; i < job.servers.size(); ++i) {
     if (job.servers[i].node_id.empty()) {
-      AbandonMapChange(job, absl::StrCat("server ", i, " (",
-                                         job.servers[i].last_address,
-                                         ") was lost during the move"));
+      AbandonMapChange(
+          job, absl::StrCat("server ", i, " (", job.servers[i].last_address,
+                            ") was lost during the move"));
       return;
     }
   }

@@ -35,9 +35,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ScaleJob(
   const absl::Status allowed =
       authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
   absl::StatusOr<v1::JobStatus> job =
-      allowed.ok()
-            ? manager_->Scale(request->job_id(), request->num_servers())
-            : absl::StatusOr<v1::JobStatus>(allowed);
+      allowed.ok() ? manager_->Scale(request->job_id(), request->num_servers())
+                   : absl::StatusOr<v1::JobStatus>(allowed);
   const grpc::Status result = ToGrpcStatus(job.status());
   if (job.ok()) *response->mutable_job() = *std::move(job);
   metrics_->Record("ScaleJob", result.error_code(), request->ByteSizeLong(),

@@ -168,10 +168,10 @@ absl::StatusOr<PushDisposition> ClockTable::CheckPush(int worker,
         expected - 1));
   }
   if (move_version_ != 0 && clock >= move_frontier_) {
-    return absl::UnavailableError(absl::StrCat(
-        "clock: the job's servers are moving (shard map version ",
-        move_version_, "); pushes from clock ", move_frontier_,
-        " wait for it (retry)"));
+    return absl::UnavailableError(
+        absl::StrCat("clock: the job's servers are moving (shard map version ",
+                     move_version_, "); pushes from clock ", move_frontier_,
+                     " wait for it (retry)"));
   }
   if (frozen_version_ != 0 && clock >= frontier_) {
     return absl::UnavailableError(

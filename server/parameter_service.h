@@ -53,13 +53,14 @@ using PushFaultInjector = std::function<PushFault(const v1::PushRequest&)>;
 class ParameterServiceImpl final
     : public v1::ParameterService::WithCallbackMethod_FetchUnits<
           v1::ParameterService::WithCallbackMethod_ReadRows<
-          v1::ParameterService::WithCallbackMethod_Seed<
-              v1::ParameterService::WithRawCallbackMethod_Push<
-                  v1::ParameterService::WithRawCallbackMethod_Pull<
-                      v1::ParameterService::WithRawCallbackMethod_PushShared<
+              v1::ParameterService::WithCallbackMethod_Seed<
+                  v1::ParameterService::WithRawCallbackMethod_Push<
+                      v1::ParameterService::WithRawCallbackMethod_Pull<
                           v1::ParameterService::
-                              WithRawCallbackMethod_PullShared<
-                                  v1::ParameterService::Service>>>>>>> {
+                              WithRawCallbackMethod_PushShared<
+                                  v1::ParameterService::
+                                      WithRawCallbackMethod_PullShared<
+                                          v1::ParameterService::Service>>>>>>> {
  public:
   // `manager` and `metrics` must outlive the service.
   ParameterServiceImpl(ParameterManager* manager, RpcMetrics* metrics,

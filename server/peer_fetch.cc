@@ -42,8 +42,7 @@ UnitMover::RemoteFetch MakePeerFetch(ChannelSecurity security) {
                  const v1::FetchUnitsRequest& request)
              -> absl::StatusOr<v1::FetchUnitsResponse> {
     grpc::ClientContext context;
-    context.set_deadline(
-        absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
     v1::FetchUnitsResponse response;
     grpc::Status status =
         stubs->For(address)->FetchUnits(&context, request, &response);

@@ -51,8 +51,8 @@ ServerJob::MoveReport ServerJob::ApplyMapChange(
   }
   if (fresh) {
     PS_LOG_INFO("job ", job_id_, ": moving to shard map version ",
-                change.version(), " (", change.reason(),
-                "); frozen at clock ", report.frontier, ", clocks ",
+                change.version(), " (", change.reason(), "); frozen at clock ",
+                report.frontier, ", clocks ",
                 absl::StrJoin(clocks_.clocks(), " "));
   }
   return report;
@@ -84,8 +84,7 @@ absl::StatusOr<v1::FetchUnitsResponse> ServerJob::ExportUnits(
       }
     }
   }
-  const std::set<uint64_t> wanted(request.keys().begin(),
-                                  request.keys().end());
+  const std::set<uint64_t> wanted(request.keys().begin(), request.keys().end());
   v1::FetchUnitsResponse response;
   std::vector<StoredBlock> blocks = table_->Snapshot();
   for (StoredBlock& bucket : sparse_->Snapshot()) {
@@ -117,7 +116,8 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::AdoptMoved(
   // leaves the staged copy (UnitMover) from which the next open adopts
   // again.
   PS_RETURN_IF_ERROR(store->DeleteJob(job->job_id_));
-  PS_RETURN_IF_ERROR(store->PutJobMeta(job->job_id_, StoredJobMeta(job->assignment_)));
+  PS_RETURN_IF_ERROR(
+      store->PutJobMeta(job->job_id_, StoredJobMeta(job->assignment_)));
   initial.log_sequence = 0;
   initial.log.clear();
   PS_RETURN_IF_ERROR(job->Restore(std::move(initial)));

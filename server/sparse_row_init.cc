@@ -90,13 +90,13 @@ void SparseRowInit::Fill(uint64_t id, std::span<float> out) const {
   const uint64_t row = SparseHashCombine(stream_, id);
   // Equal to SparseHashCombine(row, i), with SparseMix64(i) precomputed.
   const auto hash = [this, row](size_t i) {
-    return SparseMix64(row ^ (i < index_mix_.size() ? index_mix_[i]
-                                                    : SparseMix64(i)));
+    return SparseMix64(
+        row ^ (i < index_mix_.size() ? index_mix_[i] : SparseMix64(i)));
   };
   if (kind_ == v1::SparseInit::UNIFORM) {
     for (size_t i = 0; i < out.size(); ++i) {
-      out[i] = static_cast<float>((2.0 * SparseUnitDouble(hash(i)) - 1.0) *
-                                  scale_);
+      out[i] =
+          static_cast<float>((2.0 * SparseUnitDouble(hash(i)) - 1.0) * scale_);
     }
     return;
   }

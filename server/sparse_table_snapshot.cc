@@ -91,8 +91,8 @@ std::vector<StoredBlock> SparseTable::Snapshot() const {
         SparseTier::Decode(cold[e.ref].second, stride(), &meta.clock,
                            &meta.updates, floats.data());
       }
-      at = PutSparseBucketRow(at, e.id, meta.clock, meta.updates, row,
-                              stride());
+      at =
+          PutSparseBucketRow(at, e.id, meta.clock, meta.updates, row, stride());
     }
     for (; p < pending_end; ++p) {
       at = PutSparseBucketPending(at, pending[p].second,

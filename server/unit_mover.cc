@@ -92,9 +92,9 @@ void UnitMover::Sync(const std::vector<v1::Assignment>& assignments) {
     }
     for (auto it = moves_.begin(); it != moves_.end();) {
       auto found = listed.find(it->first);
-      const bool current = found != listed.end() &&
-                           found->second->map_change().version() ==
-                               it->second.version;
+      const bool current =
+          found != listed.end() &&
+          found->second->map_change().version() == it->second.version;
       // A staged copy the job may still open from stays (in the store).
       it = current ? std::next(it) : moves_.erase(it);
     }
@@ -152,8 +152,8 @@ void UnitMover::Drop(const std::string& job_id, int64_t version) {
   }
   if (store_ == nullptr) return;
   if (auto s = store_->DeleteJob(StagedId(job_id, version)); !s.ok()) {
-    PS_LOG_WARNING("job ", job_id, ": cannot delete its staged units: ",
-                   s.message());
+    PS_LOG_WARNING("job ", job_id,
+                   ": cannot delete its staged units: ", s.message());
   }
 }
 
@@ -270,10 +270,9 @@ absl::StatusOr<StoredJob> UnitMover::Copy(const v1::Assignment& assignment) {
       }
     }
   }
-  std::sort(state.blocks.begin(), state.blocks.end(),
-            [](const StoredBlock& a, const StoredBlock& b) {
-              return a.key < b.key;
-            });
+  std::sort(
+      state.blocks.begin(), state.blocks.end(),
+      [](const StoredBlock& a, const StoredBlock& b) { return a.key < b.key; });
   return state;
 }
 
@@ -304,8 +303,8 @@ absl::StatusOr<v1::FetchUnitsResponse> UnitMover::FetchRetrying(
     if (absl::Now() - warned > absl::Seconds(5)) {
       warned = absl::Now();
       PS_LOG_INFO("job ", assignment.job_id(), ": units from server ", owner,
-                  " (", current.servers(owner), ") not ready: ",
-                  response.status().message());
+                  " (", current.servers(owner),
+                  ") not ready: ", response.status().message());
     }
     absl::SleepFor(waiting ? absl::Milliseconds(5) : absl::Milliseconds(500));
   }

@@ -547,8 +547,9 @@ absl::Status ParameterClient::ReadPullReply(
                                static_cast<size_t>(ref.num_elems),
                                (*params)[ref.tensor].data() + ref.offset);
     if (!copied.ok()) {
-      return absl::InternalError(absl::StrCat(
-          "pull reply block ", block.key, " does not match: ", copied.message()));
+      return absl::InternalError(
+          absl::StrCat("pull reply block ", block.key,
+                       " does not match: ", copied.message()));
     }
   }
   if (view->sparse.size() != parts.size()) {
@@ -570,11 +571,12 @@ absl::Status ParameterClient::ReadPullReply(
     float* out = step->rows[part.table].data();
     ForEachGradientRun(rows.values, view->value_encoding,
                        [&](size_t first, std::span<const float> run) {
-      for (size_t k = 0; k < run.size(); ++k) {
-        const size_t at = first + k;
-        out[part.positions[at / dim] * dim + at % dim] = run[k];
-      }
-    });
+                         for (size_t k = 0; k < run.size(); ++k) {
+                           const size_t at = first + k;
+                           out[part.positions[at / dim] * dim + at % dim] =
+                               run[k];
+                         }
+                       });
   }
   *min_clock = view->min_clock;
   if (worker_index_ < static_cast<int>(view->worker_clocks.size())) {

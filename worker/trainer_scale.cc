@@ -26,10 +26,9 @@ absl::Status Trainer::FollowMapChange() {
       if (latest_.shard_map().version() > client_map_version_) next = latest_;
     }
     if (next.has_value()) {
-      PS_ASSIGN_OR_RETURN(
-          auto client, ParameterClient::Create(*next, model_->tensors(),
-                                               options_.parameter_client,
-                                               &stop_));
+      PS_ASSIGN_OR_RETURN(auto client, ParameterClient::Create(
+                                           *next, model_->tensors(),
+                                           options_.parameter_client, &stop_));
       InstallClient(std::move(client));
       PS_LOG_INFO("job ", assignment_.job_id(), ": worker ",
                   assignment_.index(), " goes on under shard map version ",
@@ -43,10 +42,9 @@ absl::Status Trainer::FollowMapChange() {
     absl::SleepFor(absl::Milliseconds(10));
   }
   if (stop_) return absl::CancelledError("training stopped");
-  return absl::DeadlineExceededError(
-      absl::StrCat("job ", assignment_.job_id(), ": worker ",
-                   assignment_.index(), " got no shard map newer than version ",
-                   client_map_version_));
+  return absl::DeadlineExceededError(absl::StrCat(
+      "job ", assignment_.job_id(), ": worker ", assignment_.index(),
+      " got no shard map newer than version ", client_map_version_));
 }
 
 }  // namespace ps

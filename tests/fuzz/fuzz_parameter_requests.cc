@@ -207,9 +207,10 @@ void CheckPullReplyParse(const std::string& bytes, size_t cut) {
   const std::string_view all(bytes);
   const std::string_view segments[] = {all.substr(0, cut), all.substr(cut)};
   absl::StatusOr<ps::PullView> view = ps::ParsePullResponse(segments);
-  PS_FUZZ_REQUIRE(view.ok() == parses, "pull reply: in-place parser and "
-                                       "Protobuf disagree: " +
-                                           view.status().ToString());
+  PS_FUZZ_REQUIRE(view.ok() == parses,
+                  "pull reply: in-place parser and "
+                  "Protobuf disagree: " +
+                      view.status().ToString());
   if (!view.ok()) return;
   PS_FUZZ_REQUIRE(view->value_encoding == r.value_encoding() &&
                       view->min_clock == r.min_clock() &&
@@ -223,9 +224,10 @@ void CheckPullReplyParse(const std::string& bytes, size_t cut) {
     std::vector<float> out(count);
     const absl::Status decoded = ps::CopyPulledValues(
         view->blocks[i].data, view->value_encoding, count, out.data());
-    PS_FUZZ_REQUIRE(decoded.ok() == (width != 0 && count * width ==
-                                                       view->blocks[i].data.size()),
-                    decoded.ToString());
+    PS_FUZZ_REQUIRE(
+        decoded.ok() ==
+            (width != 0 && count * width == view->blocks[i].data.size()),
+        decoded.ToString());
   }
 }
 
@@ -315,8 +317,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           }
           // The same bytes as a pull reply, as a worker parses it in place
           // (any value_encoding): Protobuf's parser must agree.
-          CheckPullReplyParse(bytes,
-                              in.ConsumeIntegralInRange<size_t>(0, bytes.size()));
+          CheckPullReplyParse(
+              bytes, in.ConsumeIntegralInRange<size_t>(0, bytes.size()));
         }
         continue;
       }
@@ -366,24 +368,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         const ps::v1::Precision wire =
             assignment.spec().mixed_precision().wire_parameters();
-        job->Pull(r, [&blocks, wire](
-                         absl::StatusOr<ps::v1::PullResponse> reply) {
-          if (!reply.ok()) {
-            CheckRefusal(reply.status());
-            return;
-          }
-          // A reply holds held blocks only, each whole, in the job's
-          // wire_parameters format.
-          PS_FUZZ_REQUIRE(reply->value_encoding() == wire,
-                          "reply not in the job's wire_parameters");
-          for (const ps::v1::Block& b : reply->blocks()) {
-            PS_FUZZ_REQUIRE(
-                static_cast<int64_t>(b.data().size()) ==
-                    ElemsOf(b.key(), blocks) *
-                        static_cast<int64_t>(ps::WireValueBytes(wire)),
-                std::to_string(b.key()));
-          }
-        });
+        job->Pull(
+            r, [&blocks, wire](absl::StatusOr<ps::v1::PullResponse> reply) {
+              if (!reply.ok()) {
+                CheckRefusal(reply.status());
+                return;
+              }
+              // A reply holds held blocks only, each whole, in the job's
+              // wire_parameters format.
+              PS_FUZZ_REQUIRE(reply->value_encoding() == wire,
+                              "reply not in the job's wire_parameters");
+              for (const ps::v1::Block& b : reply->blocks()) {
+                PS_FUZZ_REQUIRE(
+                    static_cast<int64_t>(b.data().size()) ==
+                        ElemsOf(b.key(), blocks) *
+                            static_cast<int64_t>(ps::WireValueBytes(wire)),
+                    std::to_string(b.key()));
+              }
+            });
       }
     }
   }  // Shutting down fails what still waits.

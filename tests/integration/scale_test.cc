@@ -172,9 +172,8 @@ TEST_F(ScaleTest, RefusalsNameTheirReason) {
   // A long job, cancelled at the end.
   auto id = client_->Submit(BspJob(60000));
   ASSERT_TRUE(id.ok()) << id.status();
-  v1::JobStatus status = WaitFor(*id, [](const v1::JobStatus& s) {
-    return s.state() == v1::RUNNING;
-  });
+  v1::JobStatus status = WaitFor(
+      *id, [](const v1::JobStatus& s) { return s.state() == v1::RUNNING; });
   ASSERT_EQ(status.state(), v1::RUNNING) << status.message();
 
   auto zero = client_->Scale(*id, 0);

@@ -57,7 +57,8 @@ class WireParametersTest
     ParameterClientOptions options;
     options.retry_window = absl::Seconds(10);
     options.shared_payloads = shared();
-    auto client = ParameterClient::Create(assignment_, tensors, options, nullptr);
+    auto client =
+        ParameterClient::Create(assignment_, tensors, options, nullptr);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
   }

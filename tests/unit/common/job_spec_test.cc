@@ -396,8 +396,8 @@ TEST(ValidateJobSpecTest, WireParametersIsAnyFormatWhateverTheRest) {
       spec.mutable_mixed_precision()->set_wire_gradients(grads);
       ApplyJobSpecDefaults(&spec);
       EXPECT_TRUE(ValidateJobSpec(spec).ok())
-          << ValidateJobSpec(spec) << " parameters " << params
-          << " gradients " << grads;
+          << ValidateJobSpec(spec) << " parameters " << params << " gradients "
+          << grads;
     }
   }
 }

@@ -32,7 +32,8 @@ std::string Encoded(const std::vector<float>& values, v1::Precision encoding) {
       bits = encoding == v1::FP16 ? FloatToFp16(v) : FloatToBf16(v);
       n = 2;
     }
-    for (size_t i = 0; i < n; ++i) out.push_back(static_cast<char>(bits >> 8 * i));
+    for (size_t i = 0; i < n; ++i)
+      out.push_back(static_cast<char>(bits >> 8 * i));
   }
   return out;
 }
@@ -89,8 +90,8 @@ TEST_P(PullValueEncodingTest, EncoderWritesWhatProtobufWrites) {
   expected.set_value_encoding(encoding);
   const std::vector<int64_t> clocks = {4, 5};
   const std::vector<ReplyRows> sparse = {{1, rows}};
-  const WireMessage wire = EncodePullResponse(blocks, 4, clocks, nullptr,
-                                              nullptr, sparse, encoding);
+  const WireMessage wire =
+      EncodePullResponse(blocks, 4, clocks, nullptr, nullptr, sparse, encoding);
   EXPECT_EQ(wire.view(), expected.SerializeAsString());
   v1::PullResponse parsed;
   ASSERT_TRUE(parsed.ParseFromString(std::string(wire.view())));
@@ -102,11 +103,11 @@ TEST_P(PullValueEncodingTest, ReaderDecodesExactlyWhereverTheSegmentsAreCut) {
   const std::vector<float> values = SomeValues(kFloatRun + 9, 4);
   const std::vector<ReplyBlock> blocks = {{2, values}};
   const std::vector<int64_t> clocks = {1};
-  const WireMessage wire = EncodePullResponse(blocks, 1, clocks, nullptr,
-                                              nullptr, {}, encoding);
+  const WireMessage wire =
+      EncodePullResponse(blocks, 1, clocks, nullptr, nullptr, {}, encoding);
   const std::string_view all = wire.view();
-  for (size_t cut : {size_t{0}, size_t{1}, size_t{7}, all.size() / 2 + 1,
-                     all.size() - 1}) {
+  for (size_t cut :
+       {size_t{0}, size_t{1}, size_t{7}, all.size() / 2 + 1, all.size() - 1}) {
     const std::string_view segments[] = {all.substr(0, cut), all.substr(cut)};
     absl::StatusOr<PullView> view = ParsePullResponse(segments);
     ASSERT_TRUE(view.ok()) << view.status();
@@ -155,8 +156,8 @@ TEST(CopyPulledValuesTest, RefusesAnUnknownEncodingOrTheWrongSize) {
   const std::string bytes(8, '\0');
   WireBytes data(bytes);
   std::vector<float> out(4, 7.0f);
-  absl::Status status = CopyPulledValues(
-      data, static_cast<v1::Precision>(9), out.size(), out.data());
+  absl::Status status = CopyPulledValues(data, static_cast<v1::Precision>(9),
+                                         out.size(), out.data());
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("value_encoding"));
   status = CopyPulledValues(data, v1::FP32, out.size(), out.data());

@@ -80,8 +80,8 @@ TEST(SparseTierPolicyTest, FrequentRowsOutliveAStreamOfNewIds) {
   for (auto policy : {v1::EvictionSpec::LRU, v1::EvictionSpec::LFU}) {
     std::unique_ptr<SparseTier> tier = OpenTier();
     ASSERT_NE(tier, nullptr);
-    auto table = SparseTable::Create(Spec(policy), 0, 1, false,
-                                     {.tier = tier.get(), .cap_bytes = 64 << 10});
+    auto table = SparseTable::Create(
+        Spec(policy), 0, 1, false, {.tier = tier.get(), .cap_bytes = 64 << 10});
     ASSERT_TRUE(table.ok());
     const int64_t max_hot = (*table)->max_hot_rows();
     ASSERT_GT(max_hot, 200);
