@@ -15,12 +15,15 @@
 #              limit. Its forwarding costs CPU that the Linux bridge does not;
 #   0ms        delay_bridge with no delay: that cost alone, for comparison.
 #   1gbit+2ms  the delay bridge and the tbf limits together.
+#   NNNmbit    (e.g. 200mbit) the Linux bridge with every link limited to that
+#              rate, as 1gbit is.
 # The job is the README's (deploy/jobs/fashion-mnist-mlp.json: MLP
 # 784-256-128-10, Adam 1e-3, batch 64 per worker, BSP, 2 servers, durability
 # WAL) for EPOCHS epochs with N workers (WORKERS, default "2 4"); DDP trains
 # the same model on the same split (bench/hosts_ddp.py, from vs_pytorch.py).
 # SYSTEMS (default "ours ddp"; also "ours-bf16", "ours-fp16": ours with
-# mixed_precision.wire_parameters BF16 / FP16) run alternately, their order
+# mixed_precision.wire_parameters BF16 / FP16; "ours-pipelined": ours with
+# consistency.pipeline_parts PARTS, default 4) run alternately, their order
 # rotating from round to round; ROUNDS (3) rounds. Prints a Markdown table of
 # medians: training time, final test accuracy, the ratio to DDP's time, and the
 # bytes worker host w0 sent and received per step (its eth0 counters) against
@@ -28,6 +31,7 @@
 #
 #   ROUNDS=3 EPOCHS=1 bench/hosts_vs_ddp.sh [OUT_DIR]   # about 20 min under load 10-20
 #   SHAPES=1gbit WORKERS=2 SYSTEMS="ours ours-bf16 ddp" bench/hosts_vs_ddp.sh
+#   SHAPES=200mbit WORKERS=2 SYSTEMS="ours ours-pipelined" bench/hosts_vs_ddp.sh
 #
 # Needs root (ip netns, tc), gcc (the delay bridge), Debian's python3-torch and
 # the executables in BUILD_DIR (default build). Every run's JSON line is in
@@ -42,7 +46,7 @@ WORKERS=${WORKERS:-2 4}
 SHAPES=${SHAPES:-unlimited 1gbit 2ms}
 SYSTEMS=${SYSTEMS:-ours ddp}
 DELAY_US=${DELAY_US:-2000}
-RATE=${RATE:-1gbit}
+PARTS=${PARTS:-4}
 BUILD_DIR=$(cd "${BUILD_DIR:-build}" && pwd)
 DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
 PY=/usr/bin/python3
@@ -120,14 +124,15 @@ setup() {
     ip -n "$(ns "$h")" link set eth0 up
     ip -n "$SWITCH_NS" link set "v$h" up
     ports+=("v$h")
-    if [[ $shape == 1gbit* ]]; then
+    if [[ $shape == *bit* ]]; then
       # What the host sends, and what it receives (the switch port's egress).
-      ip netns exec "$(ns "$h")" tc qdisc add dev eth0 root tbf rate "$RATE" burst 256kb latency 50ms
-      ip netns exec "$SWITCH_NS" tc qdisc add dev "v$h" root tbf rate "$RATE" burst 256kb latency 50ms
+      local rate=${shape%%+*}
+      ip netns exec "$(ns "$h")" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
+      ip netns exec "$SWITCH_NS" tc qdisc add dev "v$h" root tbf rate "$rate" burst 256kb latency 50ms
     fi
   done
   case $shape in
-    unlimited | 1gbit)
+    unlimited | *bit)
       ip -n "$SWITCH_NS" link add br0 type bridge
       ip -n "$SWITCH_NS" link set br0 up
       for h in "${HOSTS[@]}"; do ip -n "$SWITCH_NS" link set "v$h" master br0; done
@@ -170,15 +175,18 @@ spawn() {  # DIR HOST BINARY ARGS...
   return 1
 }
 
-# Our cluster: SHAPE WORKERS ROUND SYSTEM (ours | ours-bf16 | ours-fp16).
+# Our cluster: SHAPE WORKERS ROUND SYSTEM (ours | ours-bf16 | ours-fp16 |
+# ours-pipelined).
 run_ours() {
-  local shape=$1 n=$2 round=$3 system=$4 dir wire="" id before after w cpu
+  local shape=$1 n=$2 round=$3 system=$4 dir wire="" parts=0 id before after w cpu
   dir=$OUT/$shape-w$n-r$round-$system
   mkdir -p "$dir"
-  case $system in ours-bf16) wire=BF16 ;; ours-fp16) wire=FP16 ;; esac
-  "$PY" - "$dir/job.json" "$EPOCHS" "$n" "$DATA_DIR" "$wire" <<'EOF'
+  case $system in
+    ours-bf16) wire=BF16 ;; ours-fp16) wire=FP16 ;; ours-pipelined) parts=$PARTS ;;
+  esac
+  "$PY" - "$dir/job.json" "$EPOCHS" "$n" "$DATA_DIR" "$wire" "$parts" <<'EOF'
 import json, sys
-path, epochs, workers, data, wire = sys.argv[1:]
+path, epochs, workers, data, wire, parts = sys.argv[1:]
 with open("deploy/jobs/fashion-mnist-mlp.json") as f:
     job = json.load(f)
 job["epochs"] = int(epochs)
@@ -188,6 +196,8 @@ for k, v in job["dataset"].items():
         job["dataset"][k] = v.replace("/usr/share/datasets/fashion-mnist", data)
 if wire:
     job["mixed_precision"] = {"wire_parameters": wire}
+if int(parts) > 1:
+    job["consistency"]["pipeline_parts"] = int(parts)
 json.dump(job, open(path, "w"), indent=1)
 EOF
   local coordinator=${IP[coord]}:7000
