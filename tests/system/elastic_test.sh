@@ -38,38 +38,10 @@ SAMPLES=${SAMPLES:-8192}     # training samples (a multiple of 4 * 32)
 EPOCHS=${EPOCHS:-3}
 ACC_TOLERANCE=${ACC_TOLERANCE:-0.03}
 KILL_FRACTION=${KILL_FRACTION:-3}  # kill once 1/KILL_FRACTION of the clocks ran
-for file in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz \
-            t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
-  if [ ! -r "$DATA_DIR/$file" ]; then
-    echo "1..0 # SKIP $DATA_DIR/$file is missing"
-    exit 77
-  fi
-done
-command -v python3 >/dev/null || { echo "1..0 # SKIP no python3"; exit 77; }
-
-# shellcheck source=scripts/lib/cluster.sh disable=SC1091
-source "$SOURCE_DIR/scripts/lib/cluster.sh"
-RUN_DIR=$(mktemp -d -t ps-elastic-test.XXXXXX)
-CHECKS=0
-on_exit() {
-  local rc=$? log
-  set +e
-  [ "${#CLUSTER_PIDS[@]}" -gt 0 ] && cluster_stop >/dev/null 2>&1
-  if [ "$rc" -eq 0 ] && [ "${PS_KEEP_RUN_DIR:-0}" != 1 ]; then
-    rm -rf "$RUN_DIR"
-    return
-  fi
-  if [ "$rc" -ne 0 ]; then
-    for log in "$RUN_DIR"/*.log; do
-      echo "----- $(basename "$log") (last 30 lines) -----"
-      tail -n 30 "$log"
-    done
-  fi
-  echo "# run directory kept: $RUN_DIR"
-}
-trap on_exit EXIT
-ok() { CHECKS=$((CHECKS + 1)); echo "ok $CHECKS - $*"; }
-fail() { echo "not ok $((CHECKS + 1)) - $1"; shift; for f in "$@"; do cat "$f"; done; exit 1; }
+# shellcheck source=tests/system/tap_lib.sh disable=SC1091
+source "$SOURCE_DIR/tests/system/tap_lib.sh"
+system_test_need_fashion_mnist
+system_test_begin ps-elastic-test
 
 write_job() {
   cat >"$1" <<EOF
