@@ -49,15 +49,7 @@ write_job() {
   "name": "$2",
   "model": { "kind": "MLP", "input_dim": 784, "num_classes": 10,
              "hidden_layers": [64], "activation": "RELU" },
-  "dataset": {
-    "format": "IDX",
-    "train_images": "$DATA_DIR/train-images-idx3-ubyte.gz",
-    "train_labels": "$DATA_DIR/train-labels-idx1-ubyte.gz",
-    "test_images": "$DATA_DIR/t10k-images-idx3-ubyte.gz",
-    "test_labels": "$DATA_DIR/t10k-labels-idx1-ubyte.gz",
-    "max_train_samples": $SAMPLES,
-    "max_test_samples": 10000
-  },
+  "dataset": $(system_test_dataset_json "$SAMPLES" 10000),
   "epochs": $EPOCHS,
   "batch_size": 32,
   "seed": 42,

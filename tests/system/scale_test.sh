@@ -44,15 +44,7 @@ cat >"$RUN_DIR/job.json" <<EOF
   "name": "scale-system",
   "model": { "kind": "MLP", "input_dim": 784, "num_classes": 10,
              "hidden_layers": [64], "activation": "RELU" },
-  "dataset": {
-    "format": "IDX",
-    "train_images": "$DATA_DIR/train-images-idx3-ubyte.gz",
-    "train_labels": "$DATA_DIR/train-labels-idx1-ubyte.gz",
-    "test_images": "$DATA_DIR/t10k-images-idx3-ubyte.gz",
-    "test_labels": "$DATA_DIR/t10k-labels-idx1-ubyte.gz",
-    "max_train_samples": $SAMPLES,
-    "max_test_samples": 1000
-  },
+  "dataset": $(system_test_dataset_json "$SAMPLES" 1000),
   "epochs": $EPOCHS,
   "batch_size": 16,
   "seed": 42,

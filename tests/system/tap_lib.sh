@@ -57,3 +57,19 @@ fail() {
   for f in "$@"; do cat "$f"; done
   exit 1
 }
+
+# Prints the job spec's "dataset" value: Fashion-MNIST from DATA_DIR, the
+# first TRAIN training and TEST test samples.
+system_test_dataset_json() {
+  cat <<JSON
+{
+    "format": "IDX",
+    "train_images": "$DATA_DIR/train-images-idx3-ubyte.gz",
+    "train_labels": "$DATA_DIR/train-labels-idx1-ubyte.gz",
+    "test_images": "$DATA_DIR/t10k-images-idx3-ubyte.gz",
+    "test_labels": "$DATA_DIR/t10k-labels-idx1-ubyte.gz",
+    "max_train_samples": $1,
+    "max_test_samples": $2
+  }
+JSON
+}
