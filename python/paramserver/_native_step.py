@@ -109,9 +109,15 @@ class NativePipeline:
         self._pulled = 0
 
     def close(self) -> None:
-        """Ends the calls in flight and the client's connections."""
+        """Ends the calls in flight, the client's connections and its
+        shared-memory regions (the C++ client is destroyed); idempotent."""
+        if self._native is None:
+            return
         self.client._stop.untrack(self._canceller)
         self._native.cancel()
+        # The last references: the C++ client removes its regions as it
+        # goes.
+        self._canceller = None
         self._native = None
 
     def _stopped(self) -> None:
