@@ -139,8 +139,7 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("tensor_sizes", &StepClient::tensor_sizes)
       .def("start_push", &ps::python::StartPush, py::arg("clock"),
            py::arg("grads"))
-      .def("finish_push",
-           &ps::python::Released<&StepClient::FinishPush>)
+      .def("finish_push", &ps::python::Released<&StepClient::FinishPush>)
       .def("start_pull",
            [](StepClient& client, int64_t clock) {
              ps::python::Check(client.StartPull(clock));

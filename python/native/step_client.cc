@@ -50,10 +50,10 @@ absl::StatusOr<std::unique_ptr<StepClient>> StepClient::Create(
   std::vector<int64_t> sizes;
   sizes.reserve(tensors.size());
   for (const TensorSpec& t : tensors) sizes.push_back(t.num_elems());
-  PS_ASSIGN_OR_RETURN(auto client,
-                      ParameterClient::Create(assignment, tensors,
-                                              std::move(client_options),
-                                              /*stop=*/nullptr));
+  PS_ASSIGN_OR_RETURN(
+      auto client,
+      ParameterClient::Create(assignment, tensors, std::move(client_options),
+                              /*stop=*/nullptr));
   return std::unique_ptr<StepClient>(
       new StepClient(std::move(client), std::move(sizes)));
 }
@@ -83,8 +83,8 @@ absl::Status StepClient::StartPush(int64_t clock,
     return absl::FailedPreconditionError("a push is in flight already");
   }
   if (static_cast<int64_t>(grads.size()) != size_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gradients: ", grads.size(), " values, expected ", size_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradients: ", grads.size(), " values, expected ", size_));
   }
   const float* from = grads.data();
   for (std::vector<float>& g : grads_) {
@@ -117,8 +117,8 @@ absl::Status StepClient::FinishPull(std::span<float> out) {
   }
   PS_RETURN_IF_ERROR(pull_.Wait());
   if (static_cast<int64_t>(out.size()) != size_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parameters: ", out.size(), " values, expected ", size_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters: ", out.size(), " values, expected ", size_));
   }
   float* to = out.data();
   for (const std::vector<float>& v : values_) {
