@@ -182,7 +182,9 @@ class NativePipeline:
     def abandon(self, started: Started) -> None:
         """Cancels a started pull that is no longer wanted: the C++ client
         ends its calls and a new one is connected (a pull cannot be
-        cancelled alone); raises nothing but the new client's error."""
+        cancelled alone). A push in flight is waited for first (cancelling
+        it could lose it); raises its error, or the new client's."""
+        self.finish_push(started, None)
         self.client._stop.untrack(self._canceller)
         self._native.cancel()
         try:

@@ -89,6 +89,25 @@ def test_the_compiled_transport_is_the_default_when_built(cluster):
 
 
 @needs_native
+def test_an_abandoned_pull_reconnects_and_trains_the_same(cluster):
+    # A pull no longer wanted cancels the C++ client, which is connected
+    # again: the step pulls anew, and the job trains what Python trains.
+    # The push in flight (the step's) is waited for first, not lost.
+    cluster.start(servers=2, durable=False)
+    expected = run_job(cluster, {}, native=False)
+
+    def abandon(job):
+        old = job.pipe._native
+        job.pipe.abandon(job.pulling)
+        job.pulling = None
+        job.loaded_clock = -1
+        return old is not job.pipe._native
+    seen = {"hook": abandon}
+    assert_same(run_job(cluster, seen), expected)
+    assert seen["hooked"]  # A new client.
+
+
+@needs_native
 def test_the_compiled_client_checks_its_buffers(cluster):
     cluster.start(servers=2, durable=False)
 
