@@ -152,7 +152,9 @@ def worker(args):
     spans = Spans()
     seconds = 0.0
     profiler = cProfile.Profile() if args.profile else None
-    with ps.torch.Worker(args.coordinator, model) as w:
+    # --native 0: the pure-Python step pipeline (older SDKs lack the flag).
+    options = {} if args.native < 0 else {"native": bool(args.native)}
+    with ps.torch.Worker(args.coordinator, model, **options) as w:
         for epoch, batches in w.epochs(train):
             start = time.perf_counter()
             if profiler:
@@ -267,7 +269,8 @@ def table(args):
     print("| system | train s (median) | × DDP | test accuracy | per step ms:"
           " compute | step() | wait | rounds (train s) |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
-    order = [s for s in ("ours", "before", "ddp", "single") if s in runs]
+    order = [s for s in ("ours", "ours-py", "before", "ddp", "single")
+             if s in runs]
     for system in order + sorted(set(runs) - set(order)):
         t = median(system, "train_seconds")
         ratio = f"{t / ddp_s:.2f}" if ddp_s else "–"
@@ -297,6 +300,9 @@ def main():
     p.add_argument("--profile", default="",
                    help="worker: cProfile worker 0's training loops into "
                         "this file")
+    p.add_argument("--native", type=int, default=-1,
+                   help="worker: Worker(native=...): 0 the pure-Python step "
+                        "pipeline, 1 the compiled transport, -1 the default")
     p.add_argument("--results", help="table: the JSON lines")
     args = p.parse_args()
     if args.command != "table" and not os.path.exists(

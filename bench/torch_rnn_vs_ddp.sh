@@ -23,7 +23,9 @@
 #   ROUNDS=1 EPOCHS=1 MAX_SAMPLES=12800 bench/torch_rnn_vs_ddp.sh  # smoke
 #
 # SYSTEMS (default "ours ddp single", plus "before" with
-# BASELINE_PYTHONPATH) picks systems; PROFILE=1 also writes worker 0's
+# BASELINE_PYTHONPATH) picks systems ("ours-py": ours with
+# Worker(native=False), the pure-Python step pipeline, where ours runs the
+# compiled transport when it is built); PROFILE=1 also writes worker 0's
 # cProfile of its training loops to OUT_DIR/r<round>-ours.prof. Uses the
 # executables and the Python package in BUILD_DIR (build ps-coordinator,
 # ps-server and paramserver_python first). Every run's JSON line is in
@@ -52,9 +54,11 @@ RESULTS=$OUT/results.jsonl
 : >"$RESULTS"
 COMMON=(--epochs "$EPOCHS" --batch_size "$BATCH" --lr "$LR" --max_samples "$MAX_SAMPLES")
 
-# Our cluster: ROUND LABEL PYTHONPATH; appends worker 0's JSON line.
+# Our cluster: ROUND LABEL PYTHONPATH [WORKER ARGS...]; appends worker 0's
+# JSON line.
 run_ours() {
   local round=$1 label=$2 pythonpath=$3 dir=$OUT/r$1-$2 job i
+  local -a extra=("${@:4}")
   local -a pids=() profile=()
   rm -rf "$dir"
   cluster_start "$BUILD_DIR" "$dir" 2 0 >/dev/null
@@ -63,7 +67,7 @@ run_ours() {
     --seed "$round" "${COMMON[@]}")
   for i in 0 1; do
     PYTHONPATH=$pythonpath "$PY" "$BENCH" worker --coordinator="$COORDINATOR" \
-      --seed "$round" "${COMMON[@]}" "${profile[@]}" >"$dir/pyworker$i.log" 2>&1 &
+      --seed "$round" "${COMMON[@]}" "${profile[@]}" "${extra[@]}" >"$dir/pyworker$i.log" 2>&1 &
     pids+=($!)
   done
   for i in 0 1; do
@@ -93,6 +97,7 @@ for round in $(seq 1 "$ROUNDS"); do
     case $system in
       ours) run_ours "$round" ours "$BUILD_DIR/python" ;;
       before) run_ours "$round" before "$BASELINE_PYTHONPATH" ;;
+      ours-py) run_ours "$round" ours-py "$BUILD_DIR/python" --native 0 ;;
       *) run_torch "$round" "$system" ;;
     esac
     tail -n 1 "$RESULTS" >&2

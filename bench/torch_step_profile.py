@@ -11,7 +11,10 @@ modes alternating within each round:
   compute  the whole step (forward, backward, step())
 
 A mode ending in ``-seq`` runs ``Worker(pipeline=False)``; one ending in
-``-before`` the SDK found at ``--baseline`` (a PYTHONPATH: an older build's
+``-py`` ``Worker(native=False)`` (the pure-Python step pipeline, where the
+plain mode runs the compiled transport when it is built: docs/python.md,
+"The compiled transport"); one ending in ``-before`` the SDK found at
+``--baseline`` (a PYTHONPATH: an older build's
 package), for a before/after in one sitting.
 
 Prints the median time per step of worker 0 (the first 20 steps left out)
@@ -68,6 +71,8 @@ def worker(args):
     times = []
     cpu = []
     options = {} if args.pipeline else {"pipeline": False}
+    if not args.native:
+        options["native"] = False  # Not passed otherwise: older SDKs.
     with ps.torch.Worker(args.coordinator, model, **options) as w:
         for _, batches in w.epochs((x, y)):
             last = time.perf_counter()
@@ -98,11 +103,12 @@ def worker(args):
 
 
 def run_job(coordinator, mode, steps, round_dir, profile, baseline):
-    """Runs a job in `mode`: comm or compute, then -seq (pipeline=False)
-    or -before (the package in `baseline`); returns worker 0's median ms
+    """Runs a job in `mode`: comm or compute, then -seq (pipeline=False),
+    -py (native=False) or -before (the package in `baseline`); returns worker 0's median ms
     and mean CPU ms (all its threads) per step."""
     compute = mode.startswith("compute")
     pipeline = not mode.endswith("-seq")
+    native = not mode.endswith("-py")
     env = dict(os.environ)
     if mode.endswith("-before"):
         env["PYTHONPATH"] = baseline
@@ -121,7 +127,8 @@ def run_job(coordinator, mode, steps, round_dir, profile, baseline):
             argv = [sys.executable, __file__, "worker", "--coordinator",
                     coordinator, "--samples", str(2 * 64 * steps),
                     "--compute", str(int(compute)),
-                    "--pipeline", str(int(pipeline))]
+                    "--pipeline", str(int(pipeline)),
+                    "--native", str(int(native))]
             if profile:
                 argv += ["--profile", profile]
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE,
@@ -156,6 +163,8 @@ def main():
     parser.add_argument("--compute", type=int, default=1)
     parser.add_argument("--pipeline", type=int, default=1,
                         help="Worker(pipeline=...); bench: also run 0")
+    parser.add_argument("--native", type=int, default=1,
+                        help="0: Worker(native=False)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--modes", default="comm,compute")
@@ -168,6 +177,7 @@ def main():
     if args.command == "worker":
         args.compute = bool(args.compute)
         args.pipeline = bool(args.pipeline)
+        args.native = bool(args.native)
         return worker(args)
     from cluster import Cluster
     modes = args.modes.split(",")

@@ -19,6 +19,9 @@ packages=(
   # run pytest with /usr/bin/python3; test_install.py needs venv.
   python3 python3-grpcio python3-protobuf python3-numpy python3-torch
   python3-pytest python3-venv
+  # The SDK's compiled transport (python/native, paramserver._native):
+  # pybind11's headers and CMake package; Python's headers (python3-dev).
+  pybind11-dev python3-pybind11 python3-dev
   # The fuzz targets (tests/fuzz): clang with libFuzzer and the sanitizers.
   clang libclang-rt-14-dev
   # tests/lint/tidy.sh (ctest lint_tidy): clang-tidy on a branch's changed sources.

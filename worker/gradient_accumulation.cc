@@ -7,10 +7,6 @@
 
 namespace ps {
 
-int AccumulationSteps(const v1::JobSpec& spec) {
-  return std::max(1, spec.accumulation_steps());
-}
-
 absl::StatusOr<float> ComputeAccumulatedGradients(
     Model& model, const float* features, const int32_t* labels, int input_dim,
     int micro_batch, int micro_batches, std::vector<std::vector<float>>* grads,

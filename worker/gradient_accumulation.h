@@ -4,6 +4,7 @@
 #ifndef PS_WORKER_GRADIENT_ACCUMULATION_H_
 #define PS_WORKER_GRADIENT_ACCUMULATION_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -14,7 +15,11 @@
 namespace ps {
 
 // Micro-batches per push of a job: spec.accumulation_steps, 0 meaning 1.
-int AccumulationSteps(const v1::JobSpec& spec);
+// Inline: ParameterClient uses it, and the Python SDK's compiled transport
+// (python/native) links ParameterClient without the models.
+inline int AccumulationSteps(const v1::JobSpec& spec) {
+  return std::max(1, spec.accumulation_steps());
+}
 
 // Computes the gradient of the mean loss over `micro_batches` consecutive
 // micro-batches of `micro_batch` samples each (`features` row-major

@@ -135,6 +135,8 @@ def train(coordinator, seen, **options):
     module = common.Small()
     data = common.synthetic(512)
     storage = [p.data_ptr() for p in module.parameters()]
+    # The pure-Python pipeline (test_native_transport.py: the compiled one).
+    options.setdefault("native", False)
     with ps.torch.Worker(coordinator, module, **options) as worker:
         for _, batches in worker.epochs(data):
             for xb, yb in batches:

@@ -22,47 +22,36 @@ guaranteed.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import threading
-import time
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
-                    Sequence, Tuple, Union)
+from typing import (Any, Callable, Iterator, Mapping, Optional, Tuple,
+                    Union)
 
-import grpc
 import numpy as np
 import torch
 from torch import nn
 
 from paramserver import v1
-from paramserver._cluster import Coordinator, Membership, _Stop
-from paramserver._params import ParameterClient
-from paramserver._pipeline import Started, StepPipeline
+from paramserver._cluster import Membership
 from paramserver._rpc import member_security
-from paramserver._sparse import SparsePull, SparseRouter
 from paramserver.data import epoch_order, load_idx, part_size
 from paramserver.errors import (CancelledError, InvalidArgumentError,
                                 JobStoppedError, ModelMismatchError,
-                                NonFiniteGradientError, ParamServerError,
-                                error_for)
-from paramserver.layout import TensorLayout, model_digest, model_tensors
+                                NonFiniteGradientError, ParamServerError)
+from paramserver.layout import model_digest
 from paramserver.spec import check_trainable
-from paramserver.torch.buffers import (assign, buffer_changes, buffer_decls,
-                                       job_buffers, load_buffers)
-from paramserver.torch.embedding import (SparseStep, sparse_table_specs,
-                                         sparse_tables_of, with_next_ids)
+from paramserver.torch._data import DataLike, _Data
+from paramserver.torch._job import _Job
+from paramserver.torch._places import _Places
+from paramserver.torch._reports import _Reports
+from paramserver.torch._steps import _Steps
+from paramserver.torch.buffers import buffer_changes
+from paramserver.torch.embedding import sparse_tables_of, with_next_ids
+from paramserver.torch.module_spec import load, model_spec, parameters_of
 
 log = logging.getLogger("paramserver")
 
-__all__ = ["Worker", "model_spec", "load", "parameters_of"]
-
-#: What Worker.epochs trains on: tensors (or arrays) of one length, a
-#: torch Dataset (map-style: ``len`` and indexing), or None for the job
-#: spec's IDX data set.
-DataLike = Union[Sequence[Any], "torch.utils.data.Dataset", None]
-
-_INIT_NAMES = ("FROM_WORKER", "ZEROS", "CONSTANT", "HE_UNIFORM",
-               "XAVIER_UNIFORM")
+__all__ = ["Worker", "model_spec", "load", "parameters_of", "DataLike"]
 
 
 def _metric(value: Optional[float]) -> float:
@@ -70,231 +59,7 @@ def _metric(value: Optional[float]) -> float:
     return -1.0 if value is None else float(value)
 
 
-def parameters_of(module: nn.Module) -> List[Tuple[str, nn.Parameter]]:
-    """The parameters a job trains: ``module.named_parameters()``, in
-    order, without duplicates (tied weights count once)."""
-    return list(module.named_parameters())
-
-
-def model_spec(module: nn.Module,
-               init: Union[str, Mapping[str, Any]] = "FROM_WORKER",
-               buffers: bool = False) -> Dict[str, Any]:
-    """The ``model`` section of a job spec for `module` (an EXTERNAL model):
-    one tensor per parameter, named and shaped as ``named_parameters()``,
-    then, with `buffers`, one per persistent buffer (a batch norm's running
-    statistics: ``buffer: true``, FROM_WORKER unless `init` names it),
-    which the workers then average through the servers
-    (:mod:`paramserver.torch.buffers`) and the export includes.
-
-    `init` says how the servers give each tensor its initial values:
-    ``"FROM_WORKER"`` (the default: worker 0's module, sent once) or another
-    ``TensorInit`` name for every tensor, or a mapping from parameter names
-    to a name or to a dict of TensorDecl fields (``{"init": "CONSTANT",
-    "value": 1.0}``); parameters it does not name are FROM_WORKER.
-
-        spec = {"name": "cnn", "model": ps.torch.model_spec(net), ...}
-    """
-    tensors = []
-    for name, p in parameters_of(module):
-        chosen: Any = init if isinstance(init, str) else init.get(
-            name, "FROM_WORKER")
-        decl: Dict[str, Any] = {"name": name, "shape": list(p.shape)}
-        if isinstance(chosen, str):
-            decl["init"] = chosen
-        else:
-            decl.update(chosen)
-        tensors.append(decl)
-    if buffers:
-        tensors.extend(buffer_decls(module, init))
-    for decl in tensors:
-        if str(decl.get("init", "FROM_WORKER")) not in _INIT_NAMES:
-            raise InvalidArgumentError(
-                f"init: {decl.get('init')!r} for {decl['name']} is not one "
-                f"of {', '.join(_INIT_NAMES)}")
-    model: Dict[str, Any] = {"kind": "EXTERNAL", "tensors": tensors}
-    tables = sparse_table_specs(module)  # Sharded embeddings' tables.
-    if tables:
-        model["sparse_tables"] = tables
-    return model
-
-
-def load(module: nn.Module, params: Mapping[str, np.ndarray],
-         strict: bool = True) -> None:
-    """Copies exported parameters (``JobClient.export``) into `module`, and
-    the module's buffers that the export holds (a job whose model declared
-    them). `strict`: every parameter of the module must be given, and
-    nothing but its parameters and buffers."""
-    mine = dict(parameters_of(module))
-    if strict:
-        missing = sorted(set(mine) - set(params))
-        extra = sorted(set(params) - set(mine) -
-                       {n for n, _ in module.named_buffers()})
-        if missing or extra:
-            raise ModelMismatchError(
-                f"params: missing {missing or 'none'}, unknown "
-                f"{extra or 'none'}")
-    with torch.no_grad():
-        for name, value in params.items():
-            if name not in mine:
-                continue
-            p = mine[name]
-            if tuple(value.shape) != tuple(p.shape):
-                raise ModelMismatchError(
-                    f"params: {name} has shape {list(value.shape)}, the "
-                    f"module's {list(p.shape)}")
-            p.copy_(torch.from_numpy(np.ascontiguousarray(value)))
-    load_buffers(module, params, skip=list(mine))
-
-
-class _Data:
-    """A data set and how to cut batches of given indices from it."""
-
-    def __init__(self, dataset: DataLike, loader_options: Mapping[str, Any]):
-        self.arrays: Optional[List[torch.Tensor]] = None
-        self.dataset = None
-        self.loader_options = dict(loader_options)
-        if isinstance(dataset, torch.utils.data.TensorDataset):
-            dataset = list(dataset.tensors)
-        if isinstance(dataset, (tuple, list)):
-            if not dataset:
-                raise InvalidArgumentError("dataset: empty")
-            self.arrays = [torch.as_tensor(a) for a in dataset]
-            n = len(self.arrays[0])
-            if any(len(a) != n for a in self.arrays):
-                raise InvalidArgumentError(
-                    "dataset: the tensors differ in length: "
-                    f"{[len(a) for a in self.arrays]}")
-            self.size = n
-        elif hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
-            self.dataset = dataset
-            self.size = len(dataset)
-        else:
-            raise TypeError(
-                "dataset must be tensors of one length, a map-style "
-                "torch.utils.data.Dataset, or None (the job's IDX data set), "
-                f"not {type(dataset).__name__}")
-
-    def batches(self, order: np.ndarray, first: int, steps: int,
-                batch: int) -> Iterator[Any]:
-        if self.arrays is not None:
-            for step in range(first, steps):
-                idx = torch.from_numpy(order[step * batch:(step + 1) * batch])
-                yield tuple(a[idx] for a in self.arrays)
-            return
-        sampler = [order[s * batch:(s + 1) * batch].tolist()
-                   for s in range(first, steps)]
-        loader = torch.utils.data.DataLoader(
-            self.dataset, batch_sampler=sampler, **self.loader_options)
-        yield from loader
-
-
-class _Job:
-    """One job this worker trains (an assignment), from its start to its
-    end."""
-
-    def __init__(self, worker: "Worker", assignment: "v1.Assignment"):
-        self.assignment = assignment
-        self.spec = assignment.spec
-        self.index = assignment.index
-        self.stop = _Stop()
-        self.coordinator = Coordinator(worker._membership, self.stop)
-        self.tensors: List[TensorLayout] = []
-        self.params: List[nn.Parameter] = []
-        self.offsets = np.zeros(1, dtype=np.int64)
-        self.client: Optional[ParameterClient] = None
-        self.values = np.zeros(0, dtype=np.float32)
-        self.clock = 0              # Steps this worker has pushed (or sent).
-        self.loaded_clock = -1      # The clock of the values in the module.
-        self.steps = 0              # Per epoch.
-        self.total_clocks = 0
-        self.epoch = 0              # The epoch being trained.
-        self.reported_epoch = 0     # Epochs whose end was reported.
-        self.pending: Optional[concurrent.futures.Future] = None
-        # The step pipeline (a dense job: Worker(pipeline=True)): the push
-        # in flight, the pull of a later clock in flight, the progress
-        # report in flight; the reused flat gradient buffer (a torch
-        # tensor and its numpy view); each parameter's (or buffer's) view
-        # of `values` that a load copies into it.
-        self.pipe: Optional[StepPipeline] = None
-        self.pushing: Optional[Started] = None
-        self.pulling: Optional[Started] = None
-        self.reporting: Optional[concurrent.futures.Future] = None
-        self.grad_flat: Optional[torch.Tensor] = None
-        self.grad_np = np.zeros(0, dtype=np.float32)
-        self.zero_grads: List[Optional[torch.Tensor]] = []
-        self.loads: List[Tuple[torch.Tensor, torch.Tensor]] = []
-        # Sharded embeddings (paramserver.torch.embedding): the rows of a
-        # step; epochs()' sparse_ids; the ids of the batch being trained
-        # and of the next one.
-        self.sparse: Optional[SparseStep] = None
-        self.sparse_ids = None
-        self.batch_ids = None
-        self.next_ids = None
-        self.comm = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="paramserver-comm")
-        self.finished = False
-        self.test_accuracy = -1.0
-        self.test_auc = -1.0
-        self.test_log_loss = -1.0
-        self.loss_sum = 0.0
-        self.loss_steps = 0
-        self.interval_steps = 0
-        self.interval_start = time.monotonic()
-        self.last_report = time.monotonic()
-
-    @property
-    def job_id(self) -> str:
-        return self.assignment.job_id
-
-    def open(self, worker: "Worker") -> None:
-        """Matches the module to the job's tensors and connects to the
-        servers. Raises ModelMismatchError."""
-        self.tensors = model_tensors(self.spec.model)
-        self.params = worker._match(self.tensors, self.job_id)
-        self.offsets = np.cumsum([0] + [t.numel for t in self.tensors])
-        self.client = ParameterClient(
-            self.assignment, self.tensors, worker._security, self.stop,
-            pull_timeout=worker.pull_timeout,
-            push_timeout=worker.push_timeout,
-            retry_window=worker.retry_window,
-            shared_memory=worker.shared_memory_payloads)
-        self.values = np.zeros(self.client.size, dtype=np.float32)
-        if self.spec.model.sparse_tables or worker._tables:
-            self.sparse = SparseStep(
-                SparseRouter(self.spec, self.assignment.shard_map),
-                worker.module, lambda: self.clock, self._settle,
-                self._fetch_rows)
-            self.sparse.bind()
-        if (worker.pipeline and self.sparse is None and
-                not self.client.use_cache):
-            self.pipe = StepPipeline(self.client)
-        flat = torch.from_numpy(self.values)
-        self.loads = [(p, flat[lo:hi].view(p.shape)) for p, lo, hi in
-                      zip(self.params, self.offsets[:-1], self.offsets[1:])]
-        self.zero_grads = [None] * len(self.params)
-
-    def _settle(self) -> None:
-        """Waits for the communication thread's push and pull, if any."""
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            pending.result()
-
-    def _fetch_rows(self, clock: int, pull: SparsePull) -> None:
-        """A forward pass's pull of rows the step did not prefetch (the
-        dense values it reads again are dropped)."""
-        self.client.pull(clock, np.empty_like(self.values), sparse=pull)
-
-    def close(self) -> None:
-        if self.sparse is not None:
-            self.sparse.unbind()
-        self.comm.shutdown(wait=False, cancel_futures=True)
-        if self.pipe is not None:
-            self.pipe.close()
-        if self.client is not None:
-            self.client.close()
-
-
-class Worker:
+class Worker(_Places, _Steps, _Reports):
     """A member of the cluster that trains a PyTorch module.
 
     It registers with the coordinator as a worker and keeps its lease with
@@ -332,6 +97,13 @@ class Worker:
             False: push and pull in turn on a communication thread after
             each step (for A/B measurements). docs/python.md, "A step's
             cost".
+        native: Which transport the step pipeline uses: the compiled one
+            (``paramserver._native``, built with the project from Debian's
+            pybind11-dev; the C++ worker's calls, without the GIL) or the
+            pure-Python one, which trains the same values bit for bit.
+            None (the default): the compiled one when it is built; True:
+            require it (FailedPreconditionError without it); False: pure
+            Python. docs/python.md, "The compiled transport".
         report_interval: Seconds between progress reports.
         ack_log: A file to which "job worker clock" is appended after every
             acknowledged push (as ps-worker's ``--ack_log``).
@@ -355,6 +127,7 @@ class Worker:
                  retry_window: float = 120.0,
                  shared_memory_payloads: bool = True,
                  pipeline: bool = True,
+                 native: Optional[bool] = None,
                  report_interval: float = 1.0,
                  ack_log: Optional[str] = None,
                  loader_options: Optional[Mapping[str, Any]] = None):
@@ -367,6 +140,7 @@ class Worker:
         self.retry_window = retry_window
         self.shared_memory_payloads = shared_memory_payloads
         self.pipeline = pipeline
+        self.native = native
         self.report_interval = report_interval
         self.loader_options = dict(loader_options or {})
         self._params = parameters_of(model)
@@ -396,71 +170,6 @@ class Worker:
             coordinator, self._security, self.digest, job,
             self._on_assignments, self._held, self._on_membership_error)
         self._membership.start()
-
-    # Membership (the heartbeat thread).
-
-    def _held(self) -> List["v1.HeldAssignment"]:
-        with self._lock:
-            job = self._job
-        if job is None or job.finished:
-            return []
-        return [v1.HeldAssignment(job_id=job.job_id, index=job.index)]
-
-    def _on_assignments(self, assignments: List["v1.Assignment"]) -> None:
-        with self._lock:
-            places = {(a.job_id, a.index): a for a in assignments}
-            job = self._job
-            if job is not None and (job.job_id, job.index) not in places:
-                if not job.finished:
-                    job.stop.stop(JobStoppedError(
-                        f"job {job.job_id} ended, or worker {job.index}'s "
-                        "place was given to another worker"))
-            if job is None or job.finished:
-                for place, a in places.items():
-                    if place not in self._done_places:
-                        if self._offered is None:
-                            log.info("assigned job %s, worker %d of %d",
-                                     a.job_id, a.index, a.num_workers)
-                        self._offered = a
-                        self._lock.notify_all()
-                        break
-                else:
-                    self._offered = None
-
-    def _on_membership_error(self, error: ParamServerError) -> None:
-        if (error.code == grpc.StatusCode.INVALID_ARGUMENT and
-                error.message.startswith("model_digest:")):
-            error = ModelMismatchError(self._explain_mismatch(error.message))
-        with self._lock:
-            self._error = error
-            self._lock.notify_all()
-            job = self._job
-        if job is not None:
-            job.stop.stop(error)
-
-    def _explain_mismatch(self, message: str) -> str:
-        """Adds which tensors differ to the coordinator's refusal, which
-        lists the job's tensors as "name[d0,d1]"."""
-        _, _, listed = message.partition("the job's tensors:")
-        theirs: Dict[str, Tuple[int, ...]] = {}
-        for token in listed.split():
-            name, bracket, dims = token.partition("[")
-            if bracket and dims.endswith("]"):
-                theirs[name] = tuple(int(d) for d in dims[:-1].split(",") if d)
-        if not theirs:
-            return message
-        mine = {n: tuple(p.shape) for n, p in self._params}
-        diffs = []
-        for name in sorted(set(theirs) | set(mine)):
-            if name not in mine:
-                diffs.append(f"{name}{list(theirs[name])} is not in the module")
-            elif name not in theirs:
-                diffs.append(f"the module's {name}{list(mine[name])} is not "
-                             "in the job")
-            elif theirs[name] != mine[name]:
-                diffs.append(f"{name} is {list(theirs[name])} in the job, "
-                             f"{list(mine[name])} in the module")
-        return message + "; differences: " + "; ".join(diffs[:20])
 
     # Properties.
 
@@ -496,54 +205,6 @@ class Worker:
     @property
     def node_id(self) -> str:
         return self._membership.node_id
-
-    # Taking a job.
-
-    def wait_for_job(self, timeout: Optional[float] = None) -> "v1.Assignment":
-        """Blocks until the coordinator gives this worker a place; returns
-        the assignment. DeadlineExceededError after `timeout` seconds; the
-        membership's error (ModelMismatchError, UnauthenticatedError...) if
-        the coordinator refused the worker."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            while self._offered is None:
-                if self._error is not None:
-                    raise self._error
-                if self._closed:
-                    raise CancelledError("the worker is closed")
-                remaining = (None if deadline is None
-                             else deadline - time.monotonic())
-                if remaining is not None and remaining <= 0:
-                    raise error_for(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"no job for this worker within {timeout} s (model "
-                        f"{self.digest}; a job's model must match the "
-                        "module)")
-                self._lock.wait(0.5 if remaining is None else min(remaining, 0.5))
-            return self._offered
-
-    def _match(self, tensors: Sequence[TensorLayout],
-               job_id: str) -> List[torch.Tensor]:
-        mine: Dict[str, torch.Tensor] = dict(self._params)
-        mine.update(job_buffers(self.module, tensors))
-        job_names = [t.name for t in tensors]
-        diffs = []
-        for t in tensors:
-            p = mine.get(t.name)
-            if p is None:
-                diffs.append(f"{t.name}{list(t.shape)} is not in the module")
-            elif tuple(p.shape) != t.shape:
-                diffs.append(f"{t.name} is {list(t.shape)} in the job, "
-                             f"{list(p.shape)} in the module")
-        for name in mine:
-            if name not in set(job_names):
-                diffs.append(f"the module's {name}{list(mine[name].shape)} "
-                             "is not in the job")
-        if diffs:
-            raise ModelMismatchError(
-                f"model: the module does not match job {job_id}'s model: "
-                + "; ".join(diffs[:20]))
-        return [mine[name] for name in job_names]
 
     # Training.
 
@@ -843,216 +504,6 @@ class Worker:
         if job.finished:
             raise RuntimeError(f"job {job.job_id} is finished")
         return job
-
-    def _module_values(self, job: _Job) -> np.ndarray:
-        with torch.no_grad():
-            return torch.cat([p.detach().reshape(-1) for p in job.params]).to(
-                "cpu", torch.float32).numpy().copy()
-
-    def _gather(self, job: _Job) -> np.ndarray:
-        """The module's gradients in the job's tensor order, one flat
-        float32 vector (zeros for a parameter without a gradient, and for
-        a buffer): one concatenation into a buffer reused every step (a
-        numpy view of it; the next call overwrites it)."""
-        if job.grad_flat is None:
-            job.grad_flat = torch.zeros(job.client.size, dtype=torch.float32)
-            job.grad_np = job.grad_flat.numpy()
-        grads = []
-        on_cpu = True
-        for i, p in enumerate(job.params):
-            g = p.grad
-            if g is None:
-                g = job.zero_grads[i]
-                if g is None:
-                    g = job.zero_grads[i] = torch.zeros(
-                        p.numel(), dtype=torch.float32, device=p.device)
-            else:
-                g = g.detach().reshape(-1)
-            on_cpu = on_cpu and g.device.type == "cpu"
-            grads.append(g)
-        if not grads:
-            return job.grad_np
-        if on_cpu and all(g.dtype == torch.float32 for g in grads):
-            torch.cat(grads, out=job.grad_flat)
-        else:
-            job.grad_flat.copy_(torch.cat([g.to("cpu", torch.float32)
-                                           for g in grads]))
-        return job.grad_np
-
-    def _load(self, job: _Job) -> None:
-        """Copies the values read (job.values) into the module, each
-        parameter's and buffer's in place from a view of them."""
-        with torch.no_grad():
-            for p, values in job.loads:
-                assign(p, values)
-
-    def _wait_pending(self, job: _Job) -> None:
-        """Waits for the communication of the last step: its push (and, on
-        the communication thread, its pull). Raises their error."""
-        pending, job.pending = job.pending, None
-        if pending is not None:
-            pending.result()  # Raises the push's or pull's error.
-        pushing, job.pushing = job.pushing, None
-        if pushing is not None:
-            job.pipe.finish_push(pushing, job.grad_np)
-            self._acknowledged(job, pushing.clock)
-
-    def _acknowledged(self, job: _Job, clock: int) -> None:
-        if self._ack_log is not None:
-            self._ack_log.write(f"{job.job_id} {job.index} {clock}\n")
-            self._ack_log.flush()  # The line must survive kill -9.
-
-    def _report_if_due(self, job: _Job, clock: int) -> None:
-        """Sends a progress report (clock + 1 pushed) on the communication
-        thread when one is due and none is in flight."""
-        if time.monotonic() - job.last_report < self.report_interval:
-            return
-        if job.reporting is not None and not job.reporting.done():
-            return
-        report = self._progress(job, epoch=job.epoch)
-        report.clock = clock + 1
-        report.test_accuracy = -1
-
-        def send() -> None:
-            if job.coordinator.report(report, must_arrive=False):
-                job.stop.stop(JobStoppedError(
-                    f"job {job.job_id} is no longer running"))
-        job.reporting = job.comm.submit(send)
-
-    def _sync_pipelined(self, job: _Job) -> None:
-        """_sync with the step pipeline: the pull of this clock (made while
-        the last step computed, or now), then the pull of the next clock
-        within the epoch started before the batch is computed."""
-        pulling = job.pulling
-        if pulling is not None and pulling.clock == job.clock:
-            job.pulling = None
-            job.pipe.finish_pull(pulling, job.values)
-            self._load(job)
-            job.loaded_clock = job.clock
-        elif pulling is not None and not (pulling.clock == job.clock + 1 and
-                                          job.loaded_clock == job.clock):
-            job.pulling = None
-            job.pipe.abandon(pulling)
-        if job.loaded_clock != job.clock:
-            job.pipe.pull(job.clock, job.values)
-            self._load(job)
-            job.loaded_clock = job.clock
-        if (job.pulling is None and
-                job.clock + 1 < (job.epoch + 1) * job.steps):
-            job.pulling = job.pipe.start_pull(job.clock + 1)
-
-    def _sync(self, job: _Job) -> None:
-        if job.stop.reason is not None:
-            raise job.stop.reason
-        self._wait_pending(job)
-        if job.pipe is not None:
-            self._sync_pipelined(job)
-        elif job.loaded_clock != job.clock:
-            pull = (job.sparse.pull_of(job.batch_ids)
-                    if job.sparse is not None else None)
-            job.client.pull(job.clock, job.values, sparse=pull)
-            job.loaded_clock = job.clock
-            self._load(job)
-            if job.sparse is not None:
-                job.sparse.install(job.clock, pull)
-        elif job.sparse is not None:
-            job.sparse.ensure(job.clock, job.batch_ids)
-
-    def _push_and_pull(self, job: _Job, clock: int, grads: np.ndarray,
-                       rows=None, next_ids=None) -> None:
-        """The communication thread: the push of `clock` (with its sparse
-        `rows`), the progress report when one is due, then the read of
-        clock + 1 (with the rows of `next_ids`, the next batch's)."""
-        job.client.push(clock, grads, sparse=rows)
-        self._acknowledged(job, clock)
-        now = time.monotonic()
-        if now - job.last_report >= self.report_interval:
-            report = self._progress(job, epoch=job.epoch)
-            report.clock = clock + 1
-            report.test_accuracy = -1
-            if job.coordinator.report(report, must_arrive=False):
-                job.stop.stop(JobStoppedError(
-                    f"job {job.job_id} is no longer running"))
-        if clock + 1 < job.total_clocks or job.index != 0:
-            pull = (job.sparse.pull_of(next_ids)
-                    if job.sparse is not None else None)
-            job.client.pull(clock + 1, job.values, sparse=pull)
-            self._load(job)
-            job.loaded_clock = clock + 1
-            if job.sparse is not None:
-                job.sparse.install(clock + 1, pull)
-
-    def _final_read(self, job: _Job) -> None:
-        job.client.pull(job.total_clocks, job.values, final=True)
-        self._load(job)
-        job.loaded_clock = job.total_clocks
-
-    def _progress(self, job: _Job, epoch: int) -> "v1.ProgressReport":
-        now = time.monotonic()
-        elapsed = max(now - job.interval_start, 1e-9)
-        report = v1.ProgressReport(
-            job_id=job.job_id, worker_index=job.index, epoch=epoch,
-            clock=job.clock, total_clocks=job.total_clocks,
-            loss=(job.loss_sum / job.loss_steps) if job.loss_steps else 0.0,
-            samples_per_second=job.interval_steps * job.spec.batch_size /
-            elapsed, test_auc=-1, test_log_loss=-1)
-        job.loss_sum, job.loss_steps, job.interval_steps = 0.0, 0, 0
-        job.interval_start = job.last_report = now
-        return report
-
-    def _upload(self, job: _Job, test_samples: Optional[int]) -> None:
-        values = self._module_values(job)
-        request = v1.UploadModelRequest(worker_index=0)
-        model = request.model
-        model.job_id = job.job_id
-        model.model.CopyFrom(job.spec.model)
-        model.clock = job.clock
-        model.test_accuracy = job.test_accuracy
-        model.test_auc = job.test_auc
-        model.test_log_loss = job.test_log_loss
-        model.test_samples = int(test_samples or 0)
-        for t, lo, hi in zip(job.tensors, job.offsets[:-1], job.offsets[1:]):
-            model.tensors.add(name=t.name, shape=list(t.shape),
-                              data=values[lo:hi].astype("<f4").tobytes())
-        job.coordinator.upload(request)
-        log.info("job %s: uploaded the trained model (clock %d, test "
-                 "accuracy %.4f)", job.job_id, job.clock, job.test_accuracy)
-
-    def _finish(self, job: _Job) -> None:
-        with self._lock:
-            job.finished = True
-            self._done_places.add((job.job_id, job.index))
-            if self._offered is not None and (
-                    self._offered.job_id, self._offered.index) == (
-                        job.job_id, job.index):
-                self._offered = None
-        job.close()
-
-    def _fail(self, job: _Job, error: BaseException) -> None:
-        """Reports a failure of this worker to the coordinator (the job
-        fails with its message) unless the job was stopped elsewhere."""
-        if job.finished or isinstance(error, JobStoppedError):
-            return
-        if job.stop.reason is not None and isinstance(error, CancelledError):
-            return
-        message = str(error) if isinstance(error, ParamServerError) else (
-            f"{type(error).__name__}: {error}")
-        log.error("job %s: worker %d failed: %s", job.job_id, job.index,
-                  message)
-        report = v1.ProgressReport(job_id=job.job_id, worker_index=job.index,
-                                   epoch=job.epoch, clock=job.clock,
-                                   test_accuracy=-1,
-                                   error=message.encode()[:4000].decode(
-                                       "utf-8", "ignore"))
-        try:
-            job.coordinator.report(report, must_arrive=True, window=10.0)
-        finally:
-            with self._lock:
-                job.finished = True
-                self._done_places.add((job.job_id, job.index))
-                self._offered = None
-            job.stop.stop(JobStoppedError(f"worker {job.index} failed"))
-            job.close()
 
     # Lifetime.
 
