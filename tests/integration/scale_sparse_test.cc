@@ -21,7 +21,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/job_client.h"
 #include "client/table_export.h"
 #include "common/model_file.h"
@@ -30,6 +33,7 @@
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "prometheus/text_serializer.h"
 #include "server/parameter_server.h"
 #include "tests/testing/ctr_training.h"
 #include "tests/testing/fashion_mnist.h"
@@ -45,8 +49,9 @@ constexpr int kTrainRows = 4096, kTestRows = 256, kBatch = 32;
 
 class ScaleSparseTest : public ::testing::TestWithParam<bool> {
  protected:
-  // GetParam(): the servers keep at most 64 KiB of rows in memory, the rest
-  // in their memory tier (RocksDB).
+  // GetParam(): the servers keep at most 4 KiB of rows in memory (a few rows
+  // of each table; the job's tables hold about 16 KiB), the rest in their
+  // memory tier (RocksDB).
   void SetUp() override {
     char pattern[] = "/tmp/ps-scale-sparse-XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
@@ -66,7 +71,7 @@ class ScaleSparseTest : public ::testing::TestWithParam<bool> {
       ParameterServerOptions server;
       server.coordinator = address_;
       server.data_dir = Path(absl::StrCat("server", i));
-      if (GetParam()) server.job_options.sparse_memory_bytes = 64 << 10;
+      if (GetParam()) server.job_options.sparse_memory_bytes = 4 << 10;
       servers_.push_back(std::make_unique<ParameterServer>(server));
       ASSERT_TRUE(servers_.back()->Start().ok());
     }
@@ -152,6 +157,26 @@ class ScaleSparseTest : public ::testing::TestWithParam<bool> {
     return out;
   }
 
+  // Rows the servers read from their memory tier so far (every table's
+  // ps_sparse_tier_disk_reads_total, summed; 0 without a tier).
+  double TierDiskReads() const {
+    double sum = 0;
+    for (const auto& server : servers_) {
+      const std::string body = prometheus::TextSerializer().Serialize(
+          server->registry().Collect());
+      for (absl::string_view line : absl::StrSplit(body, '\n')) {
+        if (!absl::StartsWith(line, "ps_sparse_tier_disk_reads_total{")) {
+          continue;
+        }
+        double value = 0;
+        if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) {
+          sum += value;
+        }
+      }
+    }
+    return sum;
+  }
+
   std::string dir_;
   std::string address_;
   std::unique_ptr<Coordinator> coordinator_;
@@ -197,6 +222,7 @@ TEST_P(ScaleSparseTest, CtrJobMovesTwoToThreeToTwoAndEqualsTheUndisturbedRun) {
   const Exported expected = Export(undisturbed, "undisturbed.bin");
 
   // The same job, moved twice while it trains.
+  const double disk_reads = TierDiskReads();
   auto second = client_->Submit(spec);
   ASSERT_TRUE(second.ok()) << second.status();
   const int64_t total = undisturbed.progress().total_clocks();
@@ -239,6 +265,10 @@ TEST_P(ScaleSparseTest, CtrJobMovesTwoToThreeToTwoAndEqualsTheUndisturbedRun) {
                                        m.requested_time_ms()));
   }
   EXPECT_EQ(moved.progress().clock(), total);
+  // Tiered: rows were on disk while the job moved.
+  if (GetParam()) {
+    EXPECT_GT(TierDiskReads(), disk_reads);
+  }
   const Exported got = Export(moved, "moved.bin");
   ASSERT_EQ(got.dense.tensors_size(), expected.dense.tensors_size());
   for (int t = 0; t < got.dense.tensors_size(); ++t) {
@@ -277,6 +307,7 @@ TEST(ScaleSparseRefusalTest, AnElasticJobIsRefused) {
   for (int i = 0; i < 2; ++i) {
     ParameterServerOptions server;
     server.coordinator = address;
+    server.data_dir = absl::StrCat(dir, "/server", i);
     servers.push_back(std::make_unique<ParameterServer>(server));
     ASSERT_TRUE(servers.back()->Start().ok());
   }
