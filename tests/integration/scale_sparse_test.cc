@@ -96,13 +96,13 @@ class ScaleSparseTest : public ::testing::TestWithParam<bool> {
     return absl::StrCat(dir_, "/", name);
   }
 
-  // A BSP CTR job of 3 epochs (192 clocks): ids admitted at their second
-  // clock, rows idle for 40 clocks evicted.
+  // A BSP CTR job of 5 epochs (320 clocks, long enough for both moves): ids
+  // admitted at their second clock, rows idle for 40 clocks evicted.
   v1::JobSpec Job() const {
     v1::JobSpec spec = testing::CtrJob({.train_file = Path("train.tsv"),
                                         .test_file = Path("test.tsv"),
                                         .batch_size = kBatch,
-                                        .epochs = 3});
+                                        .epochs = 5});
     for (auto& table : *spec.mutable_model()->mutable_sparse_tables()) {
       table.mutable_admission()->set_min_count(2);
       table.mutable_eviction()->set_max_idle_clocks(40);
