@@ -43,11 +43,6 @@ absl::Status JobManager::CheckScalable(const Job& job, int num_servers) const {
         "job ", id, " is elastic (min_workers < max_workers): moving its ",
         "servers is not built yet"));
   }
-  if (status.spec().model().sparse_tables_size() > 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id, " has sparse tables: moving their buckets between ",
-        "servers is not built yet (only dense jobs can be scaled)"));
-  }
   if (status.map_change().version() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", id, ": a move to shard map version ",

@@ -1,7 +1,11 @@
 #include "coordinator/shard_move_planner.h"
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <numeric>
+#include <set>
+#include <utility>
 
 namespace ps {
 namespace {
@@ -45,21 +49,26 @@ absl::StatusOr<v1::ShardMap> PlanMove(const v1::ShardMap& current,
     owner[u] = Least(loads);
     loads[owner[u]] += current.blocks(u).num_elems();
   }
-  // Narrow the spread: at most one move per unit and server, so bounded.
+  // Narrow the spread: each move narrows it, so this ends. Each server's
+  // units by (size, -index): the largest unit below the gap (ties: the
+  // lowest index) is the one before the gap's lower bound, found in log
+  // time (a map may hold 2^20 buckets).
+  std::vector<std::set<std::pair<int64_t, int>>> held(n);
+  for (int u = 0; u < units; ++u) {
+    held[owner[u]].emplace(current.blocks(u).num_elems(), -u);
+  }
   for (int round = 0; round < units * n + 1; ++round) {
     const int most = Most(loads);
     const int least = Least(loads);
     const int64_t gap = loads[most] - loads[least];
-    int best = -1;
-    for (int u = 0; u < units; ++u) {
-      const int64_t size = current.blocks(u).num_elems();
-      if (owner[u] != most || size >= gap) continue;
-      if (best < 0 || size > current.blocks(best).num_elems()) best = u;
-    }
-    if (best < 0) break;
-    owner[best] = least;
-    loads[most] -= current.blocks(best).num_elems();
-    loads[least] += current.blocks(best).num_elems();
+    auto below = held[most].lower_bound({gap, std::numeric_limits<int>::min()});
+    if (below == held[most].begin()) break;
+    const auto [size, minus_u] = *std::prev(below);
+    held[most].erase(std::prev(below));
+    owner[-minus_u] = least;
+    held[least].emplace(size, minus_u);
+    loads[most] -= size;
+    loads[least] += size;
   }
   v1::ShardMap map;
   map.set_version(version);

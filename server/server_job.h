@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -249,6 +250,12 @@ class ServerJob {
   // by `initial` (server/server_job_move.cc).
   static absl::StatusOr<std::unique_ptr<ServerJob>> AdoptMoved(
       std::unique_ptr<ServerJob> job, ShardStore* store, StoredJob initial);
+  // Every unit this server holds, as FetchUnits carries it, at the move
+  // `request` names (its boundary reached): dense blocks, and every bucket
+  // placed here, an empty one too (server/server_job_move.cc).
+  struct MoveExport;
+  MoveExport ExportAtBoundaryLocked(const v1::FetchUnitsRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's initial values from the model file of spec.init_from: the
   // dense blocks and the rows of the buckets this server holds (ids hashed
   // with this job's num_buckets), with fresh optimizer state
@@ -377,6 +384,15 @@ class ServerJob {
   absl::Time disk_bytes_exported_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Worker clocks and the consistency bound.
   ClockTable clocks_ ABSL_GUARDED_BY(mu_);
+  // A server move's units as ExportUnits answers them, taken at the first
+  // FetchUnits of the move (the state at the boundary stays as it is until
+  // the move ends) and dropped when it ends (server/server_job_move.cc).
+  struct MoveExport {
+    int64_t version = 0;
+    int64_t boundary = 0;
+    std::map<uint64_t, StoredBlock> units{};  // Blocks and buckets held here.
+  };
+  mutable std::optional<MoveExport> move_export_ ABSL_GUARDED_BY(mu_);
   // Elastic jobs: the membership history applied to clocks_.
   MembershipHistory committed_membership_ ABSL_GUARDED_BY(mu_);
   // Pulls, pushes and Seeds held back.

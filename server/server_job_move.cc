@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/sparse_keys.h"
 #include "common/status_macros.h"
 #include "server/server_job.h"
 
@@ -26,6 +27,15 @@ std::string FloatBytes(const std::vector<float>& values) {
     std::memcpy(bytes.data(), values.data(), bytes.size());
   }
   return bytes;
+}
+
+// One unit's state as FetchUnits carries it.
+void AddUnitState(const StoredBlock& b, v1::UnitState* unit) {
+  unit->set_key(b.key);
+  unit->set_values(FloatBytes(b.values));
+  unit->set_optimizer_state(FloatBytes(b.optimizer_state));
+  unit->set_optimizer_step(b.optimizer_step);
+  unit->set_rows(b.rows);
 }
 
 }  // namespace
@@ -41,6 +51,7 @@ ServerJob::MoveReport ServerJob::ApplyMapChange(
                   clocks_.move_version(), " ended here; pushes taken again");
       clocks_.EndMove();
     }
+    move_export_.reset();
     return report;
   }
   const bool fresh = clocks_.move_version() != change.version();
@@ -84,28 +95,52 @@ absl::StatusOr<v1::FetchUnitsResponse> ServerJob::ExportUnits(
       }
     }
   }
+  if (!move_export_.has_value() ||
+      move_export_->version != request.map_version() ||
+      move_export_->boundary != request.boundary_clock()) {
+    move_export_ = ExportAtBoundaryLocked(request);
+  }
   const std::set<uint64_t> wanted(request.keys().begin(), request.keys().end());
   v1::FetchUnitsResponse response;
-  std::vector<StoredBlock> blocks = table_->Snapshot();
-  for (StoredBlock& bucket : sparse_->Snapshot()) {
-    blocks.push_back(std::move(bucket));
-  }
-  for (const StoredBlock& b : blocks) {
-    if (!wanted.contains(b.key)) continue;
-    v1::UnitState* unit = response.add_units();
-    unit->set_key(b.key);
-    unit->set_values(FloatBytes(b.values));
-    unit->set_optimizer_state(FloatBytes(b.optimizer_state));
-    unit->set_optimizer_step(b.optimizer_step);
-    unit->set_rows(b.rows);
-  }
-  if (response.units_size() != static_cast<int>(wanted.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "keys: job ", job_id_, ": ", wanted.size() - response.units_size(),
-        " of the ", wanted.size(), " units asked for are not held here"));
+  for (uint64_t key : wanted) {
+    auto it = move_export_->units.find(key);
+    if (it == move_export_->units.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "keys: job ", job_id_, ": unit ", key, " (",
+          IsBucketKey(key) ? "a sparse bucket" : "a dense block",
+          ") is not held here"));
+    }
+    AddUnitState(it->second, response.add_units());
   }
   for (int64_t c : clocks_.clocks()) response.add_worker_clocks(c);
   return response;
+}
+
+ServerJob::MoveExport ServerJob::ExportAtBoundaryLocked(
+    const v1::FetchUnitsRequest& request) const {
+  MoveExport out{.version = request.map_version(),
+                 .boundary = request.boundary_clock()};
+  for (StoredBlock& b : table_->Snapshot()) {
+    const uint64_t key = b.key;
+    out.units.emplace(key, std::move(b));
+  }
+  // Every row of every bucket, the tier's cold ones read through.
+  for (StoredBlock& b : sparse_->Snapshot()) {
+    const uint64_t key = b.key;
+    out.units.emplace(key, std::move(b));
+  }
+  // A bucket placed here that never held a row (or no longer holds one)
+  // has no snapshot block: it moves empty.
+  for (const v1::BlockPlacement& p : assignment_.shard_map().blocks()) {
+    if (p.server() == assignment_.index() && IsBucketKey(p.key()) &&
+        !out.units.contains(p.key())) {
+      out.units.emplace(p.key(), StoredBlock{.key = p.key()});
+    }
+  }
+  PS_LOG_INFO("job ", job_id_, ": ", out.units.size(),
+              " units ready to move at clock ", out.boundary,
+              " (shard map version ", out.version, ")");
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::AdoptMoved(
@@ -126,8 +161,12 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::AdoptMoved(
     job->SnapshotLocked();
   }
   PS_RETURN_IF_ERROR(job->Flush());
+  const std::string rows =
+      job->sparse_->size() == 0
+          ? std::string()
+          : absl::StrCat(" and ", job->SparseRowCount(), " sparse rows");
   PS_LOG_INFO("job ", job->job_id_, ": took over ", job->table_->size(),
-              " blocks under shard map version ",
+              " blocks", rows, " under shard map version ",
               job->assignment_.shard_map().version(), ", worker clocks ",
               job->ClocksString());
   return job;

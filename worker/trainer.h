@@ -198,6 +198,10 @@ class Trainer {
   // and end of epochs, with each step's sparse rows pulled and pushed
   // beside the dense tensors.
   absl::Status TrainCtr();
+  // One pass of TrainCtr under one shard map: plans from the servers'
+  // resume clock and runs the clocks. Errors: a step's (a map change among
+  // them).
+  absl::Status TrainCtrUnderMap(int64_t per_worker);
   // Reads this worker's shard of the Criteo-format training set (and on
   // worker 0 the test set) through once, checking every sample and the
   // shapes against the model, holding none; returns the samples each worker

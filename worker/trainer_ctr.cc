@@ -123,6 +123,18 @@ absl::Status Trainer::TrainCtr() {
       auto client, ParameterClient::Create(assignment_, ctr_model_->tensors(),
                                            options_.parameter_client, &stop_));
   InstallClient(std::move(client));
+  while (true) {
+    absl::Status status = TrainCtrUnderMap(per_worker);
+    // A server move (its buckets too): the servers refuse the old map once
+    // the new one is in effect; go on under the new one from the clock they
+    // recorded (worker/trainer_scale.cc).
+    if (stop_ || !IsMapChange(status)) return status;
+    PS_RETURN_IF_ERROR(FollowMapChange());
+  }
+}
+
+absl::Status Trainer::TrainCtrUnderMap(int64_t per_worker) {
+  const v1::JobSpec& spec = assignment_.spec();
   // This worker's shard, as one worker's whole data. The epoch's order the
   // plan gives is not read: the stream has its own (CtrSampleStream).
   PS_ASSIGN_OR_RETURN(Plan plan, MakePlan(DataPartition::Create(per_worker, 1),

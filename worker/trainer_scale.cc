@@ -26,9 +26,13 @@ absl::Status Trainer::FollowMapChange() {
       if (latest_.shard_map().version() > client_map_version_) next = latest_;
     }
     if (next.has_value()) {
-      PS_ASSIGN_OR_RETURN(auto client, ParameterClient::Create(
-                                           *next, model_->tensors(),
-                                           options_.parameter_client, &stop_));
+      // A CTR job's model is ctr_model_ (worker/trainer_ctr.cc).
+      PS_ASSIGN_OR_RETURN(
+          auto client,
+          ParameterClient::Create(
+              *next,
+              ctr_model_ != nullptr ? ctr_model_->tensors() : model_->tensors(),
+              options_.parameter_client, &stop_));
       InstallClient(std::move(client));
       PS_LOG_INFO("job ", assignment_.job_id(), ": worker ",
                   assignment_.index(), " goes on under shard map version ",
