@@ -126,4 +126,17 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
   return client;
 }
 
+absl::StatusOr<std::vector<std::vector<SparsePart>>> ParameterClient::RouteStep(
+    const SparseStep* step) const {
+  if (step == nullptr) {
+    return std::vector<std::vector<SparsePart>>(servers_.size());
+  }
+  return router_.Route(step->ids, servers_.size());
+}
+
+ParameterClient::BlockSpan ParameterClient::SpanOf(size_t s,
+                                                   const Part* part) const {
+  return part != nullptr ? (*part)[s] : BlockSpan{0, servers_[s].blocks.size()};
+}
+
 }  // namespace ps

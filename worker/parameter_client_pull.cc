@@ -22,6 +22,8 @@ namespace {
 
 using parameter_client_internal::Await;
 
+}  // namespace
+
 // A pull in flight: its request and what the servers' replies carry. Per
 // server, so the callbacks (one call per server at a time) never share.
 struct PullInFlight {
@@ -55,8 +57,6 @@ struct PullInFlight {
   std::vector<int64_t> own_clocks;
   std::vector<int64_t> reply_bytes;
 };
-
-}  // namespace
 
 void ParameterClient::PullAsync(int64_t clock,
                                 std::vector<std::vector<float>>* params,
@@ -141,15 +141,12 @@ void ParameterClient::PullFromServers(int64_t clock,
       (*params)[t].resize(tensors_[t].num_elems());
     }
   }
-  std::vector<std::vector<SparsePart>> parts;
+  absl::StatusOr<std::vector<std::vector<SparsePart>>> parts = RouteStep(step);
+  if (!parts.ok()) {
+    std::move(done)(parts.status());
+    return;
+  }
   if (step != nullptr) {
-    absl::StatusOr<std::vector<std::vector<SparsePart>>> routed =
-        router_.Route(step->ids, servers_.size());
-    if (!routed.ok()) {
-      std::move(done)(routed.status());
-      return;
-    }
-    parts = *std::move(routed);
     step->rows.resize(step->ids.size());
     for (size_t t = 0; t < step->ids.size(); ++t) {
       step->rows[t].resize(step->ids[t].size() * router_.dim(t));
@@ -165,13 +162,12 @@ void ParameterClient::PullFromServers(int64_t clock,
   std::vector<BlockSpan> spans(servers_.size());
   std::vector<std::vector<uint64_t>> keys(servers_.size());
   for (size_t s = 0; s < servers_.size(); ++s) {
-    spans[s] =
-        part != nullptr ? (*part)[s] : BlockSpan{0, servers_[s].blocks.size()};
+    spans[s] = SpanOf(s, part);
     for (size_t b = spans[s].begin; part != nullptr && b < spans[s].end; ++b) {
       keys[s].push_back(servers_[s].blocks[b].key);
     }
   }
-  auto pull = std::make_shared<PullInFlight>(request, std::move(parts),
+  auto pull = std::make_shared<PullInFlight>(request, *std::move(parts),
                                              servers_.size(), keys);
   AskAllServers(
       absl::StrCat(final ? "final pull of clock " : "pull of clock ", clock),
@@ -186,21 +182,8 @@ void ParameterClient::PullFromServers(int64_t clock,
           call_done(absl::OkStatus());  // A part with no block here.
           return;
         }
-        // Read where the transport holds them and copied once, into the
-        // tensors (common/parameter_wire.h).
-        auto read = [this, s, pull, params, step,
-                     span = spans[s]](std::span<const std::string_view> reply) {
-          return ReadPullReply(s, reply, params, &pull->min_clocks[s],
-                               &pull->own_clocks[s], &pull->reply_bytes[s],
-                               pull->parts[s], step, span);
-        };
-        CallServer(
-            s, "pull from",
-            [&](PayloadTransport& transport, PayloadTransport::Done done) {
-              return transport.Pull(context, pull->requests[s], read,
-                                    &pull->slots[s], std::move(done));
-            },
-            std::move(call_done));
+        PullFrom(s, context, std::move(call_done), pull, params, step,
+                 spans[s]);
       },
       [this, pull, whole = part == nullptr,
        done = std::move(done)](absl::Status status) mutable {
@@ -210,20 +193,44 @@ void ParameterClient::PullFromServers(int64_t clock,
         }
         // A part's pull (parts end on their own threads) leaves the clocks
         // the client keeps as they are.
-        if (status.ok() && whole) {
-          const int64_t min_clock = *std::min_element(pull->min_clocks.begin(),
-                                                      pull->min_clocks.end());
-          const int64_t own_clock = *std::min_element(pull->own_clocks.begin(),
-                                                      pull->own_clocks.end());
-          cached_min_clock_ = min_clock;
-          own_clock_ = own_clock == INT64_MAX ? 0 : own_clock;
-          own_clock_max_ = own_clock_;
-          for (int64_t c : pull->own_clocks) {
-            if (c != INT64_MAX) own_clock_max_ = std::max(own_clock_max_, c);
-          }
-        }
+        if (status.ok() && whole) KeepPullClocks(*pull);
         std::move(done)(std::move(status));
       });
+}
+
+void ParameterClient::PullFrom(int s, grpc::ClientContext* context,
+                               ServerFanout::CallDone call_done,
+                               std::shared_ptr<PullInFlight> pull,
+                               std::vector<std::vector<float>>* params,
+                               SparseStep* step, BlockSpan span) {
+  // Read where the transport holds them and copied once, into the
+  // tensors (common/parameter_wire.h).
+  auto read = [this, s, pull, params, step,
+               span](std::span<const std::string_view> reply) {
+    return ReadPullReply(s, reply, params, &pull->min_clocks[s],
+                         &pull->own_clocks[s], &pull->reply_bytes[s],
+                         pull->parts[s], step, span);
+  };
+  CallServer(
+      s, "pull from",
+      [&](PayloadTransport& transport, PayloadTransport::Done done) {
+        return transport.Pull(context, pull->requests[s], read, &pull->slots[s],
+                              std::move(done));
+      },
+      std::move(call_done));
+}
+
+void ParameterClient::KeepPullClocks(const PullInFlight& pull) {
+  const int64_t min_clock =
+      *std::min_element(pull.min_clocks.begin(), pull.min_clocks.end());
+  const int64_t own_clock =
+      *std::min_element(pull.own_clocks.begin(), pull.own_clocks.end());
+  cached_min_clock_ = min_clock;
+  own_clock_ = own_clock == INT64_MAX ? 0 : own_clock;
+  own_clock_max_ = own_clock_;
+  for (int64_t c : pull.own_clocks) {
+    if (c != INT64_MAX) own_clock_max_ = std::max(own_clock_max_, c);
+  }
 }
 
 absl::Status ParameterClient::ReadPullReply(

@@ -22,6 +22,8 @@ namespace {
 
 using parameter_client_internal::Await;
 
+}  // namespace
+
 // A push in flight: its requests, which lend the gradient memory to gRPC
 // without a copy, and its outcome, held back until gRPC has released every
 // slice lent (it may hold one briefly after the call it was sent on ends,
@@ -93,6 +95,8 @@ class PushInFlight {
   absl::Status status_;  // Written before ended_, read after.
   std::unique_ptr<grpc::Alarm> alarm_;
 };
+
+namespace {
 
 // The PushRequest.sparse entries of `parts`, their row gradients gathered
 // from `step` (and encoded to 16 bits where `encoding` says).
@@ -197,20 +201,15 @@ void ParameterClient::PushWithRows(
     int64_t clock, const std::vector<std::vector<float>>* grads_in,
     const SparseStep* step, Done done, const Part* part) {
   const std::vector<std::vector<float>>& grads = *grads_in;
-  std::vector<std::vector<SparsePart>> parts(servers_.size());
-  if (step != nullptr) {
-    absl::StatusOr<std::vector<std::vector<SparsePart>>> routed =
-        router_.Route(step->ids, servers_.size());
-    if (!routed.ok()) {
-      std::move(done)(routed.status());
-      return;
-    }
-    parts = *std::move(routed);
-    if (step->row_grads.size() != step->ids.size()) {
-      std::move(done)(absl::InvalidArgumentError(
-          "push: one row-gradient vector per sparse table required"));
-      return;
-    }
+  absl::StatusOr<std::vector<std::vector<SparsePart>>> parts = RouteStep(step);
+  if (!parts.ok()) {
+    std::move(done)(parts.status());
+    return;
+  }
+  if (step != nullptr && step->row_grads.size() != step->ids.size()) {
+    std::move(done)(absl::InvalidArgumentError(
+        "push: one row-gradient vector per sparse table required"));
+    return;
   }
   if (part == nullptr) {
     if (absl::Status checked = CheckAndEncode(grads); !checked.ok()) {
@@ -226,8 +225,7 @@ void ParameterClient::PushWithRows(
   const PushFramer framer(job_id_, worker_index_, clock, map_version_,
                           wire_gradients_, membership_version_);
   for (size_t s = 0; s < servers_.size(); ++s) {
-    const BlockSpan span =
-        part != nullptr ? (*part)[s] : BlockSpan{0, servers_[s].blocks.size()};
+    const BlockSpan span = SpanOf(s, part);
     // A part with no block on this server: no call (the request stays
     // invalid).
     if (part != nullptr && span.begin == span.end) continue;
@@ -246,9 +244,9 @@ void ParameterClient::PushWithRows(
       slices.push_back(push->Lend(data, bytes));
     }
     if (!framer.Trailer().empty()) slices.emplace_back(framer.Trailer());
-    if (!parts[s].empty()) {
+    if (!(*parts)[s].empty()) {
       absl::StatusOr<std::vector<std::string>> fields =
-          SparsePushFields(parts[s], *step, router_, wire_gradients_);
+          SparsePushFields((*parts)[s], *step, router_, wire_gradients_);
       if (!fields.ok()) {
         push->CallsEnded(fields.status());
         return;
@@ -258,6 +256,10 @@ void ParameterClient::PushWithRows(
     if (!framer.Ending().empty()) slices.emplace_back(framer.Ending());
     push->requests[s] = grpc::ByteBuffer(slices.data(), slices.size());
   }
+  SendPush(clock, push);
+}
+
+void ParameterClient::SendPush(int64_t clock, PushInFlight* push) {
   AskAllServers(
       absl::StrCat("push of clock ", clock), options_.push_timeout,
       options_.retry_window,
