@@ -1,8 +1,6 @@
 // A whole cluster in one process: a coordinator, two parameter servers with
 // RocksDB in temporary directories and two workers, all on loopback port 0,
 // talking real gRPC. Trains on a subset of Fashion-MNIST.
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tests/testing/fashion_mnist.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
@@ -38,46 +37,13 @@ v1::JobSpec SmallJob(v1::ConsistencySpec::Model model, int staleness) {
   return spec;
 }
 
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public testing::ClusterFixture {
  protected:
   void SetUp() override {
     if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed";
-    char pattern[] = "/tmp/ps-integration-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-
-    CoordinatorOptions coordinator;
-    coordinator.data_dir = dir_ + "/coordinator";
-    coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
-    coordinator.timing.lease = absl::Seconds(5);
-    coordinator_ = std::make_unique<Coordinator>(coordinator);
-    ASSERT_TRUE(coordinator_->Start().ok());
-    address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
-
-    for (int i = 0; i < 2; ++i) {
-      ParameterServerOptions server;
-      server.coordinator = address_;
-      server.data_dir = absl::StrCat(dir_, "/server", i);
-      servers_.push_back(std::make_unique<ParameterServer>(server));
-      ASSERT_TRUE(servers_.back()->Start().ok());
-    }
-    for (int i = 0; i < 2; ++i) {
-      WorkerNodeOptions worker;
-      worker.coordinator = address_;
-      CpuBackendOptions backend;
-      backend.num_threads = 1;
-      workers_.push_back(
-          std::make_unique<WorkerNode>(worker, CpuBackend::Create(backend)));
-      ASSERT_TRUE(workers_.back()->Start().ok());
-    }
-    client_ = std::make_unique<JobClient>(JobClientOptions{address_});
-  }
-
-  void TearDown() override {
-    for (auto& w : workers_) w->Stop();
-    for (auto& s : servers_) s->Stop();
-    if (coordinator_) coordinator_->Stop();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator("integration"));
+    ASSERT_NO_FATAL_FAILURE(StartServers(2));
+    ASSERT_NO_FATAL_FAILURE(StartWorkers(2));
   }
 
   // Submits and waits for the job to end; returns its final status.
@@ -94,13 +60,6 @@ class ClusterTest : public ::testing::Test {
     EXPECT_GE(updates, 1);
     return final_status.ok() ? *final_status : v1::JobStatus();
   }
-
-  std::string dir_;
-  std::string address_;
-  std::unique_ptr<Coordinator> coordinator_;
-  std::vector<std::unique_ptr<ParameterServer>> servers_;
-  std::vector<std::unique_ptr<WorkerNode>> workers_;
-  std::unique_ptr<JobClient> client_;
 };
 
 TEST_F(ClusterTest, BspTrainsFarAboveChance) {
