@@ -60,6 +60,34 @@ class ClusterTest : public testing::ClusterFixture {
     EXPECT_GE(updates, 1);
     return final_status.ok() ? *final_status : v1::JobStatus();
   }
+
+  // Trains SmallJob(BSP) in float32, then with FP16 and with BF16 on the
+  // wire as `set_wire` sets it (and the job's spec reports it, `wire_of`):
+  // each run succeeds, trains every clock and tests far above chance, as
+  // BspTrainsFarAboveChance, and within 0.03 of the float32 run (measured:
+  // within 0.01).
+  void ExpectSixteenBitTrainsAsWell(
+      void (v1::MixedPrecisionSpec::*set_wire)(v1::Precision),
+      v1::Precision (v1::MixedPrecisionSpec::*wire_of)() const) {
+    v1::JobStatus fp32 = Run(SmallJob(v1::ConsistencySpec::BSP, 0));
+    ASSERT_EQ(fp32.state(), v1::SUCCEEDED) << fp32.message();
+    for (v1::Precision wire : {v1::FP16, v1::BF16}) {
+      v1::JobSpec spec = SmallJob(v1::ConsistencySpec::BSP, 0);
+      (spec.mutable_mixed_precision()->*set_wire)(wire);
+      v1::JobStatus job = Run(spec);
+      ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.message();
+      EXPECT_EQ((job.spec().mixed_precision().*wire_of)(), wire);
+      RecordProperty(absl::StrCat(v1::Precision_Name(wire), "_accuracy"),
+                     absl::StrCat(job.progress().test_accuracy(), " (FP32 ",
+                                  fp32.progress().test_accuracy(), ")"));
+      EXPECT_EQ(job.progress().clock(), job.progress().total_clocks());
+      EXPECT_GT(job.progress().test_accuracy(), 0.6)
+          << v1::Precision_Name(wire);
+      EXPECT_NEAR(job.progress().test_accuracy(),
+                  fp32.progress().test_accuracy(), 0.03)
+          << v1::Precision_Name(wire);
+    }
+  }
 };
 
 TEST_F(ClusterTest, BspTrainsFarAboveChance) {
@@ -99,25 +127,8 @@ TEST_F(ClusterTest, CnnTrainsWithFp16MixedPrecision) {
 // well as float32 ones: the same job, seed and data order, so the runs
 // differ only by the rounding of what is pushed.
 TEST_F(ClusterTest, MlpTrainsAsWellWithSixteenBitWireGradients) {
-  v1::JobStatus fp32 = Run(SmallJob(v1::ConsistencySpec::BSP, 0));
-  ASSERT_EQ(fp32.state(), v1::SUCCEEDED) << fp32.message();
-  for (v1::Precision wire : {v1::FP16, v1::BF16}) {
-    v1::JobSpec spec = SmallJob(v1::ConsistencySpec::BSP, 0);
-    spec.mutable_mixed_precision()->set_wire_gradients(wire);
-    v1::JobStatus job = Run(spec);
-    ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.message();
-    EXPECT_EQ(job.spec().mixed_precision().wire_gradients(), wire);
-    RecordProperty(absl::StrCat(v1::Precision_Name(wire), "_accuracy"),
-                   absl::StrCat(job.progress().test_accuracy(), " (FP32 ",
-                                fp32.progress().test_accuracy(), ")"));
-    EXPECT_EQ(job.progress().clock(), job.progress().total_clocks());
-    // Far above chance, as BspTrainsFarAboveChance, and within 0.03 of the
-    // float32 run (measured: within 0.01).
-    EXPECT_GT(job.progress().test_accuracy(), 0.6) << v1::Precision_Name(wire);
-    EXPECT_NEAR(job.progress().test_accuracy(), fp32.progress().test_accuracy(),
-                0.03)
-        << v1::Precision_Name(wire);
-  }
+  ExpectSixteenBitTrainsAsWell(&v1::MixedPrecisionSpec::set_wire_gradients,
+                               &v1::MixedPrecisionSpec::wire_gradients);
 }
 
 // Parameters pulled as fp16 and as bf16 (half the pull bytes) train the MLP
@@ -125,23 +136,8 @@ TEST_F(ClusterTest, MlpTrainsAsWellWithSixteenBitWireGradients) {
 // differ only by the rounding of what workers compute on (the servers keep
 // float32 values, and the model worker 0 evaluates last is read in float32).
 TEST_F(ClusterTest, MlpTrainsAsWellWithSixteenBitWireParameters) {
-  v1::JobStatus fp32 = Run(SmallJob(v1::ConsistencySpec::BSP, 0));
-  ASSERT_EQ(fp32.state(), v1::SUCCEEDED) << fp32.message();
-  for (v1::Precision wire : {v1::FP16, v1::BF16}) {
-    v1::JobSpec spec = SmallJob(v1::ConsistencySpec::BSP, 0);
-    spec.mutable_mixed_precision()->set_wire_parameters(wire);
-    v1::JobStatus job = Run(spec);
-    ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.message();
-    EXPECT_EQ(job.spec().mixed_precision().wire_parameters(), wire);
-    RecordProperty(absl::StrCat(v1::Precision_Name(wire), "_accuracy"),
-                   absl::StrCat(job.progress().test_accuracy(), " (FP32 ",
-                                fp32.progress().test_accuracy(), ")"));
-    EXPECT_EQ(job.progress().clock(), job.progress().total_clocks());
-    EXPECT_GT(job.progress().test_accuracy(), 0.6) << v1::Precision_Name(wire);
-    EXPECT_NEAR(job.progress().test_accuracy(), fp32.progress().test_accuracy(),
-                0.03)
-        << v1::Precision_Name(wire);
-  }
+  ExpectSixteenBitTrainsAsWell(&v1::MixedPrecisionSpec::set_wire_parameters,
+                               &v1::MixedPrecisionSpec::wire_parameters);
 }
 
 TEST_F(ClusterTest, SspAndAspTrainToo) {
