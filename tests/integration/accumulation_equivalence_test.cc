@@ -40,8 +40,9 @@ constexpr int kPerStep = kMicroBatch * kAccumulation;  // Samples per push.
 
 v1::JobSpec Spec(const v1::OptimizerSpec& optimizer) {
   // Each worker owns kPerStep * kSteps samples: one epoch is kSteps clocks.
-  v1::JobSpec spec = testing::FashionMnistMlpJob(
-      "accumulation-equivalence", 32, kWorkers * kPerStep * kSteps, 200);
+  v1::JobSpec spec =
+      testing::FashionMnistMlpJob("accumulation-equivalence", 32,
+                                  int64_t{kWorkers} * kPerStep * kSteps, 200);
   spec.set_batch_size(kMicroBatch);
   spec.set_accumulation_steps(kAccumulation);
   spec.set_seed(11);

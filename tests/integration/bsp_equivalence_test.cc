@@ -38,7 +38,7 @@ constexpr int kWorkers = 2;
 v1::JobSpec Spec(const v1::OptimizerSpec& optimizer) {
   // Each worker owns kBatch * kSteps samples: one epoch is kSteps steps.
   v1::JobSpec spec = testing::FashionMnistMlpJob(
-      "bsp-equivalence", 32, kWorkers * kBatch * kSteps, 200);
+      "bsp-equivalence", 32, int64_t{kWorkers} * kBatch * kSteps, 200);
   spec.set_batch_size(kBatch);
   spec.set_seed(5);
   *spec.mutable_optimizer() = optimizer;

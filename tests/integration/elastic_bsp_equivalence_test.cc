@@ -41,7 +41,8 @@ namespace {
 
 constexpr int kBatch = 16;
 constexpr int kWorkers = 3;
-constexpr int64_t kSamples = kWorkers * kBatch * 20;  // 20 clocks if fixed.
+constexpr int64_t kSamples =
+    int64_t{kWorkers} * kBatch * 20;  // 20 clocks if fixed.
 constexpr int64_t kLeaveAfter = 5;
 
 v1::JobSpec Spec() {
@@ -130,7 +131,7 @@ TEST(ElasticBspEquivalenceTest, LeaveAndJoinEqualOneProcessWithChangingBatch) {
   std::vector<absl::Status> results(kWorkers + 1);
   std::vector<std::thread> threads;
   auto launch = [&](v1::Assignment assignment, int place,
-                    TrainerOptions options) {
+                    const TrainerOptions& options) {
     assignment.set_index(place);
     backends.push_back(CpuBackend::Create({.num_threads = 1}));
     trainers.push_back(std::make_unique<Trainer>(assignment, nullptr, nullptr,

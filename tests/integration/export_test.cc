@@ -76,7 +76,7 @@ TEST_F(ExportTest, ExportedModelEvaluatesToTheJobsAccuracy) {
   EXPECT_EQ(model->test_samples(), kTestSamples);
   ASSERT_EQ(model->tensors_size(), 4);
   EXPECT_EQ(model->tensors(0).name(), "dense0.weight");
-  EXPECT_EQ(model->tensors(0).data().size(), 784 * 32 * sizeof(float));
+  EXPECT_EQ(model->tensors(0).data().size(), size_t{784} * 32 * sizeof(float));
 
   // Through a model file, as `psctl export` and `psctl eval` do.
   const std::string path = dir_ + "/model.bin";

@@ -54,8 +54,8 @@ class WorkerFailureTest : public testing::ClusterFixture {
   // Starts two servers (pushes go through `push_faults`) and two workers.
   // `behind_proxies`: workers reach each server through a FreezableProxy (the
   // server advertises 127.0.0.2 and its port, where the proxy listens).
-  void StartNodes(PushFaultInjector push_faults, TrainerOptions trainer,
-                  bool behind_proxies = false) {
+  void StartNodes(const PushFaultInjector& push_faults,
+                  const TrainerOptions& trainer, bool behind_proxies = false) {
     for (int i = 0; i < 2; ++i) {
       ParameterServerOptions server;
       server.coordinator = address_;
