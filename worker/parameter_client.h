@@ -32,6 +32,8 @@
 namespace ps {
 
 class PartsInFlight;  // worker/parameter_client_pipeline.cc
+struct PullInFlight;  // worker/parameter_client_pull.cc
+class PushInFlight;   // worker/parameter_client_push.cc
 
 struct ParameterClientOptions {
   // Deadline of one Pull attempt; a pull may wait this long for slower workers.
@@ -203,11 +205,31 @@ class ParameterClient {
   void PullFromServers(int64_t clock, std::vector<std::vector<float>>* params,
                        bool final, Done done, SparseStep* step = nullptr,
                        const Part* part = nullptr);
+  // PullFromServers' call to server s, for the blocks of `span` (and the
+  // sparse rows `pull` asks of it); the reply is read into `params` and
+  // `step`. `call_done` gets the call's outcome.
+  void PullFrom(int s, grpc::ClientContext* context,
+                ServerFanout::CallDone call_done,
+                std::shared_ptr<PullInFlight> pull,
+                std::vector<std::vector<float>>* params, SparseStep* step,
+                BlockSpan span);
+  // Keeps the clocks a whole pull's replies carry: the cache's min clock,
+  // this worker's clock and its largest on any server (ResumeClock).
+  void KeepPullClocks(const PullInFlight& pull);
   // PushAsync with `step`'s sparse rows, if not null. `part`, if not null,
   // pushes only its blocks, from gradients CheckAndEncode took already.
   void PushWithRows(int64_t clock, const std::vector<std::vector<float>>* grads,
                     const SparseStep* step, Done done,
                     const Part* part = nullptr);
+  // Sends PushWithRows' requests (`push`, which deletes itself once they
+  // end) to every server that has one.
+  void SendPush(int64_t clock, PushInFlight* push);
+  // The ids of `step` each server holds (one entry per server; all empty
+  // without a step). Errors: INVALID_ARGUMENT, as SparseRouter::Route's.
+  absl::StatusOr<std::vector<std::vector<SparsePart>>> RouteStep(
+      const SparseStep* step) const;
+  // Server s's blocks that `part` holds (all its blocks when null).
+  BlockSpan SpanOf(size_t s, const Part* part) const;
   // Checks the gradients' shape and, for 16-bit wire gradients, encodes them
   // into push_encoded_. Errors: INVALID_ARGUMENT.
   absl::Status CheckAndEncode(const std::vector<std::vector<float>>& grads);

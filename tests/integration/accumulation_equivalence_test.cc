@@ -22,6 +22,7 @@
 #include "server/parameter_server.h"
 #include "tests/testing/bsp_training.h"
 #include "tests/testing/fashion_mnist.h"
+#include "tests/testing/reference_training.h"
 #include "worker/batcher.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/model/model.h"
@@ -39,8 +40,9 @@ constexpr int kPerStep = kMicroBatch * kAccumulation;  // Samples per push.
 
 v1::JobSpec Spec(const v1::OptimizerSpec& optimizer) {
   // Each worker owns kPerStep * kSteps samples: one epoch is kSteps clocks.
-  v1::JobSpec spec = testing::FashionMnistMlpJob(
-      "accumulation-equivalence", 32, kWorkers * kPerStep * kSteps, 200);
+  v1::JobSpec spec =
+      testing::FashionMnistMlpJob("accumulation-equivalence", 32,
+                                  int64_t{kWorkers} * kPerStep * kSteps, 200);
   spec.set_batch_size(kMicroBatch);
   spec.set_accumulation_steps(kAccumulation);
   spec.set_seed(11);
@@ -62,47 +64,8 @@ std::vector<std::vector<float>> TrainDistributed(const v1::JobSpec& spec) {
 // The same clocks in one process: one batch of 2kb samples, both workers'
 // k micro-batches in order, at the schedule's rate of each clock.
 std::vector<std::vector<float>> TrainSingleProcess(const v1::JobSpec& spec) {
-  std::vector<std::vector<float>> params = testing::InitialParameters(spec);
-  auto optimizer = Optimizer::Create(spec.optimizer());
-  PS_CHECK(optimizer.ok());
-  std::vector<std::vector<float>> state;
-  std::vector<int64_t> steps(params.size(), 0);
-  for (const auto& p : params) {
-    state.emplace_back(p.size() * (*optimizer)->state_slots(), 0.0f);
-  }
-  auto data = ReadIdxDataset(spec.dataset().train_images(),
-                             spec.dataset().train_labels(),
-                             spec.dataset().max_train_samples());
-  PS_CHECK(data.ok());
-  auto partition = DataPartition::Create(data->num_samples, kWorkers);
-  auto backend = CpuBackend::Create({.num_threads = 1});
-  auto model = Model::Create(spec.model(), backend.get());
-  std::vector<std::vector<int64_t>> orders;
-  for (int w = 0; w < kWorkers; ++w) {
-    orders.push_back(partition->EpochOrder(spec.seed(), 0, w));
-  }
-  std::vector<float> features(kWorkers * kPerStep * data->dim);
-  std::vector<int32_t> labels(kWorkers * kPerStep);
-  std::vector<std::vector<float>> grads;
-  for (int step = 0; step < kSteps; ++step) {
-    for (int w = 0; w < kWorkers; ++w) {
-      GatherBatch(*data,
-                  std::span<const int64_t>(orders[w]).subspan(step * kPerStep,
-                                                              kPerStep),
-                  features.data() + w * kPerStep * data->dim,
-                  labels.data() + w * kPerStep);
-    }
-    PS_CHECK((*model)->SetParameters(params).ok());
-    PS_CHECK((*model)
-                 ->ComputeGradients(features.data(), labels.data(),
-                                    kWorkers * kPerStep, &grads)
-                 .ok());
-    const float rate = LearningRateAt(spec.optimizer(), step);
-    for (size_t t = 0; t < params.size(); ++t) {
-      (*optimizer)->Apply(params[t], grads[t], state[t], &steps[t], rate);
-    }
-  }
-  return params;
+  return testing::TrainOneBatchPerClock(spec, kWorkers, kPerStep, kSteps,
+                                        /*scheduled=*/true);
 }
 
 class AccumulationEquivalenceTest

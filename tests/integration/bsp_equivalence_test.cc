@@ -21,6 +21,7 @@
 #include "server/parameter_server.h"
 #include "tests/testing/bsp_training.h"
 #include "tests/testing/fashion_mnist.h"
+#include "tests/testing/reference_training.h"
 #include "worker/batcher.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/model/model.h"
@@ -37,7 +38,7 @@ constexpr int kWorkers = 2;
 v1::JobSpec Spec(const v1::OptimizerSpec& optimizer) {
   // Each worker owns kBatch * kSteps samples: one epoch is kSteps steps.
   v1::JobSpec spec = testing::FashionMnistMlpJob(
-      "bsp-equivalence", 32, kWorkers * kBatch * kSteps, 200);
+      "bsp-equivalence", 32, int64_t{kWorkers} * kBatch * kSteps, 200);
   spec.set_batch_size(kBatch);
   spec.set_seed(5);
   *spec.mutable_optimizer() = optimizer;
@@ -56,44 +57,8 @@ std::vector<std::vector<float>> TrainDistributed(const v1::JobSpec& spec) {
 
 // The same steps in one process: batch 2b made of both workers' batches.
 std::vector<std::vector<float>> TrainSingleProcess(const v1::JobSpec& spec) {
-  std::vector<std::vector<float>> params = testing::InitialParameters(spec);
-  auto optimizer = Optimizer::Create(spec.optimizer());
-  std::vector<std::vector<float>> state;
-  std::vector<int64_t> steps(params.size(), 0);
-  for (const auto& p : params) {
-    state.emplace_back(p.size() * (*optimizer)->state_slots(), 0.0f);
-  }
-  auto data = ReadIdxDataset(spec.dataset().train_images(),
-                             spec.dataset().train_labels(),
-                             spec.dataset().max_train_samples());
-  PS_CHECK(data.ok());
-  auto partition = DataPartition::Create(data->num_samples, kWorkers);
-  auto backend = CpuBackend::Create({.num_threads = 1});
-  auto model = Model::Create(spec.model(), backend.get());
-  std::vector<std::vector<int64_t>> orders;
-  for (int w = 0; w < kWorkers; ++w) {
-    orders.push_back(partition->EpochOrder(spec.seed(), 0, w));
-  }
-  std::vector<float> features(kWorkers * kBatch * data->dim);
-  std::vector<int32_t> labels(kWorkers * kBatch);
-  std::vector<std::vector<float>> grads;
-  for (int step = 0; step < kSteps; ++step) {
-    for (int w = 0; w < kWorkers; ++w) {
-      GatherBatch(
-          *data,
-          std::span<const int64_t>(orders[w]).subspan(step * kBatch, kBatch),
-          features.data() + w * kBatch * data->dim, labels.data() + w * kBatch);
-    }
-    PS_CHECK((*model)->SetParameters(params).ok());
-    PS_CHECK((*model)
-                 ->ComputeGradients(features.data(), labels.data(),
-                                    kWorkers * kBatch, &grads)
-                 .ok());
-    for (size_t t = 0; t < params.size(); ++t) {
-      (*optimizer)->Apply(params[t], grads[t], state[t], &steps[t]);
-    }
-  }
-  return params;
+  return testing::TrainOneBatchPerClock(spec, kWorkers, kBatch, kSteps,
+                                        /*scheduled=*/false);
 }
 
 // Largest |a - b| over all parameters.

@@ -1,8 +1,6 @@
 // A whole cluster in one process: a coordinator, two parameter servers with
 // RocksDB in temporary directories and two workers, all on loopback port 0,
 // talking real gRPC. Trains on a subset of Fashion-MNIST.
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tests/testing/fashion_mnist.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
@@ -38,46 +37,13 @@ v1::JobSpec SmallJob(v1::ConsistencySpec::Model model, int staleness) {
   return spec;
 }
 
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public testing::ClusterFixture {
  protected:
   void SetUp() override {
     if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed";
-    char pattern[] = "/tmp/ps-integration-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-
-    CoordinatorOptions coordinator;
-    coordinator.data_dir = dir_ + "/coordinator";
-    coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
-    coordinator.timing.lease = absl::Seconds(5);
-    coordinator_ = std::make_unique<Coordinator>(coordinator);
-    ASSERT_TRUE(coordinator_->Start().ok());
-    address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
-
-    for (int i = 0; i < 2; ++i) {
-      ParameterServerOptions server;
-      server.coordinator = address_;
-      server.data_dir = absl::StrCat(dir_, "/server", i);
-      servers_.push_back(std::make_unique<ParameterServer>(server));
-      ASSERT_TRUE(servers_.back()->Start().ok());
-    }
-    for (int i = 0; i < 2; ++i) {
-      WorkerNodeOptions worker;
-      worker.coordinator = address_;
-      CpuBackendOptions backend;
-      backend.num_threads = 1;
-      workers_.push_back(
-          std::make_unique<WorkerNode>(worker, CpuBackend::Create(backend)));
-      ASSERT_TRUE(workers_.back()->Start().ok());
-    }
-    client_ = std::make_unique<JobClient>(JobClientOptions{address_});
-  }
-
-  void TearDown() override {
-    for (auto& w : workers_) w->Stop();
-    for (auto& s : servers_) s->Stop();
-    if (coordinator_) coordinator_->Stop();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator("integration"));
+    ASSERT_NO_FATAL_FAILURE(StartServers(2));
+    ASSERT_NO_FATAL_FAILURE(StartWorkers(2));
   }
 
   // Submits and waits for the job to end; returns its final status.
@@ -95,12 +61,33 @@ class ClusterTest : public ::testing::Test {
     return final_status.ok() ? *final_status : v1::JobStatus();
   }
 
-  std::string dir_;
-  std::string address_;
-  std::unique_ptr<Coordinator> coordinator_;
-  std::vector<std::unique_ptr<ParameterServer>> servers_;
-  std::vector<std::unique_ptr<WorkerNode>> workers_;
-  std::unique_ptr<JobClient> client_;
+  // Trains SmallJob(BSP) in float32, then with FP16 and with BF16 on the
+  // wire as `set_wire` sets it (and the job's spec reports it, `wire_of`):
+  // each run succeeds, trains every clock and tests far above chance, as
+  // BspTrainsFarAboveChance, and within 0.03 of the float32 run (measured:
+  // within 0.01).
+  void ExpectSixteenBitTrainsAsWell(
+      void (v1::MixedPrecisionSpec::*set_wire)(v1::Precision),
+      v1::Precision (v1::MixedPrecisionSpec::*wire_of)() const) {
+    v1::JobStatus fp32 = Run(SmallJob(v1::ConsistencySpec::BSP, 0));
+    ASSERT_EQ(fp32.state(), v1::SUCCEEDED) << fp32.message();
+    for (v1::Precision wire : {v1::FP16, v1::BF16}) {
+      v1::JobSpec spec = SmallJob(v1::ConsistencySpec::BSP, 0);
+      (spec.mutable_mixed_precision()->*set_wire)(wire);
+      v1::JobStatus job = Run(spec);
+      ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.message();
+      EXPECT_EQ((job.spec().mixed_precision().*wire_of)(), wire);
+      RecordProperty(absl::StrCat(v1::Precision_Name(wire), "_accuracy"),
+                     absl::StrCat(job.progress().test_accuracy(), " (FP32 ",
+                                  fp32.progress().test_accuracy(), ")"));
+      EXPECT_EQ(job.progress().clock(), job.progress().total_clocks());
+      EXPECT_GT(job.progress().test_accuracy(), 0.6)
+          << v1::Precision_Name(wire);
+      EXPECT_NEAR(job.progress().test_accuracy(),
+                  fp32.progress().test_accuracy(), 0.03)
+          << v1::Precision_Name(wire);
+    }
+  }
 };
 
 TEST_F(ClusterTest, BspTrainsFarAboveChance) {
@@ -140,25 +127,8 @@ TEST_F(ClusterTest, CnnTrainsWithFp16MixedPrecision) {
 // well as float32 ones: the same job, seed and data order, so the runs
 // differ only by the rounding of what is pushed.
 TEST_F(ClusterTest, MlpTrainsAsWellWithSixteenBitWireGradients) {
-  v1::JobStatus fp32 = Run(SmallJob(v1::ConsistencySpec::BSP, 0));
-  ASSERT_EQ(fp32.state(), v1::SUCCEEDED) << fp32.message();
-  for (v1::Precision wire : {v1::FP16, v1::BF16}) {
-    v1::JobSpec spec = SmallJob(v1::ConsistencySpec::BSP, 0);
-    spec.mutable_mixed_precision()->set_wire_gradients(wire);
-    v1::JobStatus job = Run(spec);
-    ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.message();
-    EXPECT_EQ(job.spec().mixed_precision().wire_gradients(), wire);
-    RecordProperty(absl::StrCat(v1::Precision_Name(wire), "_accuracy"),
-                   absl::StrCat(job.progress().test_accuracy(), " (FP32 ",
-                                fp32.progress().test_accuracy(), ")"));
-    EXPECT_EQ(job.progress().clock(), job.progress().total_clocks());
-    // Far above chance, as BspTrainsFarAboveChance, and within 0.03 of the
-    // float32 run (measured: within 0.01).
-    EXPECT_GT(job.progress().test_accuracy(), 0.6) << v1::Precision_Name(wire);
-    EXPECT_NEAR(job.progress().test_accuracy(), fp32.progress().test_accuracy(),
-                0.03)
-        << v1::Precision_Name(wire);
-  }
+  ExpectSixteenBitTrainsAsWell(&v1::MixedPrecisionSpec::set_wire_gradients,
+                               &v1::MixedPrecisionSpec::wire_gradients);
 }
 
 // Parameters pulled as fp16 and as bf16 (half the pull bytes) train the MLP
@@ -166,23 +136,8 @@ TEST_F(ClusterTest, MlpTrainsAsWellWithSixteenBitWireGradients) {
 // differ only by the rounding of what workers compute on (the servers keep
 // float32 values, and the model worker 0 evaluates last is read in float32).
 TEST_F(ClusterTest, MlpTrainsAsWellWithSixteenBitWireParameters) {
-  v1::JobStatus fp32 = Run(SmallJob(v1::ConsistencySpec::BSP, 0));
-  ASSERT_EQ(fp32.state(), v1::SUCCEEDED) << fp32.message();
-  for (v1::Precision wire : {v1::FP16, v1::BF16}) {
-    v1::JobSpec spec = SmallJob(v1::ConsistencySpec::BSP, 0);
-    spec.mutable_mixed_precision()->set_wire_parameters(wire);
-    v1::JobStatus job = Run(spec);
-    ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.message();
-    EXPECT_EQ(job.spec().mixed_precision().wire_parameters(), wire);
-    RecordProperty(absl::StrCat(v1::Precision_Name(wire), "_accuracy"),
-                   absl::StrCat(job.progress().test_accuracy(), " (FP32 ",
-                                fp32.progress().test_accuracy(), ")"));
-    EXPECT_EQ(job.progress().clock(), job.progress().total_clocks());
-    EXPECT_GT(job.progress().test_accuracy(), 0.6) << v1::Precision_Name(wire);
-    EXPECT_NEAR(job.progress().test_accuracy(), fp32.progress().test_accuracy(),
-                0.03)
-        << v1::Precision_Name(wire);
-  }
+  ExpectSixteenBitTrainsAsWell(&v1::MixedPrecisionSpec::set_wire_parameters,
+                               &v1::MixedPrecisionSpec::wire_parameters);
 }
 
 TEST_F(ClusterTest, SspAndAspTrainToo) {

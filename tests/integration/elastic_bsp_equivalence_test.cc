@@ -27,6 +27,7 @@
 #include "server/parameter_server.h"
 #include "tests/testing/bsp_training.h"
 #include "tests/testing/fashion_mnist.h"
+#include "tests/testing/reference_training.h"
 #include "worker/batcher.h"
 #include "worker/elastic_plan.h"
 #include "worker/model/cpu/cpu_backend.h"
@@ -40,7 +41,8 @@ namespace {
 
 constexpr int kBatch = 16;
 constexpr int kWorkers = 3;
-constexpr int64_t kSamples = kWorkers * kBatch * 20;  // 20 clocks if fixed.
+constexpr int64_t kSamples =
+    int64_t{kWorkers} * kBatch * 20;  // 20 clocks if fixed.
 constexpr int64_t kLeaveAfter = 5;
 
 v1::JobSpec Spec() {
@@ -73,23 +75,11 @@ void Sync(std::vector<std::unique_ptr<ParameterServer>>& servers,
 // step on every applied member's slice.
 std::vector<std::vector<float>> TrainSingleProcess(
     const v1::JobSpec& spec, const MembershipHistory& history) {
-  std::vector<std::vector<float>> params = testing::InitialParameters(spec);
-  auto optimizer = Optimizer::Create(spec.optimizer());
-  std::vector<std::vector<float>> state;
-  std::vector<int64_t> steps(params.size(), 0);
-  for (const auto& p : params) {
-    state.emplace_back(p.size() * (*optimizer)->state_slots(), 0.0f);
-  }
-  auto data = ReadIdxDataset(spec.dataset().train_images(),
-                             spec.dataset().train_labels(),
-                             spec.dataset().max_train_samples());
-  PS_CHECK(data.ok());
-  auto plan = ElasticPlan::Create(data->num_samples, kBatch, spec.epochs(),
+  testing::ReferenceTraining reference(spec);
+  const Dataset& data = reference.data();
+  auto plan = ElasticPlan::Create(data.num_samples, kBatch, spec.epochs(),
                                   spec.seed(), history, kWorkers);
   PS_CHECK(plan.ok());
-  auto backend = CpuBackend::Create({.num_threads = 1});
-  auto model = Model::Create(spec.model(), backend.get());
-  std::vector<std::vector<float>> grads;
   for (int64_t c = 0; c < plan->total_clocks(); ++c) {
     std::vector<int64_t> batch;
     for (int place : plan->Members(c)) {
@@ -106,19 +96,12 @@ std::vector<std::vector<float>> TrainSingleProcess(
       const auto samples = plan->Samples(c, place);
       batch.insert(batch.end(), samples.begin(), samples.end());
     }
-    std::vector<float> features(batch.size() * data->dim);
+    std::vector<float> features(batch.size() * data.dim);
     std::vector<int32_t> labels(batch.size());
-    GatherBatch(*data, batch, features.data(), labels.data());
-    PS_CHECK((*model)->SetParameters(params).ok());
-    PS_CHECK((*model)
-                 ->ComputeGradients(features.data(), labels.data(),
-                                    batch.size(), &grads)
-                 .ok());
-    for (size_t t = 0; t < params.size(); ++t) {
-      (*optimizer)->Apply(params[t], grads[t], state[t], &steps[t]);
-    }
+    GatherBatch(data, batch, features.data(), labels.data());
+    reference.Step(features.data(), labels.data(), batch.size());
   }
-  return params;
+  return reference.params();
 }
 
 TEST(ElasticBspEquivalenceTest, LeaveAndJoinEqualOneProcessWithChangingBatch) {
@@ -148,7 +131,7 @@ TEST(ElasticBspEquivalenceTest, LeaveAndJoinEqualOneProcessWithChangingBatch) {
   std::vector<absl::Status> results(kWorkers + 1);
   std::vector<std::thread> threads;
   auto launch = [&](v1::Assignment assignment, int place,
-                    TrainerOptions options) {
+                    const TrainerOptions& options) {
     assignment.set_index(place);
     backends.push_back(CpuBackend::Create({.num_threads = 1}));
     trainers.push_back(std::make_unique<Trainer>(assignment, nullptr, nullptr,

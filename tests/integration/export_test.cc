@@ -2,9 +2,6 @@
 // one parameter server, two workers on loopback): worker 0 uploads the
 // parameters it evaluated, JobService.ExportModel returns them, and the model
 // file they are written to evaluates to exactly the job's reported accuracy.
-#include <stdlib.h>
-
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +16,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tests/testing/fashion_mnist.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
@@ -42,42 +40,13 @@ v1::JobSpec SmallJob() {
   return spec;
 }
 
-class ExportTest : public ::testing::Test {
+class ExportTest : public testing::ClusterFixture {
  protected:
   void SetUp() override {
     if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed";
-    char pattern[] = "/tmp/ps-export-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-
-    CoordinatorOptions coordinator;
-    coordinator.data_dir = dir_ + "/coordinator";
-    coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
-    coordinator.timing.lease = absl::Seconds(5);
-    coordinator_ = std::make_unique<Coordinator>(coordinator);
-    ASSERT_TRUE(coordinator_->Start().ok());
-    address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
-
-    ParameterServerOptions server;
-    server.coordinator = address_;
-    server.data_dir = dir_ + "/server0";
-    server_ = std::make_unique<ParameterServer>(server);
-    ASSERT_TRUE(server_->Start().ok());
-    for (int i = 0; i < 2; ++i) {
-      WorkerNodeOptions worker;
-      worker.coordinator = address_;
-      workers_.push_back(std::make_unique<WorkerNode>(
-          worker, CpuBackend::Create({.num_threads = 1})));
-      ASSERT_TRUE(workers_.back()->Start().ok());
-    }
-    client_ = std::make_unique<JobClient>(JobClientOptions{address_});
-  }
-
-  void TearDown() override {
-    for (auto& w : workers_) w->Stop();
-    if (server_) server_->Stop();
-    if (coordinator_) coordinator_->Stop();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator("export"));
+    ASSERT_NO_FATAL_FAILURE(StartServers(1));
+    ASSERT_NO_FATAL_FAILURE(StartWorkers(2));
   }
 
   // Submits and waits for the job to end; returns its final status.
@@ -89,13 +58,6 @@ class ExportTest : public ::testing::Test {
     EXPECT_TRUE(final_status.ok()) << final_status.status();
     return final_status.ok() ? *final_status : v1::JobStatus();
   }
-
-  std::string dir_;
-  std::string address_;
-  std::unique_ptr<Coordinator> coordinator_;
-  std::unique_ptr<ParameterServer> server_;
-  std::vector<std::unique_ptr<WorkerNode>> workers_;
-  std::unique_ptr<JobClient> client_;
 };
 
 TEST_F(ExportTest, ExportedModelEvaluatesToTheJobsAccuracy) {
@@ -114,7 +76,7 @@ TEST_F(ExportTest, ExportedModelEvaluatesToTheJobsAccuracy) {
   EXPECT_EQ(model->test_samples(), kTestSamples);
   ASSERT_EQ(model->tensors_size(), 4);
   EXPECT_EQ(model->tensors(0).name(), "dense0.weight");
-  EXPECT_EQ(model->tensors(0).data().size(), 784 * 32 * sizeof(float));
+  EXPECT_EQ(model->tensors(0).data().size(), size_t{784} * 32 * sizeof(float));
 
   // Through a model file, as `psctl export` and `psctl eval` do.
   const std::string path = dir_ + "/model.bin";

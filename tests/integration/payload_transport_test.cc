@@ -8,10 +8,7 @@
 // for is not started.
 #include "worker/payload_transport.h"
 
-#include <unistd.h>
-
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <limits>
 #include <span>
@@ -27,6 +24,7 @@
 #include "common/model_layout.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter.pb.h"
+#include "tests/testing/same_host_payloads.h"
 #include "tests/testing/server_group.h"
 #include "tests/testing/tiny_assignment.h"
 #include "worker/shared_memory_transport.h"
@@ -35,27 +33,10 @@
 namespace ps {
 namespace {
 
-// This process's regions in /dev/shm.
-int RegionsOfThisProcess() {
-  const std::string prefix = absl::StrCat("ps-shm-", getpid(), "-");
-  int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    if (absl::StartsWith(entry.path().filename().string(), prefix)) ++count;
-  }
-  return count;
-}
+using testing::RegionsOfThisProcess;
 
-// Softmax regression 5 -> 3 (18 values) in blocks of 4 on one server; one
-// worker, SGD with learning rate 1, BSP.
-v1::JobSpec Spec() {
-  v1::JobSpec spec = testing::TinySpec(5, 3);
-  spec.set_num_workers(1);
-  spec.set_num_servers(1);
-  spec.set_block_elems(4);
-  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(1.0f);
-  spec.mutable_consistency()->set_model(v1::ConsistencySpec::BSP);
-  return spec;
-}
+// The tiny BSP job (18 values in blocks of 4) on one server.
+v1::JobSpec Spec() { return testing::TinyBspSpec(1); }
 
 // Starts a call with `start` and waits for its outcome; a call that was not
 // started reports why.

@@ -4,8 +4,6 @@
 // A BSP job moves from 2 servers to 3 and back to 2 while it trains, and
 // its trained parameters equal those of the same job run without moves,
 // bit for bit; ScaleJob's refusals name their reason.
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tests/testing/fashion_mnist.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
@@ -39,42 +38,13 @@ v1::JobSpec BspJob(int64_t samples) {
   return spec;
 }
 
-class ScaleTest : public ::testing::Test {
+class ScaleTest : public testing::ClusterFixture {
  protected:
   void SetUp() override {
     if (!testing::HaveFashionMnist()) GTEST_SKIP() << "no Fashion-MNIST";
-    char pattern[] = "/tmp/ps-scale-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    CoordinatorOptions coordinator;
-    coordinator.data_dir = dir_ + "/coordinator";
-    coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
-    coordinator.timing.lease = absl::Seconds(5);
-    coordinator_ = std::make_unique<Coordinator>(coordinator);
-    ASSERT_TRUE(coordinator_->Start().ok());
-    address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
-    for (int i = 0; i < 3; ++i) {
-      ParameterServerOptions server;
-      server.coordinator = address_;
-      server.data_dir = absl::StrCat(dir_, "/server", i);
-      servers_.push_back(std::make_unique<ParameterServer>(server));
-      ASSERT_TRUE(servers_.back()->Start().ok());
-    }
-    for (int i = 0; i < 2; ++i) {
-      WorkerNodeOptions worker;
-      worker.coordinator = address_;
-      workers_.push_back(std::make_unique<WorkerNode>(
-          worker, CpuBackend::Create({.num_threads = 1})));
-      ASSERT_TRUE(workers_.back()->Start().ok());
-    }
-    client_ = std::make_unique<JobClient>(JobClientOptions{address_});
-  }
-
-  void TearDown() override {
-    for (auto& w : workers_) w->Stop();
-    for (auto& s : servers_) s->Stop();
-    if (coordinator_) coordinator_->Stop();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator("scale"));
+    ASSERT_NO_FATAL_FAILURE(StartServers(3));
+    ASSERT_NO_FATAL_FAILURE(StartWorkers(2));
   }
 
   // Polls the job until `done` holds for its status (or it ended, or 60 s
@@ -100,13 +70,6 @@ class ScaleTest : public ::testing::Test {
   v1::JobStatus WaitEnd(const std::string& id) {
     return WaitFor(id, [](const v1::JobStatus&) { return false; });
   }
-
-  std::string dir_;
-  std::string address_;
-  std::unique_ptr<Coordinator> coordinator_;
-  std::vector<std::unique_ptr<ParameterServer>> servers_;
-  std::vector<std::unique_ptr<WorkerNode>> workers_;
-  std::unique_ptr<JobClient> client_;
 };
 
 TEST_F(ScaleTest, BspMovesTwoToThreeToTwoAndEqualsTheUndisturbedRun) {

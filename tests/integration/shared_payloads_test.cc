@@ -2,7 +2,6 @@
 // ParameterClient and real parameter servers on loopback: the same updates
 // and reads as through the socket, regions reused and removed, the socket
 // again when a server refuses, and the server's checks of what a call names.
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +14,7 @@
 #include "common/shared_region.h"
 #include "gtest/gtest.h"
 #include "ps/v1/parameter.grpc.pb.h"
+#include "tests/testing/same_host_payloads.h"
 #include "tests/testing/server_group.h"
 #include "tests/testing/tiny_assignment.h"
 #include "worker/parameter_client.h"
@@ -22,27 +22,10 @@
 namespace ps {
 namespace {
 
-// This process's regions in /dev/shm.
-int RegionsOfThisProcess() {
-  const std::string prefix = absl::StrCat("ps-shm-", getpid(), "-");
-  int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    if (absl::StartsWith(entry.path().filename().string(), prefix)) ++count;
-  }
-  return count;
-}
+using testing::RegionsOfThisProcess;
 
-v1::JobSpec Spec() {
-  // Softmax regression 5 -> 3 in blocks of 4 values over both servers; one
-  // worker, SGD with learning rate 1, BSP.
-  v1::JobSpec spec = testing::TinySpec(5, 3);
-  spec.set_num_workers(1);
-  spec.set_num_servers(2);
-  spec.set_block_elems(4);
-  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(1.0f);
-  spec.mutable_consistency()->set_model(v1::ConsistencySpec::BSP);
-  return spec;
-}
+// The tiny BSP job (18 values in blocks of 4) over both servers.
+v1::JobSpec Spec() { return testing::TinyBspSpec(2); }
 
 // Pushes gradients 0.25 * (clock + 1) for three clocks and returns each
 // value's change (values after the last clock minus before the first).

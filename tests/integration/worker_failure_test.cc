@@ -4,7 +4,6 @@
 // heartbeating. A coordinator, two parameter servers and two workers in one
 // process on loopback port 0.
 #include <atomic>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "ps/v1/cluster.grpc.pb.h"
 #include "server/parameter_server.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tests/testing/fashion_mnist.h"
 #include "tests/testing/freezable_proxy.h"
 #include "tests/testing/parameter_server_test_peer.h"
@@ -44,28 +44,18 @@ v1::JobSpec TwoWorkerJob(v1::ConsistencySpec::Model model) {
   return spec;
 }
 
-class WorkerFailureTest : public ::testing::Test {
+class WorkerFailureTest : public testing::ClusterFixture {
  protected:
   void SetUp() override {
     if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed";
-    char pattern[] = "/tmp/ps-worker-failure-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    CoordinatorOptions coordinator;
-    coordinator.data_dir = dir_ + "/coordinator";
-    coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
-    coordinator.timing.lease = absl::Seconds(5);
-    coordinator_ = std::make_unique<Coordinator>(coordinator);
-    ASSERT_TRUE(coordinator_->Start().ok());
-    address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
-    client_ = std::make_unique<JobClient>(JobClientOptions{address_});
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator("worker-failure"));
   }
 
   // Starts two servers (pushes go through `push_faults`) and two workers.
   // `behind_proxies`: workers reach each server through a FreezableProxy (the
   // server advertises 127.0.0.2 and its port, where the proxy listens).
-  void StartNodes(PushFaultInjector push_faults, TrainerOptions trainer,
-                  bool behind_proxies = false) {
+  void StartNodes(const PushFaultInjector& push_faults,
+                  const TrainerOptions& trainer, bool behind_proxies = false) {
     for (int i = 0; i < 2; ++i) {
       ParameterServerOptions server;
       server.coordinator = address_;
@@ -80,32 +70,15 @@ class WorkerFailureTest : public ::testing::Test {
         proxies_.push_back(*std::move(proxy));
       }
     }
-    for (int i = 0; i < 2; ++i) {
-      WorkerNodeOptions worker;
-      worker.coordinator = address_;
-      worker.trainer = trainer;
-      CpuBackendOptions backend;
-      backend.num_threads = 1;
-      workers_.push_back(
-          std::make_unique<WorkerNode>(worker, CpuBackend::Create(backend)));
-      ASSERT_TRUE(workers_.back()->Start().ok());
-    }
+    StartWorkers(2, trainer);
   }
 
   void TearDown() override {
-    for (auto& w : workers_) w->Stop();
+    StopWorkers();
     proxies_.clear();
-    for (auto& s : servers_) s->Stop();
-    if (coordinator_) coordinator_->Stop();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    StopServersAndCoordinator();
   }
 
-  std::string dir_;
-  std::string address_;
-  std::unique_ptr<Coordinator> coordinator_;
-  std::vector<std::unique_ptr<ParameterServer>> servers_;
-  std::vector<std::unique_ptr<WorkerNode>> workers_;
-  std::unique_ptr<JobClient> client_;
   std::vector<std::unique_ptr<FreezableProxy>> proxies_;
 };
 
