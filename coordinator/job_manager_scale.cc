@@ -19,6 +19,12 @@
 //      under the old version, fetch the new map and go on from C.
 // A server lost before the commit abandons the move: the job stays on the
 // old map (its state there is whole: nothing at or beyond C was taken).
+// Every step travels by heartbeat: while the move runs, the job's servers
+// and workers are told to heartbeat every move_heartbeat_interval
+// (MoveHeartbeatInterval), and the current map's servers are told of the
+// move only once all of them are (MapChangeAnnounced), so that they freeze
+// within one short interval of each other and the pause does not depend on
+// the registered heartbeat interval.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
