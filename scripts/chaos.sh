@@ -207,8 +207,9 @@ scale_job() {
   for try in $(seq 1 30); do
     now=$(servers_of "$job")
     [ "$now" -gt 0 ] && target=$((now == 2 ? 3 : 2))
+    # "already has": a move ended between the get and the scale; ask again.
     out=$(timeout 20 "$PSCTL" --coordinator="$COORDINATOR" scale "$job" --servers="$target" 2>&1) &&
-      { scale_ok=1; break; }
+      ! grep -q "already has" <<<"$out" && { scale_ok=1; break; }
     kill -0 "$watch_pid" 2>/dev/null || break
     sleep 0.2
   done
