@@ -83,8 +83,17 @@ TEST_F(ServerMoveTest, ScaleUpRunsOnFastHeartbeatsAndCommits) {
   ASSERT_TRUE(scaled.ok()) << scaled.status();
   EXPECT_EQ(scaled->map_change().version(), 2);
   EXPECT_THAT(scaled->map_change().shard_map().servers(), SizeIs(3));
-  // The answer came once the record was durable: a restart now finds the
-  // proposal (LoadMapChange abandons it; see the test below).
+  // The answer came once the record was durable: the table holds the
+  // proposal already (no flush asked).
+  auto stored = table_->LoadAll();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  bool found = false;
+  for (const v1::JobStatus& job : *stored) {
+    if (job.job_id() != id) continue;
+    found = true;
+    EXPECT_EQ(job.map_change().version(), 2);
+  }
+  EXPECT_TRUE(found);
 
   // The added server learns of the move at once (it freezes nothing).
   const v1::HeartbeatResponse added = Beat(free_);
