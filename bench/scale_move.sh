@@ -15,7 +15,7 @@
 set -euo pipefail
 BUILD_DIR=$(cd "${1:?usage: $0 BUILD_DIR [MOVES] [HEARTBEAT_MS]}" && pwd)
 MOVES=${2:-3}
-HEARTBEAT_MS=${3:-200}
+HEARTBEAT_MS=${3:-500}  # the coordinator's default
 SOURCE_DIR=$(cd "$(dirname "$0")/.." && pwd)
 PSCTL=$BUILD_DIR/client/psctl
 export OPENBLAS_NUM_THREADS=1

@@ -1,5 +1,7 @@
 #include "common/membership.h"
 
+#include <algorithm>
+
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/retry.h"
@@ -100,6 +102,12 @@ void Membership::Loop() {
     {
       absl::MutexLock lock(&mu_);
       wait = interval_;
+    }
+    if (status.ok() && response.heartbeat_interval_ms() > 0) {
+      // Shortened while a job of this node is being moved (never below
+      // 10 ms, as at registration).
+      wait = absl::Milliseconds(
+          std::max<int64_t>(response.heartbeat_interval_ms(), 10));
     }
     if (status.ok()) {
       on_assignments_(

@@ -72,7 +72,9 @@ class Membership {
   ~Membership();
 
   // Starts the loop. While the coordinator is unreachable the loop retries with
-  // backoff and the owner keeps its current assignments.
+  // backoff and the owner keeps its current assignments. Heartbeats are
+  // spaced by the registration's interval, or by the last answer's
+  // heartbeat_interval_ms when it sets one (a move of the node's job).
   void Start();
   // Stops the loop and joins its thread. Idempotent.
   void Stop();

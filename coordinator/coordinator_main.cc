@@ -22,6 +22,11 @@ ABSL_FLAG(int, heartbeat_interval_ms,
           static_cast<int>(absl::ToInt64Milliseconds(
               ps::MembershipTiming().heartbeat_interval)),
           "heartbeat interval given to nodes");
+ABSL_FLAG(int, move_heartbeat_interval_ms,
+          static_cast<int>(absl::ToInt64Milliseconds(
+              ps::MembershipTiming().move_heartbeat_interval)),
+          "heartbeat interval given to the servers and workers of a job "
+          "whose servers are being moved (psctl scale), until the move ends");
 ABSL_FLAG(int, recovery_grace_ms,
           static_cast<int>(
               absl::ToInt64Milliseconds(ps::MembershipTiming().recovery_grace)),
@@ -63,6 +68,8 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_recovery_grace_ms));
   options.timing.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  options.timing.move_heartbeat_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_move_heartbeat_interval_ms));
   options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   options.allow_unauthenticated_reads =
       absl::GetFlag(FLAGS_allow_unauthenticated_reads);

@@ -53,6 +53,12 @@ struct MembershipTiming {
   absl::Duration lease = absl::Seconds(5);
   // How often nodes are told to heartbeat.
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  // How often the servers and workers of a job whose servers are being
+  // moved (psctl scale) are told to heartbeat until the move ends
+  // (HeartbeatResponse.heartbeat_interval_ms): each step of the move
+  // travels by heartbeat, and training pauses for the steps after the
+  // first freeze. Default 25 ms; at most heartbeat_interval.
+  absl::Duration move_heartbeat_interval = absl::Milliseconds(25);
   // How long a running job waits for a lost server to come back (on the same
   // address) or for a lost worker's place to be taken by a free worker before
   // it fails.
@@ -212,7 +218,12 @@ class JobManager {
   // (a malformed id, num_servers < 1, more servers than the job's units),
   // NOT_FOUND, FAILED_PRECONDITION (not RUNNING; elastic; sparse tables; a
   // move in progress; a server place vacant), RESOURCE_EXHAUSTED (too few
-  // free servers).
+  // free servers). `done` gets the status once the move's proposal (or the
+  // unchanged record) is durable, or UNAVAILABLE if that write failed.
+  // Returns the checks' error (then never calls `done`).
+  absl::Status ScaleAsync(const std::string& job_id, int num_servers,
+                          StatusDone done);
+  // ScaleAsync, waiting for the outcome. Not on a gRPC callback thread.
   absl::StatusOr<v1::JobStatus> Scale(const std::string& job_id,
                                       int num_servers);
 
@@ -258,6 +269,10 @@ class JobManager {
     // reported their units staged, by server index.
     std::map<int, int64_t> map_frontiers;
     std::set<int> map_staged;
+    // The current map's servers told to heartbeat fast for the move in
+    // progress (MoveHeartbeatInterval); they are told to freeze only once
+    // all are, so that they freeze within one short interval of each other.
+    std::set<int> map_alerted;
   };
   // A submitted job whose record is not durable yet.
   struct Submitting {
@@ -403,6 +418,16 @@ class JobManager {
   // `num_servers` servers now (OK if it can).
   absl::Status CheckScalable(const Job& job, int num_servers) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The heartbeat interval for a node of `job` in `role` at `index`
+  // (HeartbeatResponse.heartbeat_interval_ms): timing_.move_heartbeat_interval
+  // while the job's servers are being moved, else 0 (the registered
+  // interval). A server of the current map is recorded as alerted.
+  int64_t MoveHeartbeatInterval(Job& job, v1::NodeRole role, int index)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether server `index` of `job` is told of the move in progress
+  // (Assignment.map_change): a server being added at once, a server of the
+  // current map once every server of the current map is alerted.
+  static bool MapChangeAnnounced(const Job& job, int index);
   // Records a server's report on the move in progress, and advances it.
   void RecordMapChangeAck(Job& job, int index, const v1::HeldAssignment& held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

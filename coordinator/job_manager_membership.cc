@@ -222,6 +222,10 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
       // A server's report on a move of the job's servers.
       if (node.role == v1::SERVER) RecordMapChangeAck(job, node.index, held);
     }
+    // Fast heartbeats while the job's servers move (before AssignmentOf:
+    // the last server alerted is told of the move in this answer).
+    response.set_heartbeat_interval_ms(
+        MoveHeartbeatInterval(job, node.role, node.index));
     *response.add_assignments() = AssignmentOf(job, node.index, node.role);
   }
   return response;
@@ -240,7 +244,8 @@ v1::Assignment JobManager::AssignmentOf(const Job& job, int index,
       (role == v1::WORKER || JoinersReady(job))) {
     *a.mutable_membership_pending() = job.status.membership_pending();
   }
-  if (role == v1::SERVER && job.status.map_change().version() != 0) {
+  if (role == v1::SERVER && job.status.map_change().version() != 0 &&
+      MapChangeAnnounced(job, index)) {
     *a.mutable_map_change() = job.status.map_change();
   }
   return a;

@@ -19,6 +19,12 @@
 //      under the old version, fetch the new map and go on from C.
 // A server lost before the commit abandons the move: the job stays on the
 // old map (its state there is whole: nothing at or beyond C was taken).
+// Every step travels by heartbeat: while the move runs, the job's servers
+// and workers are told to heartbeat every move_heartbeat_interval
+// (MoveHeartbeatInterval), and the current map's servers are told of the
+// move only once all of them are (MapChangeAnnounced), so that they freeze
+// within one short interval of each other and the pause does not depend on
+// the registered heartbeat interval.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +35,23 @@
 #include "coordinator/shard_move_planner.h"
 
 namespace ps {
+namespace {
+
+// `done` gets `answer` once the write it is given to is durable, else the
+// write's error.
+JobStoreWriter::Done AnswerWhenWritten(JobManager::StatusDone done,
+                                       v1::JobStatus answer) {
+  return [done = std::move(done),
+          answer = std::move(answer)](const absl::Status& written) {
+    if (written.ok()) {
+      done(answer);
+    } else {
+      done(written);
+    }
+  };
+}
+
+}  // namespace
 
 absl::Status JobManager::CheckScalable(const Job& job, int num_servers) const {
   const v1::JobStatus& status = job.status;
@@ -66,6 +89,13 @@ absl::Status JobManager::CheckScalable(const Job& job, int num_servers) const {
 
 absl::StatusOr<v1::JobStatus> JobManager::Scale(const std::string& job_id,
                                                 int num_servers) {
+  return AwaitResult<absl::StatusOr<v1::JobStatus>>([&](StatusDone done) {
+    return ScaleAsync(job_id, num_servers, std::move(done));
+  });
+}
+
+absl::Status JobManager::ScaleAsync(const std::string& job_id,
+                                    int num_servers, StatusDone done) {
   PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   if (num_servers < 1) {
     return absl::InvalidArgumentError(
@@ -80,7 +110,10 @@ absl::StatusOr<v1::JobStatus> JobManager::Scale(const std::string& job_id,
   PS_RETURN_IF_ERROR(CheckScalable(job, num_servers));
   const v1::ShardMap& current = job.status.shard_map();
   const int old_n = current.servers_size();
-  if (num_servers == old_n) return job.status;
+  if (num_servers == old_n) {
+    writer_->Put(job.status, AnswerWhenWritten(std::move(done), job.status));
+    return absl::OkStatus();
+  }
   std::vector<std::string> addresses(
       current.servers().begin(),
       current.servers().begin() + std::min(old_n, num_servers));
@@ -111,14 +144,38 @@ absl::StatusOr<v1::JobStatus> JobManager::Scale(const std::string& job_id,
   *change->mutable_shard_map() = std::move(next);
   job.map_frontiers.clear();
   job.map_staged.clear();
+  job.map_alerted.clear();
   for (size_t i = 0; i < added.size(); ++i) {
     job.servers.emplace_back();
     Attach(job, v1::SERVER, old_n + static_cast<int>(i), added[i]);
   }
   PS_LOG_INFO("job ", job_id, ": moving to shard map version ",
               change->version(), " (", change->reason(), ")");
-  Changed(job);
-  return job.status;
+  // Answered once the record with the proposal is durable: a coordinator
+  // restarted after the answer finds the proposal and abandons it visibly
+  // (LoadMapChange) rather than never having had it.
+  Changed(job, AnswerWhenWritten(std::move(done), job.status));
+  return absl::OkStatus();
+}
+
+int64_t JobManager::MoveHeartbeatInterval(Job& job, v1::NodeRole role,
+                                          int index) {
+  const v1::ShardMapChange& change = job.status.map_change();
+  if (change.version() == 0 || job.status.state() != v1::RUNNING) return 0;
+  if (role == v1::SERVER && index < job.status.shard_map().servers_size()) {
+    job.map_alerted.insert(index);
+  }
+  return absl::ToInt64Milliseconds(
+      std::min(timing_.move_heartbeat_interval, timing_.heartbeat_interval));
+}
+
+bool JobManager::MapChangeAnnounced(const Job& job, int index) {
+  const int old_n = job.status.shard_map().servers_size();
+  if (index >= old_n) return true;
+  for (int i = 0; i < old_n; ++i) {
+    if (!job.map_alerted.contains(i)) return false;
+  }
+  return true;
 }
 
 void JobManager::RecordMapChangeAck(Job& job, int index,
@@ -184,6 +241,7 @@ void JobManager::AbandonMapChange(Job& job, const std::string& why) {
   job.status.clear_map_change();
   job.map_frontiers.clear();
   job.map_staged.clear();
+  job.map_alerted.clear();
   PublishVacancies(job);
   Changed(job);
 }
@@ -227,6 +285,7 @@ void JobManager::FinishMapChange(Job& job) {
   job.status.clear_map_change();
   job.map_frontiers.clear();
   job.map_staged.clear();
+  job.map_alerted.clear();
   PS_LOG_INFO("job ", job.status.job_id(), ": shard map version ",
               change.version(), " in effect from clock ",
               change.boundary_clock(), " (", change.reason(), ")");

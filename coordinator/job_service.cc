@@ -30,19 +30,25 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(
 grpc::ServerUnaryReactor* JobServiceImpl::ScaleJob(
     grpc::CallbackServerContext* ctx, const v1::ScaleJobRequest* request,
     v1::ScaleJobResponse* response) {
+  // Answered once the move's proposal is durable (JobManager::ScaleAsync).
   const absl::Time start = absl::Now();
+  const size_t request_bytes = request->ByteSizeLong();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const absl::Status allowed =
-      authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
-  absl::StatusOr<v1::JobStatus> job =
-      allowed.ok() ? manager_->Scale(request->job_id(), request->num_servers())
-                   : absl::StatusOr<v1::JobStatus>(allowed);
-  const grpc::Status result = ToGrpcStatus(job.status());
-  if (job.ok()) *response->mutable_job() = *std::move(job);
-  metrics_->Record("ScaleJob", result.error_code(), request->ByteSizeLong(),
-                   result.ok() ? response->ByteSizeLong() : 0,
-                   absl::ToDoubleSeconds(absl::Now() - start));
-  reactor->Finish(result);
+  auto finish = [this, reactor, response, request_bytes,
+                 start](absl::StatusOr<v1::JobStatus> job) {
+    const grpc::Status result = ToGrpcStatus(job.status());
+    if (job.ok()) *response->mutable_job() = *std::move(job);
+    metrics_->Record("ScaleJob", result.error_code(), request_bytes,
+                     result.ok() ? response->ByteSizeLong() : 0,
+                     absl::ToDoubleSeconds(absl::Now() - start));
+    reactor->Finish(result);
+  };
+  absl::Status started = authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
+  if (started.ok()) {
+    started = manager_->ScaleAsync(request->job_id(), request->num_servers(),
+                                   finish);
+  }
+  if (!started.ok()) finish(started);
   return reactor;
 }
 

@@ -7,7 +7,7 @@
 #
 #   scripts/chaos.sh [--ctr] [--faults N] [--seed S] [--build DIR] [--epochs E]
 #                    [--samples N] [--victims "worker1 server0 coordinator"]
-#                    [--pipeline_parts P]
+#                    [--pipeline_parts P] [--scales K]
 #
 # The job is an MLP on Fashion-MNIST, or with --ctr a CTR model on sparse
 # embedding tables (docs/sparse.md) trained on Criteo-format data that
@@ -16,6 +16,14 @@
 #
 # Victims are random among server0, server1, worker0, worker1 and the
 # coordinator, or taken in turn from --victims.
+#
+# With --scales K (dense jobs), the cluster has a third server, and K server
+# moves (psctl scale: 2 -> 3, then 3 -> 2, and so on; docs/operations.md,
+# "Scaling a job's servers") are mixed with the kills at random moments: a
+# move a kill interrupts is abandoned or finishes, a scale refused (a move
+# or a vacancy in progress) is tried again for a few seconds. The checks
+# are the same: the job succeeds, nothing acknowledged is lost, the final
+# accuracy is the uninterrupted run's.
 #
 # Exit status 0 only if every fault was survived, no acknowledged update was
 # lost, the job SUCCEEDED with every worker's last clock acknowledged, and its
@@ -41,6 +49,7 @@ SAMPLES=""
 VICTIMS=()
 MODE=dense
 PIPELINE_PARTS=0  # The MLP job's consistency.pipeline_parts (docs/consistency.md).
+SCALES=0
 while [ $# -gt 0 ]; do
   case $1 in
     --ctr) MODE=ctr; shift ;;
@@ -51,7 +60,8 @@ while [ $# -gt 0 ]; do
     --samples) SAMPLES=$2; shift 2 ;;
     --victims) read -r -a VICTIMS <<<"$2"; shift 2 ;;
     --pipeline_parts) PIPELINE_PARTS=$2; shift 2 ;;
-    *) echo "usage: $0 [--ctr] [--faults N] [--seed S] [--build DIR] [--epochs E] [--samples N] [--victims LIST] [--pipeline_parts P]" >&2; exit 64 ;;
+    --scales) SCALES=$2; shift 2 ;;
+    *) echo "usage: $0 [--ctr] [--faults N] [--seed S] [--build DIR] [--epochs E] [--samples N] [--victims LIST] [--pipeline_parts P] [--scales K]" >&2; exit 64 ;;
   esac
 done
 if [ $MODE = ctr ]; then
@@ -63,7 +73,11 @@ RANDOM=$SEED
 RUN_DIR=$(mktemp -d -t ps-chaos.XXXXXX)
 PSCTL="$BUILD_DIR/client/psctl"
 source scripts/lib/cluster.sh
-echo "chaos: seed $SEED, $FAULTS faults, $MODE job, logs in $RUN_DIR"
+if [ "$SCALES" -gt 0 ] && [ $MODE = ctr ]; then
+  echo "chaos: --scales needs a dense job (jobs with sparse tables are not moved)" >&2
+  exit 64
+fi
+echo "chaos: seed $SEED, $FAULTS faults, $SCALES server moves, $MODE job, logs in $RUN_DIR"
 
 # The MLP job on Fashion-MNIST.
 write_dense_job() {
@@ -140,7 +154,8 @@ CLUSTER_WORKER_ARGS=([0]="--ack_log=$RUN_DIR/acks.log" [1]="--ack_log=$RUN_DIR/a
 # log after it.
 # shellcheck disable=SC2034  # read by cluster_start
 [ $MODE = ctr ] && CLUSTER_SERVER_ARGS="--snapshot_log_mib=1"
-cluster_start "$BUILD_DIR" "$RUN_DIR" 2 2 >/dev/null || { echo "chaos: cluster did not start"; exit 1; }
+# A third server, free, for the moves (--scales): the job runs on two.
+cluster_start "$BUILD_DIR" "$RUN_DIR" $((SCALES > 0 ? 3 : 2)) 2 >/dev/null || { echo "chaos: cluster did not start"; exit 1; }
 trap 'cluster_stop >/dev/null 2>&1' EXIT
 
 # A job's final progress as "clock total_clocks test_accuracy test_auc
@@ -181,20 +196,61 @@ acked() {
     "$RUN_DIR/acks.log" 2>/dev/null || echo "-1 -1"
 }
 
+# A server move of $job (psctl scale, answered once the proposal is
+# durable): to 3 servers when the job is on 2 (as after a move a kill
+# abandoned), else to 2. Tried again while refused (a move in progress, a
+# vacant place, the third server not back yet, the coordinator restarting)
+# for up to about 6 s. Sets scale_ok (1 when accepted).
+scale_job() {
+  local out try now target=3
+  scale_ok=0
+  for try in $(seq 1 30); do
+    now=$(servers_of "$job")
+    [ "$now" -gt 0 ] && target=$((now == 2 ? 3 : 2))
+    # "already has": a move ended between the get and the scale; ask again.
+    out=$(timeout 20 "$PSCTL" --coordinator="$COORDINATOR" scale "$job" --servers="$target" 2>&1) &&
+      ! grep -q "already has" <<<"$out" && { scale_ok=1; break; }
+    kill -0 "$watch_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  echo "chaos: move $moves_asked: scale to $target servers (try $try): $(echo "$out" | tail -n 1)"
+}
+
+# The number of servers of job $1's map in effect (0 if unknown).
+servers_of() {
+  "$PSCTL" --coordinator="$COORDINATOR" get "$1" 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+print(len(json.load(sys.stdin).get("shard_map", {}).get("servers", [])))' 2>/dev/null || echo 0
+}
+
 victims=(server0 server1 worker0 worker1 coordinator)
+# With moves, the third server too: it holds the job only between moves,
+# so its reload is not checked (the final checks still are).
+[ "$SCALES" -gt 0 ] && victims+=(server2)
 injected=0 survived=0 lost=0
-interval=$(awk -v s="${baseline_secs:-10}" -v n="$FAULTS" 'BEGIN {printf "%.2f", s / (n + 1)}')
-for f in $(seq 1 "$FAULTS"); do
+moves_asked=0 moves_accepted=0 kills_left=$FAULTS scales_left=$SCALES f=0
+interval=$(awk -v s="${baseline_secs:-10}" -v n="$((FAULTS + SCALES))" 'BEGIN {printf "%.2f", s / (n + 1)}')
+while [ $((kills_left + scales_left)) -gt 0 ]; do
   # A random moment within the next interval.
   sleep "$(awk -v i="$interval" -v r=$RANDOM 'BEGIN {printf "%.2f", i * (0.5 + r / 32767)}')"
   kill -0 "$watch_pid" 2>/dev/null || break  # The job already ended.
+  # A kill or a move, at random among those left.
+  if [ $scales_left -gt 0 ] && [ $((RANDOM % (kills_left + scales_left))) -lt $scales_left ]; then
+    scales_left=$((scales_left - 1))
+    moves_asked=$((moves_asked + 1))
+    scale_job
+    [ $scale_ok -eq 1 ] && moves_accepted=$((moves_accepted + 1))
+    continue
+  fi
+  kills_left=$((kills_left - 1))
+  f=$((f + 1))
   if [ ${#VICTIMS[@]} -gt 0 ]; then
     victim=${VICTIMS[$(((f - 1) % ${#VICTIMS[@]}))]}
   else
     victim=${victims[$((RANDOM % ${#victims[@]}))]}
   fi
   read -r a0 a1 <<<"$(acked)"
-  reloads_before=$(grep -c "job $job: reloaded" "$RUN_DIR/$victim.log" 2>/dev/null)
+  reloads_before=$(grep -cE "job $job: (reloaded|took over)" "$RUN_DIR/$victim.log" 2>/dev/null)
   cluster_kill "$victim"
   injected=$((injected + 1))
   echo "chaos: fault $f: kill -9 $victim (acknowledged clocks: worker0 $a0, worker1 $a1)"
@@ -204,12 +260,15 @@ for f in $(seq 1 "$FAULTS"); do
     continue
   fi
   case $victim in
+    server2) ;;
     server*)
       # The restarted server reloads the job when the coordinator gives its
       # place back; its clocks must cover every acknowledged push.
       line=""
       for _ in $(seq 1 150); do
-        line=$(grep "job $job: reloaded" "$RUN_DIR/$victim.log" | sed -n "$((reloads_before + 1))p")
+        # A server that restarts on a committed move it had not yet taken up
+        # opens the job from its staged copy ("took over", with its clocks).
+        line=$(grep -E "job $job: (reloaded|took over)" "$RUN_DIR/$victim.log" | sed -n "$((reloads_before + 1))p")
         [ -n "$line" ] && break
         kill -0 "$watch_pid" 2>/dev/null || break
         sleep 0.1
@@ -218,7 +277,7 @@ for f in $(seq 1 "$FAULTS"); do
         echo "chaos:   $victim did not reload the job (it may have ended)"
       else
         read -r c0 c1 <<<"$(echo "$line" | sed 's/.*worker clocks \[\(.*\)\].*/\1/')"
-        echo "chaos:   $victim reloaded worker clocks $c0 $c1$(echo "$line" |
+        echo "chaos:   $victim $(echo "$line" | grep -o 'reloaded\|took over') worker clocks $c0 $c1$(echo "$line" |
           sed -n 's/.* and \([0-9]*\) sparse rows from the snapshot at update \([0-9]*\) and \([0-9]*\) logged.*/, \1 sparse rows (snapshot at update \2, \3 logged updates replayed)/p')"
         [ "$c0" -gt "$a0" ] || { lost=$((lost + a0 + 1 - c0)); echo "chaos:   LOST worker 0 updates"; }
         [ "$c1" -gt "$a1" ] || { lost=$((lost + a1 + 1 - c1)); echo "chaos:   LOST worker 1 updates"; }
@@ -250,6 +309,17 @@ echo "chaos: jobs finished:            $finished of 1 (${state:-none})"
 read -r a0 a1 <<<"$(acked)"
 echo "chaos: final clock:              $clock of $total (last acknowledged: worker0 $a0, worker1 $a1)"
 ok=1
+if [ "$SCALES" -gt 0 ]; then
+  # The moves that took effect (map_moves), and the job's servers at the end.
+  read -r committed servers_at_end <<<"$("$PSCTL" --coordinator="$COORDINATOR" get "$job" 2>/dev/null |
+    /usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print(len(j.get("map_moves", [])), len(j.get("shard_map", {}).get("servers", [])))' || echo "-1 -1")"
+  echo "chaos: server moves:             $moves_accepted of $moves_asked asked accepted, $committed committed; $servers_at_end servers at the end"
+  # A move asked must have been accepted (a refusal lasted 6 s).
+  [ "$moves_accepted" -eq "$moves_asked" ] || ok=0
+fi
 [ $watch_rc -eq 0 ] && [ $finished -eq 1 ] && [ $lost -eq 0 ] && [ "$survived" -eq "$injected" ] || ok=0
 [ "$clock" = "$total" ] && [ "$a0" -eq $((total - 1)) ] && [ "$a1" -eq $((total - 1)) ] || ok=0
 if [ $MODE = ctr ]; then

@@ -1,7 +1,9 @@
 #include "worker/server_fanout.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace ps {
@@ -132,7 +134,16 @@ void ServerFanout::AttemptEnded() {
     return;
   }
   todo_ = std::move(failed);
-  const absl::Time wake = absl::Now() + backoff_.Next();
+  absl::Duration delay = backoff_.Next();
+  // A server stopped for a move of the job's servers (ClockTable::CheckPush)
+  // takes requests again, or refuses the old map, the moment the move ends,
+  // well within a second: retry within the first step's delay rather than a
+  // grown one, so that the worker goes on as soon as it can.
+  if (absl::IsUnavailable(last) &&
+      absl::StrContains(last.message(), "servers are moving")) {
+    delay = std::min(delay, options_.initial_backoff);
+  }
+  const absl::Time wake = absl::Now() + delay;
   {
     absl::MutexLock lock(&mu_);
     if (!cancelled_) {
