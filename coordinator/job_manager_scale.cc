@@ -80,9 +80,10 @@ absl::Status JobManager::CheckScalable(const Job& job, int num_servers) const {
     }
   }
   if (num_servers > status.shard_map().blocks_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_servers: ", num_servers, " is more than job ", id, "'s ",
-        status.shard_map().blocks_size(), " placement units (blocks)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_servers: ", num_servers, " is more than job ", id,
+                     "'s ", status.shard_map().blocks_size(),
+                     " placement units (dense blocks and sparse buckets)"));
   }
   return absl::OkStatus();
 }
@@ -94,8 +95,8 @@ absl::StatusOr<v1::JobStatus> JobManager::Scale(const std::string& job_id,
   });
 }
 
-absl::Status JobManager::ScaleAsync(const std::string& job_id,
-                                    int num_servers, StatusDone done) {
+absl::Status JobManager::ScaleAsync(const std::string& job_id, int num_servers,
+                                    StatusDone done) {
   PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   if (num_servers < 1) {
     return absl::InvalidArgumentError(
