@@ -300,9 +300,9 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write) {
   // the log records the snapshot replaces (CommitSnapshot).
   write_options.sync = false;
   write_options.disableWAL = true;
-  PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
-      db_->Write(write_options, &batch),
-      absl::StrCat(context, "write (unlogged)")));
+  PS_RETURN_IF_ERROR(
+      RocksDbStatusToAbsl(db_->Write(write_options, &batch),
+                          absl::StrCat(context, "write (unlogged)")));
   lock.Release();
   if (before_snapshot_flush_) before_snapshot_flush_();
   return FlushAll(absl::StrCat("job ", write.job_id, ": snapshot"));

@@ -38,9 +38,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/shard_store.h"
@@ -85,9 +85,9 @@ struct Format1LogRecords {
 // process) at a time. Every write is one WriteBatch, through RocksDB's
 // write-ahead log or (a large snapshot) followed by a flush of the memtables,
 // so an acknowledged write survives a process crash (and a machine crash
-// when synced; a flush always syncs its table files). The column families flush together
-// (atomic_flush), and the destructor flushes them, so a cleanly closed store
-// leaves no write-ahead log behind.
+// when synced; a flush always syncs its table files). The column families flush
+// together (atomic_flush), and the destructor flushes them, so a cleanly closed
+// store leaves no write-ahead log behind.
 class StateStore {
  public:
   // Opens (or creates) the database at options.path. Nothing is modified
