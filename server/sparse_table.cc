@@ -245,7 +245,13 @@ uint32_t SparseTable::AllocateSlot() {
   const uint32_t slot = next_slot_++;
   if ((slot >> chunk_log2_) >= chunks_.size()) {
     const size_t rows = size_t{chunk_mask_} + 1;
-    chunks_.push_back(std::make_unique<float[]>(rows * slot_floats()));
+    const size_t floats = rows * slot_floats();
+    if (tier_ == nullptr && chunks_.size() >= kSmallChunks) {
+      chunks_.emplace_back(chunk_arena_.Allocate(floats),
+                           ChunkDelete{.arena = true});
+    } else {
+      chunks_.emplace_back(new float[floats](), ChunkDelete{});
+    }
     if (tier_ != nullptr) {
       info_.push_back(std::make_unique<uint64_t[]>(2 * rows));
       for (size_t i = 0; i < rows; ++i) info_.back()[2 * i + 1] = kFreeTick;

@@ -7,6 +7,7 @@
 #define PS_SERVER_SPARSE_TABLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -16,9 +17,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ps/v1/job.pb.h"
+#include "server/huge_pages.h"
 #include "server/shard_store.h"
 #include "server/sparse_bucket_codec.h"
 #include "server/sparse_optimizer.h"
@@ -299,9 +302,24 @@ class SparseTable {
   uint32_t chunk_mask_ = (uint32_t{1} << 12) - 1;
 
   // Rows in memory: id -> slot; a slot (RowMeta, values, optimizer state)
-  // lives in chunks of 2^chunk_log2_ slots; freed slots are reused.
-  absl::flat_hash_map<uint64_t, uint32_t> slots_;
-  std::vector<std::unique_ptr<float[]>> chunks_;
+  // lives in chunks of 2^chunk_log2_ slots; freed slots are reused. Without
+  // a tier, the index's large arrays and the chunks after the first
+  // kSmallChunks come from huge pages (server/huge_pages.h): a large table
+  // is read at random.
+  static constexpr size_t kSmallChunks = 4;
+  // Frees a chunk of its own (new[]); one of chunk_arena_ stays with it.
+  struct ChunkDelete {
+    bool arena = false;
+    void operator()(float* chunk) const {
+      if (!arena) delete[] chunk;
+    }
+  };
+  absl::flat_hash_map<uint64_t, uint32_t, absl::Hash<uint64_t>,
+                      std::equal_to<uint64_t>,
+                      HugePageAllocator<std::pair<const uint64_t, uint32_t>>>
+      slots_;
+  HugePageArena chunk_arena_;
+  std::vector<std::unique_ptr<float[], ChunkDelete>> chunks_;
   std::vector<uint32_t> free_slots_;
   std::vector<uint32_t> found_;  // Apply's scratch: slots of its keys.
   uint32_t next_slot_ = 0;

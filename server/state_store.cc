@@ -188,12 +188,15 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(
   PS_CHECK(handles.size() == kCount, "rocksdb returned ", handles.size(),
            " column family handles");
   return std::unique_ptr<StateStore>(
-      new StateStore(path, std::move(db), std::move(handles)));
+      new StateStore(options, std::move(db), std::move(handles)));
 }
 
-StateStore::StateStore(std::string path, std::unique_ptr<rocksdb::DB> db,
+StateStore::StateStore(const StateStoreOptions& options,
+                       std::unique_ptr<rocksdb::DB> db,
                        std::vector<rocksdb::ColumnFamilyHandle*> handles)
-    : path_(std::move(path)),
+    : path_(options.path),
+      unlogged_snapshot_bytes_(options.unlogged_snapshot_bytes),
+      before_snapshot_flush_(options.before_snapshot_flush),
       db_(std::move(db)),
       handles_(std::move(handles)) {}
 
@@ -226,12 +229,23 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write) {
   // The batch's bytes reserved once: a snapshot of a large sparse table is
   // hundreds of MB, which a growing batch would copy again at each doubling.
   size_t reserve = 64;
+  size_t data_bytes = 0;  // Values, optimizer state and rows.
   for (const BlockWrite& block : write.blocks) {
-    reserve += 3 * (prefix.size() + 48) + block.values.size_bytes() +
-               block.optimizer_state.size_bytes() + block.rows.size();
+    data_bytes += block.values.size_bytes() +
+                  block.optimizer_state.size_bytes() + block.rows.size();
+    reserve += 3 * (prefix.size() + 48);
   }
+  reserve += data_bytes;
   reserve += write.worker_clocks.size() * (prefix.size() + 32);
-  rocksdb::WriteBatch batch(reserve);
+  absl::ReleasableMutexLock lock(&batch_mu_);
+  if (batch_ == nullptr || reserve > batch_capacity_ ||
+      reserve < batch_capacity_ / 4) {
+    batch_capacity_ = reserve + reserve / 4;
+    batch_ = std::make_unique<rocksdb::WriteBatch>(batch_capacity_);
+  } else {
+    batch_->Clear();  // Keeps its bytes.
+  }
+  rocksdb::WriteBatch& batch = *batch_;
   for (const BlockWrite& block : write.blocks) {
     const std::string key = BlockKey(prefix, block.key);
     rocksdb::Status put =
@@ -275,8 +289,23 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write) {
   }
   rocksdb::WriteOptions write_options;
   write_options.sync = write.sync;
-  return RocksDbStatusToAbsl(db_->Write(write_options, &batch),
-                             absl::StrCat(context, "write"));
+  if (data_bytes < unlogged_snapshot_bytes_) {
+    return RocksDbStatusToAbsl(db_->Write(write_options, &batch),
+                               absl::StrCat(context, "write"));
+  }
+  // Unlogged: durable only once flushed. The memtables hold the batch whole
+  // (a write lands in one memtable generation), and atomic_flush writes
+  // every family's memtable in one step, so a crash leaves the batch in the
+  // table files whole or not at all; until this returns, the caller keeps
+  // the log records the snapshot replaces (CommitSnapshot).
+  write_options.sync = false;
+  write_options.disableWAL = true;
+  PS_RETURN_IF_ERROR(
+      RocksDbStatusToAbsl(db_->Write(write_options, &batch),
+                          absl::StrCat(context, "write (unlogged)")));
+  lock.Release();
+  if (before_snapshot_flush_) before_snapshot_flush_();
+  return FlushAll(absl::StrCat("job ", write.job_id, ": snapshot"));
 }
 
 absl::Status StateStore::PutMeta(const std::string& job_id,
@@ -389,6 +418,11 @@ absl::Status StateStore::DeleteJob(const std::string& job_id) {
   const std::string limit = JobLimit(job_id);
   const std::string context =
       absl::StrCat("rocksdb shard store: job ", job_id, ": delete");
+  {
+    absl::MutexLock lock(&batch_mu_);
+    batch_.reset();
+    batch_capacity_ = 0;
+  }
   rocksdb::WriteBatch batch;
   for (int family = kValues; family < kCount; ++family) {
     PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(

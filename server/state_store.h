@@ -33,13 +33,16 @@
 #include <rocksdb/db.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "server/shard_store.h"
 
 namespace ps {
@@ -58,6 +61,17 @@ struct StateStoreOptions {
   // before the update log existed) gets it. Default false: every family must
   // be there.
   bool add_missing_log_family = false;
+  // A PutSnapshot of at least this many bytes of values, optimizer state and
+  // rows skips RocksDB's write-ahead log and flushes the memtables before it
+  // returns (docs/durability.md, "The two parts of a server's store"): the
+  // snapshot is written twice (memtable, table file) instead of three times.
+  // Smaller writes go through the write-ahead log. Default 8 MiB; 0: every
+  // snapshot unlogged.
+  size_t unlogged_snapshot_bytes = size_t{8} << 20;
+  // Tests only: called by an unlogged PutSnapshot after its batch is in the
+  // memtables and before the flush (a test ends its process there to stand
+  // for a crash). Default: none.
+  std::function<void()> before_snapshot_flush{};
 };
 
 // The update-log records a format-1 directory keeps in the "log" family for
@@ -68,11 +82,12 @@ struct Format1LogRecords {
 };
 
 // Thread-safe; a database directory can be open in one StateStore (one
-// process) at a time. Every write is one WriteBatch through RocksDB's
-// write-ahead log, so an acknowledged write survives a process crash (and a
-// machine crash when synced). The column families flush together
-// (atomic_flush), and the destructor flushes them, so a cleanly closed store
-// leaves no write-ahead log behind.
+// process) at a time. Every write is one WriteBatch, through RocksDB's
+// write-ahead log or (a large snapshot) followed by a flush of the memtables,
+// so an acknowledged write survives a process crash (and a machine crash
+// when synced; a flush always syncs its table files). The column families flush
+// together (atomic_flush), and the destructor flushes them, so a cleanly closed
+// store leaves no write-ahead log behind.
 class StateStore {
  public:
   // Opens (or creates) the database at options.path. Nothing is modified
@@ -93,8 +108,13 @@ class StateStore {
   StateStore& operator=(const StateStore&) = delete;
 
   // Writes write's blocks and clocks and, when write.log_sequence > 0, the
-  // job's marker, in one WriteBatch (WriteOptions.sync = write.sync). The
-  // caller has validated `write` (ValidateShardWrite). Errors: RocksDB's.
+  // job's marker, in one WriteBatch (WriteOptions.sync = write.sync). A
+  // batch of options.unlogged_snapshot_bytes or more skips the write-ahead
+  // log and returns only once a flush of every column family (atomic, so the
+  // batch is in table files whole or not at all) has made it durable: a
+  // crash before then leaves the previous snapshot and marker, as a crash
+  // before a logged write does. The caller has validated `write`
+  // (ValidateShardWrite). Errors: RocksDB's.
   absl::Status PutSnapshot(const ShardWrite& write);
 
   // Stores the job's metadata, replacing any; synced. Errors: RocksDB's.
@@ -144,7 +164,7 @@ class StateStore {
     kCount
   };
 
-  StateStore(std::string path, std::unique_ptr<rocksdb::DB> db,
+  StateStore(const StateStoreOptions& options, std::unique_ptr<rocksdb::DB> db,
              std::vector<rocksdb::ColumnFamilyHandle*> handles);
 
   // Flushes every column family's memtable (waiting), which lets RocksDB
@@ -156,9 +176,20 @@ class StateStore {
                     const rocksdb::ReadOptions& read_options, Add add);
 
   const std::string path_;
+  const size_t unlogged_snapshot_bytes_;
+  const std::function<void()> before_snapshot_flush_;
   std::unique_ptr<rocksdb::DB> db_;
   // One per Family, owned; destroyed before db_. Immutable after Open.
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  // PutSnapshot's batch, kept from one snapshot to the next with its bytes
+  // (reserved at 1.25x a snapshot's size, made again when a snapshot needs
+  // more or less than a quarter): a batch of hundreds of MB made afresh for
+  // each snapshot is mapped anew (a writer thread's malloc arena serves no
+  // block over 64 MiB) and every page of it faulted in again. Released by
+  // DeleteJob.
+  absl::Mutex batch_mu_;
+  std::unique_ptr<rocksdb::WriteBatch> batch_ ABSL_GUARDED_BY(batch_mu_);
+  size_t batch_capacity_ ABSL_GUARDED_BY(batch_mu_) = 0;
 };
 
 }  // namespace ps
