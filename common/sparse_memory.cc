@@ -239,7 +239,7 @@ std::string FormatSparseEstimate(const SparseServerEstimate& e) {
       &out, "memory: ", Mib(e.memory_bytes),
       e.budget_bytes > 0
           ? absl::StrCat(" (rows within the budget, plus ",
-                         Mib(kSparseTierFixedBytes), " for the tier's RocksDB)")
+                         Mib(kSparseTierFixedBytes), " for the tier's RocksDB and write queue)")
           : std::string(),
       ", plus the server's fixed overhead (docs/sparse.md)\n",
       "disk:   ", Mib(e.disk_bytes),

@@ -282,7 +282,11 @@ void SparseTable::Evict(uint64_t id) {
     --cold_rows_;
     return;
   }
-  if (tier_ != nullptr) SlotTick(it->second) = kFreeTick;
+  if (tier_ != nullptr) {
+    SlotTick(it->second) = kFreeTick;
+    // A copy the tier may keep from before its promotion goes too.
+    if (MaybeCold(id)) batch_.Delete(table_index_, id);
+  }
   free_slots_.push_back(it->second);
   slots_.erase(it);
 }

@@ -46,6 +46,8 @@ struct SparseTierCounts {
   int64_t misses = 0;        // Row lookups that went to the tier.
   int64_t disk_reads = 0;    // Rows read from the tier.
   int64_t demotions = 0;     // Rows moved from memory to the tier.
+  int64_t clean_demotions = 0;  // Of those, rows not written again: their
+                                // copy in the tier was still their value.
 };
 
 // Thread-compatible: the owning ServerJob calls everything under its lock.
@@ -201,6 +203,12 @@ class SparseTable {
   // The memory tier (server/sparse_table_tier.cc). A slot's id and recency
   // tick (kFreeTick: a free slot) live beside it, per chunk.
   static constexpr uint64_t kFreeTick = ~uint64_t{0};
+  // Set in a hot row's tick when the tier holds its value as it is (read
+  // from the tier by a pull, unchanged since): demoting it writes nothing.
+  // A promoted row's copy stays in the tier (stale once the row changes:
+  // the row in memory is the one read, written back when demoted; the copy
+  // is deleted with the row).
+  static constexpr uint64_t kCleanTick = uint64_t{1} << 62;
   uint64_t& SlotId(uint32_t slot) {
     return info_[slot >> chunk_log2_][2 * (slot & chunk_mask_)];
   }
@@ -332,6 +340,7 @@ class SparseTable {
   uint32_t hand_ = 0;  // The victim search's random state.
   int64_t cold_rows_ = 0;
   int64_t demotions_ = 0;
+  int64_t clean_demotions_ = 0;
   mutable int64_t hits_ = 0;
   mutable int64_t misses_ = 0;
   mutable int64_t disk_reads_ = 0;
