@@ -248,7 +248,7 @@ uint32_t SparseTable::AllocateSlot() {
     chunks_.push_back(std::make_unique<float[]>(rows * slot_floats()));
     if (tier_ != nullptr) {
       info_.push_back(std::make_unique<uint64_t[]>(2 * rows));
-      for (size_t i = 0; i < rows; ++i) info_.back()[2 * i + 1] = kFreeTick;
+      for (size_t i = 0; i < rows; ++i) info_.back()[rows + i] = kFreeTick;
     }
   }
   return slot;

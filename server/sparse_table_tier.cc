@@ -141,14 +141,15 @@ void SparseTable::Demote(uint32_t slot) {
   ++demotions_;
 }
 
-SparseTable::OrderKey SparseTable::VictimKey(uint32_t slot,
-                                             uint64_t tick) const {
-  const int64_t updates = Meta(slot).updates;
-  if (lfu_) return {updates, static_cast<int64_t>(tick)};
+SparseTable::OrderKey SparseTable::VictimKey(uint64_t word) const {
+  const auto tick = static_cast<int64_t>(word & kTickMask);
+  const auto updates =
+      static_cast<int64_t>((word & kTickUpdatesMask) >> kTickUpdatesShift);
+  if (lfu_) return {updates, tick};
   // LRU, segmented: a row updated once (most new ids of a long tail are
   // seen once) goes before a row updated again, unless that one has been
   // idle kProtectedTicks more updates of the table.
-  return {0, static_cast<int64_t>(tick) + (updates > 1 ? kProtectedTicks : 0)};
+  return {0, tick + (updates > 1 ? kProtectedTicks : 0)};
 }
 
 uint32_t SparseTable::TakeSlot() {
@@ -171,17 +172,15 @@ uint32_t SparseTable::TakeSlot() {
           static_cast<uint32_t>((uint64_t{hand_} * next_slot_) >> 32);
       candidates[k] = slot;
       __builtin_prefetch(&SlotTick(slot));
-      __builtin_prefetch(RowAt(slot) - kMetaFloats);
     }
     drawn += want;
     for (uint32_t k = 0; k < want; ++k) {
       const uint32_t slot = candidates[k];
-      const uint64_t tick = SlotTick(slot);
-      if (tick == kFreeTick) continue;  // Free.
-      const uint64_t touched = tick & ~kCleanTick;
-      if (touched == tick_) continue;  // Pinned.
+      const uint64_t word = SlotTick(slot);
+      if (word == kFreeTick) continue;                   // Free.
+      if ((word & kTickMask) == (tick_ & kTickMask)) continue;  // Pinned.
       ++seen;
-      const OrderKey key = VictimKey(slot, touched);
+      const OrderKey key = VictimKey(word);
       if (victim == kNoSlot || key < best) {
         victim = slot;
         best = key;
@@ -263,7 +262,9 @@ void SparseTable::Promote(uint64_t id, std::string_view value) {
   slots_.emplace(id, slot);
   SlotId(slot) = id;
   // Clean: the tier keeps its copy (no deletion), the same bytes.
-  SlotTick(slot) = tick_ | kCleanTick;
+  SlotTick(slot) = kFreeTick;
+  Touch(slot, /*clean=*/true);
+  TickUpdates(slot, meta.updates);
   --cold_rows_;
 }
 
@@ -276,7 +277,7 @@ void SparseTable::PinHot(std::span<const uint64_t> keys,
     auto it = slots_.find(keys[i]);
     if (it != slots_.end()) {
       found_[i] = it->second;
-      SlotTick(it->second) = tick_;
+      Touch(it->second, /*clean=*/false);  // Stepped below.
       ++hits_;
       continue;
     }
@@ -321,7 +322,8 @@ bool SparseTable::PromoteMisses(std::span<const uint64_t> miss_ids,
       floats = RowAt(slot);
       slots_.emplace(id, slot);
       SlotId(slot) = id;
-      SlotTick(slot) = tick_;  // Stepped below: not clean.
+      SlotTick(slot) = kFreeTick;
+      Touch(slot, /*clean=*/false);  // Stepped below.
       --cold_rows_;
       found_[miss_at[j]] = slot;
     } else {
@@ -336,6 +338,7 @@ bool SparseTable::PromoteMisses(std::span<const uint64_t> miss_ids,
     }
     if (slot != kNoSlot) {
       SetMeta(slot, meta);
+      TickUpdates(slot, meta.updates);
     } else {
       scratch_rows_.back().meta = meta;
     }
@@ -393,6 +396,7 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
       scratch_rows_[scratch].meta = meta;
     } else {
       SetMeta(slot, meta);
+      TickUpdates(slot, meta.updates);
     }
     if (tracked) Track(id, meta);
   }
@@ -466,14 +470,14 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
   std::vector<uint64_t> ids;
   for (uint64_t id : contents.ids) {
     if (auto it = slots_.find(id); it != slots_.end()) {
-      SlotTick(it->second) = tick_;
+      Touch(it->second, /*clean=*/false);
     } else {
       ids.push_back(id);
     }
   }
   for (uint64_t id : contents.pending_ids) {
     if (auto it = slots_.find(id); it != slots_.end()) {
-      SlotTick(it->second) = tick_;
+      Touch(it->second, /*clean=*/false);
     } else {
       ids.push_back(id);
     }
@@ -498,12 +502,14 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
       if (it == slots_.end()) {
         slots_.emplace(id, slot);
         SlotId(slot) = id;
+        SlotTick(slot) = kFreeTick;
         // A copy left in the tier is stale; the row is not clean.
         if (cold) --cold_rows_;
       }
-      SlotTick(slot) = tick_;
+      Touch(slot, /*clean=*/false);
       std::memcpy(RowAt(slot), floats, stride() * sizeof(float));
       SetMeta(slot, meta);
+      TickUpdates(slot, meta.updates);
     } else {
       FilterAdd(id);
       batch_.Put(table_index_, id, meta.clock, meta.updates, floats, stride());
