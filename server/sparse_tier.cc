@@ -342,10 +342,16 @@ size_t SparseTier::queued_bytes() const {
   return queue_bytes_;
 }
 
+void SparseTier::PauseWriterForTest(bool paused) {
+  absl::MutexLock lock(&mu_);
+  paused_ = paused;
+  changed_.SignalAll();
+}
+
 void SparseTier::WriterLoop() {
   absl::MutexLock lock(&mu_);
   while (true) {
-    while (queue_.empty() && !stop_) changed_.Wait(&mu_);
+    while ((queue_.empty() || paused_) && !stop_) changed_.Wait(&mu_);
     if (queue_.empty()) return;  // Stopped, everything written.
     // The front batch stays queued (readable) while it is written; only
     // Write appends, so the reference stays valid without the lock.

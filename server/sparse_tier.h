@@ -162,6 +162,9 @@ class SparseTier {
   int64_t keys_looked_up() const { return keys_looked_up_.load(); }
   // Bytes queued for the writer now (at most options.queue_bytes).
   size_t queued_bytes() const;
+  // Tests: while paused, the writer takes no batch off the queue (a Write
+  // that needs room, and Drain, wait until it resumes).
+  void PauseWriterForTest(bool paused);
 
   // Approximate bytes `table`'s rows take on disk and in memtables
   // (RocksDB's size estimate of its key range; not the queue).
@@ -197,6 +200,7 @@ class SparseTier {
   std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
   size_t queue_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status writer_status_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
 };
