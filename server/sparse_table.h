@@ -40,13 +40,13 @@ struct SparseTableMemory {
 
 // The memory tier's counters of one table (since Create).
 struct SparseTierCounts {
-  int64_t memory_bytes = 0;  // Allocated for rows now (<= the cap).
-  int64_t hot_rows = 0;      // Rows in memory.
-  int64_t cold_rows = 0;     // Rows in the tier only.
-  int64_t hits = 0;          // Row lookups (pulls and pushes) in memory.
-  int64_t misses = 0;        // Row lookups that went to the tier.
-  int64_t disk_reads = 0;    // Rows read from the tier.
-  int64_t demotions = 0;     // Rows moved from memory to the tier.
+  int64_t memory_bytes = 0;     // Allocated for rows now (<= the cap).
+  int64_t hot_rows = 0;         // Rows in memory.
+  int64_t cold_rows = 0;        // Rows in the tier only.
+  int64_t hits = 0;             // Row lookups (pulls and pushes) in memory.
+  int64_t misses = 0;           // Row lookups that went to the tier.
+  int64_t disk_reads = 0;       // Rows read from the tier.
+  int64_t demotions = 0;        // Rows moved from memory to the tier.
   int64_t clean_demotions = 0;  // Of those, rows not written again: their
                                 // copy in the tier was still their value.
 };

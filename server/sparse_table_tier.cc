@@ -177,7 +177,7 @@ uint32_t SparseTable::TakeSlot() {
     for (uint32_t k = 0; k < want; ++k) {
       const uint32_t slot = candidates[k];
       const uint64_t word = SlotTick(slot);
-      if (word == kFreeTick) continue;                   // Free.
+      if (word == kFreeTick) continue;                          // Free.
       if ((word & kTickMask) == (tick_ & kTickMask)) continue;  // Pinned.
       ++seen;
       const OrderKey key = VictimKey(word);

@@ -126,9 +126,8 @@ absl::StatusOr<std::unique_ptr<SparseTier>> SparseTier::Open(
     return RocksDbStatusToAbsl(
         s, absl::StrCat("sparse tier: opening ", options.path));
   }
-  return std::unique_ptr<SparseTier>(
-      new SparseTier(options.path, std::unique_ptr<rocksdb::DB>(raw),
-                     options.queue_bytes));
+  return std::unique_ptr<SparseTier>(new SparseTier(
+      options.path, std::unique_ptr<rocksdb::DB>(raw), options.queue_bytes));
 }
 
 SparseTier::SparseTier(std::string path, std::unique_ptr<rocksdb::DB> db,
@@ -200,8 +199,8 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
   // A cache of this process's own writes: the blocks are not checksummed
   // again on every read (a snapshot's scan, ForEach, still checks them).
   options.verify_checksums = false;
-  db_->MultiGet(options, db_->DefaultColumnFamily(), rest.size(),
-                slices.data(), found.data(), statuses.data());
+  db_->MultiGet(options, db_->DefaultColumnFamily(), rest.size(), slices.data(),
+                found.data(), statuses.data());
   for (size_t j = 0; j < rest.size(); ++j) {
     if (statuses[j].ok()) {
       (*values)[rest[j]].assign(found[j].data(), found[j].size());
@@ -268,8 +267,7 @@ void SparseTier::Batch::Sort() {
 const SparseTier::Batch::Op* SparseTier::Batch::Find(uint32_t table,
                                                      uint64_t id) const {
   // A table's batch holds its rows only: most lookups stop here.
-  if (ops_.empty() || table < ops_.front().table ||
-      table > ops_.back().table) {
+  if (ops_.empty() || table < ops_.front().table || table > ops_.back().table) {
     return nullptr;
   }
   // The last op of the key: the first op past it, minus one.
@@ -295,8 +293,8 @@ absl::Status SparseTier::Apply(const Batch& batch) const {
     rocksdb::Status s =
         op.size == Batch::kDelete
             ? write.Delete(k)
-            : write.Put(k, rocksdb::Slice(batch.values_.data() + op.offset,
-                                          op.size));
+            : write.Put(
+                  k, rocksdb::Slice(batch.values_.data() + op.offset, op.size));
     if (!s.ok()) return RocksDbStatusToAbsl(s, "sparse tier: batch");
   }
   rocksdb::WriteOptions options;

@@ -127,7 +127,7 @@ class SparseTier {
     friend class SparseTier;
     struct Op {
       uint32_t table = 0;
-      uint32_t size = 0;    // Value bytes; kDelete for a deletion.
+      uint32_t size = 0;  // Value bytes; kDelete for a deletion.
       uint64_t id = 0;
       uint64_t offset = 0;  // Into values_.
     };

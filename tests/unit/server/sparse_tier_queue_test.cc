@@ -97,8 +97,8 @@ TEST(SparseTierQueueTest, ReadsSeeEveryEarlierWrite) {
                               [&listed](uint64_t id, std::string_view value) {
                                 float back[3];
                                 int64_t clock, updates;
-                                ASSERT_TRUE(SparseTier::Decode(
-                                    value, 3, &clock, &updates, back));
+                                ASSERT_TRUE(SparseTier::Decode(value, 3, &clock,
+                                                               &updates, back));
                                 listed[id] = back[0];
                               })
                     .ok());
