@@ -235,15 +235,15 @@ std::string FormatSparseEstimate(const SparseServerEstimate& e) {
                           Mib(t.memory_bytes + t.order_bytes),
                           Mib(t.tier_disk_bytes), Mib(t.snapshot_bytes));
   }
-  absl::StrAppend(
-      &out, "memory: ", Mib(e.memory_bytes),
-      e.budget_bytes > 0
-          ? absl::StrCat(" (rows within the budget, plus ",
-                         Mib(kSparseTierFixedBytes), " for the tier's RocksDB)")
-          : std::string(),
-      ", plus the server's fixed overhead (docs/sparse.md)\n",
-      "disk:   ", Mib(e.disk_bytes),
-      " (the tier's cold rows and one snapshot)\n");
+  absl::StrAppend(&out, "memory: ", Mib(e.memory_bytes),
+                  e.budget_bytes > 0
+                      ? absl::StrCat(" (rows within the budget, plus ",
+                                     Mib(kSparseTierFixedBytes),
+                                     " for the tier's RocksDB and write queue)")
+                      : std::string(),
+                  ", plus the server's fixed overhead (docs/sparse.md)\n",
+                  "disk:   ", Mib(e.disk_bytes),
+                  " (the tier's cold rows and one snapshot)\n");
   return out;
 }
 

@@ -69,10 +69,10 @@ int64_t SparseTierDiskBytesPerRow(int dim, int64_t state_floats);
 // clock and count (24) and the floats.
 int64_t SparseSnapshotBytesPerRow(int dim, int64_t state_floats);
 
-// Memory of the tier's RocksDB per job on a server (its memtables and block
-// cache: 2 × 16 + 8 MiB, as the server configures them), outside the
-// budget.
-inline constexpr int64_t kSparseTierFixedBytes = int64_t{40} << 20;
+// Memory of the tier per job on a server (RocksDB's memtables and block
+// cache, 2 × 16 + 8 MiB, and the writer's queue, 8 MiB, as the server
+// configures them: SparseTierOptions), outside the budget.
+inline constexpr int64_t kSparseTierFixedBytes = int64_t{48} << 20;
 
 // One table's estimate on one server.
 struct SparseTableEstimate {

@@ -254,7 +254,7 @@ uint32_t SparseTable::AllocateSlot() {
     }
     if (tier_ != nullptr) {
       info_.push_back(std::make_unique<uint64_t[]>(2 * rows));
-      for (size_t i = 0; i < rows; ++i) info_.back()[2 * i + 1] = kFreeTick;
+      for (size_t i = 0; i < rows; ++i) info_.back()[rows + i] = kFreeTick;
     }
   }
   return slot;
@@ -288,7 +288,11 @@ void SparseTable::Evict(uint64_t id) {
     --cold_rows_;
     return;
   }
-  if (tier_ != nullptr) SlotTick(it->second) = kFreeTick;
+  if (tier_ != nullptr) {
+    SlotTick(it->second) = kFreeTick;
+    // A copy the tier may keep from before its promotion goes too.
+    if (MaybeCold(id)) batch_.Delete(table_index_, id);
+  }
   free_slots_.push_back(it->second);
   slots_.erase(it);
 }

@@ -6,6 +6,7 @@
 #ifndef PS_SERVER_SPARSE_TABLE_H_
 #define PS_SERVER_SPARSE_TABLE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -42,13 +43,15 @@ struct SparseTableMemory {
 
 // The memory tier's counters of one table (since Create).
 struct SparseTierCounts {
-  int64_t memory_bytes = 0;  // Allocated for rows now (<= the cap).
-  int64_t hot_rows = 0;      // Rows in memory.
-  int64_t cold_rows = 0;     // Rows in the tier only.
-  int64_t hits = 0;          // Row lookups (pulls and pushes) in memory.
-  int64_t misses = 0;        // Row lookups that went to the tier.
-  int64_t disk_reads = 0;    // Rows read from the tier.
-  int64_t demotions = 0;     // Rows moved from memory to the tier.
+  int64_t memory_bytes = 0;     // Allocated for rows now (<= the cap).
+  int64_t hot_rows = 0;         // Rows in memory.
+  int64_t cold_rows = 0;        // Rows in the tier only.
+  int64_t hits = 0;             // Row lookups (pulls and pushes) in memory.
+  int64_t misses = 0;           // Row lookups that went to the tier.
+  int64_t disk_reads = 0;       // Rows read from the tier.
+  int64_t demotions = 0;        // Rows moved from memory to the tier.
+  int64_t clean_demotions = 0;  // Of those, rows not written again: their
+                                // copy in the tier was still their value.
 };
 
 // Thread-compatible: the owning ServerJob calls everything under its lock.
@@ -203,12 +206,43 @@ class SparseTable {
 
   // The memory tier (server/sparse_table_tier.cc). A slot's id and recency
   // tick (kFreeTick: a free slot) live beside it, per chunk.
+  //
+  // A slot's tick word (its rank, all TakeSlot reads of a sampled slot, in
+  // an array of its own so that a sample costs one cache line): bits 0-39
+  // the tick of its last touch, 40-61 its update count (capped), bit 62
+  // kCleanTick; kFreeTick for a free slot. A chunk's info_ holds its slots'
+  // ids, then their tick words.
   static constexpr uint64_t kFreeTick = ~uint64_t{0};
+  static constexpr int kTickUpdatesShift = 40;
+  static constexpr uint64_t kTickMask = (uint64_t{1} << kTickUpdatesShift) - 1;
+  static constexpr uint64_t kTickUpdatesMax = (uint64_t{1} << 22) - 1;
+  static constexpr uint64_t kTickUpdatesMask = kTickUpdatesMax
+                                               << kTickUpdatesShift;
+  // Set in a hot row's tick when the tier holds its value as it is (read
+  // from the tier by a pull, unchanged since): demoting it writes nothing.
+  // A promoted row's copy stays in the tier (stale once the row changes:
+  // the row in memory is the one read, written back when demoted; the copy
+  // is deleted with the row).
+  static constexpr uint64_t kCleanTick = uint64_t{1} << 62;
   uint64_t& SlotId(uint32_t slot) {
-    return info_[slot >> chunk_log2_][2 * (slot & chunk_mask_)];
+    return info_[slot >> chunk_log2_][slot & chunk_mask_];
   }
   uint64_t& SlotTick(uint32_t slot) {
-    return info_[slot >> chunk_log2_][2 * (slot & chunk_mask_) + 1];
+    return info_[slot >> chunk_log2_][chunk_mask_ + 1 + (slot & chunk_mask_)];
+  }
+  // Marks hot row `slot` touched by this call (pinned until the next
+  // Apply), keeping its count; `clean` as it is in the tier.
+  void Touch(uint32_t slot, bool clean) {
+    uint64_t& word = SlotTick(slot);
+    word = (word == kFreeTick ? 0 : word & kTickUpdatesMask) |
+           (tick_ & kTickMask) | (clean ? kCleanTick : 0);
+  }
+  // Records hot row `slot`'s update count in its tick word.
+  void TickUpdates(uint32_t slot, int64_t updates) {
+    uint64_t& word = SlotTick(slot);
+    const auto count = static_cast<uint64_t>(
+        std::min<int64_t>(updates, static_cast<int64_t>(kTickUpdatesMax)));
+    word = (word & ~kTickUpdatesMask) | (count << kTickUpdatesShift);
   }
   // A fresh slot: unused room, else a free slot, else a chunk allocated (for
   // a tier, only within max_hot_); kNoSlot when none.
@@ -217,10 +251,10 @@ class SparseTable {
   // recently (LRU) or least often (LFU) updated unpinned row when memory is
   // full; kNoSlot when every hot row is pinned (the row stays cold).
   uint32_t TakeSlot();
-  // The order in which TakeSlot demotes (smallest first) hot row `slot`
-  // last touched at `tick`: LFU (updates, tick); LRU (0, tick), a row
-  // updated more than once counted as touched kProtectedTicks later.
-  OrderKey VictimKey(uint32_t slot, uint64_t tick) const;
+  // The order in which TakeSlot demotes (smallest first) the hot row of
+  // tick word `word`: LFU (updates, tick); LRU (0, tick), a row updated
+  // more than once counted as touched kProtectedTicks later.
+  OrderKey VictimKey(uint64_t word) const;
   // Writes row `slot` to the tier's batch and frees it from the index.
   void Demote(uint32_t slot);
   // Moves cold row `id` (its stored bytes `value`) into memory when a slot
@@ -350,6 +384,7 @@ class SparseTable {
   uint32_t hand_ = 0;  // The victim search's random state.
   int64_t cold_rows_ = 0;
   int64_t demotions_ = 0;
+  int64_t clean_demotions_ = 0;
   mutable int64_t hits_ = 0;
   mutable int64_t misses_ = 0;
   mutable int64_t disk_reads_ = 0;

@@ -107,7 +107,8 @@ SparseTierCounts SparseTable::tier_counts() const {
           .hits = hits_,
           .misses = misses_,
           .disk_reads = disk_reads_,
-          .demotions = demotions_};
+          .demotions = demotions_,
+          .clean_demotions = clean_demotions_};
 }
 
 void SparseTable::TierFailed(const absl::Status& status) const {
@@ -124,23 +125,31 @@ void SparseTable::CommitTier() {
 
 void SparseTable::Demote(uint32_t slot) {
   const uint64_t id = SlotId(slot);
-  const RowMeta meta = Meta(slot);
-  FilterAdd(id);
-  batch_.Put(table_index_, id, meta.clock, meta.updates, RowAt(slot), stride());
+  if ((SlotTick(slot) & kCleanTick) == 0) {
+    // Changed since it was read from the tier (or never there): written.
+    // A clean row's copy in the tier is still its value.
+    const RowMeta meta = Meta(slot);
+    FilterAdd(id);
+    batch_.Put(table_index_, id, meta.clock, meta.updates, RowAt(slot),
+               stride());
+  } else {
+    ++clean_demotions_;
+  }
   slots_.erase(id);
   SlotTick(slot) = kFreeTick;
   ++cold_rows_;
   ++demotions_;
 }
 
-SparseTable::OrderKey SparseTable::VictimKey(uint32_t slot,
-                                             uint64_t tick) const {
-  const int64_t updates = Meta(slot).updates;
-  if (lfu_) return {updates, static_cast<int64_t>(tick)};
+SparseTable::OrderKey SparseTable::VictimKey(uint64_t word) const {
+  const auto tick = static_cast<int64_t>(word & kTickMask);
+  const auto updates =
+      static_cast<int64_t>((word & kTickUpdatesMask) >> kTickUpdatesShift);
+  if (lfu_) return {updates, tick};
   // LRU, segmented: a row updated once (most new ids of a long tail are
   // seen once) goes before a row updated again, unless that one has been
   // idle kProtectedTicks more updates of the table.
-  return {0, static_cast<int64_t>(tick) + (updates > 1 ? kProtectedTicks : 0)};
+  return {0, tick + (updates > 1 ? kProtectedTicks : 0)};
 }
 
 uint32_t SparseTable::TakeSlot() {
@@ -149,19 +158,33 @@ uint32_t SparseTable::TakeSlot() {
   uint32_t victim = kNoSlot;
   OrderKey best{};
   int seen = 0;
-  for (uint32_t n = 0; n < next_slot_ && seen < kVictimSamples; ++n) {
+  uint32_t drawn = 0;
+  uint32_t candidates[kVictimSamples];
+  while (seen < kVictimSamples && drawn < next_slot_) {
     // Slots drawn at random (a 32-bit LCG: deterministic), so that rows
-    // placed side by side are not sampled together.
-    hand_ = hand_ * 1664525u + 1013904223u;
-    const auto slot =
-        static_cast<uint32_t>((uint64_t{hand_} * next_slot_) >> 32);
-    const uint64_t tick = SlotTick(slot);
-    if (tick == kFreeTick || tick == tick_) continue;  // Free or pinned.
-    ++seen;
-    const OrderKey key = VictimKey(slot, tick);
-    if (victim == kNoSlot || key < best) {
-      victim = slot;
-      best = key;
+    // placed side by side are not sampled together; all of a round's slots
+    // fetched before any is compared (their misses overlap).
+    const uint32_t want = std::min<uint32_t>(
+        static_cast<uint32_t>(kVictimSamples - seen), next_slot_ - drawn);
+    for (uint32_t k = 0; k < want; ++k) {
+      hand_ = hand_ * 1664525u + 1013904223u;
+      const auto slot =
+          static_cast<uint32_t>((uint64_t{hand_} * next_slot_) >> 32);
+      candidates[k] = slot;
+      __builtin_prefetch(&SlotTick(slot));
+    }
+    drawn += want;
+    for (uint32_t k = 0; k < want; ++k) {
+      const uint32_t slot = candidates[k];
+      const uint64_t word = SlotTick(slot);
+      if (word == kFreeTick) continue;                          // Free.
+      if ((word & kTickMask) == (tick_ & kTickMask)) continue;  // Pinned.
+      ++seen;
+      const OrderKey key = VictimKey(word);
+      if (victim == kNoSlot || key < best) {
+        victim = slot;
+        best = key;
+      }
     }
   }
   if (victim == kNoSlot) return kNoSlot;
@@ -238,8 +261,10 @@ void SparseTable::Promote(uint64_t id, std::string_view value) {
   SetMeta(slot, meta);
   slots_.emplace(id, slot);
   SlotId(slot) = id;
-  SlotTick(slot) = tick_;
-  batch_.Delete(table_index_, id);
+  // Clean: the tier keeps its copy (no deletion), the same bytes.
+  SlotTick(slot) = kFreeTick;
+  Touch(slot, /*clean=*/true);
+  TickUpdates(slot, meta.updates);
   --cold_rows_;
 }
 
@@ -252,7 +277,7 @@ void SparseTable::PinHot(std::span<const uint64_t> keys,
     auto it = slots_.find(keys[i]);
     if (it != slots_.end()) {
       found_[i] = it->second;
-      SlotTick(it->second) = tick_;
+      Touch(it->second, /*clean=*/false);  // Stepped below.
       ++hits_;
       continue;
     }
@@ -297,8 +322,8 @@ bool SparseTable::PromoteMisses(std::span<const uint64_t> miss_ids,
       floats = RowAt(slot);
       slots_.emplace(id, slot);
       SlotId(slot) = id;
-      SlotTick(slot) = tick_;
-      batch_.Delete(table_index_, id);
+      SlotTick(slot) = kFreeTick;
+      Touch(slot, /*clean=*/false);  // Stepped below.
       --cold_rows_;
       found_[miss_at[j]] = slot;
     } else {
@@ -313,6 +338,7 @@ bool SparseTable::PromoteMisses(std::span<const uint64_t> miss_ids,
     }
     if (slot != kNoSlot) {
       SetMeta(slot, meta);
+      TickUpdates(slot, meta.updates);
     } else {
       scratch_rows_.back().meta = meta;
     }
@@ -370,6 +396,7 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
       scratch_rows_[scratch].meta = meta;
     } else {
       SetMeta(slot, meta);
+      TickUpdates(slot, meta.updates);
     }
     if (tracked) Track(id, meta);
   }
@@ -425,10 +452,12 @@ std::vector<std::pair<uint64_t, std::string>> SparseTable::ColdRows() const {
   std::vector<std::pair<uint64_t, std::string>> rows;
   if (tier_ == nullptr || cold_rows_ == 0) return rows;
   rows.reserve(static_cast<size_t>(cold_rows_));
-  absl::Status s = tier_->ForEach(table_index_,
-                                  [&rows](uint64_t id, std::string_view value) {
-                                    rows.emplace_back(id, std::string(value));
-                                  });
+  // Without the stale copies the tier keeps of rows promoted since (a hot
+  // row's memory is its value).
+  absl::Status s = tier_->ForEach(
+      table_index_, [this, &rows](uint64_t id, std::string_view value) {
+        if (!slots_.contains(id)) rows.emplace_back(id, std::string(value));
+      });
   if (!s.ok()) TierFailed(s);
   return rows;
 }
@@ -436,13 +465,22 @@ std::vector<std::pair<uint64_t, std::string>> SparseTable::ColdRows() const {
 void SparseTable::RestoreTiered(const SparseBucket& contents) {
   ++tick_;
   absent_.clear();
-  // Which of the bucket's ids (rows and pending) are in the tier now.
+  // Which of the bucket's ids (rows and pending) are in the tier now; those
+  // in memory are pinned (no placement below demotes them).
   std::vector<uint64_t> ids;
   for (uint64_t id : contents.ids) {
-    if (!slots_.contains(id)) ids.push_back(id);
+    if (auto it = slots_.find(id); it != slots_.end()) {
+      Touch(it->second, /*clean=*/false);
+    } else {
+      ids.push_back(id);
+    }
   }
   for (uint64_t id : contents.pending_ids) {
-    if (!slots_.contains(id)) ids.push_back(id);
+    if (auto it = slots_.find(id); it != slots_.end()) {
+      Touch(it->second, /*clean=*/false);
+    } else {
+      ids.push_back(id);
+    }
   }
   std::vector<std::string> values;
   if (absl::Status s = tier_->MultiGet(table_index_, ids, &values); !s.ok()) {
@@ -464,14 +502,14 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
       if (it == slots_.end()) {
         slots_.emplace(id, slot);
         SlotId(slot) = id;
-        SlotTick(slot) = tick_;
-        if (cold) {
-          batch_.Delete(table_index_, id);
-          --cold_rows_;
-        }
+        SlotTick(slot) = kFreeTick;
+        // A copy left in the tier is stale; the row is not clean.
+        if (cold) --cold_rows_;
       }
+      Touch(slot, /*clean=*/false);
       std::memcpy(RowAt(slot), floats, stride() * sizeof(float));
       SetMeta(slot, meta);
+      TickUpdates(slot, meta.updates);
     } else {
       FilterAdd(id);
       batch_.Put(table_index_, id, meta.clock, meta.updates, floats, stride());
@@ -485,6 +523,8 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
       SlotTick(it->second) = kFreeTick;  // Replaced: not an eviction.
       free_slots_.push_back(it->second);
       slots_.erase(it);
+      // Its stale copy in the tier, if any, goes too.
+      if (MaybeCold(id)) batch_.Delete(table_index_, id);
     } else if (was_cold[id]) {
       batch_.Delete(table_index_, id);
       --cold_rows_;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/rocksdb_status.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -125,14 +126,23 @@ absl::StatusOr<std::unique_ptr<SparseTier>> SparseTier::Open(
     return RocksDbStatusToAbsl(
         s, absl::StrCat("sparse tier: opening ", options.path));
   }
-  return std::unique_ptr<SparseTier>(
-      new SparseTier(options.path, std::unique_ptr<rocksdb::DB>(raw)));
+  return std::unique_ptr<SparseTier>(new SparseTier(
+      options.path, std::unique_ptr<rocksdb::DB>(raw), options.queue_bytes));
 }
 
-SparseTier::SparseTier(std::string path, std::unique_ptr<rocksdb::DB> db)
-    : path_(std::move(path)), db_(std::move(db)) {}
+SparseTier::SparseTier(std::string path, std::unique_ptr<rocksdb::DB> db,
+                       size_t queue_bytes)
+    : path_(std::move(path)), db_(std::move(db)), queue_limit_(queue_bytes) {
+  writer_ = std::thread([this] { WriterLoop(); });
+}
 
 SparseTier::~SparseTier() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    changed_.SignalAll();
+  }
+  writer_.join();
   if (rocksdb::Status s = db_->Close(); !s.ok()) {
     PS_LOG_ERROR("sparse tier ", path_, ": close: ", s.ToString());
   }
@@ -149,25 +159,53 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
   values->assign(ids.size(), std::string());
   if (ids.empty()) return absl::OkStatus();
   keys_looked_up_ += static_cast<int64_t>(ids.size());
-  std::vector<std::string> keys(ids.size());
-  std::vector<rocksdb::Slice> slices(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    keys[i] = Key(table, ids[i]);
-    slices[i] = keys[i];
+  // The queue first, newest batch first: a row found there is the newest.
+  // A row not found there is in RocksDB if anywhere: the writer takes a
+  // batch off the queue only after RocksDB holds it.
+  std::vector<size_t> rest;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!writer_status_.ok()) return writer_status_;
+    if (queue_.empty()) {
+      rest.resize(ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) rest[i] = i;
+    } else {
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const Batch::Op* op = nullptr;
+        const Batch* in = nullptr;
+        for (auto b = queue_.rbegin(); op == nullptr && b != queue_.rend();
+             ++b) {
+          op = b->Find(table, ids[i]);
+          in = &*b;
+        }
+        if (op == nullptr) {
+          rest.push_back(i);
+        } else if (op->size != Batch::kDelete) {
+          (*values)[i].assign(in->values_.data() + op->offset, op->size);
+        }
+      }
+    }
   }
-  std::vector<rocksdb::PinnableSlice> found(ids.size());
-  std::vector<rocksdb::Status> statuses(ids.size());
+  if (rest.empty()) return absl::OkStatus();
+  std::vector<std::string> keys(rest.size());
+  std::vector<rocksdb::Slice> slices(rest.size());
+  for (size_t j = 0; j < rest.size(); ++j) {
+    keys[j] = Key(table, ids[rest[j]]);
+    slices[j] = keys[j];
+  }
+  std::vector<rocksdb::PinnableSlice> found(rest.size());
+  std::vector<rocksdb::Status> statuses(rest.size());
   rocksdb::ReadOptions options;
   // A cache of this process's own writes: the blocks are not checksummed
   // again on every read (a snapshot's scan, ForEach, still checks them).
   options.verify_checksums = false;
-  db_->MultiGet(options, db_->DefaultColumnFamily(), ids.size(), slices.data(),
+  db_->MultiGet(options, db_->DefaultColumnFamily(), rest.size(), slices.data(),
                 found.data(), statuses.data());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (statuses[i].ok()) {
-      (*values)[i].assign(found[i].data(), found[i].size());
-    } else if (!statuses[i].IsNotFound()) {
-      return RocksDbStatusToAbsl(statuses[i], "sparse tier: read");
+  for (size_t j = 0; j < rest.size(); ++j) {
+    if (statuses[j].ok()) {
+      (*values)[rest[j]].assign(found[j].data(), found[j].size());
+    } else if (!statuses[j].IsNotFound()) {
+      return RocksDbStatusToAbsl(statuses[j], "sparse tier: read");
     }
   }
   return absl::OkStatus();
@@ -197,31 +235,68 @@ bool SparseTier::Decode(std::string_view value, size_t num_floats,
 void SparseTier::Batch::Put(uint32_t table, uint64_t id, int64_t clock,
                             int64_t updates, const float* floats,
                             size_t num_floats) {
-  Op& op = ops_.emplace_back();
-  op.key = Key(table, id);
-  op.put = true;
-  Encode(clock, updates, floats, num_floats, &op.value);
+  const size_t size = kMetaBytes + num_floats * sizeof(float);
+  const size_t offset = values_.size();
+  values_.resize(offset + size);
+  char* out = values_.data() + offset;
+  std::memcpy(out, &clock, 8);
+  std::memcpy(out + 8, &updates, 8);
+  if (num_floats > 0) {
+    std::memcpy(out + kMetaBytes, floats, num_floats * sizeof(float));
+  }
+  ops_.push_back({.table = table,
+                  .size = static_cast<uint32_t>(size),
+                  .id = id,
+                  .offset = offset});
 }
 
 void SparseTier::Batch::Delete(uint32_t table, uint64_t id) {
-  ops_.push_back({.key = Key(table, id), .value = {}, .put = false});
+  ops_.push_back({.table = table, .size = kDelete, .id = id, .offset = 0});
 }
 
-absl::Status SparseTier::Write(Batch& batch) {
-  if (batch.empty()) return absl::OkStatus();
-  std::stable_sort(
-      batch.ops_.begin(), batch.ops_.end(),
-      [](const Batch::Op& a, const Batch::Op& b) { return a.key < b.key; });
-  rocksdb::WriteBatch write;
-  for (const Batch::Op& op : batch.ops_) {
-    rocksdb::Status s =
-        op.put ? write.Put(op.key, op.value) : write.Delete(op.key);
-    if (!s.ok()) {
-      batch.ops_.clear();
-      return RocksDbStatusToAbsl(s, "sparse tier: batch");
-    }
+size_t SparseTier::Batch::bytes() const {
+  return ops_.capacity() * sizeof(Op) + values_.capacity() + sizeof(Batch);
+}
+
+void SparseTier::Batch::Sort() {
+  std::stable_sort(ops_.begin(), ops_.end(), [](const Op& a, const Op& b) {
+    return a.table != b.table ? a.table < b.table : a.id < b.id;
+  });
+}
+
+const SparseTier::Batch::Op* SparseTier::Batch::Find(uint32_t table,
+                                                     uint64_t id) const {
+  // A table's batch holds its rows only: most lookups stop here.
+  if (ops_.empty() || table < ops_.front().table || table > ops_.back().table) {
+    return nullptr;
   }
-  batch.ops_.clear();
+  // The last op of the key: the first op past it, minus one.
+  auto it = std::upper_bound(
+      ops_.begin(), ops_.end(), std::make_pair(table, id),
+      [](const std::pair<uint32_t, uint64_t>& key, const Op& op) {
+        return key.first != op.table ? key.first < op.table
+                                     : key.second < op.id;
+      });
+  if (it == ops_.begin()) return nullptr;
+  --it;
+  return it->table == table && it->id == id ? &*it : nullptr;
+}
+
+absl::Status SparseTier::Apply(const Batch& batch) const {
+  rocksdb::WriteBatch write(batch.values_.size() +
+                            batch.ops_.size() * (kKeyBytes + 16) + 64);
+  char key[kKeyBytes];
+  for (const Batch::Op& op : batch.ops_) {
+    PutBigEndian(op.table, 4, key);
+    PutBigEndian(op.id, 8, key + 4);
+    const rocksdb::Slice k(key, kKeyBytes);
+    rocksdb::Status s =
+        op.size == Batch::kDelete
+            ? write.Delete(k)
+            : write.Put(
+                  k, rocksdb::Slice(batch.values_.data() + op.offset, op.size));
+    if (!s.ok()) return RocksDbStatusToAbsl(s, "sparse tier: batch");
+  }
   rocksdb::WriteOptions options;
   options.disableWAL = true;  // A cache: the shard store is the durable copy.
   rocksdb::Status s = db_->Write(options, &write);
@@ -229,10 +304,77 @@ absl::Status SparseTier::Write(Batch& batch) {
                 : RocksDbStatusToAbsl(s, "sparse tier: write");
 }
 
+absl::Status SparseTier::Write(Batch& batch) {
+  if (batch.empty()) return absl::OkStatus();
+  batch.Sort();
+  Batch queued;
+  std::swap(queued, batch);
+  const size_t bytes = queued.bytes();
+  absl::MutexLock lock(&mu_);
+  if (bytes > queue_limit_) {
+    // Too large to queue: after the queue, at once.
+    while (!queue_.empty() && writer_status_.ok()) changed_.Wait(&mu_);
+    if (!writer_status_.ok()) return writer_status_;
+    absl::Status s = Apply(queued);
+    if (!s.ok()) writer_status_ = s;
+    return s;
+  }
+  while (queue_bytes_ + bytes > queue_limit_ && writer_status_.ok()) {
+    changed_.Wait(&mu_);
+  }
+  if (!writer_status_.ok()) return writer_status_;
+  queue_bytes_ += bytes;
+  queue_.push_back(std::move(queued));
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status SparseTier::Drain() const {
+  absl::MutexLock lock(&mu_);
+  while (!queue_.empty() && writer_status_.ok()) changed_.Wait(&mu_);
+  return writer_status_;
+}
+
+size_t SparseTier::queued_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return queue_bytes_;
+}
+
+void SparseTier::PauseWriterForTest(bool paused) {
+  absl::MutexLock lock(&mu_);
+  paused_ = paused;
+  changed_.SignalAll();
+}
+
+void SparseTier::WriterLoop() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    while ((queue_.empty() || paused_) && !stop_) changed_.Wait(&mu_);
+    if (queue_.empty()) return;  // Stopped, everything written.
+    // The front batch stays queued (readable) while it is written; only
+    // Write appends, so the reference stays valid without the lock.
+    const Batch& front = queue_.front();
+    absl::Status s = writer_status_;
+    if (s.ok()) {
+      mu_.Unlock();
+      s = Apply(front);
+      mu_.Lock();
+    }
+    if (!s.ok() && writer_status_.ok()) {
+      writer_status_ = s;
+      PS_LOG_ERROR(path_, ": ", s.message());
+    }
+    queue_bytes_ -= front.bytes();
+    queue_.pop_front();
+    changed_.SignalAll();
+  }
+}
+
 absl::Status SparseTier::ForEach(
     uint32_t table,
     const std::function<void(uint64_t id, std::string_view value)>& visit)
     const {
+  PS_RETURN_IF_ERROR(Drain());
   std::string begin(4, '\0');
   PutBigEndian(table, 4, begin.data());
   std::string end(4, '\0');

@@ -5,7 +5,8 @@
 //
 // The tier is a cache, not a store: nothing in it survives the process (its
 // directory is emptied when opened and removed when closed), it is written
-// without RocksDB's write-ahead log and never synced. Durability stays with
+// by its own thread from a bounded queue, without RocksDB's write-ahead log,
+// and never synced. Durability stays with
 // the shard store: the update log and the snapshots, which hold every row,
 // hot or cold (docs/durability.md).
 //
@@ -21,15 +22,18 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace ps {
 
@@ -70,31 +74,44 @@ struct SparseTierOptions {
   // filter blocks). Default 8 MiB: the index and filters of about two million
   // cold rows.
   size_t block_cache_bytes = size_t{8} << 20;
+  // The most bytes of written batches waiting for the tier's writer thread
+  // (rows, keys and bookkeeping; see Write). Default 8 MiB: about four
+  // clocks' demotions of the CTR benchmark's server. 0: Write writes at
+  // once, on the caller's thread.
+  size_t queue_bytes = size_t{8} << 20;
 };
 
-// One job's cold rows on one server. Thread-safe (RocksDB is); a table calls
-// it under its job's lock (docs/sparse.md, "Threading").
+// One job's cold rows on one server. Thread-safe: its own mutex guards the
+// write queue (RocksDB is thread-safe); a table calls it under its job's
+// lock (docs/sparse.md, "Threading").
+//
+// Writes are asynchronous: Write queues a batch for the tier's writer
+// thread, which applies the batches to RocksDB in order; reads (MultiGet,
+// ForEach) see every batch written before them, queued or applied, so that
+// the queue is invisible but for speed.
 class SparseTier {
  public:
-  // Opens a fresh tier at options.path (anything there is deleted first).
-  // Errors: INVALID_ARGUMENT for an empty path; the file system's or
-  // RocksDB's error naming the path.
+  // Opens a fresh tier at options.path (anything there is deleted first) and
+  // starts its writer thread. Errors: INVALID_ARGUMENT for an empty path;
+  // the file system's or RocksDB's error naming the path.
   static absl::StatusOr<std::unique_ptr<SparseTier>> Open(
       const SparseTierOptions& options);
 
-  // Closes the database and removes its directory.
+  // Writes what is queued, stops the writer, closes the database and removes
+  // its directory.
   ~SparseTier();
 
   SparseTier(const SparseTier&) = delete;
   SparseTier& operator=(const SparseTier&) = delete;
 
   // Looks up `ids` of `table` in one batched read: values[i] holds row i's
-  // stored bytes, or is empty when the tier does not hold it. Errors: the
-  // first read's that failed (INTERNAL for an I/O error).
+  // stored bytes, or is empty when the tier does not hold it (the newest
+  // queued change of a row wins over RocksDB's copy). Errors: the first
+  // read's that failed (INTERNAL for an I/O error), or the writer's.
   absl::Status MultiGet(uint32_t table, std::span<const uint64_t> ids,
                         std::vector<std::string>* values) const;
 
-  // A batch of changes, written at once by Write.
+  // A batch of changes, written at once by Write. Thread-compatible.
   class Batch {
    public:
     // Stores row `id` of `table`: its clock, update count and `floats`.
@@ -103,24 +120,38 @@ class SparseTier {
     // Drops row `id` of `table`.
     void Delete(uint32_t table, uint64_t id);
     bool empty() const { return ops_.empty(); }
+    // Bytes the batch takes in the write queue.
+    size_t bytes() const;
 
    private:
     friend class SparseTier;
     struct Op {
-      std::string key;
-      std::string value;
-      bool put = false;
+      uint32_t table = 0;
+      uint32_t size = 0;  // Value bytes; kDelete for a deletion.
+      uint64_t id = 0;
+      uint64_t offset = 0;  // Into values_.
     };
-    // Written in key order at Write: the memtable's skip list inserts a
-    // sorted run faster than random keys.
+    static constexpr uint32_t kDelete = ~uint32_t{0};
+    // Sorts the ops by key (a key's in the order given: the last wins).
+    void Sort();
+    // The newest op of (table, id) in a sorted batch, or null.
+    const Op* Find(uint32_t table, uint64_t id) const;
     std::vector<Op> ops_;
+    std::vector<char> values_;  // Every Put's stored bytes, back to back.
   };
-  // Applies `batch` (no write-ahead log, no sync; its changes in key order,
-  // a key's in the order given) and clears it. Errors: RocksDB's.
+  // Queues `batch` for the writer (it takes the batch's contents and clears
+  // it) and returns; the writer applies it to RocksDB without the
+  // write-ahead log or a sync, its changes in key order. When the queue
+  // would pass options.queue_bytes, waits for the writer to make room; a
+  // batch larger than that is written at once, after the queue. Errors:
+  // RocksDB's, of this batch or of an earlier one (the writer's first
+  // error, returned by every later call).
   absl::Status Write(Batch& batch);
+  // Waits until every queued batch is in RocksDB. Errors: the writer's.
+  absl::Status Drain() const;
 
-  // Calls `visit(id, value)` for every row of `table`, ids ascending.
-  // Errors: the iterator's.
+  // Calls `visit(id, value)` for every row of `table`, ids ascending, after
+  // Drain. Errors: the iterator's or the writer's.
   absl::Status ForEach(
       uint32_t table,
       const std::function<void(uint64_t id, std::string_view value)>& visit)
@@ -129,9 +160,14 @@ class SparseTier {
   // Ids looked up by MultiGet since Open (all tables), for tests and
   // benchmarks.
   int64_t keys_looked_up() const { return keys_looked_up_.load(); }
+  // Bytes queued for the writer now (at most options.queue_bytes).
+  size_t queued_bytes() const;
+  // Tests: while paused, the writer takes no batch off the queue (a Write
+  // that needs room, and Drain, wait until it resumes).
+  void PauseWriterForTest(bool paused);
 
   // Approximate bytes `table`'s rows take on disk and in memtables
-  // (RocksDB's size estimate of its key range).
+  // (RocksDB's size estimate of its key range; not the queue).
   int64_t ApproximateBytes(uint32_t table) const;
 
   // Bytes before a stored row's floats (clock and update count).
@@ -145,11 +181,28 @@ class SparseTier {
                      int64_t* updates, float* floats);
 
  private:
-  SparseTier(std::string path, std::unique_ptr<rocksdb::DB> db);
+  SparseTier(std::string path, std::unique_ptr<rocksdb::DB> db,
+             size_t queue_bytes);
+  // Writes `batch` (sorted) to RocksDB.
+  absl::Status Apply(const Batch& batch) const;
+  // The writer thread: applies queued batches, oldest first.
+  void WriterLoop();
 
   const std::string path_;
   std::unique_ptr<rocksdb::DB> db_;
+  const size_t queue_limit_;
   mutable std::atomic<int64_t> keys_looked_up_{0};
+  mutable absl::Mutex mu_;
+  // Signalled when a batch is queued or applied, and at stop.
+  mutable absl::CondVar changed_;
+  // Batches not yet in RocksDB, oldest first; the writer writes the front
+  // one, which stays readable until RocksDB holds it.
+  std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queue_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status writer_status_ ABSL_GUARDED_BY(mu_);
+  std::thread writer_;
 };
 
 }  // namespace ps
