@@ -45,8 +45,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ScaleJob(
   };
   absl::Status started = authorizer_.AuthorizeJobCall(*ctx, JobAccess::kWrite);
   if (started.ok()) {
-    started = manager_->ScaleAsync(request->job_id(), request->num_servers(),
-                                   finish);
+    started =
+        manager_->ScaleAsync(request->job_id(), request->num_servers(), finish);
   }
   if (!started.ok()) finish(started);
   return reactor;

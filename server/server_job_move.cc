@@ -105,10 +105,10 @@ absl::StatusOr<v1::FetchUnitsResponse> ServerJob::ExportUnits(
   for (uint64_t key : wanted) {
     auto it = move_export_->units.find(key);
     if (it == move_export_->units.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "keys: job ", job_id_, ": unit ", key, " (",
-          IsBucketKey(key) ? "a sparse bucket" : "a dense block",
-          ") is not held here"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("keys: job ", job_id_, ": unit ", key, " (",
+                       IsBucketKey(key) ? "a sparse bucket" : "a dense block",
+                       ") is not held here"));
     }
     AddUnitState(it->second, response.add_units());
   }

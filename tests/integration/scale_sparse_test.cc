@@ -35,6 +35,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
 #include "server/parameter_server.h"
+#include "tests/testing/cluster_fixture.h"
 #include "tests/testing/ctr_training.h"
 #include "tests/testing/fashion_mnist.h"
 #include "worker/model/cpu/cpu_backend.h"
@@ -46,50 +47,25 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int kTrainRows = 4096, kTestRows = 256, kBatch = 32;
+// How long the test waits for a job to get somewhere (320 clocks, 2 moves).
+constexpr absl::Duration kWait = absl::Seconds(120);
 
-class ScaleSparseTest : public ::testing::TestWithParam<bool> {
+class ScaleSparseTest : public testing::ClusterFixture,
+                        public ::testing::WithParamInterface<bool> {
  protected:
   // GetParam(): the servers keep at most 4 KiB of rows in memory (a few rows
   // of each table; the job's tables hold about 16 KiB), the rest in their
   // memory tier (RocksDB).
   void SetUp() override {
-    char pattern[] = "/tmp/ps-scale-sparse-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator("scale-sparse"));
     testing::WriteLines(Path("train.tsv"),
                         testing::SyntheticCriteoLines(kTrainRows, 5));
     testing::WriteLines(Path("test.tsv"),
                         testing::SyntheticCriteoLines(kTestRows, 6));
-    CoordinatorOptions coordinator;
-    coordinator.data_dir = Path("coordinator");
-    coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
-    coordinator.timing.lease = absl::Seconds(5);
-    coordinator_ = std::make_unique<Coordinator>(coordinator);
-    ASSERT_TRUE(coordinator_->Start().ok());
-    address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
-    for (int i = 0; i < 3; ++i) {
-      ParameterServerOptions server;
-      server.coordinator = address_;
-      server.data_dir = Path(absl::StrCat("server", i));
-      if (GetParam()) server.job_options.sparse_memory_bytes = 4 << 10;
-      servers_.push_back(std::make_unique<ParameterServer>(server));
-      ASSERT_TRUE(servers_.back()->Start().ok());
-    }
-    for (int i = 0; i < 2; ++i) {
-      WorkerNodeOptions worker;
-      worker.coordinator = address_;
-      workers_.push_back(std::make_unique<WorkerNode>(
-          worker, CpuBackend::Create({.num_threads = 1})));
-      ASSERT_TRUE(workers_.back()->Start().ok());
-    }
-    client_ = std::make_unique<JobClient>(JobClientOptions{address_});
-  }
-
-  void TearDown() override {
-    for (auto& w : workers_) w->Stop();
-    for (auto& s : servers_) s->Stop();
-    if (coordinator_) coordinator_->Stop();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    ParameterServerOptions server;
+    if (GetParam()) server.job_options.sparse_memory_bytes = 4 << 10;
+    ASSERT_NO_FATAL_FAILURE(StartServers(3, server));
+    ASSERT_NO_FATAL_FAILURE(StartWorkers(2));
   }
 
   std::string Path(const std::string& name) const {
@@ -108,30 +84,6 @@ class ScaleSparseTest : public ::testing::TestWithParam<bool> {
       table.mutable_eviction()->set_max_idle_clocks(40);
     }
     return spec;
-  }
-
-  // Polls the job until `done` holds for its status (or it ended, or 120 s
-  // passed); returns the last status.
-  v1::JobStatus WaitFor(const std::string& id,
-                        const std::function<bool(const v1::JobStatus&)>& done) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(120);
-    v1::JobStatus status;
-    while (absl::Now() < deadline) {
-      auto got = client_->Get(id);
-      if (got.ok()) {
-        status = *got;
-        if (done(status) || status.state() == v1::SUCCEEDED ||
-            status.state() == v1::FAILED || status.state() == v1::CANCELLED) {
-          return status;
-        }
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return status;
-  }
-
-  v1::JobStatus WaitEnd(const std::string& id) {
-    return WaitFor(id, [](const v1::JobStatus&) { return false; });
   }
 
   // The ended job's dense tensors and every row of its tables, as `psctl
@@ -162,8 +114,8 @@ class ScaleSparseTest : public ::testing::TestWithParam<bool> {
   double TierDiskReads() const {
     double sum = 0;
     for (const auto& server : servers_) {
-      const std::string body = prometheus::TextSerializer().Serialize(
-          server->registry().Collect());
+      const std::string body =
+          prometheus::TextSerializer().Serialize(server->registry().Collect());
       for (absl::string_view line : absl::StrSplit(body, '\n')) {
         if (!absl::StartsWith(line, "ps_sparse_tier_disk_reads_total{")) {
           continue;
@@ -176,13 +128,6 @@ class ScaleSparseTest : public ::testing::TestWithParam<bool> {
     }
     return sum;
   }
-
-  std::string dir_;
-  std::string address_;
-  std::unique_ptr<Coordinator> coordinator_;
-  std::vector<std::unique_ptr<ParameterServer>> servers_;
-  std::vector<std::unique_ptr<WorkerNode>> workers_;
-  std::unique_ptr<JobClient> client_;
 };
 
 // Per table, (id, row bytes) sorted by id.
@@ -217,7 +162,7 @@ TEST_P(ScaleSparseTest, CtrJobMovesTwoToThreeToTwoAndEqualsTheUndisturbedRun) {
   // The undisturbed run.
   auto first = client_->Submit(spec);
   ASSERT_TRUE(first.ok()) << first.status();
-  const v1::JobStatus undisturbed = WaitEnd(*first);
+  const v1::JobStatus undisturbed = WaitEnd(*first, kWait);
   ASSERT_EQ(undisturbed.state(), v1::SUCCEEDED) << undisturbed.message();
   const Exported expected = Export(undisturbed, "undisturbed.bin");
 
@@ -226,16 +171,22 @@ TEST_P(ScaleSparseTest, CtrJobMovesTwoToThreeToTwoAndEqualsTheUndisturbedRun) {
   auto second = client_->Submit(spec);
   ASSERT_TRUE(second.ok()) << second.status();
   const int64_t total = undisturbed.progress().total_clocks();
-  v1::JobStatus status = WaitFor(*second, [](const v1::JobStatus& s) {
-    return s.state() == v1::RUNNING && s.progress().clock() >= 20;
-  });
+  v1::JobStatus status = WaitFor(
+      *second,
+      [](const v1::JobStatus& s) {
+        return s.state() == v1::RUNNING && s.progress().clock() >= 20;
+      },
+      kWait);
   ASSERT_EQ(status.state(), v1::RUNNING) << status.message();
   auto up = client_->Scale(*second, 3);
   ASSERT_TRUE(up.ok()) << up.status();
   EXPECT_EQ(up->map_change().version(), 2);
-  status = WaitFor(*second, [](const v1::JobStatus& s) {
-    return s.map_moves_size() >= 1 || s.map_change().version() == 0;
-  });
+  status = WaitFor(
+      *second,
+      [](const v1::JobStatus& s) {
+        return s.map_moves_size() >= 1 || s.map_change().version() == 0;
+      },
+      kWait);
   ASSERT_EQ(status.map_moves_size(), 1) << status.message();
   EXPECT_EQ(status.shard_map().servers_size(), 3);
   // The buckets spread over the three servers (by their expected load).
@@ -244,25 +195,28 @@ TEST_P(ScaleSparseTest, CtrJobMovesTwoToThreeToTwoAndEqualsTheUndisturbedRun) {
 
   auto down = client_->Scale(*second, 2);
   ASSERT_TRUE(down.ok()) << down.status();
-  status = WaitFor(*second, [](const v1::JobStatus& s) {
-    return s.map_moves_size() >= 2 || s.map_change().version() == 0;
-  });
+  status = WaitFor(
+      *second,
+      [](const v1::JobStatus& s) {
+        return s.map_moves_size() >= 2 || s.map_change().version() == 0;
+      },
+      kWait);
   ASSERT_EQ(status.map_moves_size(), 2) << status.message();
   EXPECT_EQ(status.shard_map().version(), 3);
   EXPECT_EQ(status.shard_map().servers_size(), 2);
   EXPECT_LT(status.map_moves(1).clock(), total);
 
-  const v1::JobStatus moved = WaitEnd(*second);
+  const v1::JobStatus moved = WaitEnd(*second, kWait);
   ASSERT_EQ(moved.state(), v1::SUCCEEDED) << moved.message();
   // For the record (no timing is asserted): each move's units and the time
   // from ScaleJob to its commit.
   for (const v1::ShardMapMove& m : moved.map_moves()) {
-    std::printf("move to version %lld: %d servers at clock %lld, %d units, "
-                "%lld ms from request to commit\n",
-                static_cast<long long>(m.version()), m.num_servers(),
-                static_cast<long long>(m.clock()), m.units_moved(),
-                static_cast<long long>(m.committed_time_ms() -
-                                       m.requested_time_ms()));
+    std::printf(
+        "move to version %lld: %d servers at clock %lld, %d units, "
+        "%lld ms from request to commit\n",
+        static_cast<long long>(m.version()), m.num_servers(),
+        static_cast<long long>(m.clock()), m.units_moved(),
+        static_cast<long long>(m.committed_time_ms() - m.requested_time_ms()));
   }
   EXPECT_EQ(moved.progress().clock(), total);
   // Tiered: rows were on disk while the job moved.
@@ -285,62 +239,36 @@ TEST_P(ScaleSparseTest, CtrJobMovesTwoToThreeToTwoAndEqualsTheUndisturbedRun) {
   EXPECT_EQ(got.dense.test_accuracy(), expected.dense.test_accuracy());
 }
 
-INSTANTIATE_TEST_SUITE_P(Memory, ScaleSparseTest, ::testing::Values(false, true),
+INSTANTIATE_TEST_SUITE_P(Memory, ScaleSparseTest,
+                         ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Tiered" : "InMemory";
                          });
 
 // Still refused (docs/operations.md, "Scaling a job's servers"): an elastic
 // job (min_workers < max_workers), naming why.
-TEST(ScaleSparseRefusalTest, AnElasticJobIsRefused) {
+using ScaleSparseRefusalTest = testing::ClusterFixture;
+
+TEST_F(ScaleSparseRefusalTest, AnElasticJobIsRefused) {
   if (!testing::HaveFashionMnist()) GTEST_SKIP() << "no Fashion-MNIST";
-  char pattern[] = "/tmp/ps-scale-refuse-XXXXXX";
-  ASSERT_NE(mkdtemp(pattern), nullptr);
-  const std::string dir = pattern;
-  CoordinatorOptions options;
-  options.data_dir = dir + "/coordinator";
-  options.timing.heartbeat_interval = absl::Milliseconds(50);
-  Coordinator coordinator(options);
-  ASSERT_TRUE(coordinator.Start().ok());
-  const std::string address = absl::StrCat("127.0.0.1:", coordinator.port());
-  std::vector<std::unique_ptr<ParameterServer>> servers;
-  for (int i = 0; i < 2; ++i) {
-    ParameterServerOptions server;
-    server.coordinator = address;
-    server.data_dir = absl::StrCat(dir, "/server", i);
-    servers.push_back(std::make_unique<ParameterServer>(server));
-    ASSERT_TRUE(servers.back()->Start().ok());
-  }
-  WorkerNodeOptions worker_options;
-  worker_options.coordinator = address;
-  WorkerNode worker(worker_options, CpuBackend::Create({.num_threads = 1}));
-  ASSERT_TRUE(worker.Start().ok());
-  JobClient client(JobClientOptions{address});
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator("scale-refuse"));
+  ASSERT_NO_FATAL_FAILURE(StartServers(2));
+  ASSERT_NO_FATAL_FAILURE(StartWorkers(1));
 
   v1::JobSpec spec = testing::FashionMnistMlpJob("elastic", 32, 60000, 500);
   spec.set_num_workers(1);
   spec.set_min_workers(1);
   spec.set_max_workers(2);
   spec.set_num_servers(1);
-  auto id = client.Submit(spec);
+  auto id = client_->Submit(spec);
   ASSERT_TRUE(id.ok()) << id.status();
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  v1::JobStatus status;
-  while (absl::Now() < deadline && status.state() != v1::RUNNING) {
-    auto got = client.Get(*id);
-    if (got.ok()) status = *got;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  const v1::JobStatus status = WaitFor(
+      *id, [](const v1::JobStatus& s) { return s.state() == v1::RUNNING; });
   ASSERT_EQ(status.state(), v1::RUNNING) << status.message();
-  auto elastic = client.Scale(*id, 2);
+  auto elastic = client_->Scale(*id, 2);
   EXPECT_EQ(elastic.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(elastic.status().message(), HasSubstr("is elastic"));
-  ASSERT_TRUE(client.Cancel(*id).ok());
-
-  worker.Stop();
-  for (auto& s : servers) s->Stop();
-  coordinator.Stop();
-  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(client_->Cancel(*id).ok());
 }
 
 }  // namespace

@@ -46,30 +46,6 @@ class ScaleTest : public testing::ClusterFixture {
     ASSERT_NO_FATAL_FAILURE(StartServers(3));
     ASSERT_NO_FATAL_FAILURE(StartWorkers(2));
   }
-
-  // Polls the job until `done` holds for its status (or it ended, or 60 s
-  // passed); returns the last status.
-  v1::JobStatus WaitFor(const std::string& id,
-                        const std::function<bool(const v1::JobStatus&)>& done) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    v1::JobStatus status;
-    while (absl::Now() < deadline) {
-      auto got = client_->Get(id);
-      if (got.ok()) {
-        status = *got;
-        if (done(status) || status.state() == v1::SUCCEEDED ||
-            status.state() == v1::FAILED || status.state() == v1::CANCELLED) {
-          return status;
-        }
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return status;
-  }
-
-  v1::JobStatus WaitEnd(const std::string& id) {
-    return WaitFor(id, [](const v1::JobStatus&) { return false; });
-  }
 };
 
 TEST_F(ScaleTest, BspMovesTwoToThreeToTwoAndEqualsTheUndisturbedRun) {

@@ -1,5 +1,6 @@
 // A whole cluster in one process, for the integration tests that train
-// (cluster_test, export_test, scale_test, worker_failure_test): a coordinator
+// (cluster_test, export_test, scale_test, scale_sparse_test,
+// worker_failure_test): a coordinator
 // on loopback port 0 with its data in a temporary directory (a heartbeat
 // every 50 ms, a 5 s lease), parameter servers with RocksDB in that
 // directory, workers on the CPU backend, and a JobClient. Real gRPC.
@@ -9,11 +10,13 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/job_client.h"
 #include "coordinator/coordinator.h"
@@ -45,11 +48,12 @@ class ClusterFixture : public ::testing::Test {
     client_ = std::make_unique<JobClient>(JobClientOptions{address_});
   }
 
-  // Starts `count` parameter servers, server i with its data in
+  // Starts `count` parameter servers with the options `base` (its
+  // coordinator and data_dir replaced), server i with its data in
   // dir_/server<i>.
-  void StartServers(int count) {
+  void StartServers(int count, const ParameterServerOptions& base = {}) {
     for (int i = 0; i < count; ++i) {
-      ParameterServerOptions server;
+      ParameterServerOptions server = base;
       server.coordinator = address_;
       server.data_dir = absl::StrCat(dir_, "/server", i);
       servers_.push_back(std::make_unique<ParameterServer>(server));
@@ -68,6 +72,34 @@ class ClusterFixture : public ::testing::Test {
           worker, CpuBackend::Create({.num_threads = 1})));
       ASSERT_TRUE(workers_.back()->Start().ok());
     }
+  }
+
+  // Polls job `id` until `done` holds for its status, it ended, or `timeout`
+  // passed; returns the last status.
+  v1::JobStatus WaitFor(const std::string& id,
+                        const std::function<bool(const v1::JobStatus&)>& done,
+                        absl::Duration timeout = absl::Seconds(60)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    v1::JobStatus status;
+    while (absl::Now() < deadline) {
+      auto got = client_->Get(id);
+      if (got.ok()) {
+        status = *got;
+        if (done(status) || status.state() == v1::SUCCEEDED ||
+            status.state() == v1::FAILED || status.state() == v1::CANCELLED) {
+          return status;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return status;
+  }
+
+  // WaitFor the job's end.
+  v1::JobStatus WaitEnd(const std::string& id,
+                        absl::Duration timeout = absl::Seconds(60)) {
+    return WaitFor(
+        id, [](const v1::JobStatus&) { return false; }, timeout);
   }
 
   void TearDown() override {

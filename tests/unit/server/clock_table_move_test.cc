@@ -35,7 +35,7 @@ void ExpectRefused(const ClockTable& table, int worker, int64_t clock) {
 TEST(ClockTableMoveTest, FreezesAtTheFirstClockNoPushWasAcceptedFor) {
   ClockTable table(2, 0, /*bulk_synchronous=*/true);
   ASSERT_FALSE(Push(table, 0, 0));
-  ASSERT_TRUE(Push(table, 1, 0));  // Clock 0 complete: both at 1.
+  ASSERT_TRUE(Push(table, 1, 0));   // Clock 0 complete: both at 1.
   ASSERT_FALSE(Push(table, 0, 1));  // Worker 0's clock-1 push is in the sum.
   EXPECT_EQ(table.move_version(), 0);
   // Worker 0's push of clock 1 was accepted: the frontier is 2.

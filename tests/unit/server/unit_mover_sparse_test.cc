@@ -109,7 +109,9 @@ v1::PushRequest MakePush(int64_t clock, int64_t map_version,
   push.set_map_version(map_version);
   std::vector<float> grads(ids.size() * kDim);
   for (size_t i = 0; i < grads.size(); ++i) {
-    grads[i] = 0.01f * static_cast<float>((salt * 17 + i) % 23) - 0.1f;
+    grads[i] =
+        0.01f * static_cast<float>((static_cast<size_t>(salt) * 17 + i) % 23) -
+        0.1f;
   }
   v1::SparseRows* rows = push.add_sparse();
   rows->set_table(0);
@@ -180,12 +182,12 @@ TEST_P(UnitMoverSparseTest, MovedBucketsHoldTheOwnersRowsBitForBit) {
       return absl::StatusOr<v1::FetchUnitsResponse>(
           absl::InternalError("server 1 owns nothing under map 1"));
     });
-    mover.SetRemoteFetch([&](const std::string& address,
-                             const v1::FetchUnitsRequest& request) {
-      EXPECT_EQ(address, "localhost:1000");
-      ++fetches;
-      return owner->ExportUnits(request);
-    });
+    mover.SetRemoteFetch(
+        [&](const std::string& address, const v1::FetchUnitsRequest& request) {
+          EXPECT_EQ(address, "localhost:1000");
+          ++fetches;
+          return owner->ExportUnits(request);
+        });
     mover.Sync({Moving(1, 3)});
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     while (mover.StagedVersion(kJobId) != 2 && absl::Now() < deadline) {
