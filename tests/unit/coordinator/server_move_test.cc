@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/model_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/job_manager_fixture.h"
@@ -172,6 +173,40 @@ TEST_F(ServerMoveTest, RefusesASecondMoveAndAnswersASameSizeScale) {
   EXPECT_THAT(again.status().message(), HasSubstr("in progress"));
   auto unknown = manager_->Scale("job-404", 3);
   EXPECT_TRUE(absl::IsNotFound(unknown.status())) << unknown.status();
+}
+
+// A job of an EXTERNAL model (Python SDK workers, which do not follow a map
+// change) is refused, naming why, and keeps its map.
+TEST_F(ServerMoveTest, RefusesAJobOfAnExternalModel) {
+  CreateManager();
+  v1::JobSpec spec = testing::TinyJobSpec(2, 1);
+  spec.clear_dataset();
+  v1::ModelSpec* model = spec.mutable_model();
+  model->Clear();
+  model->set_kind(v1::ModelSpec::EXTERNAL);
+  v1::TensorDecl* weight = model->add_tensors();
+  weight->set_name("linear.weight");
+  weight->add_shape(4);
+  weight->add_shape(3);
+  auto id = manager_->Submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  Register(v1::SERVER, "10.0.0.1:7000");
+  Register(v1::SERVER, "10.0.0.2:7000");
+  // A Python worker: its module's digest matches the job's tensors.
+  auto tensors = ModelTensors(spec.model());
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  v1::RegisterRequest python_worker;
+  python_worker.set_role(v1::WORKER);
+  python_worker.set_model_digest(ModelDigest(*tensors, spec.model()));
+  ASSERT_TRUE(manager_->Register(python_worker).ok());
+  manager_->Tick(absl::Now());
+  Register(v1::SERVER, "10.0.0.3:7000");
+  ASSERT_EQ(Job(*id).state(), v1::RUNNING) << Job(*id).message();
+  auto scaled = manager_->Scale(*id, 3);
+  EXPECT_TRUE(absl::IsFailedPrecondition(scaled.status())) << scaled.status();
+  EXPECT_THAT(scaled.status().message(), HasSubstr("EXTERNAL"));
+  EXPECT_EQ(Job(*id).shard_map().version(), 1);
+  EXPECT_EQ(Job(*id).map_change().version(), 0);
 }
 
 }  // namespace
