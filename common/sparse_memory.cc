@@ -188,7 +188,7 @@ SparseServerEstimate EstimateSparseServer(const v1::JobSpec& spec,
         (ev.max_rows_per_server() > 0 && ev.policy() == v1::EvictionSpec::LFU
              ? 1
              : 0);
-    e.order_bytes = orders * 16 * e.rows;
+    e.order_bytes = int64_t{orders} * 16 * e.rows;
   }
   const std::vector<int64_t> shares = SparseBudgetShares(budget_bytes, weights);
   for (int i = 0; i < tables.size(); ++i) {
