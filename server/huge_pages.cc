@@ -23,12 +23,15 @@ void* MapHugePages(size_t bytes) {
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   PS_CHECK(raw != MAP_FAILED, "huge pages: mmap of ", size + kHugePageBytes,
            " bytes: ", std::strerror(errno));
+  // Keep the aligned `size` bytes inside the mapping; unmap what is before
+  // (`lead`) and after (`kHugePageBytes - lead`).
+  char* const base = static_cast<char*>(raw);
   const auto start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = RoundUp(start, kHugePageBytes);
-  if (aligned > start) ::munmap(raw, aligned - start);
-  const size_t tail = start + size + kHugePageBytes - (aligned + size);
-  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + size), tail);
-  void* memory = reinterpret_cast<void*>(aligned);
+  const size_t lead = RoundUp(start, kHugePageBytes) - start;
+  if (lead > 0) ::munmap(base, lead);
+  const size_t tail = kHugePageBytes - lead;
+  if (tail > 0) ::munmap(base + lead + size, tail);
+  void* memory = base + lead;
   // Advice only: without transparent huge pages the memory stays usable.
   (void)::madvise(memory, size, MADV_HUGEPAGE);
   return memory;

@@ -40,6 +40,7 @@ v1::ShardMap Map(const std::vector<int64_t>& sizes,
 
 std::vector<std::string> Servers(int n) {
   std::vector<std::string> servers;
+  servers.reserve(n);
   for (int s = 0; s < n; ++s) servers.push_back("s" + std::to_string(s) + ":1");
   return servers;
 }

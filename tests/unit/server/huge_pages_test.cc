@@ -55,7 +55,7 @@ TEST(HugePagesTest, AHashMapOnTheAllocatorKeepsItsEntries) {
   for (uint32_t i = 0; i < kEntries; ++i) map.emplace(i * 2654435761u, i);
   ASSERT_EQ(map.size(), kEntries);
   for (uint32_t i = 0; i < kEntries; ++i) {
-    auto it = map.find(i * 2654435761u);
+    auto it = map.find(static_cast<uint64_t>(i * 2654435761u));
     ASSERT_NE(it, map.end());
     ASSERT_EQ(it->second, i);
   }

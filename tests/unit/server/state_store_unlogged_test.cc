@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/sparse_keys.h"
@@ -75,10 +76,11 @@ void WriteAndCrash(const std::string& path, std::function<void()> before_flush,
       _exit(1);
     }
   }
-  auto state = StateStore::Open({.path = path,
-                                 .create_if_missing = false,
-                                 .unlogged_snapshot_bytes = 0,
-                                 .before_snapshot_flush = before_flush});
+  auto state =
+      StateStore::Open({.path = path,
+                        .create_if_missing = false,
+                        .unlogged_snapshot_bytes = 0,
+                        .before_snapshot_flush = std::move(before_flush)});
   auto log = UpdateLogFiles::Open(path + "/update-log");
   if (!state.ok() || !log.ok()) _exit(1);
   const SnapshotData second(2);
