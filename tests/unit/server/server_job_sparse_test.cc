@@ -8,6 +8,7 @@
 // and agrees with a twin that has no budget.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -28,6 +29,7 @@
 #include "server/server_job.h"
 #include "tests/testing/metrics_scrape.h"
 #include "tests/testing/server_job_store_fixture.h"
+#include "tests/testing/tiny_assignment.h"
 
 namespace ps {
 namespace {
@@ -55,17 +57,8 @@ v1::Assignment MakeAssignment(const SparseJobOptions& options) {
   v1::Assignment a;
   a.set_job_id(kJobId);
   v1::JobSpec* spec = a.mutable_spec();
-  spec->set_name("sparse");
-  v1::ModelSpec* model = spec->mutable_model();
-  model->set_kind(v1::ModelSpec::EXTERNAL);
-  v1::TensorDecl* w = model->add_tensors();
-  w->set_name("w");
-  w->add_shape(3);
-  w->set_init(v1::ZEROS);
-  v1::SparseTableSpec* table = model->add_sparse_tables();
-  table->set_name("emb");
-  table->set_dim(kDim);
-  table->set_num_buckets(kBuckets);
+  *spec = testing::TinySparseSpec("sparse", kDim, kBuckets);
+  v1::SparseTableSpec* table = spec->mutable_model()->mutable_sparse_tables(0);
   if (options.rowwise_adagrad) {
     table->mutable_optimizer()->mutable_rowwise_adagrad()->set_learning_rate(
         0.1f);
@@ -73,8 +66,6 @@ v1::Assignment MakeAssignment(const SparseJobOptions& options) {
     table->mutable_optimizer()->mutable_sgd()->set_learning_rate(kLearningRate);
   }
   table->mutable_admission()->set_min_count(options.min_count);
-  spec->set_epochs(1);
-  spec->set_batch_size(1);
   spec->set_seed(11);
   spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(kLearningRate);
   spec->mutable_consistency()->set_model(options.model);
@@ -82,7 +73,6 @@ v1::Assignment MakeAssignment(const SparseJobOptions& options) {
       options.model == v1::ConsistencySpec::SSP ? 3 : 0);
   spec->set_num_workers(options.num_workers);
   spec->set_num_servers(2);
-  spec->set_block_elems(4);
   spec->set_non_finite_gradients(options.non_finite);
   ApplyJobSpecDefaults(spec);
   a.set_index(0);
@@ -91,20 +81,8 @@ v1::Assignment MakeAssignment(const SparseJobOptions& options) {
   map->set_version(1);
   map->add_servers("localhost:0");
   map->add_servers("localhost:1");
-  auto tensors = ModelTensors(spec->model());
-  EXPECT_TRUE(tensors.ok()) << tensors.status();
-  for (const BlockSpec& b : SplitIntoBlocks(*tensors, 4)) {
-    v1::BlockPlacement* p = map->add_blocks();
-    p->set_key(b.key);
-    p->set_server(0);
-    p->set_num_elems(b.num_elems);
-  }
-  for (uint32_t b = 0; b < kBuckets; ++b) {
-    v1::BlockPlacement* p = map->add_blocks();
-    p->set_key(BucketKey(0, b));
-    p->set_server(static_cast<int32_t>(b % 2));
-    p->set_num_elems(1000);
-  }
+  testing::PlaceTinySparseJob(
+      *spec, kBuckets, [](uint32_t b) { return static_cast<int>(b % 2); }, map);
   return a;
 }
 
@@ -147,7 +125,9 @@ v1::PushRequest MakePush(int worker, int64_t clock,
 Rows Gradients(int n, int salt) {
   Rows g(static_cast<size_t>(n) * kDim);
   for (size_t i = 0; i < g.size(); ++i) {
-    g[i] = 0.25f * std::sin(static_cast<float>(salt * 31 + i)) + 0.01f * salt;
+    g[i] = 0.25f * std::sin(
+                       static_cast<float>(static_cast<size_t>(salt) * 31 + i)) +
+           0.01f * salt;
   }
   return g;
 }
@@ -225,9 +205,10 @@ TEST_P(ServerJobSparseTest, RowsReadAsTheirInitializerAndReadsChangeNothing) {
   job.reset();
   auto again = Open({});
   ASSERT_NE(again, nullptr);
-  Rows expected(first.begin() + 3 * kDim, first.begin() + 4 * kDim);
-  expected.insert(expected.end(), first.begin() + kDim,
-                  first.begin() + 2 * kDim);
+  constexpr std::ptrdiff_t kRow = kDim;
+  Rows expected(first.begin() + 3 * kRow, first.begin() + 4 * kRow);
+  expected.insert(expected.end(), first.begin() + kRow,
+                  first.begin() + 2 * kRow);
   EXPECT_EQ(RowsNow(*again, 0, {ids[3], ids[1]}), expected);
 }
 
@@ -259,8 +240,9 @@ TEST_P(ServerJobSparseTest, BspAveragesRowsOverAllWorkers) {
   const Rows g = Gradients(2, 2);  // Worker 0: ids 0 and 1.
   const Rows h = Gradients(2, 3);  // Worker 1: ids 1 and 2.
   absl::StatusOr<v1::PushResponse> first = absl::UnknownError("parked");
-  job->Push(MakePush(0, 0, {ids[0], ids[1]}, g),
-            [&first](absl::StatusOr<v1::PushResponse> r) { first = r; });
+  job->Push(
+      MakePush(0, 0, {ids[0], ids[1]}, g),
+      [&first](absl::StatusOr<v1::PushResponse> r) { first = std::move(r); });
   ASSERT_TRUE(job->Flush().ok());
   EXPECT_TRUE(absl::IsUnknown(first.status()));  // Waits for worker 1.
   ASSERT_TRUE(Push(*job, MakePush(1, 0, {ids[1], ids[2]}, h)).ok());

@@ -25,6 +25,7 @@
 #include "server/server_job.h"
 #include "server/unit_mover.h"
 #include "tests/testing/server_job_store_fixture.h"
+#include "tests/testing/tiny_assignment.h"
 
 namespace ps {
 namespace {
@@ -41,28 +42,16 @@ v1::Assignment MakeAssignment(int index, int64_t version) {
   v1::Assignment a;
   a.set_job_id(kJobId);
   v1::JobSpec* spec = a.mutable_spec();
-  spec->set_name("move");
-  v1::ModelSpec* model = spec->mutable_model();
-  model->set_kind(v1::ModelSpec::EXTERNAL);
-  v1::TensorDecl* w = model->add_tensors();
-  w->set_name("w");
-  w->add_shape(3);
-  w->set_init(v1::ZEROS);
-  v1::SparseTableSpec* table = model->add_sparse_tables();
-  table->set_name("emb");
-  table->set_dim(kDim);
-  table->set_num_buckets(kBuckets);
+  *spec = testing::TinySparseSpec("move", kDim, kBuckets);
+  v1::SparseTableSpec* table = spec->mutable_model()->mutable_sparse_tables(0);
   table->mutable_optimizer()->mutable_rowwise_adagrad()->set_learning_rate(
       0.1f);
   table->mutable_admission()->set_min_count(2);
-  spec->set_epochs(1);
-  spec->set_batch_size(1);
   spec->set_seed(5);
   spec->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.5f);
   spec->mutable_consistency()->set_model(v1::ConsistencySpec::BSP);
   spec->set_num_workers(1);
   spec->set_num_servers(1);
-  spec->set_block_elems(4);
   ApplyJobSpecDefaults(spec);
   a.set_index(index);
   a.set_num_workers(1);
@@ -70,20 +59,8 @@ v1::Assignment MakeAssignment(int index, int64_t version) {
   map->set_version(version);
   map->add_servers("localhost:1000");
   if (version > 1) map->add_servers("localhost:1001");
-  auto tensors = ModelTensors(spec->model());
-  EXPECT_TRUE(tensors.ok()) << tensors.status();
-  for (const BlockSpec& b : SplitIntoBlocks(*tensors, 4)) {
-    v1::BlockPlacement* p = map->add_blocks();
-    p->set_key(b.key);
-    p->set_server(0);
-    p->set_num_elems(b.num_elems);
-  }
-  for (uint32_t b = 0; b < kBuckets; ++b) {
-    v1::BlockPlacement* p = map->add_blocks();
-    p->set_key(BucketKey(0, b));
-    p->set_server(version > 1 ? 1 : 0);
-    p->set_num_elems(1000);
-  }
+  testing::PlaceTinySparseJob(
+      *spec, kBuckets, [&](uint32_t) { return version > 1 ? 1 : 0; }, map);
   return a;
 }
 
