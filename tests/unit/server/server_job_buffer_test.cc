@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/server_job.h"
+#include "tests/testing/server_job_calls.h"
 #include "tests/testing/server_job_store_fixture.h"
 
 namespace ps {
@@ -75,14 +76,7 @@ v1::Assignment MakeAssignment(v1::ConsistencySpec::Model consistency) {
   v1::ShardMap* map = a.mutable_shard_map();
   map->set_version(1);
   map->add_servers("localhost:0");
-  auto tensors = ModelTensors(spec->model());
-  EXPECT_TRUE(tensors.ok()) << tensors.status();
-  for (const BlockSpec& b : SplitIntoBlocks(*tensors, 4)) {
-    v1::BlockPlacement* p = map->add_blocks();
-    p->set_key(b.key);
-    p->set_server(0);
-    p->set_num_elems(b.num_elems);
-  }
+  testing::PlaceEveryBlockOnServer0(&a, 4);
   return a;
 }
 

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/server_job.h"
+#include "tests/testing/server_job_calls.h"
 #include "tests/testing/server_job_store_fixture.h"
 
 namespace ps {
@@ -25,7 +26,11 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-using Values = std::map<uint64_t, std::vector<float>>;
+using Values = testing::BlockValues;
+using testing::PullResult;
+using testing::PushResult;
+using testing::StartPush;
+using testing::ValuesOf;
 
 constexpr uint64_t kSeed = 7;
 constexpr int64_t kMapVersion = 1;
@@ -71,14 +76,7 @@ v1::Assignment MakeAssignment(int parts) {
   v1::ShardMap* map = assignment.mutable_shard_map();
   map->set_version(kMapVersion);
   map->add_servers("localhost:0");
-  auto tensors = ModelTensors(assignment.spec().model());
-  EXPECT_TRUE(tensors.ok()) << tensors.status();
-  for (const BlockSpec& b : SplitIntoBlocks(*tensors, 4)) {
-    v1::BlockPlacement* p = map->add_blocks();
-    p->set_key(b.key);
-    p->set_server(0);
-    p->set_num_elems(b.num_elems);
-  }
+  testing::PlaceEveryBlockOnServer0(&assignment, 4);
   return assignment;
 }
 
@@ -97,33 +95,8 @@ Values Gradients(int salt, std::vector<uint64_t> keys = {kW0, kW1, kB0}) {
 }
 
 v1::PushRequest MakePush(int worker, int64_t clock, const Values& gradients) {
-  v1::PushRequest request;
-  request.set_job_id(kJobId);
-  request.set_worker_index(worker);
-  request.set_clock(clock);
-  request.set_map_version(kMapVersion);
-  for (const auto& [key, g] : gradients) {
-    v1::Block* block = request.add_gradients();
-    block->set_key(key);
-    EncodeFloats(g, block->mutable_data());
-  }
-  return request;
+  return testing::FloatPush(kJobId, worker, clock, kMapVersion, gradients);
 }
-
-Values ValuesOf(const v1::PullResponse& reply) {
-  Values values;
-  for (const v1::Block& b : reply.blocks()) {
-    std::vector<float>& v = values[b.key()];
-    v.resize(FloatCount(b.data()));
-    DecodeFloats(b.data(), v);
-  }
-  return values;
-}
-
-struct PullResult {
-  int calls = 0;
-  absl::StatusOr<v1::PullResponse> reply = absl::UnknownError("not called");
-};
 
 std::shared_ptr<PullResult> StartPull(ServerJob& job, int worker, int64_t clock,
                                       std::vector<uint64_t> keys = {}) {
@@ -133,30 +106,7 @@ std::shared_ptr<PullResult> StartPull(ServerJob& job, int worker, int64_t clock,
   request.set_clock(clock);
   request.set_map_version(kMapVersion);
   for (uint64_t k : keys) request.add_keys(k);
-  auto result = std::make_shared<PullResult>();
-  job.Pull(request, [result](absl::StatusOr<v1::PullResponse> reply) {
-    ++result->calls;
-    result->reply = std::move(reply);
-  });
-  return result;
-}
-
-struct PushResult {
-  int calls = 0;
-  absl::StatusOr<v1::PushResponse> reply = absl::UnknownError("not called");
-};
-
-// Pushes and waits for the update log, so that what the push completes
-// has been answered.
-std::shared_ptr<PushResult> StartPush(ServerJob& job,
-                                      const v1::PushRequest& request) {
-  auto result = std::make_shared<PushResult>();
-  job.Push(request, [result](absl::StatusOr<v1::PushResponse> reply) {
-    ++result->calls;
-    result->reply = std::move(reply);
-  });
-  EXPECT_TRUE(job.Flush().ok());
-  return result;
+  return testing::SendPull(job, request);
 }
 
 void ExpectAcked(const std::shared_ptr<PushResult>& push, bool duplicate) {

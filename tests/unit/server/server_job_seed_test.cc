@@ -28,6 +28,7 @@
 #include "server/rocksdb_shard_store.h"
 #include "server/server_job.h"
 #include "server/server_metrics.h"
+#include "tests/testing/server_job_calls.h"
 #include "tests/testing/server_job_store_fixture.h"
 
 namespace ps {
@@ -36,7 +37,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-using Values = std::map<uint64_t, std::vector<float>>;
+using Values = testing::BlockValues;
+using testing::PullResult;
+using testing::ValuesOf;
 
 constexpr char kJobId[] = "job-000001";
 constexpr float kLearningRate = 0.5f;
@@ -90,14 +93,7 @@ v1::Assignment MakeAssignment(v1::Durability durability, bool external = true) {
   v1::ShardMap* map = a.mutable_shard_map();
   map->set_version(1);
   map->add_servers("localhost:0");
-  auto tensors = ModelTensors(spec->model());
-  EXPECT_TRUE(tensors.ok()) << tensors.status();
-  for (const BlockSpec& b : SplitIntoBlocks(*tensors, 4)) {
-    v1::BlockPlacement* p = map->add_blocks();
-    p->set_key(b.key);
-    p->set_server(0);
-    p->set_num_elems(b.num_elems);
-  }
+  testing::PlaceEveryBlockOnServer0(&a, 4);
   return a;
 }
 
@@ -144,33 +140,13 @@ Values ModuleValues(float offset = 0) {
           {kW1, {5 + offset, 6 + offset}}};
 }
 
-struct PullResult {
-  int calls = 0;
-  absl::StatusOr<v1::PullResponse> reply = absl::UnknownError("not called");
-};
-
 std::shared_ptr<PullResult> StartPull(ServerJob& job, int64_t clock) {
   v1::PullRequest request;
   request.set_job_id(kJobId);
   request.set_worker_index(0);
   request.set_clock(clock);
   request.set_map_version(1);
-  auto result = std::make_shared<PullResult>();
-  job.Pull(request, [result](absl::StatusOr<v1::PullResponse> reply) {
-    ++result->calls;
-    result->reply = std::move(reply);
-  });
-  return result;
-}
-
-Values ValuesOf(const v1::PullResponse& reply) {
-  Values values;
-  for (const v1::Block& b : reply.blocks()) {
-    std::vector<float>& v = values[b.key()];
-    v.resize(FloatCount(b.data()));
-    DecodeFloats(b.data(), v);
-  }
-  return values;
+  return testing::SendPull(job, request);
 }
 
 v1::PushRequest MakePush(int64_t clock, float g) {
