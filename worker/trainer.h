@@ -214,6 +214,19 @@ class Trainer {
   // `prefetch_next`). Errors: the stream's, pull's, compute's or push's.
   absl::StatusOr<StepTimes> RunCtrStep(CtrPipeline& pipeline, int64_t clock,
                                        bool prefetch_next);
+  // RunCtrStep's steps. Fills the slot of step `clock` with its batch and
+  // starts its pull. Errors: the stream's.
+  absl::Status StartCtrPull(CtrPipeline& pipeline, int64_t clock);
+  // Waits for the pull of step `clock` (made ahead, or started now). Errors:
+  // the stream's, the pull's (the push's when a failed push cancelled it).
+  absl::Status AwaitCtrPull(CtrPipeline& pipeline, int64_t clock);
+  // Computes the gradients of step `clock`'s slot (clipped); returns the
+  // loss. Errors: the model's.
+  absl::StatusOr<float> ComputeCtrStep(CtrPipeline& pipeline, int64_t clock);
+  // Starts the push of step `clock`'s slot (no push in flight).
+  void StartCtrPush(CtrPipeline& pipeline, int64_t clock);
+  // Waits for the push in flight, if any, and records it. Errors: the push's.
+  absl::Status FinishCtrPush(CtrPipeline& pipeline);
   // AUC, log loss and accuracy (at 0.5) of the CTR model at `clock` on the
   // test file, streamed (`final` as for Evaluate).
   absl::StatusOr<Evaluation> EvaluateCtr(int64_t clock, bool final);

@@ -184,67 +184,61 @@ absl::Status FillSlot(CtrSampleStream& samples, int64_t steps, int batch,
 
 }  // namespace
 
-absl::StatusOr<Trainer::StepTimes> Trainer::RunCtrStep(CtrPipeline& pipeline,
-                                                       int64_t clock,
-                                                       bool prefetch_next) {
-  StepTimes times;
-  times.start = absl::Now();
-  const int batch = assignment_.spec().batch_size();
-  // Starts step c's pull into its slot (the slot filled first).
-  auto start_pull = [&](int64_t c) -> absl::Status {
-    CtrSlot& slot = pipeline.slots[c % 2];
-    PS_RETURN_IF_ERROR(FillSlot(pipeline.samples, pipeline.steps, batch, c,
-                                *ctr_model_, slot));
-    pipeline.pull.Start(c, [&](ParameterClient::Done done) {
-      client_->PullStepAsync(c, &slot.params, &slot.sparse, std::move(done));
-    });
-    return absl::OkStatus();
-  };
-  // Waits for the push in flight, if any, and records it.
-  auto finish_push = [&]() -> absl::Status {
-    const absl::Time waited_from = absl::Now();
-    const PendingCall::Result pushed = pipeline.push.Wait();
-    if (pushed.clock < 0) return absl::OkStatus();
-    PS_RETURN_IF_ERROR(pushed.status);
-    RecordPush(pushed.clock, pushed.duration, absl::Now() - waited_from);
-    return absl::OkStatus();
-  };
-
+absl::Status Trainer::StartCtrPull(CtrPipeline& pipeline, int64_t clock) {
   CtrSlot& slot = pipeline.slots[clock % 2];
+  PS_RETURN_IF_ERROR(FillSlot(pipeline.samples, pipeline.steps,
+                              assignment_.spec().batch_size(), clock,
+                              *ctr_model_, slot));
+  pipeline.pull.Start(clock, [&](ParameterClient::Done done) {
+    client_->PullStepAsync(clock, &slot.params, &slot.sparse, std::move(done));
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::FinishCtrPush(CtrPipeline& pipeline) {
+  const absl::Time waited_from = absl::Now();
+  const PendingCall::Result pushed = pipeline.push.Wait();
+  if (pushed.clock < 0) return absl::OkStatus();
+  PS_RETURN_IF_ERROR(pushed.status);
+  RecordPush(pushed.clock, pushed.duration, absl::Now() - waited_from);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AwaitCtrPull(CtrPipeline& pipeline, int64_t clock) {
+  const CtrSlot& slot = pipeline.slots[clock % 2];
   if (!pipeline.pull.busy() || slot.clock != clock) {
     PS_CHECK(!pipeline.pull.busy(), "a pull for another step in flight");
-    PS_RETURN_IF_ERROR(start_pull(clock));
+    PS_RETURN_IF_ERROR(StartCtrPull(pipeline, clock));
   }
   if (absl::Status pulled = pipeline.pull.Wait().status; !pulled.ok()) {
     // CANCELLED while a push was in flight: that push failed (it cancels
     // the client), and its error is the cause.
     if (absl::IsCancelled(pulled) && !stop_ && pipeline.push.busy()) {
-      PS_RETURN_IF_ERROR(finish_push());
+      PS_RETURN_IF_ERROR(FinishCtrPush(pipeline));
     }
     return pulled;
   }
-  times.pulled = absl::Now();
-  // Within an epoch (worker 0 pulls to evaluate at its end), the next
-  // step's pull: under BSP the servers answer it once every worker's push
-  // of this clock is applied.
-  if (prefetch_next && options_.prefetch_pull) {
-    PS_RETURN_IF_ERROR(start_pull(clock + 1));
-  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> Trainer::ComputeCtrStep(CtrPipeline& pipeline,
+                                              int64_t clock) {
+  CtrSlot& slot = pipeline.slots[clock % 2];
   ctr_model_->UsePrepared(&slot.prepared);
   slot.clock = -1;  // Its batch is the model's now.
   PS_RETURN_IF_ERROR(ctr_model_->SetParameters(slot.params));
   PS_ASSIGN_OR_RETURN(
-      times.loss, ctr_model_->ComputeGradients(
-                      BatchOf(slot.dense, slot.ids, slot.labels),
-                      slot.sparse.rows, &slot.grads, &slot.sparse.row_grads));
+      const float loss,
+      ctr_model_->ComputeGradients(BatchOf(slot.dense, slot.ids, slot.labels),
+                                   slot.sparse.rows, &slot.grads,
+                                   &slot.sparse.row_grads));
   RecordClipping(
       ClipGradients(assignment_.spec().gradient_clipping(), &slot.grads));
-  times.computed = absl::Now();
-  // The servers take a worker's pushes in clock order: the previous one
-  // first. The push reads the row gradients before Start returns; the dense
-  // gradients stay in the slot, which the step after next fills again only
-  // after this push is waited for.
-  PS_RETURN_IF_ERROR(finish_push());
+  return loss;
+}
+
+void Trainer::StartCtrPush(CtrPipeline& pipeline, int64_t clock) {
+  CtrSlot& slot = pipeline.slots[clock % 2];
   pipeline.push.Start(
       clock,
       [&](ParameterClient::Done done) {
@@ -254,9 +248,32 @@ absl::StatusOr<Trainer::StepTimes> Trainer::RunCtrStep(CtrPipeline& pipeline,
       // A failed push ends training, and a pull made ahead would wait for
       // this worker's clock in vain: cancelling ends it at once.
       [this](const absl::Status&) { client_->Cancel(); });
+}
+
+absl::StatusOr<Trainer::StepTimes> Trainer::RunCtrStep(CtrPipeline& pipeline,
+                                                       int64_t clock,
+                                                       bool prefetch_next) {
+  StepTimes times;
+  times.start = absl::Now();
+  PS_RETURN_IF_ERROR(AwaitCtrPull(pipeline, clock));
+  times.pulled = absl::Now();
+  // Within an epoch (worker 0 pulls to evaluate at its end), the next
+  // step's pull: under BSP the servers answer it once every worker's push
+  // of this clock is applied.
+  if (prefetch_next && options_.prefetch_pull) {
+    PS_RETURN_IF_ERROR(StartCtrPull(pipeline, clock + 1));
+  }
+  PS_ASSIGN_OR_RETURN(times.loss, ComputeCtrStep(pipeline, clock));
+  times.computed = absl::Now();
+  // The servers take a worker's pushes in clock order: the previous one
+  // first. The push reads the row gradients before Start returns; the dense
+  // gradients stay in the slot, which the step after next fills again only
+  // after this push is waited for.
+  PS_RETURN_IF_ERROR(FinishCtrPush(pipeline));
+  StartCtrPush(pipeline, clock);
   // At an epoch's end the push must be in before the epoch is reported.
   if (!prefetch_next || !options_.overlap_push) {
-    PS_RETURN_IF_ERROR(finish_push());
+    PS_RETURN_IF_ERROR(FinishCtrPush(pipeline));
   }
   times.pushed = absl::Now();
   if (options_.slowdown > 1.0) {
