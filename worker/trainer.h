@@ -270,6 +270,12 @@ class Trainer {
   absl::Status ReportInterval(int epoch, int64_t clock, bool epoch_end,
                               const Plan& plan, absl::Time now,
                               Interval* interval, Pipeline& pipeline);
+  // Adds the step at `clock` (`times`) to `interval`, and reports it
+  // (ReportInterval) once options_.report_interval has passed since it
+  // started or at an epoch's end. Errors: ReportInterval's.
+  absl::Status AddToInterval(const StepTimes& times, int epoch, int64_t clock,
+                             bool epoch_end, const Plan& plan,
+                             Interval* interval, Pipeline& pipeline);
   // Records an acknowledged push of `clock`: the ack log line and the push
   // metrics (`blocked`: how long training waited for it).
   void RecordPush(int64_t clock, absl::Duration took, absl::Duration blocked);

@@ -168,13 +168,8 @@ absl::Status Trainer::RunElasticPass(const ElasticPlan& elastic,
                   " leaves after clock ", clock);
       return absl::OkStatus();
     }
-    interval.loss += times.loss;
-    ++interval.steps;
-    if (times.pushed - interval.start >= options_.report_interval ||
-        epoch_end) {
-      PS_RETURN_IF_ERROR(ReportInterval(epoch, clock, epoch_end, plan,
-                                        times.pushed, &interval, pipeline));
-    }
+    PS_RETURN_IF_ERROR(AddToInterval(times, epoch, clock, epoch_end, plan,
+                                     &interval, pipeline));
   }
   if (plan.resume_clock >= plan.total_clocks) {
     // Every clock of this place was pushed before (by itself, before a

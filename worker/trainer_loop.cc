@@ -33,21 +33,28 @@ absl::Status Trainer::RunClocks(const Plan& plan, Pipeline& pipeline,
       PS_ASSIGN_OR_RETURN(StepTimes times,
                           step_at(batch_order, clock, prefetch_next));
       RecordStepMetrics(times, batch, &marks);
-      interval.loss += times.loss;
-      ++interval.steps;
-
       const bool epoch_end = step + 1 == plan.steps;
-      if (times.pushed - interval.start >= options_.report_interval ||
-          epoch_end) {
-        PS_RETURN_IF_ERROR(ReportInterval(epoch, clock, epoch_end, plan,
-                                          times.pushed, &interval, pipeline));
-      }
+      PS_RETURN_IF_ERROR(AddToInterval(times, epoch, clock, epoch_end, plan,
+                                       &interval, pipeline));
     }
   }
   if (plan.resume_clock >= plan.total_clocks) {
     // The previous holder of this place pushed everything before it was lost;
     // only the end of the last epoch remains.
     return EndAfterLastClock(plan.total_clocks);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AddToInterval(const StepTimes& times, int epoch,
+                                    int64_t clock, bool epoch_end,
+                                    const Plan& plan, Interval* interval,
+                                    Pipeline& pipeline) {
+  interval->loss += times.loss;
+  ++interval->steps;
+  if (times.pushed - interval->start >= options_.report_interval || epoch_end) {
+    PS_RETURN_IF_ERROR(ReportInterval(epoch, clock, epoch_end, plan,
+                                      times.pushed, interval, pipeline));
   }
   return absl::OkStatus();
 }
