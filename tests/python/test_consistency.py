@@ -12,9 +12,9 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 import paramserver as ps  # noqa: E402
-from paramserver._cluster import encode_bf16, encode_fp16  # noqa: E402
 from paramserver.data import epoch_order  # noqa: E402
 from cluster import binary  # noqa: E402
+import sixteen_bit  # noqa: E402
 from workers import common  # noqa: E402
 
 
@@ -65,34 +65,11 @@ def test_ssp_and_asp(cluster, consistency):
     client.close()
 
 
-def roundtrip(grad, encoding):
-    if encoding == "FP16":
-        return encode_fp16(grad).view(np.float16).astype(np.float32)
-    return (encode_bf16(grad).astype(np.uint32) << 16).view(np.float32)
-
-
 @pytest.mark.parametrize("encoding", ["FP16", "BF16"])
 def test_sixteen_bit_wire_gradients(cluster, encoding):
-    coordinator = cluster.start(servers=1, durable=False)
-    torch.manual_seed(0)
-    module = common.Small()
-    reference = common.Small()
-    reference.load_state_dict(module.state_dict())
-    samples = 120
-    x, y = common.synthetic(samples)
-    spec = {"name": "wire", "model": ps.torch.model_spec(module),
-            "epochs": 1, "batch_size": 10, "seed": 3,
-            "optimizer": {"sgd": {"learning_rate": 0.5}},
-            "mixed_precision": {"wire_gradients": encoding},
-            "num_workers": 1, "num_servers": 1, "durability": "MEMORY"}
-    client = ps.JobClient(coordinator)
-    job = client.submit(spec)
-    with ps.torch.Worker(coordinator, module, job=job) as worker:
-        for _, batches in worker.epochs((x, y)):
-            for xb, yb in batches:
-                F.cross_entropy(module(xb), yb).backward()
-                worker.step()
-    assert client.wait(job, timeout=60).state == ps.v1.SUCCEEDED
+    coordinator, client, job, reference, x, y = sixteen_bit.train_small(
+        cluster, "wire", {"wire_gradients": encoding})
+    samples = sixteen_bit.SAMPLES
     # The reference: SGD whose every gradient is rounded to the format and
     # decoded back, as the servers apply it.
     order = epoch_order(samples, 1, 0, 3, 0)
@@ -102,7 +79,8 @@ def test_sixteen_bit_wire_gradients(cluster, encoding):
         F.cross_entropy(reference(x[idx]), y[idx]).backward()
         with torch.no_grad():
             for p in reference.parameters():
-                g = roundtrip(p.grad.numpy().reshape(-1), encoding)
+                g = sixteen_bit.roundtrip(p.grad.numpy().reshape(-1),
+                                          encoding)
                 p -= 0.5 * torch.from_numpy(g).reshape(p.shape)
     exported = client.export(job)
     for name, p in reference.named_parameters():

@@ -8,17 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
-import paramserver as ps  # noqa: E402
 from paramserver._cluster import (decode_values, encode_bf16,  # noqa: E402
                                   encode_fp16)
 from paramserver.data import epoch_order  # noqa: E402
-from workers import common  # noqa: E402
-
-
-def roundtrip(values, encoding):
-    if encoding == "FP16":
-        return encode_fp16(values).view(np.float16).astype(np.float32)
-    return (encode_bf16(values).astype(np.uint32) << 16).view(np.float32)
+import sixteen_bit  # noqa: E402
 
 
 def test_decode_values_is_exact():
@@ -28,7 +21,7 @@ def test_decode_values_is_exact():
         bits = (encode_fp16 if name == "FP16" else encode_bf16)(values)
         np.testing.assert_array_equal(
             decode_values(bits.astype("<u2").tobytes(), code),
-            roundtrip(values, name))
+            sixteen_bit.roundtrip(values, name))
     np.testing.assert_array_equal(
         decode_values(values.astype("<f4").tobytes(), 0), values)
     with pytest.raises(ValueError):
@@ -37,26 +30,9 @@ def test_decode_values_is_exact():
 
 @pytest.mark.parametrize("encoding", ["FP16", "BF16"])
 def test_sixteen_bit_wire_parameters(cluster, encoding):
-    coordinator = cluster.start(servers=1, durable=False)
-    torch.manual_seed(0)
-    module = common.Small()
-    reference = common.Small()
-    reference.load_state_dict(module.state_dict())
-    samples = 120
-    x, y = common.synthetic(samples)
-    spec = {"name": "wire-params", "model": ps.torch.model_spec(module),
-            "epochs": 1, "batch_size": 10, "seed": 3,
-            "optimizer": {"sgd": {"learning_rate": 0.5}},
-            "mixed_precision": {"wire_parameters": encoding},
-            "num_workers": 1, "num_servers": 1, "durability": "MEMORY"}
-    client = ps.JobClient(coordinator)
-    job = client.submit(spec)
-    with ps.torch.Worker(coordinator, module, job=job) as worker:
-        for _, batches in worker.epochs((x, y)):
-            for xb, yb in batches:
-                F.cross_entropy(module(xb), yb).backward()
-                worker.step()
-    assert client.wait(job, timeout=60).state == ps.v1.SUCCEEDED
+    _, client, job, reference, x, y = sixteen_bit.train_small(
+        cluster, "wire-params", {"wire_parameters": encoding})
+    samples = sixteen_bit.SAMPLES
     # The reference: float32 master values; each step's gradient is taken
     # at the master values rounded to the format and applied to the master
     # values, as the servers do.
@@ -68,7 +44,7 @@ def test_sixteen_bit_wire_parameters(cluster, encoding):
         with torch.no_grad():
             for n, p in reference.named_parameters():
                 p.copy_(torch.from_numpy(
-                    roundtrip(master[n].reshape(-1), encoding)
+                    sixteen_bit.roundtrip(master[n].reshape(-1), encoding)
                 ).reshape(p.shape))
         reference.zero_grad()
         F.cross_entropy(reference(x[idx]), y[idx]).backward()
