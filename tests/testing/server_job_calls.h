@@ -6,6 +6,7 @@
 #define PS_TESTS_TESTING_SERVER_JOB_CALLS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -71,40 +72,42 @@ inline void PlaceEveryBlockOnServer0(v1::Assignment* assignment,
   }
 }
 
-// The state of one Pull: whether its callback ran, and with what.
-struct PullResult {
+// The state of one call (a Pull or a Push): whether its callback ran, and
+// with what.
+template <typename Response>
+struct CallResult {
   int calls = 0;
-  absl::StatusOr<v1::PullResponse> reply = absl::UnknownError("not called");
+  absl::StatusOr<Response> reply = absl::UnknownError("not called");
 };
+using PullResult = CallResult<v1::PullResponse>;
+// A Push's callback is parked under BSP until the clock applies.
+using PushResult = CallResult<v1::PushResponse>;
+
+// A callback that counts its calls and keeps the reply in `result`.
+template <typename Response>
+std::function<void(absl::StatusOr<Response>)> KeepIn(
+    std::shared_ptr<CallResult<Response>> result) {
+  return [result = std::move(result)](absl::StatusOr<Response> reply) {
+    ++result->calls;
+    result->reply = std::move(reply);
+  };
+}
 
 // Sends `request` to `job`; the result fills in when the pull is answered
 // (at once, or when the clock it waits for comes).
 inline std::shared_ptr<PullResult> SendPull(ServerJob& job,
                                             const v1::PullRequest& request) {
   auto result = std::make_shared<PullResult>();
-  job.Pull(request, [result](absl::StatusOr<v1::PullResponse> reply) {
-    ++result->calls;
-    result->reply = std::move(reply);
-  });
+  job.Pull(request, KeepIn(result));
   return result;
 }
-
-// The state of one Push: whether its callback ran (it is parked under BSP
-// until the clock applies), and with what.
-struct PushResult {
-  int calls = 0;
-  absl::StatusOr<v1::PushResponse> reply = absl::UnknownError("not called");
-};
 
 // Pushes `request` and waits for the job's update-log writer thread, so that
 // what the push completes has been answered.
 inline std::shared_ptr<PushResult> StartPush(ServerJob& job,
                                              const v1::PushRequest& request) {
   auto result = std::make_shared<PushResult>();
-  job.Push(request, [result](absl::StatusOr<v1::PushResponse> reply) {
-    ++result->calls;
-    result->reply = std::move(reply);
-  });
+  job.Push(request, KeepIn(result));
   EXPECT_TRUE(job.Flush().ok());
   return result;
 }

@@ -50,6 +50,7 @@ inline const uint64_t kW0 = BlockKey(0, 0);  // 4 values.
 inline const uint64_t kW1 = BlockKey(0, 1);  // 2 values.
 inline const uint64_t kB0 = BlockKey(1, 0);  // 2 values.
 
+// What the tests vary of the tiny job.
 struct JobOptions {
   v1::ConsistencySpec::Model model = v1::ConsistencySpec::SSP;
   int32_t staleness = 0;
@@ -58,8 +59,10 @@ struct JobOptions {
   v1::NonFinitePolicy non_finite = v1::NON_FINITE_POLICY_UNSPECIFIED;
   bool adam = false;  // Adam (defaults) instead of plain SGD.
   bool lamb = false;  // LAMB (defaults): not range-wise (whole blocks).
+  int32_t pipeline_parts = 0;  // ConsistencySpec.pipeline_parts (0: none).
 };
 
+// The job's spec, completed as the coordinator completes it at submit.
 inline v1::JobSpec Spec(const JobOptions& options) {
   v1::JobSpec spec;
   spec.set_name("tiny");
@@ -84,6 +87,7 @@ inline v1::JobSpec Spec(const JobOptions& options) {
   }
   spec.mutable_consistency()->set_model(options.model);
   spec.mutable_consistency()->set_staleness(options.staleness);
+  spec.mutable_consistency()->set_pipeline_parts(options.pipeline_parts);
   spec.set_num_workers(options.num_workers);
   spec.set_num_servers(1);
   spec.set_block_elems(4);

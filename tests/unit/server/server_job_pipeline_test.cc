@@ -19,6 +19,7 @@
 #include "server/server_job.h"
 #include "tests/testing/server_job_calls.h"
 #include "tests/testing/server_job_store_fixture.h"
+#include "tests/unit/server/server_job_fixture.h"
 
 namespace ps {
 namespace {
@@ -32,52 +33,28 @@ using testing::PushResult;
 using testing::StartPush;
 using testing::ValuesOf;
 
-constexpr uint64_t kSeed = 7;
-constexpr int64_t kMapVersion = 1;
-constexpr char kJobId[] = "job-000001";
+using server_job_test::kB0;
+using server_job_test::kJobId;
+using server_job_test::kW0;
+using server_job_test::kW1;
+using server_job_test::MakePush;
+using server_job_test::StartPull;
 
-// Softmax regression 3 -> 2 in blocks of at most 4 values.
-const uint64_t kW0 = BlockKey(0, 0);  // 4 values.
-const uint64_t kW1 = BlockKey(0, 1);  // 2 values.
-const uint64_t kB0 = BlockKey(1, 0);  // 2 values.
-
+// The tiny job of server_job_fixture.h under `model`, Adam on 2 workers, its
+// step pushed in `parts` parts.
 v1::JobSpec Spec(int parts, v1::ConsistencySpec::Model model) {
-  v1::JobSpec spec;
-  spec.set_name("tiny");
-  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
-  spec.mutable_model()->set_input_dim(3);
-  spec.mutable_model()->set_num_classes(2);
-  auto* dataset = spec.mutable_dataset();
-  dataset->set_format(v1::DatasetSpec::IDX);
-  dataset->set_train_images("train-images");
-  dataset->set_train_labels("train-labels");
-  dataset->set_test_images("test-images");
-  dataset->set_test_labels("test-labels");
-  spec.set_epochs(1);
-  spec.set_batch_size(1);
-  spec.set_seed(kSeed);
-  spec.mutable_optimizer()->mutable_adam()->set_learning_rate(0.01f);
-  spec.mutable_consistency()->set_model(model);
-  spec.mutable_consistency()->set_pipeline_parts(parts);
-  spec.set_num_workers(2);
-  spec.set_num_servers(1);
-  spec.set_block_elems(4);
-  spec.set_durability(v1::WAL);
-  ApplyJobSpecDefaults(&spec);
-  return spec;
+  return server_job_test::Spec({.model = model,
+                                .num_workers = 2,
+                                .adam = true,
+                                .pipeline_parts = parts});
 }
 
+// Server 0's assignment of Spec(parts, BSP), holding every block.
 v1::Assignment MakeAssignment(int parts) {
-  v1::Assignment assignment;
-  assignment.set_job_id(kJobId);
-  *assignment.mutable_spec() = Spec(parts, v1::ConsistencySpec::BSP);
-  assignment.set_index(0);
-  assignment.set_num_workers(2);
-  v1::ShardMap* map = assignment.mutable_shard_map();
-  map->set_version(kMapVersion);
-  map->add_servers("localhost:0");
-  testing::PlaceEveryBlockOnServer0(&assignment, 4);
-  return assignment;
+  return server_job_test::MakeAssignment({.model = v1::ConsistencySpec::BSP,
+                                          .num_workers = 2,
+                                          .adam = true,
+                                          .pipeline_parts = parts});
 }
 
 // A gradient for each of `keys`, distinct per `salt`, not exactly
@@ -92,21 +69,6 @@ Values Gradients(int salt, std::vector<uint64_t> keys = {kW0, kW1, kB0}) {
     }
   }
   return g;
-}
-
-v1::PushRequest MakePush(int worker, int64_t clock, const Values& gradients) {
-  return testing::FloatPush(kJobId, worker, clock, kMapVersion, gradients);
-}
-
-std::shared_ptr<PullResult> StartPull(ServerJob& job, int worker, int64_t clock,
-                                      std::vector<uint64_t> keys = {}) {
-  v1::PullRequest request;
-  request.set_job_id(kJobId);
-  request.set_worker_index(worker);
-  request.set_clock(clock);
-  request.set_map_version(kMapVersion);
-  for (uint64_t k : keys) request.add_keys(k);
-  return testing::SendPull(job, request);
 }
 
 void ExpectAcked(const std::shared_ptr<PushResult>& push, bool duplicate) {
