@@ -4,6 +4,7 @@
 // (and Echo for reference); --wal adds a push on servers with a WAL, --wire a
 // push and a pull in each 16-bit format against the FP32 ones.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -100,9 +101,9 @@ void RunConfig(const Flags& flags, const DenseModel& model, int servers,
                const std::vector<std::string>& base_addresses,
                std::vector<Row>* rows) {
   const double bytes = model.bytes;
-  const int calls = std::max<int>(
-      1, static_cast<int>(flags.target_mib * 1024 * 1024 / (bytes * workers) +
-                          0.5));
+  const int calls =
+      std::max<int>(1, static_cast<int>(std::lround(flags.target_mib * 1024 *
+                                                    1024 / (bytes * workers))));
   const std::string config =
       absl::StrFormat("%d MiB, %d srv, %d wrk", model.mib, servers, workers);
   OursSetup ours(group, model.Spec(workers, servers, false), workers,

@@ -2,6 +2,7 @@
 // accuracy from worker 0, AUC and log loss of CTR jobs, each epoch with its
 // time), the end of a job when every worker finished or one failed, and
 // reports from the wrong node refused.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -229,7 +230,7 @@ TEST_F(JobManagerTest, EachEpochOfWorkerZeroIsRecordedWithItsTime) {
   for (int epoch = 1; epoch <= 2; ++epoch) {
     v1::ProgressReport end = Report(id, 0);
     end.set_epoch(epoch);
-    end.set_clock(10 * epoch);
+    end.set_clock(int64_t{10} * epoch);
     end.set_loss(1.0f / epoch);
     end.set_test_accuracy(0.7f + 0.1f * epoch);
     ASSERT_TRUE(Send(end).ok());

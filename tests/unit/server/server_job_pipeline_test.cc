@@ -59,7 +59,8 @@ v1::Assignment MakeAssignment(int parts) {
 
 // A gradient for each of `keys`, distinct per `salt`, not exactly
 // representable, so that a block summed twice or in another way shows.
-Values Gradients(int salt, std::vector<uint64_t> keys = {kW0, kW1, kB0}) {
+Values Gradients(int salt,
+                 const std::vector<uint64_t>& keys = {kW0, kW1, kB0}) {
   const std::map<uint64_t, size_t> sizes = {{kW0, 4}, {kW1, 2}, {kB0, 2}};
   Values g;
   for (uint64_t key : keys) {
@@ -77,7 +78,7 @@ void ExpectAcked(const std::shared_ptr<PushResult>& push, bool duplicate) {
   EXPECT_EQ(push->reply->duplicate(), duplicate);
 }
 
-Values Only(const Values& values, std::vector<uint64_t> keys) {
+Values Only(const Values& values, const std::vector<uint64_t>& keys) {
   Values out;
   for (uint64_t key : keys) out[key] = values.at(key);
   return out;

@@ -156,6 +156,7 @@ TEST_P(ServerJobTest, WaitingPullsOfOneWorkerAreBoundedAndOthersUnaffected) {
   ASSERT_NE(job, nullptr);
   ExpectPushOk(*job, MakePush(0, 0, Gradients(0)));
   std::vector<std::shared_ptr<PullResult>> waiting;
+  waiting.reserve(ServerJob::kMaxWaitingPerWorker + 1);
   for (int i = 0; i < ServerJob::kMaxWaitingPerWorker + 1; ++i) {
     waiting.push_back(StartPull(*job, 0, 1));
   }
