@@ -31,6 +31,20 @@ void AddPushedChange(const WireBytes& data, v1::Precision encoding,
                      });
 }
 
+// values *= scale, 16 floats at a time: a fixed trip count is what GCC's
+// -O2 vectorises (server/optimizer_internal.h), one float at a time it took
+// 3 % of a server's CPU on the README job. The same bits either way.
+void ScaleInPlace(std::span<float> values, float scale) {
+  constexpr size_t kRun = 16;
+  float* __restrict v = values.data();
+  const size_t n = values.size();
+  size_t i = 0;
+  for (; i + kRun <= n; i += kRun) {
+    for (size_t j = i; j < i + kRun; ++j) v[j] *= scale;
+  }
+  for (; i < n; ++i) v[i] *= scale;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DenseTable>> DenseTable::Create(
@@ -177,7 +191,7 @@ TableUpdate DenseTable::AveragedUpdate(int num_workers, int64_t clock) {
   const float scale = 1.0f / static_cast<float>(num_workers);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     Block& b = blocks_[i];
-    for (float& v : b.accum) v *= scale;
+    ScaleInPlace(b.accum, scale);
     update.blocks.push_back({.key = b.spec.key,
                              .position = i,
                              .data = WireBytes(BytesOf(b.accum))});
@@ -198,7 +212,7 @@ TableUpdate DenseTable::AveragedBlocks(int num_workers, int64_t clock,
   const float scale = 1.0f / static_cast<float>(num_workers);
   for (size_t i : positions) {
     Block& b = blocks_[i];
-    for (float& v : b.accum) v *= scale;
+    ScaleInPlace(b.accum, scale);
     update.blocks.push_back({.key = b.spec.key,
                              .position = i,
                              .data = WireBytes(BytesOf(b.accum))});
