@@ -76,11 +76,16 @@ void ForEachRun(const WireBytes& bytes, Fn fn) {
       // In place: the piece's whole values, a run at a time.
       const T* values = reinterpret_cast<const T*>(piece.data());
       const size_t whole = piece.size() / sizeof(T);
-      for (size_t done = 0; done < whole;) {
-        const size_t n = std::min(kFloatRun, whole - done);
-        fn(first, std::span<const T>(values + done, n));
-        first += n;
-        done += n;
+      size_t done = 0;
+      for (; done + kFloatRun <= whole; done += kFloatRun) {
+        // A constant length, as from the buffer below, so that fn's loops
+        // over it vectorise once inlined.
+        fn(first, std::span<const T>(values + done, kFloatRun));
+        first += kFloatRun;
+      }
+      if (done < whole) {
+        fn(first, std::span<const T>(values + done, whole - done));
+        first += whole - done;
       }
       piece.remove_prefix(whole * sizeof(T));
     }
