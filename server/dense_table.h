@@ -73,10 +73,18 @@ class DenseTable final : public ParameterTable {
     std::vector<float> values;
     std::vector<float> state;  // Optimizer slots.
     std::vector<float> accum;  // BSP: gradient sum of the current clock.
+    // BSP: the sum is zero whatever `accum` holds: set by ClearAccumulated
+    // instead of zeroing it, so that the clock's first push writes the sum
+    // (0.0f + g, the bits of adding g to zeros) without a pass that zeroes
+    // it and without reading it.
+    bool accum_zero = true;
     int64_t step = 0;          // Updates applied.
   };
 
   explicit DenseTable(const Optimizer* optimizer) : optimizer_(optimizer) {}
+
+  // Zeroes b.accum when no push of the clock has written it (accum_zero).
+  static void ZeroUntouchedSum(Block& b);
 
   const Optimizer* const optimizer_;  // The job's; outlives the table.
   std::vector<Block> blocks_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "worker/model/cpu/relu_kernels.h"
 #include "worker/model/reduced_precision.h"
 
 namespace ps {
@@ -26,7 +27,7 @@ void BiasActivationRow(const float* x, const float* __restrict bias, int n,
       for (int i = 0; i < n; ++i) y[i] = x[i] + bias[i];
       return;
     case Activation::kRelu:
-      for (int i = 0; i < n; ++i) y[i] = std::max(x[i] + bias[i], 0.0f);
+      ReluBiasRow(x, bias, n, y);
       return;
     case Activation::kTanh:
       for (int i = 0; i < n; ++i) y[i] = std::tanh(x[i] + bias[i]);
@@ -113,9 +114,7 @@ void CpuBackend::ActivationGrad(const float* grad_out, const float* out,
       CopyToDevice(grad_out, n, grad_in);
       return;
     case Activation::kRelu:
-      for (int64_t i = 0; i < n; ++i) {
-        grad_in[i] = out[i] > 0.0f ? grad_out[i] : 0.0f;
-      }
+      ReluGrad(grad_out, out, n, grad_in);
       return;
     case Activation::kTanh:
       for (int64_t i = 0; i < n; ++i) {

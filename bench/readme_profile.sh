@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Where the README job's CPU goes on one host (docs/benchmarks.md, "The README
+# job on one host: where a step's CPU goes"): deploy/jobs/fashion-mnist-mlp.json
+# (BSP, DURABILITY, 2 servers, 2 CPU workers) for EPOCHS epochs on a fresh
+# local cluster, with `perf record -g` (PERF=1) and `perf stat` (context
+# switches, CPU clock) attached to every process for PERF_SECONDS from worker
+# 0's first step. Prints, in Markdown:
+#   - per process: CPU seconds over the training, CPU ms per clock, and
+#     perf stat's context switches per clock;
+#   - worker 0's step split from its metrics: pull waited, compute, push
+#     waited, per step;
+#   - the hottest symbols of each process (perf report, self time).
+#
+#   EPOCHS=3 bench/readme_profile.sh [OUT_DIR]
+#
+# BUILD_DIR: the build tree (default build). PERF=0 skips perf record (CPU
+# seconds, perf stat and the metrics only). TOP: symbols listed (25).
+# CALL_GRAPH: perf record's --call-graph (fp; dwarf gives whole stacks
+# through libraries built without frame pointers, at a higher cost).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-$(mktemp -d -t ps-readme-profile.XXXXXX)}
+BUILD_DIR=${BUILD_DIR:-build}
+EPOCHS=${EPOCHS:-3}
+DURABILITY=${DURABILITY:-WAL}
+PERF=${PERF:-1}
+PERF_SECONDS=${PERF_SECONDS:-8}
+DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+source scripts/lib/cluster.sh
+trap 'cluster_stop >/dev/null 2>&1 || true' EXIT
+PSCTL=$BUILD_DIR/client/psctl
+
+sed -e "s|/usr/share/datasets/fashion-mnist|$DATA_DIR|" \
+    -e "s/\"epochs\": [0-9]*/\"epochs\": $EPOCHS/" \
+    -e "s/\"durability\": \"[A-Z]*\"/\"durability\": \"$DURABILITY\"/" \
+    deploy/jobs/fashion-mnist-mlp.json >"$OUT/job.json"
+cluster_start "$BUILD_DIR" "$OUT" 2 2 >/dev/null
+cluster_cpu_seconds >"$OUT/cpu_submit.txt"
+"$PSCTL" --coordinator="$COORDINATOR" submit "$OUT/job.json" --watch \
+  >"$OUT/watch.log" 2>&1 &
+watch_pid=$!
+for _ in $(seq 1 600); do
+  grep -q 'steps per epoch' "$OUT/worker0.log" 2>/dev/null && break
+  sleep 0.1
+done
+cluster_cpu_seconds >"$OUT/cpu_start.txt"
+perf_pids=()
+for i in "${!CLUSTER_NAMES[@]}"; do
+  name=${CLUSTER_NAMES[$i]}
+  if [ "$PERF" = 1 ]; then
+    perf record -F 499 --call-graph "${CALL_GRAPH:-fp}" -p "${CLUSTER_PIDS[$i]}" -o "$OUT/$name.perf" \
+      -- sleep "$PERF_SECONDS" >/dev/null 2>&1 &
+    perf_pids+=($!)
+  fi
+  perf stat -e task-clock,context-switches,cpu-migrations,page-faults \
+    -p "${CLUSTER_PIDS[$i]}" -o "$OUT/$name.stat" -- sleep "$PERF_SECONDS" \
+    >/dev/null 2>&1 &
+  perf_pids+=($!)
+done
+wait "$watch_pid" || { tail -n 5 "$OUT/watch.log" >&2; exit 1; }
+cluster_cpu_seconds >"$OUT/cpu_end.txt"
+for pid in "${perf_pids[@]}"; do wait "$pid" || true; done
+for i in "${!CLUSTER_NAMES[@]}"; do
+  name=${CLUSTER_NAMES[$i]}
+  port=$(cluster_port "$OUT/$name.ports" metrics_port)
+  curl -s "http://127.0.0.1:$port/metrics" >"$OUT/$name.metrics" || true
+done
+NAMES=("${CLUSTER_NAMES[@]}")
+cluster_stop >/dev/null 2>&1 || true
+
+# Seconds since midnight of a log line's stamp.
+log_seconds() { awk '{ split(substr($1, 12), t, ":"); print t[1] * 3600 + t[2] * 60 + t[3] }'; }
+start=$(grep -m1 'steps per epoch' "$OUT/worker0.log" | log_seconds)
+end=$(grep -m1 'uploaded the trained model' "$OUT/worker0.log" | log_seconds)
+per_epoch=$(grep -m1 'steps per epoch' "$OUT/worker0.log" | sed 's/.* \([0-9]*\) steps per epoch.*/\1/')
+steps=$((per_epoch * EPOCHS))
+train=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }')
+echo "README job: $EPOCHS epochs, $DURABILITY, $steps clocks; train $train s; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| process | CPU s (training) | CPU ms / clock | context switches / clock (perf stat, ${PERF_SECONDS} s) |"
+echo "|---|---:|---:|---:|"
+for name in "${NAMES[@]}"; do
+  s0=$(awk -v n="$name" '$1 == n { print $2 }' "$OUT/cpu_start.txt")
+  s1=$(awk -v n="$name" '$1 == n { print $2 }' "$OUT/cpu_end.txt")
+  cs=$(awk '/context-switches/ { gsub(",", "", $1); print $1 }' "$OUT/$name.stat")
+  awk -v n="$name" -v a="$s0" -v b="$s1" -v c="$steps" -v cs="${cs:-0}" \
+    -v ps="$PERF_SECONDS" -v t="$train" \
+    'BEGIN { printf "| %s | %.2f | %.2f | %.1f |\n", n, b - a, 1000 * (b - a) / c, cs / (c * ps / t) }'
+done
+total=$(join <(sort "$OUT/cpu_start.txt") <(sort "$OUT/cpu_end.txt") | awk '{ s += $3 - $2 } END { printf "%.2f", s }')
+echo "| all | $total | $(awk -v s="$total" -v c="$steps" 'BEGIN { printf "%.2f", 1000 * s / c }') | |"
+echo
+metric_total() {
+  awk -v m="$1" '{ n = $1; sub(/\{.*/, "", n) } n == m { s += $NF } END { print s + 0 }' "$2"
+}
+echo "| worker | step ms | pull waited ms | compute ms | push waited ms | rest ms |"
+echo "|---|---:|---:|---:|---:|---:|"
+for w in worker0 worker1; do
+  f=$OUT/$w.metrics
+  n=$(metric_total ps_worker_steps_total "$f")
+  awk -v w="$w" -v n="$n" -v t="$train" \
+    -v pl="$(metric_total ps_worker_pull_seconds_sum "$f")" \
+    -v co="$(metric_total ps_worker_compute_seconds_sum "$f")" \
+    -v pb="$(metric_total ps_worker_push_blocked_seconds_sum "$f")" \
+    'BEGIN { if (n == 0) n = 1; printf "| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", w, 1000 * t / n, 1000 * pl / n, 1000 * co / n, 1000 * pb / n, 1000 * (t - pl - co - pb) / n }'
+done
+if [ "$PERF" = 1 ]; then
+  for name in "${NAMES[@]}"; do
+    echo
+    echo "$name: hottest symbols (self, % of its samples)"
+    echo '```'
+    perf report -i "$OUT/$name.perf" --no-children --sort dso,sym --stdio 2>/dev/null |
+      grep -E '^ +[0-9.]+%' | head -n "${TOP:-25}" | cut -c1-120 || true
+    echo '```'
+  done
+fi
+echo "results and logs: $OUT" >&2
