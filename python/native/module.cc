@@ -65,8 +65,7 @@ py::buffer_info Checked(const py::handle& object, bool writable,
   py::buffer_info info = py::reinterpret_borrow<py::buffer>(object).request(
       writable);
   if (info.itemsize != itemsize || !IsFormat(info.format, types)) {
-    throw py::value_error(what + ": not " + type_name + " (format '" +
-                          info.format + "')");
+    throw py::value_error(what + ": not " + type_name);
   }
   ssize_t expected = itemsize;
   for (ssize_t d = info.ndim - 1; d >= 0; --d) {
