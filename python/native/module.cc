@@ -49,8 +49,8 @@ bool IsFormat(const std::string& format, const char* types) {
   if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@')) {
     f.remove_prefix(1);
   }
-  return f.size() == 1 && std::string_view(types).find(f[0]) !=
-                              std::string_view::npos;
+  return f.size() == 1 &&
+         std::string_view(types).find(f[0]) != std::string_view::npos;
 }
 
 // A C-contiguous buffer of `itemsize`-byte items of a format in `types`
@@ -62,8 +62,8 @@ py::buffer_info Checked(const py::handle& object, bool writable,
     throw py::type_error(what + ": not a buffer (a numpy array of " +
                          type_name + ")");
   }
-  py::buffer_info info = py::reinterpret_borrow<py::buffer>(object).request(
-      writable);
+  py::buffer_info info =
+      py::reinterpret_borrow<py::buffer>(object).request(writable);
   if (info.itemsize != itemsize || !IsFormat(info.format, types)) {
     throw py::value_error(what + ": not " + type_name);
   }

@@ -52,7 +52,8 @@ absl::StatusOr<std::unique_ptr<StepClient>> StepClient::Create(
   sizes.reserve(tensors.size());
   for (const TensorSpec& t : tensors) sizes.push_back(t.num_elems());
   std::vector<int64_t> dims;
-  for (const v1::SparseTableSpec& t : assignment.spec().model().sparse_tables()) {
+  for (const v1::SparseTableSpec& t :
+       assignment.spec().model().sparse_tables()) {
     dims.push_back(t.dim());
   }
   // ParameterClient sizes a pull reply's shared region for the rows of

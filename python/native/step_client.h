@@ -116,10 +116,9 @@ class StepClient {
   // (ids[t].size() * dim values each), copied before this returns. Errors:
   // as StartPush; INVALID_ARGUMENT when ids and row_grads differ in count
   // or length, or name more tables than the job has.
-  absl::Status StartPushRows(
-      int64_t clock, std::span<const float> grads,
-      std::span<const std::span<const int64_t>> ids,
-      std::span<const std::span<const float>> row_grads);
+  absl::Status StartPushRows(int64_t clock, std::span<const float> grads,
+                             std::span<const std::span<const int64_t>> ids,
+                             std::span<const std::span<const float>> row_grads);
 
   // Whether a pull is in flight (started, not finished).
   bool pulling() const { return pull_.active(); }

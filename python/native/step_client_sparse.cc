@@ -13,17 +13,16 @@ namespace ps::python {
 absl::Status StepClient::CopyIds(std::span<const std::span<const int64_t>> ids,
                                  SparseStep& step) const {
   if (ids.size() > dims_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ids: ", ids.size(), " tables, the job has ",
-                     dims_.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ids: ", ids.size(), " tables, the job has ", dims_.size()));
   }
   step.ids.resize(ids.size());
   for (size_t t = 0; t < ids.size(); ++t) {
     if (static_cast<int64_t>(ids[t].size()) > kMaxSparseKeysPerRequest) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ids: ", ids[t].size(), " ids of sparse table ", t,
-          " in one step, more than the ", kMaxSparseKeysPerRequest,
-          " a request may name"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ids: ", ids[t].size(), " ids of sparse table ", t,
+                       " in one step, more than the ", kMaxSparseKeysPerRequest,
+                       " a request may name"));
     }
     // int64 ids are keyed by their two's-complement bits.
     step.ids[t].resize(ids[t].size());
@@ -41,10 +40,9 @@ absl::Status StepClient::StartPullRows(
   PS_RETURN_IF_ERROR(CopyIds(ids, pull_rows_));
   pull_has_rows_ = true;
   pull_.Start();
-  client_->PullStepAsync(clock, &values_, &pull_rows_,
-                         [this](absl::Status status) {
-                           pull_.Finish(std::move(status));
-                         });
+  client_->PullStepAsync(
+      clock, &values_, &pull_rows_,
+      [this](absl::Status status) { pull_.Finish(std::move(status)); });
   return absl::OkStatus();
 }
 
@@ -66,10 +64,10 @@ absl::Status StepClient::FinishPullRows(
   for (size_t t = 0; t < rows.size(); ++t) {
     const std::vector<float>& pulled = pull_rows_.rows[t];
     if (rows[t].size() != pulled.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rows[", t, "]: ", rows[t].size(), " values, expected ",
-          pulled.size(), " (", pull_rows_.ids[t].size(), " ids of dim ",
-          dims_[t], ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rows[", t, "]: ", rows[t].size(), " values, expected ",
+                       pulled.size(), " (", pull_rows_.ids[t].size(),
+                       " ids of dim ", dims_[t], ")"));
     }
     std::memcpy(rows[t].data(), pulled.data(), pulled.size() * sizeof(float));
   }
@@ -84,9 +82,8 @@ absl::Status StepClient::StartPushRows(
     return absl::FailedPreconditionError("a push is in flight already");
   }
   if (ids.size() != row_grads.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("row gradients: ", row_grads.size(), " tables, ids of ",
-                     ids.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row gradients: ", row_grads.size(), " tables, ids of ", ids.size()));
   }
   PS_RETURN_IF_ERROR(CopyIds(ids, push_rows_));
   push_rows_.row_grads.resize(ids.size());
@@ -94,9 +91,8 @@ absl::Status StepClient::StartPushRows(
     const size_t expected = ids[t].size() * static_cast<size_t>(dims_[t]);
     if (row_grads[t].size() != expected) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "row gradients[", t, "]: ", row_grads[t].size(),
-          " values, expected ", expected, " (", ids[t].size(),
-          " ids of dim ", dims_[t], ")"));
+          "row gradients[", t, "]: ", row_grads[t].size(), " values, expected ",
+          expected, " (", ids[t].size(), " ids of dim ", dims_[t], ")"));
     }
     push_rows_.row_grads[t].assign(row_grads[t].begin(), row_grads[t].end());
   }
@@ -104,10 +100,9 @@ absl::Status StepClient::StartPushRows(
   push_.Start();
   // The rows are read (copied into the requests) before this returns; the
   // dense gradients (grads_) stay until the push ends.
-  client_->PushStepAsync(clock, &grads_, &push_rows_,
-                         [this](absl::Status status) {
-                           push_.Finish(std::move(status));
-                         });
+  client_->PushStepAsync(
+      clock, &grads_, &push_rows_,
+      [this](absl::Status status) { push_.Finish(std::move(status)); });
   return absl::OkStatus();
 }
 
