@@ -87,14 +87,14 @@ def train(coordinator, job, seen, prefetch=True, **options):
     data = click_data()
     errors = []
 
-    def run():
-        module = Dlrm()
+    def run(module):
         try:
             with ps.torch.Worker(coordinator, module, job=job,
                                  **options) as worker:
                 ids_of = ((lambda b: {"fields": b[0], "users": b[1]})
                           if prefetch else None)
-                for _, batches in worker.epochs(data, sparse_ids=ids_of):
+                for _, batches in worker.epochs(data, sparse_ids=ids_of,
+                                                timeout=60):
                     for fields, users, dense, labels in batches:
                         loss = F.binary_cross_entropy_with_logits(
                             module(fields, users, dense), labels)
@@ -107,7 +107,10 @@ def train(coordinator, job, seen, prefetch=True, **options):
                     worker.report()
         except Exception as e:  # Raised below, on the test's thread.
             errors.append(e)
-    threads = [threading.Thread(target=run) for _ in range(2)]
+    # Built here, not in the threads: torch's seed and generator are
+    # global (worker 0 seeds the servers from its module's values).
+    threads = [threading.Thread(target=run, args=(Dlrm(),), daemon=True)
+               for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
