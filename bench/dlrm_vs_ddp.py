@@ -10,7 +10,8 @@ import sys
 
 
 def record_ours(args):
-    """Worker 0's last epoch line: AUC, log loss, training seconds."""
+    """Worker 0's last epoch line: AUC, log loss, training seconds (system
+    "ours", or "ours-py" for the SDK's pure-Python transport)."""
     last = None
     for log in glob.glob(f"{args.run_dir}/pyworker*.log"):
         with open(log) as f:
@@ -19,7 +20,7 @@ def record_ours(args):
                     last = json.loads(line)
     if last is None:
         sys.exit(f"dlrm_vs_ddp: no result line in {args.run_dir}")
-    print(json.dumps({"round": args.round, "system": "ours",
+    print(json.dumps({"round": args.round, "system": args.system or "ours",
                       "train_seconds": last["train_seconds"],
                       "auc": last["auc"], "log_loss": last["log_loss"]}))
 
@@ -50,7 +51,7 @@ def table(args):
     print("| system | train s (median) | × DDP | test AUC | AUC − single "
           "| log loss | rounds (train s) |")
     print("|---|---:|---:|---:|---:|---:|---|")
-    for system in ("ours", "ddp", "single"):
+    for system in ("ours", "ours-py", "ddp", "single"):
         if system not in runs:
             continue
         t = median(system, "train_seconds")

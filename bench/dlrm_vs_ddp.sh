@@ -8,14 +8,17 @@
 # trained
 #   - ours: examples/pytorch/run_dlrm.sh: 1 coordinator, 2 servers, 2
 #     PyTorch workers (paramserver.torch.ShardedEmbedding; BSP, durability
-#     DURABILITY, default MEMORY), batch BATCH per worker;
+#     DURABILITY, default MEMORY), batch BATCH per worker, through the SDK's
+#     compiled transport (paramserver._native; TRANSPORT=auto: when built);
+#   - ours-py: the same with the SDK's pure-Python transport
+#     (TRANSPORT=python);
 #   - ddp: bench/ctr_torch.py --mode ddp: PyTorch DDP, gloo, 2 processes of
 #     batch BATCH, one fused nn.EmbeddingBag(sparse=True) holding the full
 #     tables in each rank;
 #   - single: bench/ctr_torch.py --mode single: one process of batch
 #     2 * BATCH (the same module and optimizers);
-# in one sitting, ROUNDS rounds, each running every system once in that
-# order, round r with seed r (initial values, data order) for all three. Every process has one intra-op thread (single: 2). Prints a
+# in one sitting, ROUNDS rounds, each running every system of SYSTEMS
+# (default "ours ours-py ddp single") once in that order, round r with seed r (initial values, data order) for all three. Every process has one intra-op thread (single: 2). Prints a
 # Markdown table of medians: training time (the training loops only: no
 # data loading, no evaluation; ours from worker 0's JSON line), test AUC
 # and log loss, ratios to DDP, and the teacher's best.
@@ -36,7 +39,7 @@ TRAIN_ROWS=${TRAIN_ROWS:-2000000}
 TEST_ROWS=${TEST_ROWS:-200000}
 BUILD_DIR=$(cd "${BUILD_DIR:-build}" && pwd)
 DURABILITY=${DURABILITY:-MEMORY}
-SYSTEMS=${SYSTEMS:-ours ddp single}
+SYSTEMS=${SYSTEMS:-ours ours-py ddp single}
 PY=/usr/bin/python3
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$OUT"
@@ -55,13 +58,17 @@ TORCH_ARGS=(--train "$DATA/train.tsv" --test "$DATA/test.tsv" --epochs "$EPOCHS"
   --dense_optimizer adagrad --dense_lr 0.01)
 
 run_ours() {
-  local dir=$OUT/r$1-ours
+  local round=$1 system=$2 transport=auto
+  [ "$system" = ours-py ] && transport=python
+  local dir=$OUT/r$round-$system
   rm -rf "$dir"
-  PS_SKIP_BUILD=1 BUILD_DIR=$BUILD_DIR DATA=$DATA RUN_DIR=$dir SEED=$1 \
+  PS_SKIP_BUILD=1 BUILD_DIR=$BUILD_DIR DATA=$DATA RUN_DIR=$dir SEED=$round \
+    TRANSPORT=$transport \
     examples/pytorch/run_dlrm.sh --epochs "$EPOCHS" --batch_size "$BATCH" \
-    --durability "$DURABILITY" >"$OUT/r$1-ours.out" 2>&1 ||
-    { tail -n 20 "$OUT/r$1-ours.out" >&2; return 1; }
-  "$PY" bench/dlrm_vs_ddp.py ours --round "$1" --run_dir "$dir" >>"$RESULTS"
+    --durability "$DURABILITY" >"$OUT/r$round-$system.out" 2>&1 ||
+    { tail -n 20 "$OUT/r$round-$system.out" >&2; return 1; }
+  "$PY" bench/dlrm_vs_ddp.py ours --round "$round" --run_dir "$dir" \
+    --system "$system" >>"$RESULTS"
 }
 
 run_torch() {
@@ -83,7 +90,10 @@ run_torch() {
 for round in $(seq 1 "$ROUNDS"); do
   for system in $SYSTEMS; do
     echo "round $round: $system" >&2
-    if [ "$system" = ours ]; then run_ours "$round"; else run_torch "$round" "$system"; fi
+    case $system in
+      ours | ours-py) run_ours "$round" "$system" ;;
+      *) run_torch "$round" "$system" ;;
+    esac
     tail -n 1 "$RESULTS" >&2
   done
 done

@@ -139,7 +139,8 @@ def worker(args):
     train = load(args.data, "train")
     test = None
     train_seconds = 0.0
-    with ps.torch.Worker(args.coordinator, model) as w:
+    native = {"auto": None, "native": True, "python": False}[args.transport]
+    with ps.torch.Worker(args.coordinator, model, native=native) as w:
         for epoch, batches in w.epochs(
                 train, sparse_ids=lambda batch: {TABLE: batch[0]}):
             if test is None and w.index == 0:
@@ -189,6 +190,10 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1,
                         help="PyTorch threads per worker")
+    parser.add_argument("--transport", default="auto",
+                        choices=["auto", "native", "python"],
+                        help="worker: the SDK's compiled transport (auto: "
+                        "when built) or its pure-Python one")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s")

@@ -15,7 +15,9 @@
 # python3-numpy); builds what it runs (the executables and build/python)
 # unless PS_SKIP_BUILD=1. BUILD_DIR (default build) picks another build
 # tree; RUN_DIR keeps the logs. SEED (default 1) seeds the job (data order,
-# the table's rows) and the MLPs' initial values.
+# the table's rows) and the MLPs' initial values. TRANSPORT (auto, native
+# or python; default auto) picks the workers' step transport
+# (docs/python.md, "The compiled transport").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "${PS_SKIP_BUILD:-0}" != 1 ]; then
@@ -63,7 +65,8 @@ JOB=$("$PYTHON" "$EXAMPLE" submit --data "$DATA" --coordinator="$COORDINATOR" \
 echo "submitted $JOB; logs in $RUN_DIR"
 for i in 0 1; do
   "$PYTHON" -u "$EXAMPLE" worker --data "$DATA" --coordinator="$COORDINATOR" \
-    --seed "$SEED" >"$RUN_DIR/pyworker$i.log" 2>&1 &
+    --seed "$SEED" --transport "${TRANSPORT:-auto}" \
+    >"$RUN_DIR/pyworker$i.log" 2>&1 &
   CLUSTER_PIDS+=($!)
   CLUSTER_NAMES+=("pyworker$i")
 done

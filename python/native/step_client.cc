@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model_layout.h"
+#include "common/sparse_keys.h"
 #include "common/status_macros.h"
 
 namespace ps::python {
@@ -50,17 +51,36 @@ absl::StatusOr<std::unique_ptr<StepClient>> StepClient::Create(
   std::vector<int64_t> sizes;
   sizes.reserve(tensors.size());
   for (const TensorSpec& t : tensors) sizes.push_back(t.num_elems());
+  std::vector<int64_t> dims;
+  for (const v1::SparseTableSpec& t :
+       assignment.spec().model().sparse_tables()) {
+    dims.push_back(t.dim());
+  }
+  // ParameterClient sizes a pull reply's shared region for the rows of
+  // batch_size * accumulation_steps * ctr.num_fields ids (its built-in CTR
+  // model's batches); a PyTorch module's step reads any number of ids, up
+  // to what one request may name: the client is given a spec that says so
+  // (it reads batch_size for nothing else).
+  v1::Assignment sized = assignment;
+  if (!dims.empty()) {
+    sized.mutable_spec()->set_batch_size(
+        static_cast<int32_t>(kMaxSparseKeysPerRequest));
+    sized.mutable_spec()->set_accumulation_steps(1);
+    sized.mutable_spec()->mutable_model()->mutable_ctr()->set_num_fields(1);
+  }
   PS_ASSIGN_OR_RETURN(
       auto client,
-      ParameterClient::Create(assignment, tensors, std::move(client_options),
+      ParameterClient::Create(sized, tensors, std::move(client_options),
                               /*stop=*/nullptr));
   return std::unique_ptr<StepClient>(
-      new StepClient(std::move(client), std::move(sizes)));
+      new StepClient(std::move(client), std::move(sizes), std::move(dims)));
 }
 
 StepClient::StepClient(std::unique_ptr<ParameterClient> client,
-                       std::vector<int64_t> sizes)
-    : client_(std::move(client)), sizes_(std::move(sizes)) {
+                       std::vector<int64_t> sizes, std::vector<int64_t> dims)
+    : client_(std::move(client)),
+      sizes_(std::move(sizes)),
+      dims_(std::move(dims)) {
   grads_.resize(sizes_.size());
   values_.resize(sizes_.size());
   for (size_t t = 0; t < sizes_.size(); ++t) {
@@ -82,15 +102,7 @@ absl::Status StepClient::StartPush(int64_t clock,
   if (push_.active()) {
     return absl::FailedPreconditionError("a push is in flight already");
   }
-  if (static_cast<int64_t>(grads.size()) != size_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gradients: ", grads.size(), " values, expected ", size_));
-  }
-  const float* from = grads.data();
-  for (std::vector<float>& g : grads_) {
-    std::memcpy(g.data(), from, g.size() * sizeof(float));
-    from += g.size();
-  }
+  PS_RETURN_IF_ERROR(CopyGradients(grads));
   push_.Start();
   client_->PushAsync(clock, &grads_, [this](absl::Status status) {
     push_.Finish(std::move(status));
@@ -104,6 +116,7 @@ absl::Status StepClient::StartPull(int64_t clock) {
   if (pull_.active()) {
     return absl::FailedPreconditionError("a pull is in flight already");
   }
+  pull_has_rows_ = false;
   pull_.Start();
   client_->PullAsync(clock, &values_, [this](absl::Status status) {
     pull_.Finish(std::move(status));
@@ -116,6 +129,23 @@ absl::Status StepClient::FinishPull(std::span<float> out) {
     return absl::FailedPreconditionError("no pull was started");
   }
   PS_RETURN_IF_ERROR(pull_.Wait());
+  return CopyValues(out);
+}
+
+absl::Status StepClient::CopyGradients(std::span<const float> grads) {
+  if (static_cast<int64_t>(grads.size()) != size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradients: ", grads.size(), " values, expected ", size_));
+  }
+  const float* from = grads.data();
+  for (std::vector<float>& g : grads_) {
+    std::memcpy(g.data(), from, g.size() * sizeof(float));
+    from += g.size();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepClient::CopyValues(std::span<float> out) const {
   if (static_cast<int64_t>(out.size()) != size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("parameters: ", out.size(), " values, expected ", size_));

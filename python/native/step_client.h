@@ -56,8 +56,11 @@ class CallSlot {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-// A dense job's pushes and pulls of one worker, over flat float32 vectors of
-// every tensor in the model's order (the Python SDK's layout).
+// A job's pushes and pulls of one worker, over flat float32 vectors of
+// every tensor in the model's order (the Python SDK's layout), and, for a
+// job with sparse tables, the rows of a step's ids of each table with them
+// (in the same request to each server: ParameterClient::PullStepAsync and
+// PushStepAsync).
 // Threads: one thread starts and finishes calls (the training thread); one
 // push and one pull may be in flight at once; Cancel from any thread.
 class StepClient {
@@ -89,6 +92,34 @@ class StepClient {
   // length (the pull is still waited for); FAILED_PRECONDITION when no pull
   // was started.
   absl::Status FinishPull(std::span<float> out);
+  // Sparse tables (step_client_sparse.cc). Tables are in the job's order
+  // (model.sparse_tables); `ids` has one entry per table or fewer (the
+  // tables after it read no row), each the table's distinct ids (int64 as
+  // their two's-complement bits).
+  //
+  // The job's tables: how many, and each one's values per row.
+  size_t num_tables() const { return dims_.size(); }
+  const std::vector<int64_t>& table_dims() const { return dims_; }
+  // StartPull with the rows of `ids` (copied before this returns). Errors:
+  // FAILED_PRECONDITION if a pull is in flight; INVALID_ARGUMENT for more
+  // tables than the job has, or more ids than one request may name.
+  absl::Status StartPullRows(int64_t clock,
+                             std::span<const std::span<const int64_t>> ids);
+  // FinishPull for a pull with rows: the dense values into `out`, and the
+  // rows of table t's ids (in their order) into `rows[t]` (ids[t].size() *
+  // dim values; one entry per table the pull named). Errors: as
+  // FinishPull; INVALID_ARGUMENT for a wrong number or length of buffers,
+  // or a pull started without rows.
+  absl::Status FinishPullRows(std::span<float> out,
+                              std::span<const std::span<float>> rows);
+  // StartPush with the gradients of rows: `row_grads[t]` of `ids[t]`
+  // (ids[t].size() * dim values each), copied before this returns. Errors:
+  // as StartPush; INVALID_ARGUMENT when ids and row_grads differ in count
+  // or length, or name more tables than the job has.
+  absl::Status StartPushRows(int64_t clock, std::span<const float> grads,
+                             std::span<const std::span<const int64_t>> ids,
+                             std::span<const std::span<const float>> row_grads);
+
   // Whether a pull is in flight (started, not finished).
   bool pulling() const { return pull_.active(); }
   // Ends the calls in flight and every later one (CANCELLED). Any thread.
@@ -101,7 +132,14 @@ class StepClient {
 
  private:
   StepClient(std::unique_ptr<ParameterClient> client,
-             std::vector<int64_t> sizes);
+             std::vector<int64_t> sizes, std::vector<int64_t> dims);
+  // Copies `grads` into grads_ (its length checked).
+  absl::Status CopyGradients(std::span<const float> grads);
+  // Copies the pulled dense values into `out` (its length checked).
+  absl::Status CopyValues(std::span<float> out) const;
+  // Copies `ids` into `step`'s ids (checked against the job's tables).
+  absl::Status CopyIds(std::span<const std::span<const int64_t>> ids,
+                       SparseStep& step) const;
 
   std::unique_ptr<ParameterClient> client_;
   std::vector<int64_t> sizes_;
@@ -110,6 +148,14 @@ class StepClient {
   // writes them while a call is in flight.
   std::vector<std::vector<float>> grads_;
   std::vector<std::vector<float>> values_;
+  // Values per row of each sparse table.
+  std::vector<int64_t> dims_;
+  // The pull's ids and rows (ParameterClient writes the rows while the pull
+  // is in flight); the push's ids and row gradients (read before
+  // PushStepAsync returns). Whether the pull in flight asked for rows.
+  SparseStep pull_rows_;
+  SparseStep push_rows_;
+  bool pull_has_rows_ = false;
   CallSlot push_;
   CallSlot pull_;
 };

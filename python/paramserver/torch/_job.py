@@ -3,7 +3,9 @@ end: the module's tensors matched to the job's, the connection to the
 servers, and the step's state (the push and pull in flight, the reused
 buffers). The step's transport is chosen here (docs/python.md, "The
 compiled transport"): the compiled one (paramserver._native_step) when
-it is built, else the pure-Python pipeline (paramserver._pipeline).
+it is built, else the pure-Python pipeline (paramserver._pipeline), or
+for a job with sparse tables the communication thread's ParameterClient
+calls.
 """
 
 from __future__ import annotations
@@ -108,10 +110,9 @@ class _Job:
                 worker.module, lambda: self.clock, self._settle,
                 self._fetch_rows)
             self.sparse.bind()
-        if (worker.pipeline and self.sparse is None and
-                not self.client.use_cache):
+        if worker.pipeline and not self.client.use_cache:
             self.pipe = _step_pipeline(self.client, self.assignment,
-                                       worker)
+                                       worker, self.sparse)
         flat = torch.from_numpy(self.values)
         self.loads = [(p, flat[lo:hi].view(p.shape)) for p, lo, hi in
                       zip(self.params, self.offsets[:-1], self.offsets[1:])]
@@ -140,9 +141,12 @@ class _Job:
 
 
 def _step_pipeline(client: ParameterClient, assignment: "v1.Assignment",
-                   worker: "Worker") -> Union[StepPipeline, NativePipeline]:
+                   worker: "Worker", sparse: Optional[SparseStep] = None
+                   ) -> Optional[Union[StepPipeline, NativePipeline]]:
     """The step pipeline `worker.native` asks for: the compiled transport
-    (None: when it is built), or the pure-Python one."""
+    (None: when it is built), or the pure-Python one. A job with sparse
+    tables (`sparse`) has only the compiled one: None without it (the
+    communication thread then pushes and pulls through ParameterClient)."""
     if worker.native is None:
         native = available()
     elif worker.native and not available():
@@ -154,5 +158,6 @@ def _step_pipeline(client: ParameterClient, assignment: "v1.Assignment",
     else:
         native = bool(worker.native)
     if native:
-        return NativePipeline(client, assignment, worker._security)
-    return StepPipeline(client)
+        return NativePipeline(client, assignment, worker._security,
+                              None if sparse is None else sparse.router)
+    return StepPipeline(client) if sparse is None else None

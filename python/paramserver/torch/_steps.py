@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from paramserver._native_step import RowsPull
 from paramserver.errors import JobStoppedError
 from paramserver.torch.buffers import assign
 
@@ -104,22 +105,36 @@ class _Steps:
         the last step computed, or now), then the pull of the next clock
         within the epoch started before the batch is computed."""
         pulling = job.pulling
+        sparse = job.sparse
         if pulling is not None and pulling.clock == job.clock:
             job.pulling = None
             job.pipe.finish_pull(pulling, job.values)
             self._load(job)
             job.loaded_clock = job.clock
+            if sparse is not None:
+                sparse.install(job.clock, pulling if isinstance(
+                    pulling, RowsPull) else None)
         elif pulling is not None and not (pulling.clock == job.clock + 1 and
                                           job.loaded_clock == job.clock):
             job.pulling = None
             job.pipe.abandon(pulling)
         if job.loaded_clock != job.clock:
-            job.pipe.pull(job.clock, job.values)
+            if sparse is None:
+                job.pipe.pull(job.clock, job.values)
+            else:
+                sparse.install(job.clock, job.pipe.pull_rows(
+                    job.clock, job.values, sparse.wanted(job.batch_ids)))
             self._load(job)
             job.loaded_clock = job.clock
+        elif sparse is not None:
+            # Rows no pull of this clock brought (an epoch's first batch,
+            # after the epoch-end read): pulled now.
+            sparse.ensure(job.clock, job.batch_ids)
         if (job.pulling is None and
                 job.clock + 1 < (job.epoch + 1) * job.steps):
-            job.pulling = job.pipe.start_pull(job.clock + 1)
+            job.pulling = (job.pipe.start_pull(job.clock + 1)
+                           if sparse is None else job.pipe.start_pull(
+                               job.clock + 1, sparse.wanted(job.next_ids)))
 
     def _sync(self, job: _Job) -> None:
         if job.stop.reason is not None:

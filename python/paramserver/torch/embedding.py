@@ -270,9 +270,9 @@ class SparseStep:
 
     # Pulls.
 
-    def pull_of(self, ids: Optional[Mapping[str, Any]]
-                ) -> Optional[SparsePull]:
-        """A pull of the distinct `ids` (per table name: int64 ids of any
+    def wanted(self, ids: Optional[Mapping[str, Any]]
+               ) -> Optional[Dict[str, np.ndarray]]:
+        """The sorted distinct `ids` per table name (int64 ids of any
         shape), or None for none."""
         if not ids:
             return None
@@ -280,11 +280,20 @@ class SparseStep:
         for table, values in ids.items():
             self.router.table(table)
             wanted[table] = np.unique(as_ids(values, f"sparse_ids[{table!r}]"))
-        return SparsePull(self.router, wanted)
+        return wanted
 
-    def install(self, clock: int, pull: Optional[SparsePull]) -> None:
+    def pull_of(self, ids: Optional[Mapping[str, Any]]
+                ) -> Optional[SparsePull]:
+        """A pull of the distinct `ids` (per table name: int64 ids of any
+        shape), or None for none."""
+        wanted = self.wanted(ids)
+        return None if wanted is None else SparsePull(self.router, wanted)
+
+    def install(self, clock: int, pull) -> None:
         """Makes `pull`'s rows the rows of `clock` (replacing those of an
-        earlier clock, adding to those of the same)."""
+        earlier clock, adding to those of the same). `pull`: a SparsePull
+        or the compiled transport's RowsPull (``ids`` and ``rows`` per
+        table), or None."""
         with self._lock:
             if clock != self._chunk_clock:
                 self._chunks = {}
@@ -366,9 +375,17 @@ class SparseStep:
                        ) -> Optional[List[List["v1.SparseRows"]]]:
         """The step's row gradients (rows some forward used and backward
         reached), per server, in the wire `encoding` (v1.FP32, FP16, BF16).
-        The
-        step's rows are then dropped. NonFiniteGradientError, changing
+        The step's rows are then dropped. NonFiniteGradientError, changing
         nothing, if `check_finite` and a gradient holds NaN or Inf."""
+        gradients = self.take_row_gradients(check_finite, clock)
+        return push_rows(self.router, gradients, encoding) if gradients \
+            else None
+
+    def take_row_gradients(self, check_finite: bool, clock: int
+                           ) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+        """take_gradients' rows as they are: per table name, (sorted
+        distinct int64 ids, float32 gradients ``[len(ids), dim]``), for
+        the compiled transport, which routes and encodes them in C++."""
         with self._lock:
             chunks = self._chunks if self._chunk_clock == clock else {}
         gradients: Dict[str, Tuple[np.ndarray, np.ndarray]] = {}
@@ -400,8 +417,7 @@ class SparseStep:
         with self._lock:
             if self._chunk_clock == clock:
                 self._chunks = {}
-        return push_rows(self.router, gradients, encoding) if gradients \
-            else None
+        return gradients
 
 
 def with_next_ids(fn: Optional[Callable[[Any], Mapping[str, Any]]],

@@ -92,16 +92,20 @@ class Worker(_Places, _Steps, _Reports):
             that does not take them is called through the socket.
         pipeline: Pull the next step's parameters while this step computes
             and push from the training thread, as ps-worker's
-            ``--prefetch_pull --overlap_push`` (default on; a job with
-            sparse tables or the SSP worker cache steps as without it);
+            ``--prefetch_pull --overlap_push`` (default on; the next
+            step's rows with it for a job with sparse tables, whose
+            pipeline is the compiled transport's only: pure Python, or
+            with the SSP worker cache, it steps as without it);
             False: push and pull in turn on a communication thread after
             each step (for A/B measurements). docs/python.md, "A step's
             cost".
         native: Which transport the step pipeline uses: the compiled one
             (``paramserver._native``, built with the project from Debian's
             pybind11-dev; the C++ worker's calls, without the GIL) or the
-            pure-Python one, which trains the same values bit for bit.
-            None (the default): the compiled one when it is built; True:
+            pure-Python one, which trains the same values bit for bit
+            (a job with sparse tables: the communication thread's pushes
+            and pulls, the same values too). None (the default): the
+            compiled one when it is built; True:
             require it (FailedPreconditionError without it); False: pure
             Python. docs/python.md, "The compiled transport".
         report_interval: Seconds between progress reports.
@@ -409,9 +413,13 @@ class Worker(_Places, _Steps, _Reports):
                         f"at clock {job.clock}; nothing was pushed (the "
                         "job's non_finite_gradients policy is "
                         "NON_FINITE_REFUSE)", job.tensors[t].name)
-        rows = (job.sparse.take_gradients(check, job.clock,
-                                          job.client.encoding)
-                if job.sparse is not None else None)
+        if job.sparse is None:
+            rows = None
+        elif job.pipe is not None:  # The compiled transport.
+            rows = job.sparse.take_row_gradients(check, job.clock)
+        else:
+            rows = job.sparse.take_gradients(check, job.clock,
+                                             job.client.encoding)
         for p in job.params:
             p.grad = None
         if loss is not None:
@@ -425,7 +433,8 @@ class Worker(_Places, _Steps, _Reports):
                                           flat, rows, job.next_ids)
             return
         try:
-            job.pushing = job.pipe.start_push(clock, flat)
+            job.pushing = (job.pipe.start_push(clock, flat, rows) if rows
+                           else job.pipe.start_push(clock, flat))
         except ParamServerError as e:
             self._fail(job, e)
             raise
