@@ -9,9 +9,9 @@
 #   - ours: examples/pytorch/run_dlrm.sh: 1 coordinator, 2 servers, 2
 #     PyTorch workers (paramserver.torch.ShardedEmbedding; BSP, durability
 #     DURABILITY, default MEMORY), batch BATCH per worker, through the SDK's
-#     compiled transport (paramserver._native; TRANSPORT=auto: when built);
-#   - ours-py: the same with the SDK's pure-Python transport
-#     (TRANSPORT=python);
+#     compiled transport (paramserver._native; TRANSPORT=native);
+#   - ours-py: the same with the SDK's pure-Python transport (the default
+#     for sparse jobs; TRANSPORT=python);
 #   - ddp: bench/ctr_torch.py --mode ddp: PyTorch DDP, gloo, 2 processes of
 #     batch BATCH, one fused nn.EmbeddingBag(sparse=True) holding the full
 #     tables in each rank;
@@ -58,7 +58,7 @@ TORCH_ARGS=(--train "$DATA/train.tsv" --test "$DATA/test.tsv" --epochs "$EPOCHS"
   --dense_optimizer adagrad --dense_lr 0.01)
 
 run_ours() {
-  local round=$1 system=$2 transport=auto
+  local round=$1 system=$2 transport=native
   [ "$system" = ours-py ] && transport=python
   local dir=$OUT/r$round-$system
   rm -rf "$dir"

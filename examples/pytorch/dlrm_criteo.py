@@ -192,8 +192,9 @@ def main():
                         help="PyTorch threads per worker")
     parser.add_argument("--transport", default="auto",
                         choices=["auto", "native", "python"],
-                        help="worker: the SDK's compiled transport (auto: "
-                        "when built) or its pure-Python one")
+                        help="worker: the SDK's transport (auto: its default, "
+                        "pure Python for sparse tables; native: the "
+                        "compiled one; python)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s")

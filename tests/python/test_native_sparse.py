@@ -178,14 +178,19 @@ def test_the_compiled_transport_trains_a_sparse_job_as_python_does(
 
 
 @needs_native
-def test_the_compiled_transport_is_the_default_for_sparse_jobs(cluster):
+def test_sparse_jobs_use_the_compiled_transport_only_when_asked(cluster):
     cluster.start(servers=2, durable=False)
     seen = {}
     with ps.JobClient(cluster.coordinator) as client:
         job = client.submit(spec("default"))
         train(cluster.coordinator, job, seen)
         assert client.wait(job, timeout=60).state == ps.v1.SUCCEEDED
-    assert seen[0][0] is NativePipeline
+        asked = client.submit(spec("asked"))
+        train(cluster.coordinator, asked, seen, native=True)
+        assert client.wait(asked, timeout=60).state == ps.v1.SUCCEEDED
+    # The default: the communication thread (no step pipeline).
+    assert seen[0][0] is None
+    assert seen[1][0] is NativePipeline
 
 
 @needs_native

@@ -145,10 +145,12 @@ def _step_pipeline(client: ParameterClient, assignment: "v1.Assignment",
                    ) -> Optional[Union[StepPipeline, NativePipeline]]:
     """The step pipeline `worker.native` asks for: the compiled transport
     (None: when it is built), or the pure-Python one. A job with sparse
-    tables (`sparse`) has only the compiled one: None without it (the
-    communication thread then pushes and pulls through ParameterClient)."""
+    tables (`sparse`) has only the compiled one, and only when asked for
+    (native=True): by default, and without it, None (the communication
+    thread then pushes and pulls through ParameterClient), which measured
+    faster on the DLRM example (docs/benchmarks.md)."""
     if worker.native is None:
-        native = available()
+        native = available() and sparse is None
     elif worker.native and not available():
         raise error_for(grpc.StatusCode.FAILED_PRECONDITION,
                         "native=True: the compiled transport "
