@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -71,6 +73,64 @@ absl::StatusOr<uint64_t> WriteAll(int fd, std::vector<iovec>& iov,
     }
   }
   return offset;
+}
+
+// Writes `iov` from offset 0 on through a block-aligned buffer, for a file
+// opened with O_DIRECT: the bytes go from the buffer to the device, not
+// through the page cache (copying hundreds of MB into fresh page-cache
+// pages cost the writer more CPU than RocksDB's whole path had). The last
+// block is padded with zeros (the caller cuts the file to the returned
+// length).
+absl::StatusOr<uint64_t> WriteDirect(int fd, const std::vector<iovec>& iov,
+                                     const std::string& path) {
+  constexpr size_t kBlock = 4096;
+  constexpr size_t kBuffer = size_t{4} << 20;
+  void* raw = nullptr;
+  if (posix_memalign(&raw, kBlock, kBuffer) != 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("snapshot rows: no buffer to write ", path));
+  }
+  const std::unique_ptr<char, decltype(&free)> buffer(static_cast<char*>(raw),
+                                                      &free);
+  size_t fill = 0;
+  uint64_t offset = 0;
+  uint64_t total = 0;
+  const auto flush = [&](size_t bytes) -> absl::Status {
+    size_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = pwrite(fd, buffer.get() + done, bytes - done,
+                               static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || (static_cast<size_t>(n) < bytes - done && n % kBlock)) {
+        return Errno(absl::StrCat("snapshot rows: writing ", path));
+      }
+      done += static_cast<size_t>(n);
+    }
+    offset += bytes;
+    return absl::OkStatus();
+  };
+  for (const iovec& piece : iov) {
+    const char* from = static_cast<const char*>(piece.iov_base);
+    size_t left = piece.iov_len;
+    total += left;
+    while (left > 0) {
+      const size_t take = std::min(left, kBuffer - fill);
+      std::memcpy(buffer.get() + fill, from, take);
+      fill += take;
+      from += take;
+      left -= take;
+      if (fill == kBuffer) {
+        PS_RETURN_IF_ERROR(flush(kBuffer));
+        fill = 0;
+      }
+    }
+  }
+  if (fill > 0) {
+    const size_t padded = (fill + kBlock - 1) / kBlock * kBlock;
+    std::memset(buffer.get() + fill, 0, padded - fill);
+    PS_RETURN_IF_ERROR(flush(padded));
+  }
+  return total;
 }
 
 // Reads exactly `size` bytes at `*offset` into `out`, advancing `*offset`;
@@ -197,9 +257,16 @@ absl::Status SnapshotRowsFiles::Write(const std::string& job_id,
   const std::string path = PathOf(job_id, number);
   std::error_code error;
   const bool existed = fs::exists(path, error);
-  // Written in place (no O_TRUNC: the file's cached pages are reused), cut
-  // to its length after.
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  // Written in place (no O_TRUNC: the file's blocks are reused), cut to its
+  // length after; with O_DIRECT, or through the page cache on a file system
+  // that refuses it.
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
+  bool direct = true;
+  int fd = open(path.c_str(), flags | O_DIRECT, 0644);
+  if (fd < 0 && errno == EINVAL) {
+    direct = false;
+    fd = open(path.c_str(), flags, 0644);
+  }
   if (fd < 0) return Errno(absl::StrCat("snapshot rows: opening ", path));
   std::string head(kMagic, kMagicBytes);
   head.resize(kMagicBytes + 12);
@@ -231,7 +298,8 @@ absl::Status SnapshotRowsFiles::Write(const std::string& job_id,
   char sum[8];
   PutUint64(XXH3_64bits_digest(&hash), sum);
   iov.push_back({sum, sizeof(sum)});
-  absl::StatusOr<uint64_t> written = WriteAll(fd, iov, path);
+  absl::StatusOr<uint64_t> written =
+      direct ? WriteDirect(fd, iov, path) : WriteAll(fd, iov, path);
   absl::Status status = written.status();
   if (status.ok() && ftruncate(fd, static_cast<off_t>(*written)) != 0) {
     status = Errno(absl::StrCat("snapshot rows: truncating ", path));

@@ -10,8 +10,11 @@
 // and a snapshot of number n writes slot n % 2: the file the marker names
 // (n - 1) is never touched until a later marker names another, and a crash
 // while slot n is written leaves the marker on n - 1, whose file is whole.
-// A file is overwritten in place (the page cache's pages are reused rather
-// than fresh ones allocated) and cut to its new length.
+// A file is overwritten in place and cut to its new length, written with
+// O_DIRECT from a 4 MiB aligned buffer: copying hundreds of MB into the page
+// cache cost the writer thread more CPU than the rest of the snapshot's
+// write (docs/benchmarks.md, "CTR: scaling with the table"). A file system
+// without O_DIRECT gets ordinary writes.
 //
 // File format (integers little-endian):
 //   "PSROWS" 0x00 0x01 (8 bytes)
@@ -50,7 +53,8 @@ class SnapshotRowsFiles {
       std::string dir);
 
   // Writes the job's rows file of `number` (>= 1) in slot number % 2, which
-  // it replaces: one sequential write, then, with `sync`, fdatasync (and an
+  // it replaces: one sequential write (O_DIRECT: on the device, not only in
+  // the page cache, when this returns), then, with `sync`, fdatasync (and an
   // fsync of the directory when the file is new). Errors: the file system's
   // (UNAVAILABLE for a full disk or an I/O error).
   absl::Status Write(const std::string& job_id, uint64_t number,

@@ -289,18 +289,34 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write,
                   rocksdb::Slice(value, sizeof(value))),
         absl::StrCat(context, "batching the clock of worker ", worker)));
   }
-  if (write.log_sequence > 0 || rows_file > 0) {
-    // The marker, and the rows file's number after it when there is one.
+  // The marker: the write's sequence, or the stored one when the write has
+  // none (as without rows files), then the rows file's number, if any; a
+  // rows file named before is never named again by a snapshot without one.
+  int64_t sequence = write.log_sequence;
+  bool had_marker = false;
+  if (sequence == 0) {
+    std::string stored;
+    rocksdb::Status got =
+        db_->Get(rocksdb::ReadOptions(), handles_[kLog], prefix, &stored);
+    if (!got.ok() && !got.IsNotFound()) {
+      return RocksDbStatusToAbsl(got,
+                                 absl::StrCat(context, "reading the marker"));
+    }
+    if (got.ok() && stored.size() >= kInt64Bytes) {
+      had_marker = true;
+      sequence = DecodeStoredInt64(stored.data());
+    }
+  }
+  if (sequence > 0 || rows_file > 0) {
     char marker[2 * kInt64Bytes];
-    EncodeInt64(write.log_sequence, marker);
+    EncodeInt64(sequence, marker);
     EncodeInt64(static_cast<int64_t>(rows_file), marker + kInt64Bytes);
     PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
         batch.Put(handles_[kLog], prefix,
                   rocksdb::Slice(marker, rows_file > 0 ? 2 * kInt64Bytes
                                                        : kInt64Bytes)),
         absl::StrCat(context, "batching the snapshot's marker")));
-  } else {
-    // No marker: none may name a rows file of an earlier snapshot.
+  } else if (had_marker) {
     PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
         batch.Delete(handles_[kLog], prefix),
         absl::StrCat(context, "batching the snapshot's marker")));

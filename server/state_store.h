@@ -121,8 +121,9 @@ class StateStore {
   // in the job's snapshot rows file of that number (server/
   // snapshot_rows_files.h), written and durable before this call: the batch
   // deletes the buckets' rows keys instead of writing them, and the marker
-  // (written then whatever log_sequence is) names the file. A snapshot
-  // without one clears a file named before. The caller has validated
+  // names the file after the sequence (write.log_sequence, or, when that is
+  // 0, the stored one, which a write keeps then). A snapshot without a file
+  // keeps no earlier file's number in the marker. The caller has validated
   // `write` (ValidateShardWrite). Errors: RocksDB's.
   absl::Status PutSnapshot(const ShardWrite& write, uint64_t rows_file = 0);
 
