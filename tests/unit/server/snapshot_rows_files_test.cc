@@ -235,6 +235,27 @@ TEST_F(SnapshotRowsFilesTest, SnapshotsAlternateTwoFilesUntilOneIsSmall) {
   EXPECT_TRUE(absl::IsNotFound(store->Load("job").status()));
 }
 
+// Under SYNC the file is fdatasync'ed (and its directory entry fsynced when
+// new) before the marker: both files, then a reopen, read back whole.
+TEST_F(SnapshotRowsFilesTest, SyncedSnapshotsReadBackAfterAReopen) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  for (int n = 1; n <= 3; ++n) {
+    const SnapshotData data(n);  // The write's spans point into it.
+    ShardWrite write = data.Write(n);
+    write.sync = true;
+    ASSERT_TRUE(store->AppendLog("job", n, {"r"}, true).ok());
+    ASSERT_TRUE(store->Write(write).ok());
+  }
+  store.reset();
+  store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<StoredJob> job = store->Load("job");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ExpectSnapshot(*job, 3);
+  EXPECT_EQ(job->log_sequence, 3);
+}
+
 // The file the marker names, damaged: DATA_LOSS naming the problem, never
 // rows read wrong.
 TEST_F(SnapshotRowsFilesTest, ADamagedRowsFileIsDataLoss) {
