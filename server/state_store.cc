@@ -289,7 +289,35 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write,
                   rocksdb::Slice(value, sizeof(value))),
         absl::StrCat(context, "batching the clock of worker ", worker)));
   }
-  // The marker: the write's sequence, or the stored one when the write has
+  PS_RETURN_IF_ERROR(BatchMarker(write, rows_file, batch));
+  rocksdb::WriteOptions write_options;
+  write_options.sync = write.sync;
+  if (data_bytes < unlogged_snapshot_bytes_) {
+    return RocksDbStatusToAbsl(db_->Write(write_options, &batch),
+                               absl::StrCat(context, "write"));
+  }
+  // Unlogged: durable only once flushed. The memtables hold the batch whole
+  // (a write lands in one memtable generation), and atomic_flush writes
+  // every family's memtable in one step, so a crash leaves the batch in the
+  // table files whole or not at all; until this returns, the caller keeps
+  // the log records the snapshot replaces (CommitSnapshot).
+  write_options.sync = false;
+  write_options.disableWAL = true;
+  PS_RETURN_IF_ERROR(
+      RocksDbStatusToAbsl(db_->Write(write_options, &batch),
+                          absl::StrCat(context, "write (unlogged)")));
+  lock.Release();
+  if (before_snapshot_flush_) before_snapshot_flush_();
+  return FlushAll(absl::StrCat("job ", write.job_id, ": snapshot"));
+}
+
+absl::Status StateStore::BatchMarker(const ShardWrite& write,
+                                     uint64_t rows_file,
+                                     rocksdb::WriteBatch& batch) {
+  const std::string prefix = StoredJobPrefix(write.job_id);
+  const std::string context =
+      absl::StrCat("rocksdb shard store: job ", write.job_id, ": ");
+  // The write's sequence, or the stored one when the write has
   // none (as without rows files), then the rows file's number, if any; a
   // rows file named before is never named again by a snapshot without one.
   int64_t sequence = write.log_sequence;
@@ -321,25 +349,7 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write,
         batch.Delete(handles_[kLog], prefix),
         absl::StrCat(context, "batching the snapshot's marker")));
   }
-  rocksdb::WriteOptions write_options;
-  write_options.sync = write.sync;
-  if (data_bytes < unlogged_snapshot_bytes_) {
-    return RocksDbStatusToAbsl(db_->Write(write_options, &batch),
-                               absl::StrCat(context, "write"));
-  }
-  // Unlogged: durable only once flushed. The memtables hold the batch whole
-  // (a write lands in one memtable generation), and atomic_flush writes
-  // every family's memtable in one step, so a crash leaves the batch in the
-  // table files whole or not at all; until this returns, the caller keeps
-  // the log records the snapshot replaces (CommitSnapshot).
-  write_options.sync = false;
-  write_options.disableWAL = true;
-  PS_RETURN_IF_ERROR(
-      RocksDbStatusToAbsl(db_->Write(write_options, &batch),
-                          absl::StrCat(context, "write (unlogged)")));
-  lock.Release();
-  if (before_snapshot_flush_) before_snapshot_flush_();
-  return FlushAll(absl::StrCat("job ", write.job_id, ": snapshot"));
+  return absl::OkStatus();
 }
 
 absl::Status StateStore::PutMeta(const std::string& job_id,

@@ -35,6 +35,7 @@
 #define PS_SERVER_STATE_STORE_H_
 
 #include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 
 #include <cstddef>
 #include <functional>
@@ -184,6 +185,11 @@ class StateStore {
   StateStore(const StateStoreOptions& options, std::unique_ptr<rocksdb::DB> db,
              std::vector<rocksdb::ColumnFamilyHandle*> handles);
 
+  // Adds the snapshot's marker to `batch`: write.log_sequence, or, when that
+  // is 0, the stored one; then rows_file's number when > 0. A snapshot
+  // without a rows file leaves no earlier file's number in the marker.
+  absl::Status BatchMarker(const ShardWrite& write, uint64_t rows_file,
+                           rocksdb::WriteBatch& batch);
   // Flushes every column family's memtable (waiting), which lets RocksDB
   // delete the log files it covers. `why` goes into the error.
   absl::Status FlushAll(absl::string_view why);
