@@ -151,9 +151,9 @@ CLUSTER_COORDINATOR_ARGS="--lease_ms=1500 --heartbeat_interval_ms=100 --recovery
 CLUSTER_WORKER_ARGS=([0]="--ack_log=$RUN_DIR/acks.log" [1]="--ack_log=$RUN_DIR/acks.log")
 # The CTR job logs 30 to 50 KB a clock per server: snapshots every MiB, so a
 # restarted server restores buckets of rows from a snapshot, then replays the
-# log after it.
+# log after it; every snapshot's rows in a rows file of their own.
 # shellcheck disable=SC2034  # read by cluster_start
-[ $MODE = ctr ] && CLUSTER_SERVER_ARGS="--snapshot_log_mib=1"
+[ $MODE = ctr ] && CLUSTER_SERVER_ARGS="--snapshot_log_mib=1 --snapshot_rows_file_kib=0"
 # A third server, free, for the moves (--scales): the job runs on two.
 cluster_start "$BUILD_DIR" "$RUN_DIR" $((SCALES > 0 ? 3 : 2)) 2 >/dev/null || { echo "chaos: cluster did not start"; exit 1; }
 trap 'cluster_stop >/dev/null 2>&1' EXIT

@@ -96,6 +96,7 @@ absl::StatusOr<std::string> ParameterServer::OpenStore() {
   }
   RocksDbShardStoreOptions store_options;
   store_options.path = options_.data_dir;
+  store_options.rows_file_bytes = options_.snapshot_rows_file_bytes;
   auto store = RocksDbShardStore::Open(store_options);
   if (!store.ok()) return store.status();
   auto identity = (*store)->Identity();

@@ -31,6 +31,10 @@ struct ParameterServerOptions {
   std::string coordinator;
   // RocksDB directory; empty: keep shards in memory only.
   std::string data_dir;
+  // With data_dir: a snapshot with at least this many bytes of sparse rows
+  // keeps them in a rows file of its own (RocksDbShardStoreOptions::
+  // rows_file_bytes; --snapshot_rows_file_kib). Default 8 MiB.
+  size_t snapshot_rows_file_bytes = size_t{8} << 20;
   // How jobs persist their shards (the snapshot interval) and the sparse
   // tables' memory budget (sparse_memory_bytes, shared by all the server's
   // jobs; the tier under <data_dir>/sparse-tier when sparse_tier_dir is

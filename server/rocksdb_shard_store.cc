@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/sparse_keys.h"
 #include "common/status_macros.h"
 #include "server/shard_store_upgrade.h"
 
@@ -71,8 +73,30 @@ absl::Status Upgrade(const std::string& path, StateStore& state,
 }  // namespace
 
 absl::Status CommitSnapshot(StateStore& state, UpdateLogFiles& log,
-                            const ShardWrite& write) {
-  PS_RETURN_IF_ERROR(state.PutSnapshot(write));
+                            const ShardWrite& write,
+                            const SnapshotRowsOptions& rows) {
+  size_t rows_bytes = 0;
+  for (const BlockWrite& block : write.blocks) rows_bytes += block.rows.size();
+  if (rows.files != nullptr && rows_bytes > 0 && rows_bytes >= rows.min_bytes) {
+    // The rows once, in the file the marker does not name.
+    PS_ASSIGN_OR_RETURN(const uint64_t named, state.RowsFileOf(write.job_id));
+    const uint64_t number = named + 1;
+    std::vector<RowsFileEntry> entries;
+    for (const BlockWrite& block : write.blocks) {
+      if (!block.rows.empty()) entries.push_back({block.key, block.rows});
+    }
+    PS_RETURN_IF_ERROR(
+        rows.files->Write(write.job_id, number, entries, write.sync));
+    if (rows.after_rows_file) rows.after_rows_file();
+    PS_RETURN_IF_ERROR(state.PutSnapshot(write, number));
+  } else {
+    PS_ASSIGN_OR_RETURN(const uint64_t named,
+                        rows.files != nullptr ? state.RowsFileOf(write.job_id)
+                                              : absl::StatusOr<uint64_t>(0));
+    PS_RETURN_IF_ERROR(state.PutSnapshot(write));
+    // The marker names no file now: the job's files are dead bytes.
+    if (named > 0) PS_RETURN_IF_ERROR(rows.files->Delete(write.job_id));
+  }
   if (write.log_sequence == 0) return absl::OkStatus();
   // Only once the snapshot is durable: a crash before this leaves records
   // the marker says to skip.
@@ -110,18 +134,23 @@ absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(
                         .add_missing_log_family = format1}));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<UpdateLogFiles> log,
                       UpdateLogFiles::Open(absl::StrCat(path, "/update-log")));
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<SnapshotRowsFiles> rows,
+      SnapshotRowsFiles::Open(absl::StrCat(path, "/snapshot-rows")));
   if (format1) PS_RETURN_IF_ERROR(Upgrade(path, *state, *log));
   PS_LOG_INFO("rocksdb shard store: opened ", path);
-  return std::unique_ptr<RocksDbShardStore>(
-      new RocksDbShardStore(options, std::move(state), std::move(log)));
+  return std::unique_ptr<RocksDbShardStore>(new RocksDbShardStore(
+      options, std::move(state), std::move(log), std::move(rows)));
 }
 
 RocksDbShardStore::RocksDbShardStore(RocksDbShardStoreOptions options,
                                      std::unique_ptr<StateStore> state,
-                                     std::unique_ptr<UpdateLogFiles> log)
+                                     std::unique_ptr<UpdateLogFiles> log,
+                                     std::unique_ptr<SnapshotRowsFiles> rows)
     : options_(std::move(options)),
       state_(std::move(state)),
-      log_(std::move(log)) {}
+      log_(std::move(log)),
+      rows_(std::move(rows)) {}
 
 RocksDbShardStore::~RocksDbShardStore() {
   log_.reset();
@@ -136,7 +165,9 @@ absl::Status RocksDbShardStore::Write(const ShardWrite& write) {
   const auto start = std::chrono::steady_clock::now();
   absl::Status status = ValidateShardWrite(write);
   if (!status.ok()) return status;
-  status = CommitSnapshot(*state_, *log_, write);
+  status = CommitSnapshot(
+      *state_, *log_, write,
+      {.files = rows_.get(), .min_bytes = options_.rows_file_bytes});
   ObserveLatency(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count());
@@ -164,8 +195,12 @@ absl::Status RocksDbShardStore::PutJobMeta(const std::string& job_id,
 
 absl::StatusOr<StoredJob> RocksDbShardStore::Load(const std::string& job_id) {
   PS_RETURN_IF_ERROR(ValidateShardStoreJobId(job_id));
-  absl::StatusOr<StoredJob> job = state_->Load(job_id);
+  uint64_t rows_file = 0;
+  absl::StatusOr<StoredJob> job = state_->Load(job_id, &rows_file);
   if (!job.ok() && !absl::IsNotFound(job.status())) return job.status();
+  if (job.ok() && rows_file > 0) {
+    PS_RETURN_IF_ERROR(ReadRowsFile(job_id, rows_file, &job->blocks));
+  }
   // The records after the snapshot's marker (CommitSnapshot).
   const int64_t after = job.ok() ? job->log_sequence : 0;
   PS_ASSIGN_OR_RETURN(auto records, log_->Read(job_id, after));
@@ -196,7 +231,30 @@ absl::StatusOr<std::vector<std::string>> RocksDbShardStore::ListJobs() {
 absl::Status RocksDbShardStore::DeleteJob(const std::string& job_id) {
   PS_RETURN_IF_ERROR(ValidateShardStoreJobId(job_id));
   PS_RETURN_IF_ERROR(state_->DeleteJob(job_id));
+  PS_RETURN_IF_ERROR(rows_->Delete(job_id));
   return log_->Delete(job_id);
+}
+
+absl::Status RocksDbShardStore::ReadRowsFile(
+    const std::string& job_id, uint64_t number,
+    std::vector<StoredBlock>* blocks) const {
+  PS_ASSIGN_OR_RETURN(auto entries, rows_->Read(job_id, number));
+  for (auto& [key, rows] : entries) {
+    // Blocks are in key order; each of the file's buckets is one of them,
+    // written without rows in the same snapshot.
+    auto it = std::lower_bound(
+        blocks->begin(), blocks->end(), key,
+        [](const StoredBlock& b, uint64_t k) { return b.key < k; });
+    if (it == blocks->end() || it->key != key || !IsBucketKey(key) ||
+        !it->rows.empty()) {
+      return absl::DataLossError(absl::StrCat(
+          "rocksdb shard store: job ", job_id, ": snapshot rows file ",
+          rows_->PathOf(job_id, number), " holds rows of block key ", key,
+          ", which the snapshot holds no empty bucket of"));
+    }
+    it->rows = std::move(rows);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> RocksDbShardStore::Identity() const {

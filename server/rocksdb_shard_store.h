@@ -4,7 +4,10 @@
 //     job's snapshot (values, optimizer state, clocks), its marker (the last
 //     update-log record the snapshot includes) and the job's metadata;
 //   - the update log (server/update_log_files.h): one file per job under
-//     <path>/update-log, the records applied since the snapshot.
+//     <path>/update-log, the records applied since the snapshot;
+//   - with them, a large snapshot's sparse rows in files of their own under
+//     <path>/snapshot-rows (server/snapshot_rows_files.h), which the state
+//     store's marker names.
 // CommitSnapshot, below, is the one protocol that writes across them.
 //
 // The data directory records its format version (common/data_dir_format.h):
@@ -23,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "common/data_dir_format.h"
 #include "server/shard_store.h"
+#include "server/snapshot_rows_files.h"
 #include "server/state_store.h"
 #include "server/update_log_files.h"
 
@@ -46,21 +50,44 @@ struct RocksDbShardStoreOptions {
   // Memtable size of the state store's "values" and "optimizer" column
   // families. Default 64 MiB (64 one-MiB blocks per flush).
   size_t write_buffer_bytes = size_t{64} << 20;
+  // A snapshot whose buckets' rows come to at least this many bytes writes
+  // them to a file of the job's (server/snapshot_rows_files.h) rather than
+  // into RocksDB (docs/durability.md, "The two parts of a server's store").
+  // Default 8 MiB; 0: every snapshot with rows; SIZE_MAX: none.
+  size_t rows_file_bytes = size_t{8} << 20;
   // Called after each Write and AppendLog with its duration in seconds
   // (whether or not it succeeded), on the writing thread; for a latency
   // histogram. Must be thread-safe. Default: none.
   std::function<void(double seconds)> on_write_latency{};
 };
 
-// The commit protocol of a snapshot across the two parts: the one function
-// that writes both for one change.
+// Where CommitSnapshot puts a snapshot's sparse rows.
+struct SnapshotRowsOptions {
+  // The job's rows files; null: the rows go into the state store.
+  SnapshotRowsFiles* files = nullptr;
+  // With files: a snapshot whose rows come to at least this many bytes
+  // writes them to a file (RocksDbShardStoreOptions::rows_file_bytes).
+  size_t min_bytes = size_t{8} << 20;
+  // Tests only: called after the rows file is written and before the state
+  // store's batch (a test ends its process there to stand for a crash).
+  std::function<void()> after_rows_file{};
+};
+
+// The commit protocol of a snapshot across the parts: the one function
+// that writes them for one change.
 //
+//   0. A snapshot with rows.min_bytes of rows or more writes them to the
+//      job's rows file numbered one past the one its marker names
+//      (fdatasync'ed with write.sync): the other of its two files, so the
+//      file the marker names stays whole.
 //   1. The state store writes write's blocks, clocks and marker
-//      (write.log_sequence, when > 0) in one RocksDB batch (fsync'ed with
-//      write.sync).
+//      (write.log_sequence, when > 0, and the rows file's number, when
+//      step 0 wrote one) in one RocksDB batch (fsync'ed with write.sync).
 //   2. Only once that batch is durable, the update log drops the records up
 //      to the marker (UpdateLogFiles::DropThrough).
 //
+// A crash after step 0 and before step 1 completes leaves the marker on the
+// previous snapshot and its file.
 // What it keeps true, and what every reader relies on: the job's state is its
 // snapshot followed by the log's records after the marker, and those records
 // continue the marker without a gap. A crash before step 1 completes leaves
@@ -72,7 +99,8 @@ struct RocksDbShardStoreOptions {
 // its parts are; the caller orders a job's snapshots and appends (one
 // UpdateLogWriter per job does). Errors: the first failing part's.
 absl::Status CommitSnapshot(StateStore& state, UpdateLogFiles& log,
-                            const ShardWrite& write);
+                            const ShardWrite& write,
+                            const SnapshotRowsOptions& rows = {});
 
 // Keeps shards in a state store and an update log, both in one data
 // directory. Thread-safe; a data directory can be open in one store (one
@@ -111,15 +139,18 @@ class RocksDbShardStore : public ShardStore {
   absl::Status PutJobMeta(const std::string& job_id,
                           const std::string& meta) override;
   // See ShardStore: the state store's snapshot and marker (one consistent
-  // RocksDB snapshot; every value's size checked), then the log's records
-  // after the marker. DATA_LOSS naming the job when something is malformed,
-  // or when the first record after the marker is missing.
+  // RocksDB snapshot; every value's size checked), the buckets' rows from
+  // the rows file the marker names if it names one, then the log's records
+  // after the marker. DATA_LOSS naming the job when something is malformed
+  // (the rows file too: missing, cut short, failing its checksum, or
+  // holding a bucket the snapshot lacks), or when the first record after
+  // the marker is missing.
   absl::StatusOr<StoredJob> Load(const std::string& job_id) override;
   // See ShardStore: the jobs with anything in either part.
   absl::StatusOr<std::vector<std::string>> ListJobs() override;
   // See ShardStore: the state store's keys first (StateStore::DeleteJob:
   // synced, then flushed and compacted so that the space goes back to the
-  // file system), then the log file. A crash between leaves a job with only
+  // file system), then the rows files, then the log file. A crash between leaves a job with only
   // a log, which ListJobs still lists, so it is deleted again.
   absl::Status DeleteJob(const std::string& job_id) override;
 
@@ -130,14 +161,20 @@ class RocksDbShardStore : public ShardStore {
  private:
   RocksDbShardStore(RocksDbShardStoreOptions options,
                     std::unique_ptr<StateStore> state,
-                    std::unique_ptr<UpdateLogFiles> log);
+                    std::unique_ptr<UpdateLogFiles> log,
+                    std::unique_ptr<SnapshotRowsFiles> rows);
 
   void ObserveLatency(double seconds) const;
+  // Puts the rows of the job's rows file `number` into their (empty)
+  // buckets among `blocks`. DATA_LOSS as Load's.
+  absl::Status ReadRowsFile(const std::string& job_id, uint64_t number,
+                            std::vector<StoredBlock>* blocks) const;
 
   const RocksDbShardStoreOptions options_;
   // The two parts; immutable after Open, thread-safe themselves.
   std::unique_ptr<StateStore> state_;
   std::unique_ptr<UpdateLogFiles> log_;
+  std::unique_ptr<SnapshotRowsFiles> rows_;
 };
 
 }  // namespace ps

@@ -26,6 +26,13 @@ ABSL_FLAG(int64_t, snapshot_log_mib,
           ps::ServerJobOptions().snapshot_log_bytes >> 20,
           "update-log MiB after which a job's shards are snapshotted and the "
           "log dropped (bounds the log on disk and the replay after a crash)");
+ABSL_FLAG(int64_t, snapshot_rows_file_kib,
+          static_cast<int64_t>(ps::ParameterServerOptions()
+                                   .snapshot_rows_file_bytes >>
+                               10),
+          "KiB of sparse rows from which a snapshot writes them to a file of "
+          "their own instead of RocksDB (docs/durability.md, \"The two parts "
+          "of a server's store\"); 0: every snapshot with rows");
 ABSL_FLAG(int64_t, sparse_memory_bytes, 0,
           "bytes the sparse tables' rows of all jobs may hold in memory on "
           "this server; rows beyond live in a RocksDB tier (docs/sparse.md, "
@@ -72,6 +79,8 @@ int main(int argc, char** argv) {
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.snapshot_rows_file_bytes = static_cast<size_t>(
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_snapshot_rows_file_kib)) << 10);
   options.job_options.snapshot_log_bytes =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_snapshot_log_mib)) << 20;
   options.job_options.sparse_memory_bytes =

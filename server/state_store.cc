@@ -53,6 +53,14 @@ void EncodeInt64(int64_t value, char out[kInt64Bytes]) {
   }
 }
 
+int64_t DecodeStoredInt64(const char* in) {
+  uint64_t bits = 0;
+  for (size_t i = 0; i < kInt64Bytes; ++i) {
+    bits |= uint64_t{static_cast<uint8_t>(in[i])} << (8 * i);
+  }
+  return static_cast<int64_t>(bits);
+}
+
 std::string BlockKey(const std::string& prefix, uint64_t key) {
   std::string out = prefix;
   AppendBigEndian(key, kStoredBlockKeyBytes, &out);
@@ -222,7 +230,8 @@ StateStore::~StateStore() {
   db_.reset();
 }
 
-absl::Status StateStore::PutSnapshot(const ShardWrite& write) {
+absl::Status StateStore::PutSnapshot(const ShardWrite& write,
+                                     uint64_t rows_file) {
   const std::string prefix = StoredJobPrefix(write.job_id);
   const std::string context =
       absl::StrCat("rocksdb shard store: job ", write.job_id, ": ");
@@ -232,7 +241,8 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write) {
   size_t data_bytes = 0;  // Values, optimizer state and rows.
   for (const BlockWrite& block : write.blocks) {
     data_bytes += block.values.size_bytes() +
-                  block.optimizer_state.size_bytes() + block.rows.size();
+                  block.optimizer_state.size_bytes() +
+                  (rows_file > 0 ? 0 : block.rows.size());
     reserve += 3 * (prefix.size() + 48);
   }
   reserve += data_bytes;
@@ -263,7 +273,7 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write) {
       // A bucket's rows record replaces (or, when empty, clears) the last.
       const std::string rows_key = key + kStoredRowsSuffix;
       put =
-          block.rows.empty()
+          block.rows.empty() || rows_file > 0
               ? batch.Delete(handles_[kValues], rows_key)
               : batch.Put(handles_[kValues], rows_key,
                           rocksdb::Slice(block.rows.data(), block.rows.size()));
@@ -279,14 +289,7 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write) {
                   rocksdb::Slice(value, sizeof(value))),
         absl::StrCat(context, "batching the clock of worker ", worker)));
   }
-  if (write.log_sequence > 0) {
-    char marker[kInt64Bytes];
-    EncodeInt64(write.log_sequence, marker);
-    PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
-        batch.Put(handles_[kLog], prefix,
-                  rocksdb::Slice(marker, sizeof(marker))),
-        absl::StrCat(context, "batching the snapshot's marker")));
-  }
+  PS_RETURN_IF_ERROR(BatchMarker(write, rows_file, batch));
   rocksdb::WriteOptions write_options;
   write_options.sync = write.sync;
   if (data_bytes < unlogged_snapshot_bytes_) {
@@ -306,6 +309,47 @@ absl::Status StateStore::PutSnapshot(const ShardWrite& write) {
   lock.Release();
   if (before_snapshot_flush_) before_snapshot_flush_();
   return FlushAll(absl::StrCat("job ", write.job_id, ": snapshot"));
+}
+
+absl::Status StateStore::BatchMarker(const ShardWrite& write,
+                                     uint64_t rows_file,
+                                     rocksdb::WriteBatch& batch) {
+  const std::string prefix = StoredJobPrefix(write.job_id);
+  const std::string context =
+      absl::StrCat("rocksdb shard store: job ", write.job_id, ": ");
+  // The write's sequence, or the stored one when the write has
+  // none (as without rows files), then the rows file's number, if any; a
+  // rows file named before is never named again by a snapshot without one.
+  int64_t sequence = write.log_sequence;
+  bool had_marker = false;
+  if (sequence == 0) {
+    std::string stored;
+    rocksdb::Status got =
+        db_->Get(rocksdb::ReadOptions(), handles_[kLog], prefix, &stored);
+    if (!got.ok() && !got.IsNotFound()) {
+      return RocksDbStatusToAbsl(got,
+                                 absl::StrCat(context, "reading the marker"));
+    }
+    if (got.ok() && stored.size() >= kInt64Bytes) {
+      had_marker = true;
+      sequence = DecodeStoredInt64(stored.data());
+    }
+  }
+  if (sequence > 0 || rows_file > 0) {
+    char marker[2 * kInt64Bytes];
+    EncodeInt64(sequence, marker);
+    EncodeInt64(static_cast<int64_t>(rows_file), marker + kInt64Bytes);
+    PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+        batch.Put(handles_[kLog], prefix,
+                  rocksdb::Slice(marker, rows_file > 0 ? 2 * kInt64Bytes
+                                                       : kInt64Bytes)),
+        absl::StrCat(context, "batching the snapshot's marker")));
+  } else if (had_marker) {
+    PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+        batch.Delete(handles_[kLog], prefix),
+        absl::StrCat(context, "batching the snapshot's marker")));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status StateStore::PutMeta(const std::string& job_id,
@@ -336,7 +380,26 @@ absl::Status StateStore::Scan(Family family, const std::string& job_id,
                                           ": reading ", kFamilyNames[family]));
 }
 
-absl::StatusOr<StoredJob> StateStore::Load(const std::string& job_id) {
+absl::StatusOr<uint64_t> StateStore::RowsFileOf(const std::string& job_id) {
+  std::string marker;
+  rocksdb::Status status = db_->Get(rocksdb::ReadOptions(), handles_[kLog],
+                                    StoredJobPrefix(job_id), &marker);
+  if (status.IsNotFound()) return 0;
+  PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
+      status, absl::StrCat("rocksdb shard store: job ", job_id,
+                           ": reading the marker")));
+  if (marker.size() == kInt64Bytes) return 0;
+  if (marker.size() != 2 * kInt64Bytes) {
+    return absl::DataLossError(
+        absl::StrCat("rocksdb shard store: job ", job_id, ": marker of ",
+                     marker.size(), " bytes is malformed"));
+  }
+  return static_cast<uint64_t>(DecodeStoredInt64(marker.data() + kInt64Bytes));
+}
+
+absl::StatusOr<StoredJob> StateStore::Load(const std::string& job_id,
+                                           uint64_t* rows_file) {
+  if (rows_file != nullptr) *rows_file = 0;
   const std::string prefix = StoredJobPrefix(job_id);
   rocksdb::ManagedSnapshot snapshot(db_.get());
   rocksdb::ReadOptions read_options;
@@ -378,6 +441,17 @@ absl::StatusOr<StoredJob> StateStore::Load(const std::string& job_id) {
               sequence,
               " found in RocksDB's \"log\" family, which holds only snapshot "
               "markers since data directory format version 2"));
+        }
+        if (key.size() == prefix.size() && value.size() == 2 * kInt64Bytes) {
+          // A marker that names the snapshot's rows file.
+          const int64_t file = DecodeStoredInt64(value.data() + kInt64Bytes);
+          if (file <= 0) {
+            return absl::DataLossError(
+                absl::StrCat("rocksdb shard store: job ", job_id,
+                             ": the marker names rows file ", file));
+          }
+          if (rows_file != nullptr) *rows_file = static_cast<uint64_t>(file);
+          value = value.substr(0, kInt64Bytes);
         }
         return decoder.AddLog(key, value);  // The marker (or malformed).
       }));

@@ -22,7 +22,11 @@
 //              bytes little-endian)
 //   meta:      job_id '\0' -> opaque bytes
 //   log:       job_id '\0' -> the snapshot's marker: the last update-log
-//              record it includes (int64, 8 bytes little-endian)
+//              record it includes (int64, 8 bytes little-endian), then,
+//              when the snapshot's rows are in a file of their own
+//              (server/snapshot_rows_files.h), that file's number (uint64,
+//              8 bytes little-endian). Added within format 2: a build
+//              from before reads a 16-byte marker as malformed (DATA_LOSS).
 // Directories of format version 1 may also hold update-log records in the
 // "log" family (job_id '\0' sequence(8 bytes, big-endian) -> record), or lack
 // the family; the upgrade (server/shard_store_upgrade.h) moves the records to
@@ -31,6 +35,7 @@
 #define PS_SERVER_STATE_STORE_H_
 
 #include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 
 #include <cstddef>
 #include <functional>
@@ -113,19 +118,32 @@ class StateStore {
   // log and returns only once a flush of every column family (atomic, so the
   // batch is in table files whole or not at all) has made it durable: a
   // crash before then leaves the previous snapshot and marker, as a crash
-  // before a logged write does. The caller has validated `write`
-  // (ValidateShardWrite). Errors: RocksDB's.
-  absl::Status PutSnapshot(const ShardWrite& write);
+  // before a logged write does. With `rows_file` > 0 the buckets' rows are
+  // in the job's snapshot rows file of that number (server/
+  // snapshot_rows_files.h), written and durable before this call: the batch
+  // deletes the buckets' rows keys instead of writing them, and the marker
+  // names the file after the sequence (write.log_sequence, or, when that is
+  // 0, the stored one, which a write keeps then). A snapshot without a file
+  // keeps no earlier file's number in the marker. The caller has validated
+  // `write` (ValidateShardWrite). Errors: RocksDB's.
+  absl::Status PutSnapshot(const ShardWrite& write, uint64_t rows_file = 0);
+
+  // The number of the rows file the job's marker names (0: none, or no
+  // marker). Errors: RocksDB's; DATA_LOSS for a malformed marker.
+  absl::StatusOr<uint64_t> RowsFileOf(const std::string& job_id);
 
   // Stores the job's metadata, replacing any; synced. Errors: RocksDB's.
   absl::Status PutMeta(const std::string& job_id, const std::string& meta);
 
   // The job's snapshot, metadata and marker (StoredJob::log_sequence; `log`
-  // stays empty), read from one consistent RocksDB snapshot. NOT_FOUND if
-  // nothing is stored for the job; DATA_LOSS naming the job and key for a
-  // malformed value, values without optimizer state or the reverse, or an
-  // update-log record in the "log" family.
-  absl::StatusOr<StoredJob> Load(const std::string& job_id);
+  // stays empty), read from one consistent RocksDB snapshot; `rows_file`,
+  // when given, gets the number of the rows file the marker names (0: none:
+  // the buckets' rows are in the snapshot). NOT_FOUND if nothing is stored
+  // for the job; DATA_LOSS naming the job and key for a malformed value,
+  // values without optimizer state or the reverse, or an update-log record
+  // in the "log" family.
+  absl::StatusOr<StoredJob> Load(const std::string& job_id,
+                                 uint64_t* rows_file = nullptr);
 
   // Ids of the jobs with anything stored, sorted. DATA_LOSS for a key
   // without a job prefix.
@@ -167,6 +185,11 @@ class StateStore {
   StateStore(const StateStoreOptions& options, std::unique_ptr<rocksdb::DB> db,
              std::vector<rocksdb::ColumnFamilyHandle*> handles);
 
+  // Adds the snapshot's marker to `batch`: write.log_sequence, or, when that
+  // is 0, the stored one; then rows_file's number when > 0. A snapshot
+  // without a rows file leaves no earlier file's number in the marker.
+  absl::Status BatchMarker(const ShardWrite& write, uint64_t rows_file,
+                           rocksdb::WriteBatch& batch);
   // Flushes every column family's memtable (waiting), which lets RocksDB
   // delete the log files it covers. `why` goes into the error.
   absl::Status FlushAll(absl::string_view why);
