@@ -208,6 +208,11 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
   // A cache of this process's own writes: the blocks are not checksummed
   // again on every read (a snapshot's scan, ForEach, still checks them).
   options.verify_checksums = false;
+  // A data block holds about ten rows of ids spread over the whole range:
+  // the next read of it is rarely soon. Not cached, it is not inserted (and
+  // an older one evicted) on every read; the index and filter blocks are
+  // cached when a table file opens, and stay (nothing else fills the cache).
+  options.fill_cache = false;
   db_->MultiGet(options, db_->DefaultColumnFamily(), rest.size(), slices.data(),
                 found.data(), statuses.data());
   for (size_t j = 0; j < rest.size(); ++j) {
