@@ -297,28 +297,52 @@ const SparseTier::Batch::Op* SparseTier::Batch::Find(uint32_t table,
 }
 
 absl::Status SparseTier::Ingest(std::span<const Batch* const> batches) const {
-  // Every op of every batch, in key order; of a key's ops (stable: batches
-  // oldest first, each in its order) the last is the newest.
-  struct Ref {
-    uint32_t table;
-    uint64_t id;
-    const Batch* batch;
-    const Batch::Op* op;
+  // A k-way merge of the sorted batches into one file in key order, the
+  // newest change of each key only: of a key's ops the last of the newest
+  // batch holding it. No copy of the rows, and memory for one cursor a
+  // batch (the queue's bound is the tier's fixed overhead).
+  struct Cursor {
+    size_t batch;  // Index into `batches`: larger is newer.
+    size_t at;     // The last op of the current key's run in the batch.
   };
-  std::vector<Ref> refs;
-  size_t total = 0;
-  for (const Batch* batch : batches) total += batch->ops_.size();
-  refs.reserve(total);
-  for (const Batch* batch : batches) {
-    for (const Batch::Op& op : batch->ops_) {
-      refs.push_back({op.table, op.id, batch, &op});
+  const auto op_of = [&](const Cursor& c) -> const Batch::Op& {
+    return batches[c.batch]->ops_[c.at];
+  };
+  const auto settle = [&](Cursor& c) {  // To the last op of c.at's key.
+    const std::vector<Batch::Op>& ops = batches[c.batch]->ops_;
+    while (c.at + 1 < ops.size() && ops[c.at + 1].table == ops[c.at].table &&
+           ops[c.at + 1].id == ops[c.at].id) {
+      ++c.at;
     }
+  };
+  // The heap's top: the smallest key, of the newest batch among equals.
+  const auto lower = [&](const Cursor& x, const Cursor& y) {
+    const Batch::Op& a = op_of(x);
+    const Batch::Op& b = op_of(y);
+    if (a.table != b.table) return a.table > b.table;
+    if (a.id != b.id) return a.id > b.id;
+    return x.batch < y.batch;
+  };
+  std::vector<Cursor> heap;
+  heap.reserve(batches.size());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    if (batches[i]->ops_.empty()) continue;
+    Cursor c{.batch = i, .at = 0};
+    settle(c);
+    heap.push_back(c);
   }
-  if (batches.size() > 1) {
-    std::stable_sort(refs.begin(), refs.end(), [](const Ref& x, const Ref& y) {
-      return x.table != y.table ? x.table < y.table : x.id < y.id;
-    });
-  }
+  std::make_heap(heap.begin(), heap.end(), lower);
+  // Moves the heap's top past its key (popped for good at its batch's end).
+  const auto advance_top = [&] {
+    std::pop_heap(heap.begin(), heap.end(), lower);
+    Cursor& c = heap.back();
+    if (++c.at < batches[c.batch]->ops_.size()) {
+      settle(c);
+      std::push_heap(heap.begin(), heap.end(), lower);
+    } else {
+      heap.pop_back();
+    }
+  };
   const std::string file = absl::StrCat(path_, "/ingest/",
                                         files_ingested_.load(), ".sst");
   // The page cache keeps what it wrote: pulls read the rows back soon.
@@ -327,20 +351,23 @@ absl::Status SparseTier::Ingest(std::span<const Batch* const> batches) const {
                                 /*invalidate_page_cache=*/false);
   rocksdb::Status s = writer.Open(file);
   char key[kKeyBytes];
-  for (size_t i = 0; s.ok() && i < refs.size(); ++i) {
-    const Ref& r = refs[i];
-    if (i + 1 < refs.size() && refs[i + 1].table == r.table &&
-        refs[i + 1].id == r.id) {
-      continue;  // A newer change of the same row follows.
-    }
-    PutBigEndian(r.table, 4, key);
-    PutBigEndian(r.id, 8, key + 4);
+  while (s.ok() && !heap.empty()) {
+    const Batch::Op& op = op_of(heap.front());
+    const Batch& batch = *batches[heap.front().batch];
+    const uint32_t table = op.table;
+    const uint64_t id = op.id;
+    PutBigEndian(table, 4, key);
+    PutBigEndian(id, 8, key + 4);
     const rocksdb::Slice k(key, kKeyBytes);
-    s = r.op->size == Batch::kDelete
+    s = op.size == Batch::kDelete
             ? writer.Delete(k)
-            : writer.Put(k, rocksdb::Slice(r.batch->values_.data() +
-                                               r.op->offset,
-                                           r.op->size));
+            : writer.Put(k, rocksdb::Slice(batch.values_.data() + op.offset,
+                                           op.size));
+    // This key's older changes, in older batches, are not written.
+    do {
+      advance_top();
+    } while (!heap.empty() && op_of(heap.front()).table == table &&
+             op_of(heap.front()).id == id);
   }
   if (s.ok()) s = writer.Finish();
   if (s.ok()) {
