@@ -71,9 +71,9 @@ struct SparseTierOptions {
   // (the writer ingests table files, see Write), so it stays empty. Default
   // 1 MiB.
   size_t write_buffer_bytes = size_t{1} << 20;
-  // Block cache for data, index and filter blocks (half kept for index and
-  // filter blocks). Default 8 MiB: the index and filters of about two million
-  // cold rows.
+  // Block cache for the table files' index and filter blocks (half kept
+  // for them; MultiGet's data blocks are not cached). Default 8 MiB: the
+  // index and filters of about two million cold rows.
   size_t block_cache_bytes = size_t{8} << 20;
   // The most bytes of written batches waiting for the tier's writer thread
   // (rows, keys and bookkeeping; see Write). The writer waits until half of
