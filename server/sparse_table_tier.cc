@@ -32,7 +32,7 @@ namespace ps {
 namespace {
 
 // Slots sampled for a victim (Redis-style approximate LRU/LFU).
-constexpr int kVictimSamples = 16;
+constexpr int kVictimSamples = 8;
 // LRU: how many of the table's updates a row updated more than once
 // outlives a row updated once that was last used at the same time.
 constexpr int64_t kProtectedTicks = 64;
