@@ -296,7 +296,8 @@ const SparseTier::Batch::Op* SparseTier::Batch::Find(uint32_t table,
   return it->table == table && it->id == id ? &*it : nullptr;
 }
 
-absl::Status SparseTier::Ingest(std::span<const Batch* const> batches) const {
+rocksdb::Status SparseTier::WriteMerged(std::span<const Batch* const> batches,
+                                        rocksdb::SstFileWriter& writer) {
   // A k-way merge of the sorted batches into one file in key order, the
   // newest change of each key only: of a key's ops the last of the newest
   // batch holding it. No copy of the rows, and memory for one cursor a
@@ -343,13 +344,7 @@ absl::Status SparseTier::Ingest(std::span<const Batch* const> batches) const {
       heap.pop_back();
     }
   };
-  const std::string file = absl::StrCat(path_, "/ingest/",
-                                        files_ingested_.load(), ".sst");
-  // The page cache keeps what it wrote: pulls read the rows back soon.
-  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), options_,
-                                /*column_family=*/nullptr,
-                                /*invalidate_page_cache=*/false);
-  rocksdb::Status s = writer.Open(file);
+  rocksdb::Status s;
   char key[kKeyBytes];
   while (s.ok() && !heap.empty()) {
     const Batch::Op& op = op_of(heap.front());
@@ -369,6 +364,18 @@ absl::Status SparseTier::Ingest(std::span<const Batch* const> batches) const {
     } while (!heap.empty() && op_of(heap.front()).table == table &&
              op_of(heap.front()).id == id);
   }
+  return s;
+}
+
+absl::Status SparseTier::Ingest(std::span<const Batch* const> batches) const {
+  const std::string file = absl::StrCat(path_, "/ingest/",
+                                        files_ingested_.load(), ".sst");
+  // The page cache keeps what it wrote: pulls read the rows back soon.
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), options_,
+                                /*column_family=*/nullptr,
+                                /*invalidate_page_cache=*/false);
+  rocksdb::Status s = writer.Open(file);
+  if (s.ok()) s = WriteMerged(batches, writer);
   if (s.ok()) s = writer.Finish();
   if (s.ok()) {
     rocksdb::IngestExternalFileOptions ingest;

@@ -19,7 +19,7 @@
 #define PS_SERVER_SPARSE_TIER_H_
 
 #include <rocksdb/db.h>
-#include <rocksdb/write_batch.h>
+#include <rocksdb/sst_file_writer.h>
 
 #include <atomic>
 #include <cstdint>
@@ -194,6 +194,10 @@ class SparseTier {
   // Writes `batches` (each sorted; a later batch's change of a row wins) to
   // RocksDB as one ingested table file.
   absl::Status Ingest(std::span<const Batch* const> batches) const;
+  // Ingest's merge: the newest change of every row of `batches`, in key
+  // order, into `writer` (open). Errors: the writer's.
+  static rocksdb::Status WriteMerged(std::span<const Batch* const> batches,
+                                     rocksdb::SstFileWriter& writer);
   // The writer thread: ingests the queued batches, oldest first.
   void WriterLoop();
   // Whether the writer should write the queue now (guarded by mu_).
