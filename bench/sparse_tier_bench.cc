@@ -59,6 +59,14 @@ void BM_PullPush(benchmark::State& state) {
   }
   state.counters["rows"] = static_cast<double>(table->num_rows());
   state.counters["hot"] = static_cast<double>(table->tier_counts().hot_rows);
+  if (tier != nullptr) {
+    // Ids that went to the tier (past the cold-id filter), rows found there,
+    // and the table files the writer ingested.
+    state.counters["looked_up"] = static_cast<double>(tier->keys_looked_up());
+    state.counters["read"] =
+        static_cast<double>(table->tier_counts().disk_reads);
+    state.counters["files"] = static_cast<double>(tier->files_ingested());
+  }
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 BENCHMARK(BM_PullPush)

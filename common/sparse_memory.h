@@ -69,9 +69,10 @@ int64_t SparseTierDiskBytesPerRow(int dim, int64_t state_floats);
 // clock and count (24) and the floats.
 int64_t SparseSnapshotBytesPerRow(int dim, int64_t state_floats);
 
-// Memory of the tier per job on a server (RocksDB's memtables and block
-// cache, 2 × 16 + 8 MiB, and the writer's queue, 8 MiB, as the server
-// configures them: SparseTierOptions), outside the budget.
+// Memory of the tier per job on a server (the writer's queue, 32 MiB,
+// RocksDB's block cache, 8 MiB, and memtables, 2 × 1 MiB, as the server
+// configures them: SparseTierOptions; and the table file being written, its
+// filter and index), outside the budget.
 inline constexpr int64_t kSparseTierFixedBytes = int64_t{48} << 20;
 
 // One table's estimate on one server.

@@ -3,7 +3,7 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
-#include <rocksdb/slice_transform.h>
+#include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
 
 #include <algorithm>
@@ -52,22 +52,16 @@ rocksdb::Options TierOptions(const SparseTierOptions& options) {
   db.write_buffer_size = options.write_buffer_bytes;
   db.max_write_buffer_number = 2;
   db.max_background_jobs = 2;
-  // Every row is written once per demotion: compact L0 into L1 in fewer,
-  // larger steps (each rewrites L1), and let L0 grow before slowing writes.
+  // Every row is written once per demotion, in ingested files of the
+  // queue's half (16 MiB): compact L0 into L1 in fewer, larger steps (each
+  // rewrites L1), and let L0 grow before slowing writes.
   db.level0_file_num_compaction_trigger = 8;
   db.level0_slowdown_writes_trigger = 40;
   db.level0_stop_writes_trigger = 60;
   // Floats do not compress.
   db.compression = rocksdb::kNoCompression;
   db.bottommost_compression = rocksdb::kNoCompression;
-  // Most lookups are of new ids, absent: a Bloom filter over the memtable's
-  // keys answers them without searching its skip list.
-  db.memtable_whole_key_filtering = true;
-  db.memtable_prefix_bloom_size_ratio = 0.05;
-  // A batch's keys come sorted (Write) and share their table's 4-byte
-  // prefix: the skip list continues each insert from the previous one.
-  db.memtable_insert_with_hint_prefix_extractor.reset(
-      rocksdb::NewFixedPrefixTransform(4));
+  // The memtable stays empty: the writer ingests table files (Ingest).
   db.max_log_file_size = size_t{1} << 20;
   db.keep_log_file_num = 2;
   rocksdb::BlockBasedTableOptions table;
@@ -126,13 +120,24 @@ absl::StatusOr<std::unique_ptr<SparseTier>> SparseTier::Open(
     return RocksDbStatusToAbsl(
         s, absl::StrCat("sparse tier: opening ", options.path));
   }
-  return std::unique_ptr<SparseTier>(new SparseTier(
-      options.path, std::unique_ptr<rocksdb::DB>(raw), options.queue_bytes));
+  fs::create_directories(fs::path(options.path) / "ingest", error);
+  if (error) {
+    delete raw;
+    return absl::InternalError(absl::StrCat("sparse tier: cannot make ",
+                                            options.path, "/ingest: ",
+                                            error.message()));
+  }
+  return std::unique_ptr<SparseTier>(
+      new SparseTier(options.path, TierOptions(options),
+                     std::unique_ptr<rocksdb::DB>(raw), options.queue_bytes));
 }
 
-SparseTier::SparseTier(std::string path, std::unique_ptr<rocksdb::DB> db,
-                       size_t queue_bytes)
-    : path_(std::move(path)), db_(std::move(db)), queue_limit_(queue_bytes) {
+SparseTier::SparseTier(std::string path, rocksdb::Options options,
+                       std::unique_ptr<rocksdb::DB> db, size_t queue_bytes)
+    : path_(std::move(path)),
+      options_(std::move(options)),
+      db_(std::move(db)),
+      queue_limit_(queue_bytes) {
   writer_ = std::thread([this] { WriterLoop(); });
 }
 
@@ -166,23 +171,27 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
   {
     absl::MutexLock lock(&mu_);
     if (!writer_status_.ok()) return writer_status_;
-    if (queue_.empty()) {
-      rest.resize(ids.size());
-      for (size_t i = 0; i < ids.size(); ++i) rest[i] = i;
-    } else {
-      for (size_t i = 0; i < ids.size(); ++i) {
-        const Batch::Op* op = nullptr;
-        const Batch* in = nullptr;
-        for (auto b = queue_.rbegin(); op == nullptr && b != queue_.rend();
-             ++b) {
-          op = b->Find(table, ids[i]);
-          in = &*b;
-        }
-        if (op == nullptr) {
-          rest.push_back(i);
-        } else if (op->size != Batch::kDelete) {
-          (*values)[i].assign(in->values_.data() + op->offset, op->size);
-        }
+    // The queued batches holding rows of `table`, newest first (a table's
+    // batch holds its rows only: one pass here, not one per id).
+    std::vector<const Batch*> mine;
+    for (auto b = queue_.rbegin(); b != queue_.rend(); ++b) {
+      if (!b->ops_.empty() && b->ops_.front().table <= table &&
+          table <= b->ops_.back().table) {
+        mine.push_back(&*b);
+      }
+    }
+    rest.reserve(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Batch::Op* op = nullptr;
+      const Batch* in = nullptr;
+      for (size_t b = 0; op == nullptr && b < mine.size(); ++b) {
+        op = mine[b]->Find(table, ids[i]);
+        in = mine[b];
+      }
+      if (op == nullptr) {
+        rest.push_back(i);
+      } else if (op->size != Batch::kDelete) {
+        (*values)[i].assign(in->values_.data() + op->offset, op->size);
       }
     }
   }
@@ -199,6 +208,11 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
   // A cache of this process's own writes: the blocks are not checksummed
   // again on every read (a snapshot's scan, ForEach, still checks them).
   options.verify_checksums = false;
+  // A data block holds about ten rows of ids spread over the whole range:
+  // the next read of it is rarely soon. Not cached, it is not inserted (and
+  // an older one evicted) on every read; the index and filter blocks are
+  // cached when a table file opens, and stay (nothing else fills the cache).
+  options.fill_cache = false;
   db_->MultiGet(options, db_->DefaultColumnFamily(), rest.size(), slices.data(),
                 found.data(), statuses.data());
   for (size_t j = 0; j < rest.size(); ++j) {
@@ -282,26 +296,97 @@ const SparseTier::Batch::Op* SparseTier::Batch::Find(uint32_t table,
   return it->table == table && it->id == id ? &*it : nullptr;
 }
 
-absl::Status SparseTier::Apply(const Batch& batch) const {
-  rocksdb::WriteBatch write(batch.values_.size() +
-                            batch.ops_.size() * (kKeyBytes + 16) + 64);
-  char key[kKeyBytes];
-  for (const Batch::Op& op : batch.ops_) {
-    PutBigEndian(op.table, 4, key);
-    PutBigEndian(op.id, 8, key + 4);
-    const rocksdb::Slice k(key, kKeyBytes);
-    rocksdb::Status s =
-        op.size == Batch::kDelete
-            ? write.Delete(k)
-            : write.Put(
-                  k, rocksdb::Slice(batch.values_.data() + op.offset, op.size));
-    if (!s.ok()) return RocksDbStatusToAbsl(s, "sparse tier: batch");
+rocksdb::Status SparseTier::WriteMerged(std::span<const Batch* const> batches,
+                                        rocksdb::SstFileWriter& writer) {
+  // A k-way merge of the sorted batches into one file in key order, the
+  // newest change of each key only: of a key's ops the last of the newest
+  // batch holding it. No copy of the rows, and memory for one cursor a
+  // batch (the queue's bound is the tier's fixed overhead).
+  struct Cursor {
+    size_t batch;  // Index into `batches`: larger is newer.
+    size_t at;     // The last op of the current key's run in the batch.
+  };
+  const auto op_of = [&](const Cursor& c) -> const Batch::Op& {
+    return batches[c.batch]->ops_[c.at];
+  };
+  const auto settle = [&](Cursor& c) {  // To the last op of c.at's key.
+    const std::vector<Batch::Op>& ops = batches[c.batch]->ops_;
+    while (c.at + 1 < ops.size() && ops[c.at + 1].table == ops[c.at].table &&
+           ops[c.at + 1].id == ops[c.at].id) {
+      ++c.at;
+    }
+  };
+  // The heap's top: the smallest key, of the newest batch among equals.
+  const auto lower = [&](const Cursor& x, const Cursor& y) {
+    const Batch::Op& a = op_of(x);
+    const Batch::Op& b = op_of(y);
+    if (a.table != b.table) return a.table > b.table;
+    if (a.id != b.id) return a.id > b.id;
+    return x.batch < y.batch;
+  };
+  std::vector<Cursor> heap;
+  heap.reserve(batches.size());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    if (batches[i]->ops_.empty()) continue;
+    Cursor c{.batch = i, .at = 0};
+    settle(c);
+    heap.push_back(c);
   }
-  rocksdb::WriteOptions options;
-  options.disableWAL = true;  // A cache: the shard store is the durable copy.
-  rocksdb::Status s = db_->Write(options, &write);
+  std::make_heap(heap.begin(), heap.end(), lower);
+  // Moves the heap's top past its key (popped for good at its batch's end).
+  const auto advance_top = [&] {
+    std::pop_heap(heap.begin(), heap.end(), lower);
+    Cursor& c = heap.back();
+    if (++c.at < batches[c.batch]->ops_.size()) {
+      settle(c);
+      std::push_heap(heap.begin(), heap.end(), lower);
+    } else {
+      heap.pop_back();
+    }
+  };
+  rocksdb::Status s;
+  char key[kKeyBytes];
+  while (s.ok() && !heap.empty()) {
+    const Batch::Op& op = op_of(heap.front());
+    const Batch& batch = *batches[heap.front().batch];
+    const uint32_t table = op.table;
+    const uint64_t id = op.id;
+    PutBigEndian(table, 4, key);
+    PutBigEndian(id, 8, key + 4);
+    const rocksdb::Slice k(key, kKeyBytes);
+    s = op.size == Batch::kDelete
+            ? writer.Delete(k)
+            : writer.Put(k, rocksdb::Slice(batch.values_.data() + op.offset,
+                                           op.size));
+    // This key's older changes, in older batches, are not written.
+    do {
+      advance_top();
+    } while (!heap.empty() && op_of(heap.front()).table == table &&
+             op_of(heap.front()).id == id);
+  }
+  return s;
+}
+
+absl::Status SparseTier::Ingest(std::span<const Batch* const> batches) const {
+  const std::string file = absl::StrCat(path_, "/ingest/",
+                                        files_ingested_.load(), ".sst");
+  // The page cache keeps what it wrote: pulls read the rows back soon.
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), options_,
+                                /*column_family=*/nullptr,
+                                /*invalidate_page_cache=*/false);
+  rocksdb::Status s = writer.Open(file);
+  if (s.ok()) s = WriteMerged(batches, writer);
+  if (s.ok()) s = writer.Finish();
+  if (s.ok()) {
+    rocksdb::IngestExternalFileOptions ingest;
+    ingest.move_files = true;  // A hard link: the rows are not copied.
+    s = db_->IngestExternalFile({file}, ingest);
+  }
+  std::error_code ignored;
+  std::filesystem::remove(file, ignored);  // Linked (or failed): not needed.
+  ++files_ingested_;
   return s.ok() ? absl::OkStatus()
-                : RocksDbStatusToAbsl(s, "sparse tier: write");
+                : RocksDbStatusToAbsl(s, "sparse tier: ingest");
 }
 
 absl::Status SparseTier::Write(Batch& batch) {
@@ -311,27 +396,37 @@ absl::Status SparseTier::Write(Batch& batch) {
   std::swap(queued, batch);
   const size_t bytes = queued.bytes();
   absl::MutexLock lock(&mu_);
-  if (bytes > queue_limit_) {
-    // Too large to queue: after the queue, at once.
-    while (!queue_.empty() && writer_status_.ok()) changed_.Wait(&mu_);
-    if (!writer_status_.ok()) return writer_status_;
-    absl::Status s = Apply(queued);
+  // Too large to queue: after the queue, at once. Else: when there is room.
+  const bool at_once = bytes > queue_limit_;
+  const auto must_wait = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return writer_status_.ok() &&
+           (at_once ? !queue_.empty() : queue_bytes_ + bytes > queue_limit_);
+  };
+  if (must_wait()) {
+    ++waiters_;  // The writer writes what is queued without waiting for more.
+    changed_.SignalAll();
+    while (must_wait()) changed_.Wait(&mu_);
+    --waiters_;
+  }
+  if (!writer_status_.ok()) return writer_status_;
+  if (at_once) {
+    const Batch* one[] = {&queued};
+    absl::Status s = Ingest(one);
     if (!s.ok()) writer_status_ = s;
     return s;
   }
-  while (queue_bytes_ + bytes > queue_limit_ && writer_status_.ok()) {
-    changed_.Wait(&mu_);
-  }
-  if (!writer_status_.ok()) return writer_status_;
   queue_bytes_ += bytes;
   queue_.push_back(std::move(queued));
-  changed_.SignalAll();
+  if (WriterShouldWrite()) changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::Status SparseTier::Drain() const {
   absl::MutexLock lock(&mu_);
+  ++waiters_;
+  changed_.SignalAll();
   while (!queue_.empty() && writer_status_.ok()) changed_.Wait(&mu_);
+  --waiters_;
   return writer_status_;
 }
 
@@ -346,26 +441,38 @@ void SparseTier::PauseWriterForTest(bool paused) {
   changed_.SignalAll();
 }
 
+bool SparseTier::WriterShouldWrite() const {
+  if (queue_.empty()) return false;
+  if (stop_) return true;  // Closing: even while paused.
+  if (paused_) return false;
+  return waiters_ > 0 || 2 * queue_bytes_ >= queue_limit_;
+}
+
 void SparseTier::WriterLoop() {
   absl::MutexLock lock(&mu_);
   while (true) {
-    while ((queue_.empty() || paused_) && !stop_) changed_.Wait(&mu_);
+    while (!WriterShouldWrite() && !stop_) changed_.Wait(&mu_);
     if (queue_.empty()) return;  // Stopped, everything written.
-    // The front batch stays queued (readable) while it is written; only
-    // Write appends, so the reference stays valid without the lock.
-    const Batch& front = queue_.front();
+    // The queued batches stay readable while they are written; Write only
+    // appends, and a deque's elements do not move, so the pointers stay
+    // valid without the lock.
+    std::vector<const Batch*> batches;
+    batches.reserve(queue_.size());
+    for (const Batch& b : queue_) batches.push_back(&b);
     absl::Status s = writer_status_;
     if (s.ok()) {
       mu_.Unlock();
-      s = Apply(front);
+      s = Ingest(batches);
       mu_.Lock();
     }
     if (!s.ok() && writer_status_.ok()) {
       writer_status_ = s;
       PS_LOG_ERROR(path_, ": ", s.message());
     }
-    queue_bytes_ -= front.bytes();
-    queue_.pop_front();
+    for (size_t i = 0; i < batches.size(); ++i) {
+      queue_bytes_ -= queue_.front().bytes();
+      queue_.pop_front();
+    }
     changed_.SignalAll();
   }
 }

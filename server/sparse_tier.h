@@ -5,8 +5,9 @@
 //
 // The tier is a cache, not a store: nothing in it survives the process (its
 // directory is emptied when opened and removed when closed), it is written
-// by its own thread from a bounded queue, without RocksDB's write-ahead log,
-// and never synced. Durability stays with
+// by its own thread from a bounded queue as whole table files (ingested,
+// not inserted into a memtable), without RocksDB's write-ahead log. Durability
+// stays with
 // the shard store: the update log and the snapshots, which hold every row,
 // hot or cold (docs/durability.md).
 //
@@ -18,7 +19,7 @@
 #define PS_SERVER_SPARSE_TIER_H_
 
 #include <rocksdb/db.h>
-#include <rocksdb/write_batch.h>
+#include <rocksdb/sst_file_writer.h>
 
 #include <atomic>
 #include <cstdint>
@@ -66,19 +67,21 @@ struct SparseTierOptions {
   // The directory: created if missing, emptied when opened, removed when the
   // tier closes. Required.
   std::string path{};
-  // Memtable size (two at most). Default 16 MiB: a table file per about
-  // 150,000 rows, so that L0 compacts into L1 (rewriting it) less often
-  // (the tier bench: 13 % less server CPU than with 4 MiB).
-  size_t write_buffer_bytes = size_t{16} << 20;
-  // Block cache for data, index and filter blocks (half kept for index and
-  // filter blocks). Default 8 MiB: the index and filters of about two million
-  // cold rows.
+  // Memtable size (two at most). The tier's writes bypass the memtable
+  // (the writer ingests table files, see Write), so it stays empty. Default
+  // 1 MiB.
+  size_t write_buffer_bytes = size_t{1} << 20;
+  // Block cache for the table files' index and filter blocks (half kept
+  // for them; MultiGet's data blocks are not cached). Default 8 MiB: the
+  // index and filters of about two million cold rows.
   size_t block_cache_bytes = size_t{8} << 20;
   // The most bytes of written batches waiting for the tier's writer thread
-  // (rows, keys and bookkeeping; see Write). Default 8 MiB: about four
+  // (rows, keys and bookkeeping; see Write). The writer waits until half of
+  // it is queued and writes all of that as one table file. Default 32 MiB:
+  // table files of 16 MiB (about 150,000 rows of dim 16), about ten
   // clocks' demotions of the CTR benchmark's server. 0: Write writes at
   // once, on the caller's thread.
-  size_t queue_bytes = size_t{8} << 20;
+  size_t queue_bytes = size_t{32} << 20;
 };
 
 // One job's cold rows on one server. Thread-safe: its own mutex guards the
@@ -86,9 +89,11 @@ struct SparseTierOptions {
 // lock (docs/sparse.md, "Threading").
 //
 // Writes are asynchronous: Write queues a batch for the tier's writer
-// thread, which applies the batches to RocksDB in order; reads (MultiGet,
-// ForEach) see every batch written before them, queued or applied, so that
-// the queue is invisible but for speed.
+// thread, which, once half the queue's bound is queued, merges every queued
+// batch into one sorted table file (SstFileWriter: no memtable inserts, no
+// flush) and ingests it into RocksDB; reads (MultiGet, ForEach) see every
+// batch written before them, queued or ingested, so that the queue is
+// invisible but for speed.
 class SparseTier {
  public:
   // Opens a fresh tier at options.path (anything there is deleted first) and
@@ -140,12 +145,12 @@ class SparseTier {
     std::vector<char> values_;  // Every Put's stored bytes, back to back.
   };
   // Queues `batch` for the writer (it takes the batch's contents and clears
-  // it) and returns; the writer applies it to RocksDB without the
-  // write-ahead log or a sync, its changes in key order. When the queue
-  // would pass options.queue_bytes, waits for the writer to make room; a
-  // batch larger than that is written at once, after the queue. Errors:
-  // RocksDB's, of this batch or of an earlier one (the writer's first
-  // error, returned by every later call).
+  // it) and returns; once half of options.queue_bytes is queued the writer
+  // ingests the queued batches into RocksDB as one table file (the newest
+  // change of a row wins). When the queue would pass options.queue_bytes,
+  // waits for the writer to make room; a batch larger than that is written
+  // at once, after the queue. Errors: RocksDB's, of this batch or of an
+  // earlier one (the writer's first error, returned by every later call).
   absl::Status Write(Batch& batch);
   // Waits until every queued batch is in RocksDB. Errors: the writer's.
   absl::Status Drain() const;
@@ -165,6 +170,9 @@ class SparseTier {
   // Tests: while paused, the writer takes no batch off the queue (a Write
   // that needs room, and Drain, wait until it resumes).
   void PauseWriterForTest(bool paused);
+  // Table files the writer has ingested since Open (one per write of the
+  // queue, or of a batch too large for it), for tests and benchmarks.
+  int64_t files_ingested() const { return files_ingested_.load(); }
 
   // Approximate bytes `table`'s rows take on disk and in memtables
   // (RocksDB's size estimate of its key range; not the queue).
@@ -181,24 +189,37 @@ class SparseTier {
                      int64_t* updates, float* floats);
 
  private:
-  SparseTier(std::string path, std::unique_ptr<rocksdb::DB> db,
-             size_t queue_bytes);
-  // Writes `batch` (sorted) to RocksDB.
-  absl::Status Apply(const Batch& batch) const;
-  // The writer thread: applies queued batches, oldest first.
+  SparseTier(std::string path, rocksdb::Options options,
+             std::unique_ptr<rocksdb::DB> db, size_t queue_bytes);
+  // Writes `batches` (each sorted; a later batch's change of a row wins) to
+  // RocksDB as one ingested table file.
+  absl::Status Ingest(std::span<const Batch* const> batches) const;
+  // Ingest's merge: the newest change of every row of `batches`, in key
+  // order, into `writer` (open). Errors: the writer's.
+  static rocksdb::Status WriteMerged(std::span<const Batch* const> batches,
+                                     rocksdb::SstFileWriter& writer);
+  // The writer thread: ingests the queued batches, oldest first.
   void WriterLoop();
+  // Whether the writer should write the queue now (guarded by mu_).
+  bool WriterShouldWrite() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
+  const rocksdb::Options options_;  // The database's, for SstFileWriter.
   std::unique_ptr<rocksdb::DB> db_;
   const size_t queue_limit_;
   mutable std::atomic<int64_t> keys_looked_up_{0};
+  mutable std::atomic<int64_t> files_ingested_{0};
   mutable absl::Mutex mu_;
   // Signalled when a batch is queued or applied, and at stop.
   mutable absl::CondVar changed_;
-  // Batches not yet in RocksDB, oldest first; the writer writes the front
-  // one, which stays readable until RocksDB holds it.
+  // Batches not yet in RocksDB, oldest first; the writer writes a prefix of
+  // them, which stays readable until RocksDB holds it (a deque's elements
+  // stay where they are as others are appended).
   std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
   size_t queue_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Callers waiting for the writer (Drain, a Write that needs room): it
+  // writes the queue without waiting for it to fill.
+  mutable int waiters_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status writer_status_ ABSL_GUARDED_BY(mu_);
