@@ -182,6 +182,15 @@ class Trainer {
   // two minutes) for an assignment whose shard map is newer than the
   // client's, and installs a client for it. DEADLINE_EXCEEDED if none.
   absl::Status FollowMapChange();
+  // A lost server's place rebuilt elsewhere (worker/trainer_scale.cc): when
+  // `offered`'s map is newer than the client's and differs only in servers'
+  // addresses, the client's calls (retrying the lost server) are cancelled,
+  // so that training follows the new map. Called with latest_mu_ held.
+  void CancelOnReaddress(const v1::Assignment& offered)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(latest_mu_);
+  // Whether an assignment with a newer shard map than the client's was
+  // offered: the end of a call then comes from the map change. Any thread.
+  bool NewerMapOffered();
   // Train for an elastic job (worker/trainer_elastic.cc): plans under the
   // latest membership (ElasticPlan), runs the clocks from the servers'
   // resume clock, and re-plans whenever the servers refuse a request
@@ -318,8 +327,11 @@ class Trainer {
   // The latest assignment offered (OfferAssignment); starts as assignment_.
   absl::Mutex latest_mu_;
   v1::Assignment latest_ ABSL_GUARDED_BY(latest_mu_);
-  // The shard map version the client plans under (server moves).
-  int64_t client_map_version_ = assignment_.shard_map().version();
+  // The shard map version the client plans under (server moves), and its
+  // map (CancelOnReaddress).
+  std::atomic<int64_t> client_map_version_{assignment_.shard_map().version()};
+  v1::ShardMap client_map_ ABSL_GUARDED_BY(latest_mu_) =
+      assignment_.shard_map();
   Dataset test_;
   std::vector<std::vector<float>> params_;
 };

@@ -39,6 +39,10 @@ absl::Status Trainer::FollowMapChange() {
                   next->shard_map().version(), " (",
                   next->shard_map().servers_size(), " servers)");
       client_map_version_ = next->shard_map().version();
+      {
+        absl::MutexLock lock(&latest_mu_);
+        client_map_ = next->shard_map();
+      }
       return absl::OkStatus();
     }
     if (absl::Now() > deadline) break;
@@ -48,7 +52,33 @@ absl::Status Trainer::FollowMapChange() {
   if (stop_) return absl::CancelledError("training stopped");
   return absl::DeadlineExceededError(absl::StrCat(
       "job ", assignment_.job_id(), ": worker ", assignment_.index(),
-      " got no shard map newer than version ", client_map_version_));
+      " got no shard map newer than version ", client_map_version_.load()));
+}
+
+void Trainer::CancelOnReaddress(const v1::Assignment& offered) {
+  const v1::ShardMap& next = offered.shard_map();
+  if (next.version() <= client_map_.version() ||
+      next.servers_size() != client_map_.servers_size() ||
+      next.blocks_size() != client_map_.blocks_size()) {
+    return;
+  }
+  for (int b = 0; b < next.blocks_size(); ++b) {
+    if (next.blocks(b).key() != client_map_.blocks(b).key() ||
+        next.blocks(b).server() != client_map_.blocks(b).server()) {
+      return;  // Units move: the servers refuse the old map (psctl scale).
+    }
+  }
+  PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", assignment_.index(),
+              ": shard map version ", next.version(),
+              " gives a lost server's place to another; following it");
+  client_map_ = next;  // Once.
+  absl::MutexLock lock(&stop_mu_);
+  if (live_client_ != nullptr) live_client_->Cancel();
+}
+
+bool Trainer::NewerMapOffered() {
+  absl::MutexLock lock(&latest_mu_);
+  return latest_.shard_map().version() > client_map_version_.load();
 }
 
 }  // namespace ps
