@@ -97,7 +97,7 @@ absl::Status Trainer::Train() {
     // A server move: the servers refuse the old map once the new one is in
     // effect; go on under the new one from the clock they recorded.
     if (stop_ || !(IsMapChange(status) || NewerMapOffered())) return status;
-    PS_RETURN_IF_ERROR(FollowMapChange());
+    PS_RETURN_IF_ERROR(FollowMapChange(status));
   }
 }
 

@@ -181,7 +181,10 @@ class Trainer {
   // Server moves (worker/trainer_scale.cc): waits (while not stopped, up to
   // two minutes) for an assignment whose shard map is newer than the
   // client's, and installs a client for it. DEADLINE_EXCEEDED if none.
-  absl::Status FollowMapChange();
+  // When `why` (the status training ended with) is a server's refusal of
+  // the client's map because the server has not taken it yet (a rebuild
+  // elsewhere), a client for the same map is installed after a short wait.
+  absl::Status FollowMapChange(const absl::Status& why);
   // A lost server's place rebuilt elsewhere (worker/trainer_scale.cc): when
   // `offered`'s map is newer than the client's and differs only in servers'
   // addresses, the client's calls (retrying the lost server) are cancelled,
@@ -339,6 +342,10 @@ class Trainer {
 // True for a server's refusal of a request made under an older shard map
 // (a server move: "map_version: ..."); the worker fetches the new map.
 bool IsMapChange(const absl::Status& status);
+
+// True for such a refusal by a server whose map is older than
+// `client_version`: it has not taken the client's map yet, and will.
+bool ServerBehind(const absl::Status& status, int64_t client_version);
 
 }  // namespace ps
 

@@ -129,7 +129,7 @@ absl::Status Trainer::TrainCtr() {
     // the new one is in effect; go on under the new one from the clock they
     // recorded (worker/trainer_scale.cc).
     if (stop_ || !(IsMapChange(status) || NewerMapOffered())) return status;
-    PS_RETURN_IF_ERROR(FollowMapChange());
+    PS_RETURN_IF_ERROR(FollowMapChange(status));
   }
 }
 

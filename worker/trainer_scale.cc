@@ -4,7 +4,9 @@
 // coordinator (heartbeats), builds a client for it, and goes on from the
 // clock the new servers recorded for it (ParameterClient::ResumeClock): the
 // boundary, where every place stopped.
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -17,13 +19,34 @@ bool IsMapChange(const absl::Status& status) {
          absl::StrContains(status.message(), "map_version:");
 }
 
-absl::Status Trainer::FollowMapChange() {
+bool ServerBehind(const absl::Status& status, int64_t client_version) {
+  // ServerJob::CheckRequest: "..., this server has version N".
+  constexpr absl::string_view kHas = "this server has version ";
+  if (!IsMapChange(status)) return false;
+  const size_t at = status.message().find(kHas);
+  if (at == absl::string_view::npos) return false;
+  absl::string_view rest = status.message().substr(at + kHas.size());
+  size_t digits = 0;
+  while (digits < rest.size() && absl::ascii_isdigit(rest[digits])) ++digits;
+  int64_t server_version = 0;
+  return absl::SimpleAtoi(rest.substr(0, digits), &server_version) &&
+         server_version < client_version;
+}
+
+absl::Status Trainer::FollowMapChange(const absl::Status& why) {
   const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  // A server behind the client's map takes it on its next heartbeat.
+  const bool behind = ServerBehind(why, client_map_version_.load());
+  if (behind) absl::SleepFor(absl::Milliseconds(20));
   while (!stop_) {
     std::optional<v1::Assignment> next;
     {
       absl::MutexLock lock(&latest_mu_);
-      if (latest_.shard_map().version() > client_map_version_) next = latest_;
+      if (latest_.shard_map().version() > client_map_version_ ||
+          (behind &&
+           latest_.shard_map().version() == client_map_version_)) {
+        next = latest_;
+      }
     }
     if (next.has_value()) {
       // A CTR job's model is ctr_model_ (worker/trainer_ctr.cc).
