@@ -185,6 +185,16 @@ class Trainer {
   // the client's map because the server has not taken it yet (a rebuild
   // elsewhere), a client for the same map is installed after a short wait.
   absl::Status FollowMapChange(const absl::Status& why);
+  // When training under a map ends on a change of map with a push started
+  // and not acknowledged (a lost server never answered it), keeps that
+  // push's clock and gradients (worker/trainer_scale.cc).
+  void KeepUnacknowledgedPush(const Pipeline& pipeline);
+  // Under the new map, at `resume` (the clock the servers hold for this
+  // worker): the kept push of that clock is sent again unchanged (servers
+  // that applied it answer it as a duplicate), so that no server applies a
+  // gradient computed again from values others updated; returns the clock
+  // to go on from. The push's errors.
+  absl::StatusOr<int64_t> ResendUnacknowledgedPush(int64_t resume);
   // A lost server's place rebuilt elsewhere (worker/trainer_scale.cc): when
   // `offered`'s map is newer than the client's and differs only in servers'
   // addresses, the client's calls (retrying the lost server) are cancelled,
@@ -335,6 +345,15 @@ class Trainer {
   std::atomic<int64_t> client_map_version_{assignment_.shard_map().version()};
   v1::ShardMap client_map_ ABSL_GUARDED_BY(latest_mu_) =
       assignment_.shard_map();
+  // The clocks of the last push started and of the last acknowledged, and
+  // the push kept by KeepUnacknowledgedPush (training thread only).
+  int64_t pushing_clock_ = -1;
+  int64_t acked_clock_ = -1;
+  struct UnackedPush {
+    int64_t clock = -1;
+    std::vector<std::vector<float>> grads;
+  };
+  std::optional<UnackedPush> unacked_;
   Dataset test_;
   std::vector<std::vector<float>> params_;
 };

@@ -99,6 +99,31 @@ void Trainer::CancelOnReaddress(const v1::Assignment& offered) {
   if (live_client_ != nullptr) live_client_->Cancel();
 }
 
+void Trainer::KeepUnacknowledgedPush(const Pipeline& pipeline) {
+  if (pushing_clock_ < 0 || pushing_clock_ <= acked_clock_) return;
+  unacked_ = UnackedPush{.clock = pushing_clock_,
+                         .grads = pipeline.grads[pushing_clock_ % 2]};
+}
+
+absl::StatusOr<int64_t> Trainer::ResendUnacknowledgedPush(int64_t resume) {
+  if (!unacked_.has_value() || unacked_->clock != resume) {
+    unacked_.reset();
+    return resume;
+  }
+  const absl::Time start = absl::Now();
+  // Kept on an error (e.g. a server that has not taken the map yet): the
+  // next try under a map sends it again.
+  PS_RETURN_IF_ERROR(client_->Push(unacked_->clock, unacked_->grads));
+  std::optional<UnackedPush> kept = std::move(unacked_);
+  unacked_.reset();
+  RecordPush(kept->clock, absl::Now() - start, absl::Now() - start);
+  PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", assignment_.index(),
+              " sent its unacknowledged push of clock ", kept->clock,
+              " again, unchanged, under shard map version ",
+              client_map_version_.load());
+  return resume + 1;
+}
+
 bool Trainer::NewerMapOffered() {
   absl::MutexLock lock(&latest_mu_);
   return latest_.shard_map().version() > client_map_version_.load();

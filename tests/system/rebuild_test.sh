@@ -11,11 +11,10 @@
 #   - the job SUCCEEDS with every clock run;
 #   - nothing acknowledged is lost: the imported worker clocks are above
 #     the largest clock each worker had acknowledged at the kill (ack logs);
-#   - the final test accuracy equals the undisturbed run's. The workers are
-#     stopped (SIGSTOP) for the kill, so that every server's clock is
-#     durable and the same; a worker that had to compute a clock again
-#     (docs/durability.md) says so in its log, and then only the first
-#     three checks hold.
+#   - the final test accuracy equals the undisturbed run's (BSP with two
+#     workers: the same parameters), wherever the kill fell: a push the
+#     lost server never acknowledged is sent again unchanged under the new
+#     map (the workers log it when it happens).
 #
 #   bash tests/system/rebuild_test.sh BUILD_DIR SOURCE_DIR
 #
@@ -29,7 +28,8 @@ fi
 BUILD_DIR=$(cd "$1" && pwd)
 SOURCE_DIR=$(cd "$2" && pwd)
 PSCTL=$BUILD_DIR/client/psctl
-SAMPLES=${SAMPLES:-6400}
+DATA_DIR=${PS_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+SAMPLES=${SAMPLES:-19200}
 EPOCHS=${EPOCHS:-2}
 # shellcheck source=tests/system/tap_lib.sh disable=SC1091
 source "$SOURCE_DIR/tests/system/tap_lib.sh"
@@ -72,7 +72,6 @@ field() {
 }
 clock() { field 'int(j.get("progress", {}).get("clock", 0))'; }
 accuracy() { field 'j.get("progress", {}).get("test_accuracy", "")'; }
-pid_of() { echo "${CLUSTER_PIDS[$(cluster_index "$1")]}"; }
 
 JOB=$(submit)
 timeout 300 "$PSCTL" --coordinator="$COORDINATOR" watch "$JOB" >"$RUN_DIR/watch1.out" 2>&1 ||
@@ -83,7 +82,7 @@ ok "undisturbed run $JOB: $TOTAL clocks, test accuracy $UNDISTURBED"
 
 JOB=$(submit)
 for _ in $(seq 1 1200); do
-  [ "$(clock)" -ge 40 ] 2>/dev/null && break
+  [ "$(clock)" -ge 60 ] 2>/dev/null && break
   sleep 0.05
 done
 VICTIM=
@@ -95,13 +94,10 @@ for s in server0 server1 server2; do
   fi
 done
 [ -n "$VICTIM" ] || fail "no server listens at $LOST_ADDRESS"
-kill -STOP "$(pid_of worker0)" "$(pid_of worker1)"
-sleep 1
 read -r A0 A1 <<<"$(awk -v j="$JOB" '$1 == j { if (!($2 in m) || $3 > m[$2]) m[$2] = $3 }
   END { printf "%d %d\n", (0 in m) ? m[0] : -1, (1 in m) ? m[1] : -1 }' "$RUN_DIR/acks.log")"
 echo "# kill -9 $VICTIM ($LOST_ADDRESS) at clock $(clock), acknowledged: $A0 $A1"
 cluster_kill "$VICTIM"
-kill -CONT "$(pid_of worker0)" "$(pid_of worker1)"
 
 timeout 300 "$PSCTL" --coordinator="$COORDINATOR" watch "$JOB" >"$RUN_DIR/watch2.out" 2>&1 ||
   fail "the job did not succeed after the rebuild" "$RUN_DIR/watch2.out"
@@ -121,13 +117,10 @@ echo "# $(basename "$IMPORTER" .log) reloaded worker clocks $C0 $C1"
 [ "$C0" -gt "$A0" ] && [ "$C1" -gt "$A1" ] ||
   fail "acknowledged clocks $A0 $A1 lost (rebuilt at $C0 $C1)"
 ok "nothing acknowledged lost (rebuilt at clocks $C0 $C1, acknowledged $A0 $A1)"
-if grep -q "reached some servers only" "$RUN_DIR"/worker*.log; then
-  ok "# SKIP a worker computed a clock again; accuracy $(accuracy) vs $UNDISTURBED"
-else
-  [ "$(accuracy)" = "$UNDISTURBED" ] ||
-    fail "test accuracy $(accuracy), undisturbed $UNDISTURBED"
-  ok "the test accuracy equals the undisturbed run's ($UNDISTURBED)"
-fi
+grep -h "job $JOB: .*unacknowledged push" "$RUN_DIR"/worker*.log | sed 's/^/# /' || true
+[ "$(accuracy)" = "$UNDISTURBED" ] ||
+  fail "test accuracy $(accuracy), undisturbed $UNDISTURBED"
+ok "the test accuracy equals the undisturbed run's ($UNDISTURBED)"
 cluster_stop || fail "a process exited non-zero on SIGTERM"
 CLUSTER_PIDS=()
 echo "1..$CHECKS"

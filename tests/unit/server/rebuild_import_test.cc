@@ -78,7 +78,8 @@ class RebuildImportTest : public ::testing::Test {
 
 TEST_F(RebuildImportTest, TheLostStateArrivesUnchangedUnderTheNewMap) {
   WriteLost().reset();  // Closed: the lost server is dead.
-  MemoryShardStore mine;
+  std::unique_ptr<MemoryShardStore> owned = MemoryShardStore::Create();
+  MemoryShardStore& mine = *owned;
   ASSERT_TRUE(ImportRebuiltPlace(rebuilt_, &mine, &Open).ok());
   auto got = mine.Load("job-7");
   ASSERT_TRUE(got.ok()) << got.status();
@@ -103,7 +104,8 @@ TEST_F(RebuildImportTest, TheLostStateArrivesUnchangedUnderTheNewMap) {
 TEST_F(RebuildImportTest, ADirectoryStillHeldOpenIsNotCopiedFrom) {
   std::unique_ptr<RocksDbShardStore> alive = WriteLost();
   ASSERT_NE(alive, nullptr);
-  MemoryShardStore mine;
+  std::unique_ptr<MemoryShardStore> owned = MemoryShardStore::Create();
+  MemoryShardStore& mine = *owned;
   const absl::Status status = ImportRebuiltPlace(rebuilt_, &mine, &Open);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_TRUE(absl::IsNotFound(mine.Load("job-7").status()));
@@ -113,7 +115,8 @@ TEST_F(RebuildImportTest, ADirectoryStillHeldOpenIsNotCopiedFrom) {
 }
 
 TEST_F(RebuildImportTest, OtherUnitsOrNoStateAreRefused) {
-  MemoryShardStore mine;
+  std::unique_ptr<MemoryShardStore> owned = MemoryShardStore::Create();
+  MemoryShardStore& mine = *owned;
   v1::Assignment other = rebuilt_;
   other.set_rebuild_from_data_dir(dir_ + "/none");
   EXPECT_FALSE(ImportRebuiltPlace(other, &mine, &Open).ok());
@@ -131,7 +134,8 @@ TEST_F(RebuildImportTest, AnotherPlaceReaddressedKeepsThisPlacesState) {
   v1::Assignment two = old_;
   two.mutable_shard_map()->add_servers("10.0.0.2:7000");
   two.mutable_shard_map()->mutable_blocks(0)->set_server(1);
-  MemoryShardStore mine;
+  std::unique_ptr<MemoryShardStore> owned = MemoryShardStore::Create();
+  MemoryShardStore& mine = *owned;
   ASSERT_TRUE(mine.PutJobMeta("job-7", StoredJobMeta(two)).ok());
   v1::Assignment next = two;
   next.mutable_shard_map()->set_version(2);
