@@ -110,15 +110,15 @@ absl::StatusOr<int64_t> Trainer::ResendUnacknowledgedPush(int64_t resume) {
     unacked_.reset();
     return resume;
   }
+  const int64_t clock = unacked_->clock;
   const absl::Time start = absl::Now();
   // Kept on an error (e.g. a server that has not taken the map yet): the
   // next try under a map sends it again.
-  PS_RETURN_IF_ERROR(client_->Push(unacked_->clock, unacked_->grads));
-  std::optional<UnackedPush> kept = std::move(unacked_);
+  PS_RETURN_IF_ERROR(client_->Push(clock, unacked_->grads));
   unacked_.reset();
-  RecordPush(kept->clock, absl::Now() - start, absl::Now() - start);
+  RecordPush(clock, absl::Now() - start, absl::Now() - start);
   PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", assignment_.index(),
-              " sent its unacknowledged push of clock ", kept->clock,
+              " sent its unacknowledged push of clock ", clock,
               " again, unchanged, under shard map version ",
               client_map_version_.load());
   return resume + 1;
