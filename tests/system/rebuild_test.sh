@@ -96,8 +96,9 @@ done
 [ -n "$VICTIM" ] || fail "no server listens at $LOST_ADDRESS"
 read -r A0 A1 <<<"$(awk -v j="$JOB" '$1 == j { if (!($2 in m) || $3 > m[$2]) m[$2] = $3 }
   END { printf "%d %d\n", (0 in m) ? m[0] : -1, (1 in m) ? m[1] : -1 }' "$RUN_DIR/acks.log")"
-echo "# kill -9 $VICTIM ($LOST_ADDRESS) at clock $(clock), acknowledged: $A0 $A1"
+KILLED_AT=$(date -u +%H:%M:%S.%3N)
 cluster_kill "$VICTIM"
+echo "# kill -9 $VICTIM ($LOST_ADDRESS) at clock $(clock), acknowledged: $A0 $A1"
 
 timeout 300 "$PSCTL" --coordinator="$COORDINATOR" watch "$JOB" >"$RUN_DIR/watch2.out" 2>&1 ||
   fail "the job did not succeed after the rebuild" "$RUN_DIR/watch2.out"
@@ -118,6 +119,10 @@ echo "# $(basename "$IMPORTER" .log) reloaded worker clocks $C0 $C1"
   fail "acknowledged clocks $A0 $A1 lost (rebuilt at $C0 $C1)"
 ok "nothing acknowledged lost (rebuilt at clocks $C0 $C1, acknowledged $A0 $A1)"
 grep -h "job $JOB: .*unacknowledged push" "$RUN_DIR"/worker*.log | sed 's/^/# /' || true
+# Informational (timing is not asserted): kill, decision, training again.
+DECIDED_AT=$(grep -h "job $JOB: server 1 .* takes its place" "$RUN_DIR/coordinator.log" | head -n 1 | cut -c12-23)
+RESUMED_AT=$(grep -h "job $JOB: worker . resumes at clock" "$RUN_DIR"/worker*.log | cut -c12-23 | sort | tail -n 1)
+echo "# killed at $KILLED_AT, rebuild decided at $DECIDED_AT, both workers training again at $RESUMED_AT (UTC)"
 [ "$(accuracy)" = "$UNDISTURBED" ] ||
   fail "test accuracy $(accuracy), undisturbed $UNDISTURBED"
 ok "the test accuracy equals the undisturbed run's ($UNDISTURBED)"
