@@ -179,8 +179,7 @@ void JobManager::ReturnServerPlaces(const std::string& node_id,
           job.servers[i].has_shards || job.status.progress().clock() > 0;
       // A place rebuilt from a lost server imports its state when it is
       // assigned (RebuildSourceOf), so it may come without it.
-      if (!holds && had_shards &&
-          RebuildSourceOf(job.status, i) == nullptr) {
+      if (!holds && had_shards && RebuildSourceOf(job.status, i) == nullptr) {
         Finish(
             job, v1::FAILED,
             absl::StrCat("server ", i, " at ", node.address,

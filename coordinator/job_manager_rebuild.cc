@@ -62,9 +62,9 @@ bool JobManager::RebuildServer(Job& job, int index, absl::Time now,
   absl::StatusOr<int> chosen =
       ChooseReplacement(lost, candidates, status.shard_map());
   absl::StatusOr<v1::ShardMap> next =
-      chosen.ok() ? PlanRebuild(status.shard_map(), index,
-                                candidates[*chosen].address)
-                  : absl::StatusOr<v1::ShardMap>(chosen.status());
+      chosen.ok()
+          ? PlanRebuild(status.shard_map(), index, candidates[*chosen].address)
+          : absl::StatusOr<v1::ShardMap>(chosen.status());
   if (!next.ok()) {
     *why_not = std::string(next.status().message());
     return false;
@@ -89,8 +89,7 @@ bool JobManager::RebuildServer(Job& job, int index, absl::Time now,
                  absl::FormatDuration(timing_.recovery_grace), "; ",
                  candidates[*chosen].address, " takes its place and its ",
                  units, " units, rebuilt from ", lost.data_dir(),
-                 " (shard map version ", job.status.shard_map().version(),
-                 ")");
+                 " (shard map version ", job.status.shard_map().version(), ")");
   PublishVacancies(job);
   Changed(job);
   return true;

@@ -10,8 +10,8 @@ namespace {
 
 absl::Status CheckPath(const char* field, const std::string& path) {
   if (path.size() > kMaxDataDirChars) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": longer than ", kMaxDataDirChars, " characters"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": longer than ", kMaxDataDirChars, " characters"));
   }
   if (path.empty() || path[0] != '/') {
     return absl::InvalidArgumentError(

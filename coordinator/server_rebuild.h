@@ -54,8 +54,7 @@ absl::StatusOr<v1::ShardMap> PlanRebuild(const v1::ShardMap& map, int lost,
 // for (its data directory and version): the last rebuild of that place
 // among the changes of the job's map since the last move (psctl scale);
 // null if there is none. Points into `status`.
-const v1::ShardMapMove* RebuildSourceOf(const v1::JobStatus& status,
-                                        int index);
+const v1::ShardMapMove* RebuildSourceOf(const v1::JobStatus& status, int index);
 
 // Units `map` places on server `index`.
 int UnitsOn(const v1::ShardMap& map, int index);

@@ -30,9 +30,9 @@ std::string ParameterServer::address() const {
 
 absl::Status ParameterServer::Start() {
   if (!options_.shared_data_root.empty()) {
-    PS_ASSIGN_OR_RETURN(SharedDataDir shared,
-                        ResolveSharedDataDir(options_.shared_data_root,
-                                             options_.data_dir));
+    PS_ASSIGN_OR_RETURN(
+        SharedDataDir shared,
+        ResolveSharedDataDir(options_.shared_data_root, options_.data_dir));
     shared_data_root_ = shared.root;
     shared_data_dir_ = shared.data_dir;
   }
@@ -57,15 +57,16 @@ absl::Status ParameterServer::Start() {
   manager_->SetRemoteFetch(MakePeerFetch(credentials->MemberChannel()));
   // A lost server's place rebuilt here: its directory opened as its own
   // restart would (and only while no process holds it).
-  manager_->SetLostStoreOpener([](const std::string& data_dir)
-                                   -> absl::StatusOr<std::unique_ptr<ShardStore>> {
-    RocksDbShardStoreOptions lost;
-    lost.path = data_dir;
-    lost.create_if_missing = false;
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<RocksDbShardStore> store,
-                        RocksDbShardStore::Open(lost));
-    return std::unique_ptr<ShardStore>(std::move(store));
-  });
+  manager_->SetLostStoreOpener(
+      [](const std::string& data_dir)
+          -> absl::StatusOr<std::unique_ptr<ShardStore>> {
+        RocksDbShardStoreOptions lost;
+        lost.path = data_dir;
+        lost.create_if_missing = false;
+        PS_ASSIGN_OR_RETURN(std::unique_ptr<RocksDbShardStore> store,
+                            RocksDbShardStore::Open(lost));
+        return std::unique_ptr<ShardStore>(std::move(store));
+      });
   service_ = std::make_unique<ParameterServiceImpl>(
       manager_.get(), rpc_metrics_.get(), push_faults_,
       Authorizer(credentials->MemberChecks()), options_.shared_payloads);

@@ -54,24 +54,25 @@ absl::Status Import(const v1::Assignment& plain, const std::string& data_dir,
   StoredJob lost;
   {
     if (!open) {
-      return absl::UnavailableError("rebuild: no way to open a lost server's "
-                                    "data directory is set");
+      return absl::UnavailableError(
+          "rebuild: no way to open a lost server's "
+          "data directory is set");
     }
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> dir, open(data_dir));
     absl::StatusOr<StoredJob> loaded = dir->Load(job_id);
     if (absl::IsNotFound(loaded.status())) {
       return absl::FailedPreconditionError(
-          absl::StrCat("rebuild: ", data_dir, " holds no state of job ",
-                       job_id, " to rebuild server ", plain.index(), " from"));
+          absl::StrCat("rebuild: ", data_dir, " holds no state of job ", job_id,
+                       " to rebuild server ", plain.index(), " from"));
     }
     if (!loaded.ok()) return loaded.status();
     lost = *std::move(loaded);
   }  // Closed (and its lock released) before this store is written.
   std::optional<v1::Assignment> meta = StoredAssignment(lost);
   if (!meta.has_value() || !SameUnits(*meta, plain)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rebuild: ", data_dir, " holds job ", job_id,
-        " under other units than server ", plain.index(), "'s"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rebuild: ", data_dir, " holds job ", job_id,
+                     " under other units than server ", plain.index(), "'s"));
   }
   PS_RETURN_IF_ERROR(store->DeleteJob(job_id));
   ShardWrite write;
@@ -90,8 +91,8 @@ absl::Status Import(const v1::Assignment& plain, const std::string& data_dir,
   }
   PS_RETURN_IF_ERROR(store->Write(write));
   if (!lost.log.empty()) {
-    PS_RETURN_IF_ERROR(store->AppendLog(job_id, lost.log_sequence + 1,
-                                        lost.log, /*sync=*/true));
+    PS_RETURN_IF_ERROR(store->AppendLog(job_id, lost.log_sequence + 1, lost.log,
+                                        /*sync=*/true));
   }
   // Last: a store with the metadata holds the whole import.
   PS_RETURN_IF_ERROR(store->PutJobMeta(job_id, StoredJobMeta(plain)));
@@ -125,9 +126,9 @@ absl::Status ImportRebuiltPlace(const v1::Assignment& assignment,
   if (source.empty()) return absl::OkStatus();
   const v1::Assignment plain = WithoutRebuild(assignment);
   if (store == nullptr || assignment.spec().durability() == v1::MEMORY) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rebuild: job ", assignment.job_id(),
-        " cannot be rebuilt on a server without a durable store"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rebuild: job ", assignment.job_id(),
+                     " cannot be rebuilt on a server without a durable store"));
   }
   absl::StatusOr<StoredJob> stored = store->Load(plain.job_id());
   if (!stored.ok() && !absl::IsNotFound(stored.status())) {

@@ -110,13 +110,12 @@ absl::Status Trainer::TrainUnderMap(const Dataset& train) {
   StartPipeline(batch, train.dim, pipeline);
   absl::Cleanup end_calls_in_flight = [&] { EndCallsInFlight(pipeline); };
 
-  absl::Status status =
-      RunClocks(plan, pipeline,
-                [&](std::span<const int64_t> batch_order, int64_t clock,
-                    bool prefetch_next) {
-                  return RunStep(train, batch_order, clock, prefetch_next,
-                                 pipeline);
-                });
+  absl::Status status = RunClocks(plan, pipeline,
+                                  [&](std::span<const int64_t> batch_order,
+                                      int64_t clock, bool prefetch_next) {
+                                    return RunStep(train, batch_order, clock,
+                                                   prefetch_next, pipeline);
+                                  });
   // A change of map (a lost server rebuilt elsewhere): the push it left
   // unacknowledged is sent again unchanged under the new map.
   if (!stop_ && (IsMapChange(status) || NewerMapOffered())) {

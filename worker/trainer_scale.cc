@@ -43,8 +43,7 @@ absl::Status Trainer::FollowMapChange(const absl::Status& why) {
     {
       absl::MutexLock lock(&latest_mu_);
       if (latest_.shard_map().version() > client_map_version_ ||
-          (behind &&
-           latest_.shard_map().version() == client_map_version_)) {
+          (behind && latest_.shard_map().version() == client_map_version_)) {
         next = latest_;
       }
     }

@@ -129,9 +129,8 @@ TEST_F(RebuildTest, ALostServerIsRebuiltOnAFreeOneAndTheRunIsUndisturbed) {
     absl::MutexLock lock(&mu_);
     disturbed_ = *second;
   }
-  v1::JobStatus status = WaitFor(*second, [](const v1::JobStatus& s) {
-    return s.state() == v1::RUNNING;
-  });
+  v1::JobStatus status = WaitFor(
+      *second, [](const v1::JobStatus& s) { return s.state() == v1::RUNNING; });
   ASSERT_EQ(status.state(), v1::RUNNING) << status.message();
   const std::string lost_address = status.shard_map().servers(1);
   // The free server that will take the lost one's place.

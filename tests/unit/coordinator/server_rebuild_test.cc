@@ -4,11 +4,12 @@
 // assignment that tells it where to import from, and that the lost server,
 // registering again, gets no place back; without a free server on the same
 // shared storage the job fails after the grace, saying why.
+#include "coordinator/server_rebuild.h"
+
 #include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "coordinator/server_rebuild.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/job_manager_fixture.h"
@@ -155,8 +156,8 @@ class RebuildJobTest : public testing::JobManagerFixture {
       }
       manager_->Tick(absl::Now());
       auto status = manager_->Get(job);
-      if (status.ok() && (status->state() != v1::RUNNING ||
-                          status->map_moves_size() > 0)) {
+      if (status.ok() &&
+          (status->state() != v1::RUNNING || status->map_moves_size() > 0)) {
         return;
       }
       absl::SleepFor(absl::Milliseconds(20));
@@ -204,7 +205,8 @@ TEST_F(RebuildJobTest, AFreeServerOnTheSharedStorageRebuildsTheLostPlace) {
   EXPECT_EQ(move.rebuilt_from_data_dir(), "/shared/storage-10.0.0.2-7000");
   EXPECT_EQ(move.units_moved(), UnitsOn(status->shard_map(), 1));
   ASSERT_EQ(status->server_storage_size(), 2);
-  EXPECT_EQ(status->server_storage(1).data_dir(), "/shared/storage-10.0.0.3-7000");
+  EXPECT_EQ(status->server_storage(1).data_dir(),
+            "/shared/storage-10.0.0.3-7000");
 
   // The replacement is told where to import from; the survivor is not.
   auto beat = manager_->Heartbeat(free_);

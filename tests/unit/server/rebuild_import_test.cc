@@ -5,16 +5,17 @@
 // server still running) is not copied from; a directory holding the job
 // under other units is refused; a server whose map changed only in another
 // place's address keeps its state.
+#include "server/rebuild_import.h"
+
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/status_macros.h"
 #include "server/memory_shard_store.h"
-#include "server/rebuild_import.h"
 #include "server/rocksdb_shard_store.h"
 #include "server/server_job.h"
 #include "tests/testing/tiny_assignment.h"
@@ -61,9 +62,10 @@ class RebuildImportTest : public ::testing::Test {
     std::vector<float> values = {1.5f, -2.0f, 3.25f};
     std::vector<float> state = {0.5f};
     ShardWrite write{.job_id = "job-7", .log_sequence = 3};
-    write.blocks.push_back(
-        {.key = 1, .values = values, .optimizer_state = state,
-         .optimizer_step = 9});
+    write.blocks.push_back({.key = 1,
+                            .values = values,
+                            .optimizer_state = state,
+                            .optimizer_step = 9});
     write.worker_clocks = {{0, 12}, {1, 12}};
     EXPECT_TRUE((*store)->Write(write).ok());
     EXPECT_TRUE((*store)->AppendLog("job-7", 4, {"rec4", "rec5"}, false).ok());
@@ -94,8 +96,8 @@ TEST_F(RebuildImportTest, TheLostStateArrivesUnchangedUnderTheNewMap) {
   EXPECT_EQ(got->log, (std::vector<std::string>{"rec4", "rec5"}));
 
   // Imported once: the next assignment opens nothing.
-  const LostStoreOpener refuse = [](const std::string&)
-      -> absl::StatusOr<std::unique_ptr<ShardStore>> {
+  const LostStoreOpener refuse =
+      [](const std::string&) -> absl::StatusOr<std::unique_ptr<ShardStore>> {
     return absl::InternalError("opened again");
   };
   EXPECT_TRUE(ImportRebuiltPlace(rebuilt_, &mine, refuse).ok());
