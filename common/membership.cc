@@ -49,6 +49,8 @@ bool Membership::Register() {
   request.set_address(options_.address);
   request.set_durable(options_.durable);
   request.set_storage_id(options_.storage_id);
+  request.set_shared_data_root(options_.shared_data_root);
+  request.set_data_dir(options_.data_dir);
   if (held_) {
     for (v1::HeldAssignment& h : held_()) *request.add_held() = std::move(h);
   }

@@ -29,6 +29,10 @@ struct MembershipOptions {
   bool durable = false;
   // Identity of the node's storage (RegisterRequest.storage_id); empty: none.
   std::string storage_id;
+  // Servers on shared storage (RegisterRequest.shared_data_root and
+  // data_dir); empty: none.
+  std::string shared_data_root;
+  std::string data_dir;
   // Send what the HeldCallback returns with every heartbeat too (servers: the
   // jobs whose shards they store). Default false: only when registering.
   bool held_in_heartbeats = false;

@@ -443,6 +443,20 @@ class JobManager {
   void FinishMapChange(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // At load: finishes a committed move, abandons another.
   void LoadMapChange(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A lost server's place rebuilt from shared storage
+  // (job_manager_rebuild.cc). Records where server `index` of `job` keeps
+  // its state (JobStatus.server_storage).
+  void RecordServerStorage(Job& job, int index, const NodeRecord& node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives server place `index`, vacant past the grace, to a free server
+  // that rebuilds it from the lost server's data directory on shared
+  // storage; true if it did. Else `why_not` says why, when the lost server
+  // was on shared storage (empty when it was not).
+  bool RebuildServer(Job& job, int index, absl::Time now, std::string* why_not)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs that a server registering again lost its place to a rebuild.
+  void NoteRebuiltAway(const NodeRecord& node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives `node_id` the place `index` of `role` in `job`.
   void Attach(Job& job, v1::NodeRole role, int index,
               const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

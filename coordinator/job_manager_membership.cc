@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/server_rebuild.h"
 
 namespace ps {
 
@@ -24,6 +25,7 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
     }
   }
   if (request.role() == v1::SERVER) {
+    PS_RETURN_IF_ERROR(ValidateSharedStorage(request));
     if (auto s = AdmitServer(request, peer_host, now); !s.ok()) {
       PS_LOG_WARNING("refused a server's registration from ",
                      peer_host.empty() ? "an unknown host" : peer_host, ": ",
@@ -37,6 +39,8 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
   record.peer_host = peer_host;
   record.durable = request.durable();
   record.storage_id = request.storage_id();
+  record.shared_data_root = request.shared_data_root();
+  record.data_dir = request.data_dir();
   record.model_digest = request.model_digest();
   record.only_job = request.job_id();
   record.last_seen = now;
@@ -158,6 +162,7 @@ absl::Status JobManager::AdmitServer(const v1::RegisterRequest& request,
 void JobManager::ReturnServerPlaces(const std::string& node_id,
                                     const v1::RegisterRequest& request) {
   const NodeRecord& node = *nodes_.Find(node_id);
+  NoteRebuiltAway(node);
   for (auto& [job_id, job] : jobs_) {
     if (job.status.state() != v1::RUNNING || !node.job_id.empty()) continue;
     const auto& servers = job.status.shard_map().servers();
@@ -172,7 +177,9 @@ void JobManager::ReturnServerPlaces(const std::string& node_id,
       // worker completed a step (which every server acknowledged).
       const bool had_shards =
           job.servers[i].has_shards || job.status.progress().clock() > 0;
-      if (!holds && had_shards) {
+      // A place rebuilt from a lost server imports its state when it is
+      // assigned (RebuildSourceOf), so it may come without it.
+      if (!holds && had_shards && RebuildSourceOf(job.status, i) == nullptr) {
         Finish(
             job, v1::FAILED,
             absl::StrCat("server ", i, " at ", node.address,
@@ -247,6 +254,12 @@ v1::Assignment JobManager::AssignmentOf(const Job& job, int index,
   if (role == v1::SERVER && job.status.map_change().version() != 0 &&
       MapChangeAnnounced(job, index)) {
     *a.mutable_map_change() = job.status.map_change();
+  }
+  if (role == v1::SERVER) {
+    if (const v1::ShardMapMove* rebuild = RebuildSourceOf(job.status, index)) {
+      a.set_rebuild_from_data_dir(rebuild->rebuilt_from_data_dir());
+      a.set_rebuild_map_version(rebuild->version());
+    }
   }
   return a;
 }

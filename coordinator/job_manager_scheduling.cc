@@ -33,6 +33,7 @@ void JobManager::Attach(Job& job, v1::NodeRole role, int index,
   slot = Slot();  // Held from now on (vacant_since: never).
   slot.node_id = node_id;
   NodeRecord& node = *nodes_.Find(node_id);
+  if (role == v1::SERVER) RecordServerStorage(job, index, node);
   node.job_id = job.status.job_id();
   node.index = index;
   if (recovered) {
@@ -69,6 +70,15 @@ void JobManager::Recover(absl::Time now) {
         }
         if (slot.node_id.empty() && !slot.removed &&
             now - slot.vacant_since > timing_.recovery_grace) {
+          // A server on shared storage: a free server rebuilds its place.
+          std::string not_rebuilt;
+          if (role == v1::SERVER &&
+              RebuildServer(job, static_cast<int>(i), now, &not_rebuilt)) {
+            continue;
+          }
+          if (!not_rebuilt.empty()) {
+            not_rebuilt = absl::StrCat(" (not rebuilt: ", not_rebuilt, ")");
+          }
           Finish(
               job, v1::FAILED,
               absl::StrCat(RoleName(role), " ", i, " (",
@@ -76,7 +86,8 @@ void JobManager::Recover(absl::Time now) {
                                                      : slot.last_address,
                            ") was lost and not ",
                            role == v1::SERVER ? "back" : "replaced", " within ",
-                           absl::FormatDuration(timing_.recovery_grace)));
+                           absl::FormatDuration(timing_.recovery_grace),
+                           not_rebuilt));
           break;
         }
       }

@@ -23,6 +23,10 @@ struct NodeRecord {
   std::string peer_host;   // Where it registered from ("" if unknown).
   bool durable = false;    // Servers: has a data directory.
   std::string storage_id;  // RegisterRequest.storage_id.
+  // Servers: RegisterRequest.shared_data_root and data_dir (empty: not on
+  // shared storage).
+  std::string shared_data_root;
+  std::string data_dir;
   // Workers: RegisterRequest.model_digest and job_id (JobManager's
   // WorkerFits).
   std::string model_digest;

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "ps/v1/cluster.pb.h"
 #include "server/job_deleter.h"
+#include "server/rebuild_import.h"
 #include "server/row_export.h"
 #include "server/server_job.h"
 #include "server/shard_store.h"
@@ -78,6 +79,10 @@ class ParameterManager {
   // server/parameter_manager_move.cc). How units are fetched from another
   // server of a job (ParameterServer sets it; without it a move waits).
   void SetRemoteFetch(UnitMover::RemoteFetch fetch);
+  // How a lost server's data directory is opened when a place is rebuilt
+  // here from it (server/rebuild_import.h; ParameterServer sets it; without
+  // it such a place is refused with UNAVAILABLE).
+  void SetLostStoreOpener(LostStoreOpener open);
   // Another server's copy of units of a job this server serves
   // (ServerJob::ExportUnits); NOT_FOUND if it does not serve the job.
   absl::StatusOr<v1::FetchUnitsResponse> FetchUnits(
@@ -113,6 +118,7 @@ class ParameterManager {
   std::map<std::string, ServerJob::MoveReport> move_reports_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> leaving_ ABSL_GUARDED_BY(mu_);
+  LostStoreOpener open_lost_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> moved_away_ ABSL_GUARDED_BY(mu_);
   // Takes a move in progress of `a` (its report, whether this server leaves
   // the job by it); true when this server is being added by it (it has

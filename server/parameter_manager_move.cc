@@ -1,12 +1,19 @@
 // ParameterManager: server moves (docs/durability.md, "A server move").
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "server/parameter_manager.h"
+#include "server/rebuild_import.h"
 
 namespace ps {
 
 void ParameterManager::SetRemoteFetch(UnitMover::RemoteFetch fetch) {
   mover_.SetRemoteFetch(std::move(fetch));
+}
+
+void ParameterManager::SetLostStoreOpener(LostStoreOpener open) {
+  absl::MutexLock lock(&mu_);
+  open_lost_ = std::move(open);
 }
 
 absl::StatusOr<v1::FetchUnitsResponse> ParameterManager::FetchUnits(
@@ -92,11 +99,25 @@ absl::Status ParameterManager::UnloadReasonLocked(const std::string& job_id) {
 }
 
 absl::StatusOr<std::unique_ptr<ServerJob>> ParameterManager::OpenJob(
-    const v1::Assignment& a) {
+    const v1::Assignment& rebuilt) {
+  // A place rebuilt from a lost server's directory imports it first
+  // (server/rebuild_import.h); the job is opened without the rebuild.
+  LostStoreOpener open;
+  {
+    absl::MutexLock lock(&mu_);
+    open = open_lost_;
+  }
+  PS_RETURN_IF_ERROR(ImportRebuiltPlace(rebuilt, store_, open));
+  const v1::Assignment a = WithoutRebuild(rebuilt);
   absl::StatusOr<std::optional<StoredJob>> staged =
       mover_.Staged(a.job_id(), a.shard_map().version());
   if (!staged.ok()) return staged.status();
   if (!staged->has_value()) {
+    auto job = ServerJob::Open(a, store_, metrics_, job_options_);
+    if (!absl::IsFailedPrecondition(job.status())) return job;
+    // Another place was rebuilt: the map changed only in its address.
+    PS_ASSIGN_OR_RETURN(bool kept, KeepStateUnderNewAddresses(a, store_));
+    if (!kept) return job;
     return ServerJob::Open(a, store_, metrics_, job_options_);
   }
   auto job = ServerJob::Open(a, store_, metrics_, job_options_, &**staged);

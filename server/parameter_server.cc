@@ -8,8 +8,10 @@
 #include "common/grpc_util.h"
 #include "common/logging.h"
 #include "common/net_address.h"
+#include "common/status_macros.h"
 #include "server/memory_shard_store.h"
 #include "server/peer_fetch.h"
+#include "server/rebuild_import.h"
 #include "server/rocksdb_shard_store.h"
 
 namespace ps {
@@ -27,6 +29,13 @@ std::string ParameterServer::address() const {
 }
 
 absl::Status ParameterServer::Start() {
+  if (!options_.shared_data_root.empty()) {
+    PS_ASSIGN_OR_RETURN(
+        SharedDataDir shared,
+        ResolveSharedDataDir(options_.shared_data_root, options_.data_dir));
+    shared_data_root_ = shared.root;
+    shared_data_dir_ = shared.data_dir;
+  }
   auto credentials = Credentials::Load(options_.security);
   if (!credentials.ok()) return credentials.status();
   auto server_credentials = credentials->ServerCredentials();
@@ -46,6 +55,18 @@ absl::Status ParameterServer::Start() {
                                                 job_options);
   // Server moves: units are copied from the other servers of a job.
   manager_->SetRemoteFetch(MakePeerFetch(credentials->MemberChannel()));
+  // A lost server's place rebuilt here: its directory opened as its own
+  // restart would (and only while no process holds it).
+  manager_->SetLostStoreOpener(
+      [](const std::string& data_dir)
+          -> absl::StatusOr<std::unique_ptr<ShardStore>> {
+        RocksDbShardStoreOptions lost;
+        lost.path = data_dir;
+        lost.create_if_missing = false;
+        PS_ASSIGN_OR_RETURN(std::unique_ptr<RocksDbShardStore> store,
+                            RocksDbShardStore::Open(lost));
+        return std::unique_ptr<ShardStore>(std::move(store));
+      });
   service_ = std::make_unique<ParameterServiceImpl>(
       manager_.get(), rpc_metrics_.get(), push_faults_,
       Authorizer(credentials->MemberChecks()), options_.shared_payloads);
@@ -114,6 +135,8 @@ void ParameterServer::StartMembership(ChannelSecurity channel,
   membership.channel = std::move(channel);
   membership.durable = !options_.data_dir.empty();
   membership.storage_id = storage_id;
+  membership.shared_data_root = shared_data_root_;
+  membership.data_dir = shared_data_dir_;
   membership.held_in_heartbeats = true;
   loader_ = std::make_unique<AssignmentLoader>(manager_.get());
   membership_ = std::make_unique<Membership>(

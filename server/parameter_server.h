@@ -35,6 +35,14 @@ struct ParameterServerOptions {
   // keeps them in a rows file of its own (RocksDbShardStoreOptions::
   // rows_file_bytes; --snapshot_rows_file_kib). Default 8 MiB.
   size_t snapshot_rows_file_bytes = size_t{8} << 20;
+  // A directory on storage every server of the cluster reaches at the same
+  // path (one file system, an NFS mount, a Kubernetes ReadWriteMany volume),
+  // under which data_dir lies: announced at registration, so that a free
+  // server may rebuild this server's places from data_dir if it is lost for
+  // good (docs/durability.md, "A lost server rebuilt from shared storage").
+  // Start fails with INVALID_ARGUMENT if data_dir is empty or not under it.
+  // Default: empty (data_dir is this server's own).
+  std::string shared_data_root;
   // How jobs persist their shards (the snapshot interval) and the sparse
   // tables' memory budget (sparse_memory_bytes, shared by all the server's
   // jobs; the tier under <data_dir>/sparse-tier when sparse_tier_dir is
@@ -92,6 +100,10 @@ class ParameterServer {
   // Opens the shard store options_ asks for (RocksDB in data_dir, else in
   // memory) into store_; returns its identity for the coordinator.
   absl::StatusOr<std::string> OpenStore();
+  // options_.shared_data_root and data_dir as absolute paths (announced at
+  // registration; empty without a shared root).
+  std::string shared_data_root_;
+  std::string shared_data_dir_;
   // Registers with options_.coordinator over `channel` and keeps the
   // assignments in step with its heartbeats.
   void StartMembership(ChannelSecurity channel, const std::string& storage_id);

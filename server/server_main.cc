@@ -20,6 +20,12 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0",
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "host workers use to reach this server");
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000", "coordinator address");
+ABSL_FLAG(std::string, shared_data_root, "",
+          "A directory every server of the cluster reaches at the same path "
+          "(one file system, NFS, a ReadWriteMany volume) under which "
+          "--data_dir lies: a free server then rebuilds this server's places "
+          "from --data_dir if it is lost and not back within the recovery "
+          "grace. Empty: --data_dir is this server's own.");
 ABSL_FLAG(std::string, data_dir, "",
           "RocksDB directory for the shards (empty: memory only)");
 ABSL_FLAG(int64_t, snapshot_log_mib,
@@ -81,6 +87,8 @@ int main(int argc, char** argv) {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.snapshot_rows_file_bytes = static_cast<size_t>(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_snapshot_rows_file_kib)) << 10);
+
+  options.shared_data_root = absl::GetFlag(FLAGS_shared_data_root);
   options.job_options.snapshot_log_bytes =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_snapshot_log_mib)) << 20;
   options.job_options.sparse_memory_bytes =

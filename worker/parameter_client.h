@@ -110,9 +110,10 @@ class ParameterClient {
   // recorded (0 for a new job). A worker that takes over a lost worker's place
   // continues from there; a push some servers recorded and others did not is
   // sent again (servers that have it acknowledge it as a duplicate), and
-  // logged as a warning, since its gradient for the servers that lack it is
-  // computed from values the others may have updated with it.
-  absl::StatusOr<int64_t> ResumeClock();
+  // logged as a warning (unless `warn` is false: the caller sends the
+  // original push again), since its gradient for the servers that lack it
+  // is computed from values the others may have updated with it.
+  absl::StatusOr<int64_t> ResumeClock(bool warn = true);
 
   // Ends the calls in flight (they fail with CANCELLED) and every later one:
   // the client is done. Any thread. Used when training ends on an error

@@ -110,14 +110,14 @@ void ParameterClient::PullStepAsync(int64_t clock,
   PullFromServers(clock, params, /*final=*/false, std::move(done), step);
 }
 
-absl::StatusOr<int64_t> ParameterClient::ResumeClock() {
+absl::StatusOr<int64_t> ParameterClient::ResumeClock(bool warn) {
   // A read at clock 0 never waits and is always allowed.
   std::vector<std::vector<float>> params;
   PS_RETURN_IF_ERROR(Await([&](Done done) {
     PullFromServers(0, &params, /*final=*/false, std::move(done));
   }));
   cached_min_clock_ = -1;  // Do not serve later reads from this pull.
-  if (own_clock_max_ > own_clock_) {
+  if (warn && own_clock_max_ > own_clock_) {
     // The lost worker's push of clock own_clock_ reached some servers only,
     // and they may have applied it: the gradient computed again for the
     // others reads their newer values, so the run departs (slightly) from

@@ -96,8 +96,8 @@ absl::Status Trainer::Train() {
     absl::Status status = TrainUnderMap(train);
     // A server move: the servers refuse the old map once the new one is in
     // effect; go on under the new one from the clock they recorded.
-    if (stop_ || !IsMapChange(status)) return status;
-    PS_RETURN_IF_ERROR(FollowMapChange());
+    if (stop_ || !(IsMapChange(status) || NewerMapOffered())) return status;
+    PS_RETURN_IF_ERROR(FollowMapChange(status));
   }
 }
 
@@ -110,12 +110,18 @@ absl::Status Trainer::TrainUnderMap(const Dataset& train) {
   StartPipeline(batch, train.dim, pipeline);
   absl::Cleanup end_calls_in_flight = [&] { EndCallsInFlight(pipeline); };
 
-  return RunClocks(plan, pipeline,
-                   [&](std::span<const int64_t> batch_order, int64_t clock,
-                       bool prefetch_next) {
-                     return RunStep(train, batch_order, clock, prefetch_next,
-                                    pipeline);
-                   });
+  absl::Status status = RunClocks(plan, pipeline,
+                                  [&](std::span<const int64_t> batch_order,
+                                      int64_t clock, bool prefetch_next) {
+                                    return RunStep(train, batch_order, clock,
+                                                   prefetch_next, pipeline);
+                                  });
+  // A change of map (a lost server rebuilt elsewhere): the push it left
+  // unacknowledged is sent again unchanged under the new map.
+  if (!stop_ && (IsMapChange(status) || NewerMapOffered())) {
+    KeepUnacknowledgedPush(pipeline);
+  }
+  return status;
 }
 
 absl::StatusOr<Dataset> Trainer::LoadData() {
@@ -209,7 +215,9 @@ absl::StatusOr<Trainer::Plan> Trainer::MakePlan(
   }
   // A worker taking over a lost worker's place continues at its clock, with the
   // same data order (a pure function of seed, epoch and index).
-  PS_ASSIGN_OR_RETURN(const int64_t resume, client_->ResumeClock());
+  PS_ASSIGN_OR_RETURN(const int64_t resumed,
+                      client_->ResumeClock(/*warn=*/!unacked_.has_value()));
+  PS_ASSIGN_OR_RETURN(const int64_t resume, ResendUnacknowledgedPush(resumed));
   const int worker = assignment_.index();
   if (resume > 0) {
     PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", worker,

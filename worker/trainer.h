@@ -181,7 +181,29 @@ class Trainer {
   // Server moves (worker/trainer_scale.cc): waits (while not stopped, up to
   // two minutes) for an assignment whose shard map is newer than the
   // client's, and installs a client for it. DEADLINE_EXCEEDED if none.
-  absl::Status FollowMapChange();
+  // When `why` (the status training ended with) is a server's refusal of
+  // the client's map because the server has not taken it yet (a rebuild
+  // elsewhere), a client for the same map is installed after a short wait.
+  absl::Status FollowMapChange(const absl::Status& why);
+  // When training under a map ends on a change of map with a push started
+  // and not acknowledged (a lost server never answered it), keeps that
+  // push's clock and gradients (worker/trainer_scale.cc).
+  void KeepUnacknowledgedPush(const Pipeline& pipeline);
+  // Under the new map, at `resume` (the clock the servers hold for this
+  // worker): the kept push of that clock is sent again unchanged (servers
+  // that applied it answer it as a duplicate), so that no server applies a
+  // gradient computed again from values others updated; returns the clock
+  // to go on from. The push's errors.
+  absl::StatusOr<int64_t> ResendUnacknowledgedPush(int64_t resume);
+  // A lost server's place rebuilt elsewhere (worker/trainer_scale.cc): when
+  // `offered`'s map is newer than the client's and differs only in servers'
+  // addresses, the client's calls (retrying the lost server) are cancelled,
+  // so that training follows the new map. Called with latest_mu_ held.
+  void CancelOnReaddress(const v1::Assignment& offered)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(latest_mu_);
+  // Whether an assignment with a newer shard map than the client's was
+  // offered: the end of a call then comes from the map change. Any thread.
+  bool NewerMapOffered();
   // Train for an elastic job (worker/trainer_elastic.cc): plans under the
   // latest membership (ElasticPlan), runs the clocks from the servers'
   // resume clock, and re-plans whenever the servers refuse a request
@@ -337,8 +359,20 @@ class Trainer {
   // The latest assignment offered (OfferAssignment); starts as assignment_.
   absl::Mutex latest_mu_;
   v1::Assignment latest_ ABSL_GUARDED_BY(latest_mu_);
-  // The shard map version the client plans under (server moves).
-  int64_t client_map_version_ = assignment_.shard_map().version();
+  // The shard map version the client plans under (server moves), and its
+  // map (CancelOnReaddress).
+  std::atomic<int64_t> client_map_version_{assignment_.shard_map().version()};
+  v1::ShardMap client_map_ ABSL_GUARDED_BY(latest_mu_) =
+      assignment_.shard_map();
+  // The clocks of the last push started and of the last acknowledged, and
+  // the push kept by KeepUnacknowledgedPush (training thread only).
+  int64_t pushing_clock_ = -1;
+  int64_t acked_clock_ = -1;
+  struct UnackedPush {
+    int64_t clock = -1;
+    std::vector<std::vector<float>> grads;
+  };
+  std::optional<UnackedPush> unacked_;
   Dataset test_;
   std::vector<std::vector<float>> params_;
 };
@@ -346,6 +380,10 @@ class Trainer {
 // True for a server's refusal of a request made under an older shard map
 // (a server move: "map_version: ..."); the worker fetches the new map.
 bool IsMapChange(const absl::Status& status);
+
+// True for such a refusal by a server whose map is older than
+// `client_version`: it has not taken the client's map yet, and will.
+bool ServerBehind(const absl::Status& status, int64_t client_version);
 
 }  // namespace ps
 

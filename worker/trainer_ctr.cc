@@ -128,8 +128,8 @@ absl::Status Trainer::TrainCtr() {
     // A server move (its buckets too): the servers refuse the old map once
     // the new one is in effect; go on under the new one from the clock they
     // recorded (worker/trainer_scale.cc).
-    if (stop_ || !IsMapChange(status)) return status;
-    PS_RETURN_IF_ERROR(FollowMapChange());
+    if (stop_ || !(IsMapChange(status) || NewerMapOffered())) return status;
+    PS_RETURN_IF_ERROR(FollowMapChange(status));
   }
 }
 

@@ -43,6 +43,7 @@ void Trainer::OfferAssignment(const v1::Assignment& assignment) {
       assignment.membership_size() >= latest_.membership_size()) {
     latest_ = assignment;
   }
+  CancelOnReaddress(assignment);
 }
 
 absl::StatusOr<v1::Assignment> Trainer::AwaitMembership(int64_t newer_than) {

@@ -142,8 +142,10 @@ absl::StatusOr<Trainer::StepTimes> Trainer::RunStep(
     // finish; only then may this one start (servers take a worker's pushes in
     // clock order).
     PS_RETURN_IF_ERROR(FinishPush(*pipeline.pusher));
+    pushing_clock_ = clock;
     pipeline.pusher->Start(clock, &step_grads);
   } else {
+    pushing_clock_ = clock;
     PS_RETURN_IF_ERROR(client_->Push(clock, step_grads));
     const absl::Duration took = absl::Now() - times.computed;
     RecordPush(clock, took, /*blocked=*/took);

@@ -1,6 +1,8 @@
 // Trainer: the step metrics it exports (worker/worker_metrics.h): each
 // step's timings, the parameter client's counters, gradient clipping and
 // the pushes acknowledged (with the ack log of fault tests).
+#include <algorithm>
+
 #include "worker/trainer.h"
 
 namespace ps {
@@ -47,6 +49,7 @@ void Trainer::RecordStepMetrics(const StepTimes& times, int batch,
 
 void Trainer::RecordPush(int64_t clock, absl::Duration took,
                          absl::Duration blocked) {
+  acked_clock_ = std::max(acked_clock_, clock);
   if (ack_log_.is_open()) {
     ack_log_ << assignment_.job_id() << " " << assignment_.index() << " "
              << clock << std::endl;  // Flushed: the line must survive kill -9.

@@ -4,7 +4,9 @@
 // coordinator (heartbeats), builds a client for it, and goes on from the
 // clock the new servers recorded for it (ParameterClient::ResumeClock): the
 // boundary, where every place stopped.
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -17,13 +19,33 @@ bool IsMapChange(const absl::Status& status) {
          absl::StrContains(status.message(), "map_version:");
 }
 
-absl::Status Trainer::FollowMapChange() {
+bool ServerBehind(const absl::Status& status, int64_t client_version) {
+  // ServerJob::CheckRequest: "..., this server has version N".
+  constexpr absl::string_view kHas = "this server has version ";
+  if (!IsMapChange(status)) return false;
+  const size_t at = status.message().find(kHas);
+  if (at == absl::string_view::npos) return false;
+  absl::string_view rest = status.message().substr(at + kHas.size());
+  size_t digits = 0;
+  while (digits < rest.size() && absl::ascii_isdigit(rest[digits])) ++digits;
+  int64_t server_version = 0;
+  return absl::SimpleAtoi(rest.substr(0, digits), &server_version) &&
+         server_version < client_version;
+}
+
+absl::Status Trainer::FollowMapChange(const absl::Status& why) {
   const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  // A server behind the client's map takes it on its next heartbeat.
+  const bool behind = ServerBehind(why, client_map_version_.load());
+  if (behind) absl::SleepFor(absl::Milliseconds(20));
   while (!stop_) {
     std::optional<v1::Assignment> next;
     {
       absl::MutexLock lock(&latest_mu_);
-      if (latest_.shard_map().version() > client_map_version_) next = latest_;
+      if (latest_.shard_map().version() > client_map_version_ ||
+          (behind && latest_.shard_map().version() == client_map_version_)) {
+        next = latest_;
+      }
     }
     if (next.has_value()) {
       // A CTR job's model is ctr_model_ (worker/trainer_ctr.cc).
@@ -39,6 +61,10 @@ absl::Status Trainer::FollowMapChange() {
                   next->shard_map().version(), " (",
                   next->shard_map().servers_size(), " servers)");
       client_map_version_ = next->shard_map().version();
+      {
+        absl::MutexLock lock(&latest_mu_);
+        client_map_ = next->shard_map();
+      }
       return absl::OkStatus();
     }
     if (absl::Now() > deadline) break;
@@ -48,7 +74,58 @@ absl::Status Trainer::FollowMapChange() {
   if (stop_) return absl::CancelledError("training stopped");
   return absl::DeadlineExceededError(absl::StrCat(
       "job ", assignment_.job_id(), ": worker ", assignment_.index(),
-      " got no shard map newer than version ", client_map_version_));
+      " got no shard map newer than version ", client_map_version_.load()));
+}
+
+void Trainer::CancelOnReaddress(const v1::Assignment& offered) {
+  const v1::ShardMap& next = offered.shard_map();
+  if (next.version() <= client_map_.version() ||
+      next.servers_size() != client_map_.servers_size() ||
+      next.blocks_size() != client_map_.blocks_size()) {
+    return;
+  }
+  for (int b = 0; b < next.blocks_size(); ++b) {
+    if (next.blocks(b).key() != client_map_.blocks(b).key() ||
+        next.blocks(b).server() != client_map_.blocks(b).server()) {
+      return;  // Units move: the servers refuse the old map (psctl scale).
+    }
+  }
+  PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", assignment_.index(),
+              ": shard map version ", next.version(),
+              " gives a lost server's place to another; following it");
+  client_map_ = next;  // Once.
+  absl::MutexLock lock(&stop_mu_);
+  if (live_client_ != nullptr) live_client_->Cancel();
+}
+
+void Trainer::KeepUnacknowledgedPush(const Pipeline& pipeline) {
+  if (pushing_clock_ < 0 || pushing_clock_ <= acked_clock_) return;
+  unacked_ = UnackedPush{.clock = pushing_clock_,
+                         .grads = pipeline.grads[pushing_clock_ % 2]};
+}
+
+absl::StatusOr<int64_t> Trainer::ResendUnacknowledgedPush(int64_t resume) {
+  if (!unacked_.has_value() || unacked_->clock != resume) {
+    unacked_.reset();
+    return resume;
+  }
+  const int64_t clock = unacked_->clock;
+  const absl::Time start = absl::Now();
+  // Kept on an error (e.g. a server that has not taken the map yet): the
+  // next try under a map sends it again.
+  PS_RETURN_IF_ERROR(client_->Push(clock, unacked_->grads));
+  unacked_.reset();
+  RecordPush(clock, absl::Now() - start, absl::Now() - start);
+  PS_LOG_INFO("job ", assignment_.job_id(), ": worker ", assignment_.index(),
+              " sent its unacknowledged push of clock ", clock,
+              " again, unchanged, under shard map version ",
+              client_map_version_.load());
+  return resume + 1;
+}
+
+bool Trainer::NewerMapOffered() {
+  absl::MutexLock lock(&latest_mu_);
+  return latest_.shard_map().version() > client_map_version_.load();
 }
 
 }  // namespace ps
