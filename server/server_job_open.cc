@@ -1,0 +1,231 @@
+// ServerJob's opening: a job's tables built from its assignment, its state
+// restored from the store (snapshot, then the update log's records replayed)
+// and its persisted identity checked (docs/durability.md).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+#include "common/learning_rate_schedule.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/dense_table.h"
+#include "server/server_job.h"
+
+namespace ps {
+namespace {
+
+// The persisted identity of a job on a server: spec and shard map. A reload
+// under a different identity means the data directory belongs to something
+// else.
+std::string JobMeta(const v1::Assignment& assignment) {
+  v1::Assignment meta = assignment;
+  meta.clear_index();
+  meta.clear_map_change();  // A move in progress is no part of the job's.
+  return meta.SerializeAsString();
+}
+
+}  // namespace
+
+std::string StoredJobMeta(const v1::Assignment& assignment) {
+  return JobMeta(assignment);
+}
+
+absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
+    const v1::Assignment& assignment, ShardStore* store, ServerMetrics* metrics,
+    const ServerJobOptions& options, StoredJob* initial) {
+  // As given: the coordinator completes every spec with its defaults
+  // (ApplyJobSpecDefaults at submit, and at load for one stored before a
+  // default existed); an incomplete one is refused here naming the field.
+  const v1::JobSpec& spec = assignment.spec();
+  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  if (assignment.num_workers() < 1) {
+    return absl::InvalidArgumentError("assignment.num_workers: must be >= 1");
+  }
+  auto tensors = ModelTensors(spec.model());
+  if (!tensors.ok()) return tensors.status();
+  auto optimizer = Optimizer::Create(spec.optimizer());
+  if (!optimizer.ok()) return optimizer.status();
+  if (spec.durability() == v1::MEMORY) store = nullptr;
+
+  std::unique_ptr<ServerJob> job(
+      new ServerJob(assignment, store, metrics, options, *std::move(optimizer),
+                    EffectiveStaleness(spec.consistency())));
+  auto table = DenseTable::Create(
+      assignment, *tensors, job->optimizer_.get(),
+      /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP);
+  if (!table.ok()) return table.status();
+  job->table_ = *std::move(table);
+  {
+    absl::MutexLock lock(&job->mu_);
+    job->StartBlockClockLocked();
+  }
+  if (auto s = job->OpenTier(options); !s.ok()) return s;
+  auto sparse = SparseTableSet::Create(
+      assignment,
+      /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP,
+      {.tier = job->tier_.get(),
+       .budget_bytes = options.sparse_memory_bytes,
+       .server_budget = options.sparse_budget});
+  if (!sparse.ok()) return sparse.status();
+  job->sparse_ = *std::move(sparse);
+  const bool from_file = !spec.init_from().empty();
+  if (store == nullptr) {
+    if (initial != nullptr) {
+      PS_RETURN_IF_ERROR(job->Restore(std::move(*initial)));
+    } else if (from_file) {
+      PS_RETURN_IF_ERROR(job->LoadInitialModel());
+    }
+    return job;
+  }
+  ServerJob* const raw = job.get();
+  ABSL_TS_UNCHECKED_READ(job->durability_)
+      .StartWriter(std::make_unique<UpdateLogWriter>(
+          store, assignment.job_id(), spec.durability() == v1::SYNC, metrics,
+          [raw](int64_t sequence, const absl::Status& status) {
+            raw->OnDurable(sequence, status);
+          }));
+
+  if (initial != nullptr) {
+    return AdoptMoved(std::move(job), store, std::move(*initial));
+  }
+  auto stored = store->Load(assignment.job_id());
+  if (stored.ok()) {
+    if (stored->meta != JobMeta(assignment)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", assignment.job_id(),
+          ": the store holds this job with another spec or shard map"));
+    }
+    const int64_t snapshot = stored->log_sequence;
+    const size_t replayed = stored->log.size();
+    if (auto s = job->Restore(*std::move(stored)); !s.ok()) return s;
+    // The rows too, for a job with sparse tables (the chaos run reads them).
+    const std::string rows =
+        job->sparse_->size() == 0
+            ? std::string()
+            : absl::StrCat(" and ", job->SparseRowCount(), " sparse rows");
+    PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ", job->table_->size(),
+                " blocks", rows, " from the snapshot at update ", snapshot,
+                " and ", replayed, " logged updates after it, ",
+                "worker clocks ", job->ClocksString());
+    return job;
+  }
+  if (!absl::IsNotFound(stored.status())) return stored.status();
+  // Loaded before anything is stored: a crash during the load leaves no
+  // stored job, and the next open loads again.
+  if (from_file) PS_RETURN_IF_ERROR(job->LoadInitialModel());
+  if (auto s = store->PutJobMeta(assignment.job_id(), JobMeta(assignment));
+      !s.ok()) {
+    return s;
+  }
+  {
+    absl::MutexLock lock(&job->mu_);
+    job->SnapshotLocked();  // The initial values, as the first snapshot.
+  }
+  if (absl::Status s = job->Flush(); !s.ok()) return s;
+  return job;
+}
+
+absl::Status ServerJob::Restore(StoredJob stored) {
+  absl::MutexLock lock(&mu_);
+  // Buckets of sparse tables go to their tables, blocks to the dense one.
+  std::vector<StoredBlock> blocks;
+  for (StoredBlock& b : stored.blocks) {
+    if (!IsBucketKey(b.key)) {
+      blocks.push_back(std::move(b));
+    } else if (auto s = sparse_->Restore(b); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("job ", job_id_, ": ", s.message()));
+    }
+  }
+  if (auto s = table_->Restore(std::move(blocks)); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("job ", job_id_, ": ", s.message()));
+  }
+  std::vector<int64_t> clocks(clocks_.num_workers(), 0);
+  for (const auto& [worker, clock] : stored.worker_clocks) {
+    if (clock < 0 || clock > kMaxClock) {
+      return absl::DataLossError(
+          absl::StrCat("job ", job_id_, ": stored clock ", clock, " of worker ",
+                       worker, " is out of range"));
+    }
+    if (worker >= 0 && worker < clocks_.num_workers()) clocks[worker] = clock;
+  }
+  if (clocks_.bulk_synchronous() && assignment_.membership().empty() &&
+      std::any_of(clocks.begin(), clocks.end(),
+                  [&](int64_t c) { return c != clocks[0]; })) {
+    // BSP advances every clock in the same write.
+    return absl::DataLossError(
+        absl::StrCat("job ", job_id_, ": stored clocks of a BSP job differ: [",
+                     absl::StrJoin(clocks, " "), "]"));
+  }
+  clocks_.Restore(clocks);
+  if (block_clock_ != nullptr) block_clock_->Reset(clocks_.min_clock());
+  int64_t sequence = stored.log_sequence;
+  int64_t bytes = 0;
+  for (const std::string& record : stored.log) {
+    if (auto s = Replay(record, ++sequence); !s.ok()) return s;
+    bytes += static_cast<int64_t>(record.size());
+  }
+  durability_.Restore(stored.log_sequence,
+                      static_cast<int64_t>(stored.log.size()), bytes,
+                      clocks_.clocks());
+  return absl::OkStatus();
+}
+
+absl::Status ServerJob::Replay(const std::string& bytes, int64_t sequence) {
+  using storage::v1::UpdateRecord;
+  const auto data_loss = [&](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(
+        "job ", job_id_, ": update log record ", sequence, " ", what));
+  };
+  UpdateRecord record;
+  if (!record.ParseFromString(bytes)) return data_loss("does not parse");
+  // An elastic job's older records hold fewer places (those before a join).
+  if (record.clocks_after_size() > clocks_.num_workers() ||
+      (assignment_.membership().empty() &&
+       record.clocks_after_size() != clocks_.num_workers())) {
+    return data_loss(absl::StrCat("has ", record.clocks_after_size(),
+                                  " clocks for ", clocks_.num_workers(),
+                                  " workers"));
+  }
+  const bool bsp =
+      record.kind() == UpdateRecord::BSP_CLOCK ||
+      (record.kind() == UpdateRecord::BSP_BLOCKS && block_clock_ != nullptr);
+  if (record.kind() != UpdateRecord::SEED &&
+      (bsp != clocks_.bulk_synchronous() ||
+       (!bsp && record.kind() != UpdateRecord::PUSH))) {
+    return data_loss(absl::StrCat("is of kind ", record.kind(),
+                                  ", which this job's consistency never logs"));
+  }
+  absl::StatusOr<TableUpdate> update = table_->UpdateOfRecord(record);
+  if (!update.ok()) return data_loss(update.status().message());
+  auto rows = sparse_->RowsOfRecord(record);
+  if (!rows.ok()) return data_loss(rows.status().message());
+  update->sparse = *std::move(rows);
+  std::vector<int64_t> clocks(record.clocks_after().begin(),
+                              record.clocks_after().end());
+  for (int64_t clock : clocks) {
+    if (clock < 0 || clock > kMaxClock) {
+      return data_loss(absl::StrCat("has clock ", clock, " out of range"));
+    }
+  }
+  // The rate the live path took: the schedule's at the record's clock.
+  const float rate =
+      LearningRateAt(assignment_.spec().optimizer(), update->clock);
+  table_->Apply(*update, rate);
+  if (update->applied) {
+    sparse_->Apply(update->sparse, update->clock,
+                   SparseRateFactor(update->clock));
+    if (absl::Status s = sparse_->TierStatus(); !s.ok()) return s;
+  }
+  clocks_.Restore(clocks);
+  if (block_clock_ != nullptr) ReplayBlocksLocked(*update, sequence);
+  return absl::OkStatus();
+}
+
+}  // namespace ps
