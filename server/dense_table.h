@@ -78,7 +78,7 @@ class DenseTable final : public ParameterTable {
     // (0.0f + g, the bits of adding g to zeros) without a pass that zeroes
     // it and without reading it.
     bool accum_zero = true;
-    int64_t step = 0;          // Updates applied.
+    int64_t step = 0;  // Updates applied.
   };
 
   explicit DenseTable(const Optimizer* optimizer) : optimizer_(optimizer) {}

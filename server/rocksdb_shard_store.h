@@ -150,8 +150,9 @@ class RocksDbShardStore : public ShardStore {
   absl::StatusOr<std::vector<std::string>> ListJobs() override;
   // See ShardStore: the state store's keys first (StateStore::DeleteJob:
   // synced, then flushed and compacted so that the space goes back to the
-  // file system), then the rows files, then the log file. A crash between leaves a job with only
-  // a log, which ListJobs still lists, so it is deleted again.
+  // file system), then the rows files, then the log file. A crash between
+  // leaves a job with only a log, which ListJobs still lists, so it is deleted
+  // again.
   absl::Status DeleteJob(const std::string& job_id) override;
 
   // The state store's identity (StateStore::Identity): the same after every

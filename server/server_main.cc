@@ -33,9 +33,8 @@ ABSL_FLAG(int64_t, snapshot_log_mib,
           "update-log MiB after which a job's shards are snapshotted and the "
           "log dropped (bounds the log on disk and the replay after a crash)");
 ABSL_FLAG(int64_t, snapshot_rows_file_kib,
-          static_cast<int64_t>(ps::ParameterServerOptions()
-                                   .snapshot_rows_file_bytes >>
-                               10),
+          static_cast<int64_t>(
+              ps::ParameterServerOptions().snapshot_rows_file_bytes >> 10),
           "KiB of sparse rows from which a snapshot writes them to a file of "
           "their own instead of RocksDB (docs/durability.md, \"The two parts "
           "of a server's store\"); 0: every snapshot with rows");

@@ -57,8 +57,8 @@ absl::StatusOr<uint64_t> WriteAll(int fd, std::vector<iovec>& iov,
   while (first < iov.size()) {
     const int count =
         static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
-    ssize_t n = pwritev(fd, iov.data() + first, count,
-                        static_cast<off_t>(offset));
+    ssize_t n =
+        pwritev(fd, iov.data() + first, count, static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
       return Errno(absl::StrCat("snapshot rows: writing ", path));
@@ -237,8 +237,8 @@ absl::StatusOr<std::unique_ptr<SnapshotRowsFiles>> SnapshotRowsFiles::Open(
   std::error_code error;
   fs::create_directories(dir, error);
   if (error) {
-    return absl::InternalError(absl::StrCat(
-        "snapshot rows: cannot create ", dir, ": ", error.message()));
+    return absl::InternalError(absl::StrCat("snapshot rows: cannot create ",
+                                            dir, ": ", error.message()));
   }
   return std::unique_ptr<SnapshotRowsFiles>(
       new SnapshotRowsFiles(std::move(dir)));
@@ -292,8 +292,8 @@ absl::Status SnapshotRowsFiles::Write(const std::string& job_id,
     XXH3_64bits_update(&hash, at, kEntryHeaderBytes);
     XXH3_64bits_update(&hash, entries[i].rows.data(), entries[i].rows.size());
     iov.push_back({at, kEntryHeaderBytes});
-    iov.push_back({const_cast<char*>(entries[i].rows.data()),
-                   entries[i].rows.size()});
+    iov.push_back(
+        {const_cast<char*>(entries[i].rows.data()), entries[i].rows.size()});
   }
   char sum[8];
   PutUint64(XXH3_64bits_digest(&hash), sum);
@@ -318,9 +318,9 @@ SnapshotRowsFiles::Read(const std::string& job_id, uint64_t number) const {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) {
-      return absl::DataLossError(absl::StrCat(
-          "snapshot rows file ", path, " of snapshot rows ", number,
-          " is missing"));
+      return absl::DataLossError(absl::StrCat("snapshot rows file ", path,
+                                              " of snapshot rows ", number,
+                                              " is missing"));
     }
     return Errno(absl::StrCat("snapshot rows: opening ", path));
   }

@@ -124,8 +124,8 @@ absl::StatusOr<std::unique_ptr<SparseTier>> SparseTier::Open(
   if (error) {
     delete raw;
     return absl::InternalError(absl::StrCat("sparse tier: cannot make ",
-                                            options.path, "/ingest: ",
-                                            error.message()));
+                                            options.path,
+                                            "/ingest: ", error.message()));
   }
   return std::unique_ptr<SparseTier>(
       new SparseTier(options.path, TierOptions(options),
@@ -356,8 +356,8 @@ rocksdb::Status SparseTier::WriteMerged(std::span<const Batch* const> batches,
     const rocksdb::Slice k(key, kKeyBytes);
     s = op.size == Batch::kDelete
             ? writer.Delete(k)
-            : writer.Put(k, rocksdb::Slice(batch.values_.data() + op.offset,
-                                           op.size));
+            : writer.Put(
+                  k, rocksdb::Slice(batch.values_.data() + op.offset, op.size));
     // This key's older changes, in older batches, are not written.
     do {
       advance_top();
@@ -368,8 +368,8 @@ rocksdb::Status SparseTier::WriteMerged(std::span<const Batch* const> batches,
 }
 
 absl::Status SparseTier::Ingest(std::span<const Batch* const> batches) const {
-  const std::string file = absl::StrCat(path_, "/ingest/",
-                                        files_ingested_.load(), ".sst");
+  const std::string file =
+      absl::StrCat(path_, "/ingest/", files_ingested_.load(), ".sst");
   // The page cache keeps what it wrote: pulls read the rows back soon.
   rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), options_,
                                 /*column_family=*/nullptr,

@@ -341,8 +341,8 @@ absl::Status StateStore::BatchMarker(const ShardWrite& write,
     EncodeInt64(static_cast<int64_t>(rows_file), marker + kInt64Bytes);
     PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
         batch.Put(handles_[kLog], prefix,
-                  rocksdb::Slice(marker, rows_file > 0 ? 2 * kInt64Bytes
-                                                       : kInt64Bytes)),
+                  rocksdb::Slice(
+                      marker, rows_file > 0 ? 2 * kInt64Bytes : kInt64Bytes)),
         absl::StrCat(context, "batching the snapshot's marker")));
   } else if (had_marker) {
     PS_RETURN_IF_ERROR(RocksDbStatusToAbsl(
@@ -390,9 +390,9 @@ absl::StatusOr<uint64_t> StateStore::RowsFileOf(const std::string& job_id) {
                            ": reading the marker")));
   if (marker.size() == kInt64Bytes) return 0;
   if (marker.size() != 2 * kInt64Bytes) {
-    return absl::DataLossError(
-        absl::StrCat("rocksdb shard store: job ", job_id, ": marker of ",
-                     marker.size(), " bytes is malformed"));
+    return absl::DataLossError(absl::StrCat("rocksdb shard store: job ", job_id,
+                                            ": marker of ", marker.size(),
+                                            " bytes is malformed"));
   }
   return static_cast<uint64_t>(DecodeStoredInt64(marker.data() + kInt64Bytes));
 }

@@ -48,7 +48,7 @@ struct Fixture {
 
 // Gradient values with signed zeros among them: value i of block k.
 float Gradient(int worker, size_t k, size_t i) {
-  if (i % 5 == 0) return -0.0f;                // -0.0 from every worker.
+  if (i % 5 == 0) return -0.0f;  // -0.0 from every worker.
   if (i % 5 == 1) return worker == 0 ? -0.0f : 0.0f;
   return 0.01f * static_cast<float>(i + 7 * k) * (worker == 0 ? 1.0f : -0.3f);
 }
@@ -63,8 +63,8 @@ PushView Push(const Fixture& f, int worker, std::vector<std::string>* bytes) {
     for (size_t i = 0; i < g.size(); ++i) g[i] = Gradient(worker, k, i);
     (*bytes)[k].assign(reinterpret_cast<const char*>(g.data()),
                        g.size() * sizeof(float));
-    push.gradients.push_back({.key = f.blocks[k].key,
-                              .data = WireBytes((*bytes)[k])});
+    push.gradients.push_back(
+        {.key = f.blocks[k].key, .data = WireBytes((*bytes)[k])});
   }
   return push;
 }
@@ -99,7 +99,8 @@ TEST(DenseTableSumTest, AveragedUpdateHasTheBitsOfSummingFromZeros) {
         sum += Gradient(0, k, i);
         sum += Gradient(1, k, i);
         const float want = sum * 0.5f;
-        EXPECT_EQ(std::bit_cast<uint32_t>(want), std::bit_cast<uint32_t>(got[i]))
+        EXPECT_EQ(std::bit_cast<uint32_t>(want),
+                  std::bit_cast<uint32_t>(got[i]))
             << "clock " << clock << ", block " << k << ", value " << i;
       }
     }

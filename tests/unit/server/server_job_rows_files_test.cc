@@ -136,8 +136,9 @@ Rows RowsNow(ServerJob& job, int64_t clock) {
   request.set_job_id(kJobId);
   request.set_clock(clock);
   request.set_map_version(1);
-  request.add_sparse()->set_keys(std::string(
-      reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint64_t)));
+  request.add_sparse()->set_keys(
+      std::string(reinterpret_cast<const char*>(ids.data()),
+                  ids.size() * sizeof(uint64_t)));
   Rows rows;
   job.Pull(request, [&rows](absl::StatusOr<v1::PullResponse> reply) {
     if (!reply.ok() || reply->sparse_size() != 1) return;
@@ -172,11 +173,11 @@ TEST_F(ServerJobRowsFilesTest, AKilledJobComesBackBitForBitFromItsRowsFiles) {
       {
         prometheus::Registry registry;
         ServerMetrics metrics(registry);
-        auto store = RocksDbShardStore::Open({.path = path,
-                                              .rows_file_bytes = 0});
+        auto store =
+            RocksDbShardStore::Open({.path = path, .rows_file_bytes = 0});
         if (!store.ok()) _exit(1);
-        auto job = ServerJob::Open(MakeAssignment(), store->get(), &metrics,
-                                   options);
+        auto job =
+            ServerJob::Open(MakeAssignment(), store->get(), &metrics, options);
         if (!job.ok() || !PushClocks(**job, 0, kClocks)) _exit(1);
         _exit(kCrashed);  // No Close: no closing snapshot.
       },

@@ -7,6 +7,8 @@
 // files and log bit for bit equal to one that never snapshotted. Each crash
 // is a real process (a gtest death test, re-executed fresh) ending with
 // _exit, which, like kill -9, runs no destructor.
+#include "server/snapshot_rows_files.h"
+
 #include <stdlib.h>
 
 #include <cmath>
@@ -29,7 +31,6 @@
 #include "server/rocksdb_shard_store.h"
 #include "server/server_job.h"
 #include "server/server_metrics.h"
-#include "server/snapshot_rows_files.h"
 #include "server/state_store.h"
 #include "server/update_log_files.h"
 #include "tests/testing/tiny_assignment.h"
@@ -262,10 +263,9 @@ TEST_F(SnapshotRowsFilesTest, ADamagedRowsFileIsDataLoss) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->Write(SnapshotData(1).Write(0)).ok());
-  const std::string file = RowsDir() + "/" + fs::directory_iterator(RowsDir())
-                                                 ->path()
-                                                 .filename()
-                                                 .string();
+  const std::string file =
+      RowsDir() + "/" +
+      fs::directory_iterator(RowsDir())->path().filename().string();
   std::string bytes;
   {
     std::ifstream in(file, std::ios::binary);

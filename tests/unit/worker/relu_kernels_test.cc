@@ -34,8 +34,8 @@ std::vector<float> Awkward(size_t n, uint32_t seed) {
   std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) {
-    out[i] = rng() % 3 == 0 ? specials[rng() % std::size(specials)]
-                            : uniform(rng);
+    out[i] =
+        rng() % 3 == 0 ? specials[rng() % std::size(specials)] : uniform(rng);
   }
   return out;
 }
