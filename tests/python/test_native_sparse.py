@@ -180,17 +180,18 @@ def test_the_compiled_transport_trains_a_sparse_job_as_python_does(
 @needs_native
 def test_sparse_jobs_use_the_compiled_transport_only_when_asked(cluster):
     cluster.start(servers=2, durable=False)
-    seen = {}
+    by_default, when_asked = {}, {}
     with ps.JobClient(cluster.coordinator) as client:
         job = client.submit(spec("default"))
-        train(cluster.coordinator, job, seen)
+        train(cluster.coordinator, job, by_default)
         assert client.wait(job, timeout=60).state == ps.v1.SUCCEEDED
         asked = client.submit(spec("asked"))
-        train(cluster.coordinator, asked, seen, native=True)
+        train(cluster.coordinator, asked, when_asked, native=True)
         assert client.wait(asked, timeout=60).state == ps.v1.SUCCEEDED
     # The default: the communication thread (no step pipeline).
-    assert seen[0][0] is None
-    assert seen[1][0] is NativePipeline
+    assert by_default[0][0] is None and by_default[1][0] is None
+    assert when_asked[0][0] is NativePipeline
+    assert when_asked[1][0] is NativePipeline
 
 
 @needs_native
