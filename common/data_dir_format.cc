@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file_bytes.h"
 
 namespace ps {
 namespace {
@@ -20,21 +21,13 @@ namespace {
 // The largest record read: a kind and a version fit in far less.
 constexpr size_t kMaxRecordBytes = 256;
 
-absl::Status Errno(const std::string& what) {
-  const int error = errno;
-  std::string message = absl::StrCat(what, ": ", std::strerror(error));
-  return error == ENOSPC || error == EDQUOT || error == EIO
-             ? absl::UnavailableError(message)
-             : absl::InternalError(message);
-}
-
 // fsyncs `path` (a file or a directory).
 absl::Status SyncPath(const std::string& path, int flags) {
   const int fd = open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return Errno(absl::StrCat("opening ", path));
+  if (fd < 0) return ErrnoStatus(absl::StrCat("opening ", path));
   const bool synced = fsync(fd) == 0;
   absl::Status status =
-      synced ? absl::OkStatus() : Errno(absl::StrCat("fsync of ", path));
+      synced ? absl::OkStatus() : ErrnoStatus(absl::StrCat("fsync of ", path));
   close(fd);
   return status;
 }
@@ -94,13 +87,13 @@ absl::Status WriteDataDirFormatVersion(const std::string& dir,
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     out << format.kind << ' ' << format.current_version << '\n';
-    if (!out.flush()) return Errno(absl::StrCat("writing ", temporary));
+    if (!out.flush()) return ErrnoStatus(absl::StrCat("writing ", temporary));
   }
   if (absl::Status status = SyncPath(temporary, O_RDONLY); !status.ok()) {
     return status;
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    return Errno(absl::StrCat("renaming ", temporary, " to ", path));
+    return ErrnoStatus(absl::StrCat("renaming ", temporary, " to ", path));
   }
   return SyncPath(dir, O_RDONLY | O_DIRECTORY);
 }

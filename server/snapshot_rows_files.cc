@@ -15,6 +15,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_bytes.h"
 #include "common/status_macros.h"
 // XXH3_state_t on the stack (its size is in the static-linking part).
 #define XXH_STATIC_LINKING_ONLY
@@ -30,25 +31,6 @@ constexpr size_t kMagicBytes = sizeof(kMagic);
 // An entry's key and size.
 constexpr size_t kEntryHeaderBytes = 16;
 
-absl::Status Errno(const std::string& what) {
-  const int error = errno;
-  std::string message = absl::StrCat(what, ": ", std::strerror(error));
-  return error == ENOSPC || error == EDQUOT || error == EIO
-             ? absl::UnavailableError(message)
-             : absl::InternalError(message);
-}
-
-void PutUint64(uint64_t v, char* out) {
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(v >> (8 * i));
-}
-uint64_t GetUint64(const char* in) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) {
-    v |= uint64_t{static_cast<uint8_t>(in[i])} << (8 * i);
-  }
-  return v;
-}
-
 // Writes `iov` at offset 0 on, retrying short writes; returns the bytes.
 absl::StatusOr<uint64_t> WriteAll(int fd, std::vector<iovec>& iov,
                                   const std::string& path) {
@@ -61,7 +43,7 @@ absl::StatusOr<uint64_t> WriteAll(int fd, std::vector<iovec>& iov,
         pwritev(fd, iov.data() + first, count, static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Errno(absl::StrCat("snapshot rows: writing ", path));
+      return ErrnoStatus(absl::StrCat("snapshot rows: writing ", path));
     }
     offset += static_cast<uint64_t>(n);
     while (n > 0 && first < iov.size()) {
@@ -102,7 +84,7 @@ absl::StatusOr<uint64_t> WriteDirect(int fd, const std::vector<iovec>& iov,
                                static_cast<off_t>(offset + done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0 || (static_cast<size_t>(n) < bytes - done && n % kBlock)) {
-        return Errno(absl::StrCat("snapshot rows: writing ", path));
+        return ErrnoStatus(absl::StrCat("snapshot rows: writing ", path));
       }
       done += static_cast<size_t>(n);
     }
@@ -143,7 +125,7 @@ absl::StatusOr<bool> ReadExactly(int fd, char* out, size_t size,
         pread(fd, out + done, size - done, static_cast<off_t>(*offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Errno(absl::StrCat("snapshot rows: reading ", path));
+      return ErrnoStatus(absl::StrCat("snapshot rows: reading ", path));
     }
     if (n == 0) return false;
     done += static_cast<size_t>(n);
@@ -163,7 +145,7 @@ class RowsFileReader {
       const std::string& job_id, uint64_t number) {
     struct stat st {};
     if (fstat(fd_, &st) != 0) {
-      return Errno(absl::StrCat("snapshot rows: stat of ", path_));
+      return ErrnoStatus(absl::StrCat("snapshot rows: stat of ", path_));
     }
     const auto file_bytes = static_cast<uint64_t>(st.st_size);
     char head[kMagicBytes + 12];
@@ -267,7 +249,7 @@ absl::Status SnapshotRowsFiles::Write(const std::string& job_id,
     direct = false;
     fd = open(path.c_str(), flags, 0644);
   }
-  if (fd < 0) return Errno(absl::StrCat("snapshot rows: opening ", path));
+  if (fd < 0) return ErrnoStatus(absl::StrCat("snapshot rows: opening ", path));
   std::string head(kMagic, kMagicBytes);
   head.resize(kMagicBytes + 12);
   PutUint64(number, head.data() + kMagicBytes);
@@ -302,10 +284,10 @@ absl::Status SnapshotRowsFiles::Write(const std::string& job_id,
       direct ? WriteDirect(fd, iov, path) : WriteAll(fd, iov, path);
   absl::Status status = written.status();
   if (status.ok() && ftruncate(fd, static_cast<off_t>(*written)) != 0) {
-    status = Errno(absl::StrCat("snapshot rows: truncating ", path));
+    status = ErrnoStatus(absl::StrCat("snapshot rows: truncating ", path));
   }
   if (status.ok() && sync && fdatasync(fd) != 0) {
-    status = Errno(absl::StrCat("snapshot rows: fdatasync of ", path));
+    status = ErrnoStatus(absl::StrCat("snapshot rows: fdatasync of ", path));
   }
   close(fd);
   if (status.ok() && sync && !existed) status = SyncDirectory();
@@ -322,7 +304,7 @@ SnapshotRowsFiles::Read(const std::string& job_id, uint64_t number) const {
                                               " of snapshot rows ", number,
                                               " is missing"));
     }
-    return Errno(absl::StrCat("snapshot rows: opening ", path));
+    return ErrnoStatus(absl::StrCat("snapshot rows: opening ", path));
   }
   RowsFileReader reader(fd, path);
   auto entries = reader.Read(job_id, number);
@@ -334,7 +316,7 @@ absl::Status SnapshotRowsFiles::Delete(const std::string& job_id) const {
   for (uint64_t slot = 0; slot < 2; ++slot) {
     const std::string path = PathOf(job_id, slot);
     if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return Errno(absl::StrCat("snapshot rows: deleting ", path));
+      return ErrnoStatus(absl::StrCat("snapshot rows: deleting ", path));
     }
   }
   return absl::OkStatus();
@@ -342,11 +324,11 @@ absl::Status SnapshotRowsFiles::Delete(const std::string& job_id) const {
 
 absl::Status SnapshotRowsFiles::SyncDirectory() const {
   const int fd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno(absl::StrCat("snapshot rows: opening ", dir_));
+  if (fd < 0) return ErrnoStatus(absl::StrCat("snapshot rows: opening ", dir_));
   const bool synced = fsync(fd) == 0;
   absl::Status status =
       synced ? absl::OkStatus()
-             : Errno(absl::StrCat("snapshot rows: fsync of ", dir_));
+             : ErrnoStatus(absl::StrCat("snapshot rows: fsync of ", dir_));
   close(fd);
   return status;
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_bytes.h"
 #include "common/status_macros.h"
 #include "xxhash.h"
 
@@ -28,34 +29,6 @@ constexpr char kMagic[] = {'P', 'S', 'U', 'L', 'O', 'G', '\0', '\x02'};
 constexpr size_t kMagicBytes = sizeof(kMagic);
 constexpr size_t kHeaderBytes = 28;  // size, checksum, sequence, generation
 constexpr size_t kFirstFormatHeaderBytes = 20;  // size, checksum, sequence
-absl::Status Errno(const std::string& what) {
-  const int error = errno;
-  std::string message = absl::StrCat(what, ": ", std::strerror(error));
-  return error == ENOSPC || error == EDQUOT || error == EIO
-             ? absl::UnavailableError(message)
-             : absl::InternalError(message);
-}
-
-void PutUint32(uint32_t v, char* out) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(v >> (8 * i));
-}
-uint32_t GetUint32(const char* in) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i)
-    v |= uint32_t{static_cast<uint8_t>(in[i])} << (8 * i);
-  return v;
-}
-void PutInt64(int64_t v, char* out) {
-  for (int i = 0; i < 8; ++i) {
-    out[i] = static_cast<char>(static_cast<uint64_t>(v) >> (8 * i));
-  }
-}
-int64_t GetInt64(const char* in) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i)
-    v |= uint64_t{static_cast<uint8_t>(in[i])} << (8 * i);
-  return static_cast<int64_t>(v);
-}
 
 // XXH3 (64 bits) of a frame's payload, seeded with a hash of its sequence and
 // generation, so that a frame moved elsewhere or left by another generation
@@ -152,7 +125,7 @@ absl::StatusOr<std::string> ReadWholeFile(int fd, const std::string& path) {
     const ssize_t n = pread(fd, buffer, sizeof(buffer), offset);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Errno(absl::StrCat("update log: reading ", path));
+      return ErrnoStatus(absl::StrCat("update log: reading ", path));
     }
     if (n == 0) return contents;
     contents.append(buffer, n);
@@ -170,7 +143,7 @@ absl::Status WriteAt(int fd, std::vector<iovec> iov, uint64_t offset,
     ssize_t n = pwritev(fd, iov.data() + first, count, offset);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Errno(absl::StrCat("update log: writing ", path));
+      return ErrnoStatus(absl::StrCat("update log: writing ", path));
     }
     offset += static_cast<uint64_t>(n);
     while (n > 0 && first < iov.size()) {
@@ -221,7 +194,7 @@ absl::Status WriteFile(int fd, int64_t first_sequence,
                                    first_sequence, records, path, end));
   }
   if (ftruncate(fd, static_cast<off_t>(*end)) != 0) {
-    return Errno(absl::StrCat("update log: truncating ", path));
+    return ErrnoStatus(absl::StrCat("update log: truncating ", path));
   }
   return absl::OkStatus();
 }
@@ -281,7 +254,7 @@ absl::Status UpdateLogFiles::OpenForAppend(const std::string& job_id,
   std::error_code error;
   const bool existed = fs::exists(path, error);
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(absl::StrCat("update log: opening ", path));
+  if (fd < 0) return ErrnoStatus(absl::StrCat("update log: opening ", path));
   // A new file's name must be durable before a synced record in it is
   // acknowledged: a machine crash could otherwise lose the whole file.
   absl::Status status = existed ? absl::OkStatus() : SyncDirectory();
@@ -311,7 +284,7 @@ absl::Status UpdateLogFiles::OpenForAppend(const std::string& job_id,
   if (status.ok() && contents->size() != end) {
     if (ftruncate(fd, static_cast<off_t>(end)) != 0 ||
         (sync && fdatasync(fd) != 0)) {
-      status = Errno(absl::StrCat("update log: preparing ", path));
+      status = ErrnoStatus(absl::StrCat("update log: preparing ", path));
     }
   }
   if (!status.ok()) {
@@ -336,16 +309,16 @@ absl::Status UpdateLogFiles::Rewrite(const std::string& job_id, JobLog& log,
   const int new_fd =
       open(temporary.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (new_fd < 0) {
-    return Errno(absl::StrCat("update log: creating ", temporary));
+    return ErrnoStatus(absl::StrCat("update log: creating ", temporary));
   }
   uint64_t end = 0;
   absl::Status status =
       WriteFile(new_fd, first_sequence, records, temporary, &end);
   if (status.ok() && sync && fdatasync(new_fd) != 0) {
-    status = Errno(absl::StrCat("update log: fdatasync of ", temporary));
+    status = ErrnoStatus(absl::StrCat("update log: fdatasync of ", temporary));
   }
   if (status.ok() && rename(temporary.c_str(), path.c_str()) != 0) {
-    status = Errno(absl::StrCat("update log: renaming ", temporary));
+    status = ErrnoStatus(absl::StrCat("update log: renaming ", temporary));
   }
   if (!status.ok()) {
     close(new_fd);
@@ -392,7 +365,7 @@ absl::Status UpdateLogFiles::Append(const std::string& job_id,
   PS_RETURN_IF_ERROR(WriteFrames(log.fd, offset, first_sequence, generation,
                                  records, path, &end));
   if (sync && fdatasync(log.fd) != 0) {
-    return Errno(absl::StrCat("update log: fdatasync of ", path));
+    return ErrnoStatus(absl::StrCat("update log: fdatasync of ", path));
   }
   log.last_sequence = first_sequence + static_cast<int64_t>(records.size()) - 1;
   log.generation = generation;
@@ -447,7 +420,7 @@ UpdateLogFiles::Read(const std::string& job_id, int64_t after) {
     if (fd < 0) {
       if (errno == ENOENT)
         return std::vector<std::pair<int64_t, std::string>>();
-      return Errno(absl::StrCat("update log: opening ", path));
+      return ErrnoStatus(absl::StrCat("update log: opening ", path));
     }
     absl::StatusOr<std::string> read = ReadWholeFile(fd, path);
     close(fd);
@@ -495,7 +468,7 @@ absl::Status UpdateLogFiles::Delete(const std::string& job_id) {
     log.fd = -1;
     log.last_sequence = 0;
     if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return Errno(absl::StrCat("update log: deleting ", path));
+      return ErrnoStatus(absl::StrCat("update log: deleting ", path));
     }
   }
   return SyncDirectory();
@@ -519,7 +492,7 @@ absl::StatusOr<bool> UpdateLogFiles::ConvertFirstFormat(
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return false;
-    return Errno(absl::StrCat("update log: opening ", path));
+    return ErrnoStatus(absl::StrCat("update log: opening ", path));
   }
   absl::StatusOr<std::string> contents = ReadWholeFile(fd, path);
   close(fd);
@@ -531,11 +504,11 @@ absl::StatusOr<bool> UpdateLogFiles::ConvertFirstFormat(
 
 absl::Status UpdateLogFiles::SyncDirectory() const {
   const int fd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno(absl::StrCat("update log: opening ", dir_));
+  if (fd < 0) return ErrnoStatus(absl::StrCat("update log: opening ", dir_));
   const bool synced = fsync(fd) == 0;
   absl::Status status =
       synced ? absl::OkStatus()
-             : Errno(absl::StrCat("update log: fsync of ", dir_));
+             : ErrnoStatus(absl::StrCat("update log: fsync of ", dir_));
   close(fd);
   return status;
 }

@@ -1,0 +1,61 @@
+// Helpers shared by the project's own file formats (the update log's files,
+// snapshot rows files, the data directory's format record): the status of a
+// failed system call, and integers stored little-endian whatever the host.
+#ifndef PS_COMMON_FILE_BYTES_H_
+#define PS_COMMON_FILE_BYTES_H_
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace ps {
+
+// The status for a system call that failed with the current errno: `what`
+// and strerror's text. UNAVAILABLE for a full or failing disk (ENOSPC,
+// EDQUOT, EIO: worth retrying once space or the device is back), INTERNAL
+// otherwise. Reads errno first; thread-safe (errno is per thread).
+inline absl::Status ErrnoStatus(const std::string& what) {
+  const int error = errno;
+  std::string message = absl::StrCat(what, ": ", std::strerror(error));
+  return error == ENOSPC || error == EDQUOT || error == EIO
+             ? absl::UnavailableError(message)
+             : absl::InternalError(message);
+}
+
+// Writes `v` into out[0..3] / out[0..7], least significant byte first.
+inline void PutUint32(uint32_t v, char* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(v >> (8 * i));
+}
+inline void PutUint64(uint64_t v, char* out) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(v >> (8 * i));
+}
+inline void PutInt64(int64_t v, char* out) {
+  PutUint64(static_cast<uint64_t>(v), out);
+}
+
+// Reads what the Put functions above wrote.
+inline uint32_t GetUint32(const char* in) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) {
+    v |= uint32_t{static_cast<uint8_t>(in[i])} << (8 * i);
+  }
+  return v;
+}
+inline uint64_t GetUint64(const char* in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) {
+    v |= uint64_t{static_cast<uint8_t>(in[i])} << (8 * i);
+  }
+  return v;
+}
+inline int64_t GetInt64(const char* in) {
+  return static_cast<int64_t>(GetUint64(in));
+}
+
+}  // namespace ps
+
+#endif  // PS_COMMON_FILE_BYTES_H_
