@@ -29,50 +29,57 @@ std::string JobMeta(const v1::Assignment& assignment) {
   return meta.SerializeAsString();
 }
 
+// OK if `stored` is the job of `assignment` (same spec and shard map).
+absl::Status CheckStoredIdentity(const StoredJob& stored,
+                                 const v1::Assignment& assignment) {
+  if (stored.meta == JobMeta(assignment)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job ", assignment.job_id(),
+      ": the store holds this job with another spec or shard map"));
+}
+
 }  // namespace
 
 std::string StoredJobMeta(const v1::Assignment& assignment) {
   return JobMeta(assignment);
 }
 
+// The spec as given: the coordinator completes every spec with its defaults
+// (ApplyJobSpecDefaults at submit, and at load for one stored before a
+// default existed); an incomplete one is refused here naming the field.
 absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
     const v1::Assignment& assignment, ShardStore* store, ServerMetrics* metrics,
     const ServerJobOptions& options, StoredJob* initial) {
-  // As given: the coordinator completes every spec with its defaults
-  // (ApplyJobSpecDefaults at submit, and at load for one stored before a
-  // default existed); an incomplete one is refused here naming the field.
   const v1::JobSpec& spec = assignment.spec();
   if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
   if (assignment.num_workers() < 1) {
     return absl::InvalidArgumentError("assignment.num_workers: must be >= 1");
   }
-  auto tensors = ModelTensors(spec.model());
-  if (!tensors.ok()) return tensors.status();
-  auto optimizer = Optimizer::Create(spec.optimizer());
-  if (!optimizer.ok()) return optimizer.status();
+  PS_ASSIGN_OR_RETURN(auto tensors, ModelTensors(spec.model()));
+  PS_ASSIGN_OR_RETURN(auto optimizer, Optimizer::Create(spec.optimizer()));
   if (spec.durability() == v1::MEMORY) store = nullptr;
 
   std::unique_ptr<ServerJob> job(
-      new ServerJob(assignment, store, metrics, options, *std::move(optimizer),
+      new ServerJob(assignment, store, metrics, options, std::move(optimizer),
                     EffectiveStaleness(spec.consistency())));
-  auto table = DenseTable::Create(
-      assignment, *tensors, job->optimizer_.get(),
-      /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP);
-  if (!table.ok()) return table.status();
-  job->table_ = *std::move(table);
+  PS_ASSIGN_OR_RETURN(
+      job->table_,
+      DenseTable::Create(assignment, tensors, job->optimizer_.get(),
+                         /*accumulate=*/spec.consistency().model() ==
+                             v1::ConsistencySpec::BSP));
   {
     absl::MutexLock lock(&job->mu_);
     job->StartBlockClockLocked();
   }
   if (auto s = job->OpenTier(options); !s.ok()) return s;
-  auto sparse = SparseTableSet::Create(
-      assignment,
-      /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP,
-      {.tier = job->tier_.get(),
-       .budget_bytes = options.sparse_memory_bytes,
-       .server_budget = options.sparse_budget});
-  if (!sparse.ok()) return sparse.status();
-  job->sparse_ = *std::move(sparse);
+  PS_ASSIGN_OR_RETURN(
+      job->sparse_,
+      SparseTableSet::Create(
+          assignment,
+          /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP,
+          {.tier = job->tier_.get(),
+           .budget_bytes = options.sparse_memory_bytes,
+           .server_budget = options.sparse_budget}));
   const bool from_file = !spec.init_from().empty();
   if (store == nullptr) {
     if (initial != nullptr) {
@@ -95,11 +102,7 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
   }
   auto stored = store->Load(assignment.job_id());
   if (stored.ok()) {
-    if (stored->meta != JobMeta(assignment)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", assignment.job_id(),
-          ": the store holds this job with another spec or shard map"));
-    }
+    PS_RETURN_IF_ERROR(CheckStoredIdentity(*stored, assignment));
     const int64_t snapshot = stored->log_sequence;
     const size_t replayed = stored->log.size();
     if (auto s = job->Restore(*std::move(stored)); !s.ok()) return s;
@@ -118,10 +121,8 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
   // Loaded before anything is stored: a crash during the load leaves no
   // stored job, and the next open loads again.
   if (from_file) PS_RETURN_IF_ERROR(job->LoadInitialModel());
-  if (auto s = store->PutJobMeta(assignment.job_id(), JobMeta(assignment));
-      !s.ok()) {
-    return s;
-  }
+  PS_RETURN_IF_ERROR(
+      store->PutJobMeta(assignment.job_id(), JobMeta(assignment)));
   {
     absl::MutexLock lock(&job->mu_);
     job->SnapshotLocked();  // The initial values, as the first snapshot.
