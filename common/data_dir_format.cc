@@ -21,17 +21,6 @@ namespace {
 // The largest record read: a kind and a version fit in far less.
 constexpr size_t kMaxRecordBytes = 256;
 
-// fsyncs `path` (a file or a directory).
-absl::Status SyncPath(const std::string& path, int flags) {
-  const int fd = open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("opening ", path));
-  const bool synced = fsync(fd) == 0;
-  absl::Status status =
-      synced ? absl::OkStatus() : ErrnoStatus(absl::StrCat("fsync of ", path));
-  close(fd);
-  return status;
-}
-
 }  // namespace
 
 absl::StatusOr<int> ReadDataDirFormatVersion(const std::string& dir,

@@ -1,8 +1,12 @@
 // Helpers shared by the project's own file formats (the update log's files,
 // snapshot rows files, the data directory's format record): the status of a
-// failed system call, and integers stored little-endian whatever the host.
+// failed system call, fsync of a file or directory, and integers stored
+// little-endian whatever the host.
 #ifndef PS_COMMON_FILE_BYTES_H_
 #define PS_COMMON_FILE_BYTES_H_
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -11,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace ps {
 
@@ -24,6 +29,24 @@ inline absl::Status ErrnoStatus(const std::string& what) {
   return error == ENOSPC || error == EDQUOT || error == EIO
              ? absl::UnavailableError(message)
              : absl::InternalError(message);
+}
+
+// fsyncs `path` (a file, or a directory with O_DIRECTORY in `flags`), opened
+// with `flags` | O_CLOEXEC. Errors as ErrnoStatus, their message
+// "<context>: opening <path>" or "<context>: fsync of <path>" (no prefix for
+// an empty context). Thread-safe.
+inline absl::Status SyncPath(const std::string& path, int flags,
+                             absl::string_view context = "") {
+  const std::string prefix =
+      context.empty() ? std::string() : absl::StrCat(context, ": ");
+  const int fd = open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(absl::StrCat(prefix, "opening ", path));
+  const bool synced = fsync(fd) == 0;
+  absl::Status status =
+      synced ? absl::OkStatus()
+             : ErrnoStatus(absl::StrCat(prefix, "fsync of ", path));
+  close(fd);
+  return status;
 }
 
 // Writes `v` into out[0..3] / out[0..7], least significant byte first.

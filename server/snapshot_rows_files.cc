@@ -323,14 +323,7 @@ absl::Status SnapshotRowsFiles::Delete(const std::string& job_id) const {
 }
 
 absl::Status SnapshotRowsFiles::SyncDirectory() const {
-  const int fd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("snapshot rows: opening ", dir_));
-  const bool synced = fsync(fd) == 0;
-  absl::Status status =
-      synced ? absl::OkStatus()
-             : ErrnoStatus(absl::StrCat("snapshot rows: fsync of ", dir_));
-  close(fd);
-  return status;
+  return SyncPath(dir_, O_RDONLY | O_DIRECTORY, "snapshot rows");
 }
 
 }  // namespace ps

@@ -503,14 +503,7 @@ absl::StatusOr<bool> UpdateLogFiles::ConvertFirstFormat(
 }
 
 absl::Status UpdateLogFiles::SyncDirectory() const {
-  const int fd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("update log: opening ", dir_));
-  const bool synced = fsync(fd) == 0;
-  absl::Status status =
-      synced ? absl::OkStatus()
-             : ErrnoStatus(absl::StrCat("update log: fsync of ", dir_));
-  close(fd);
-  return status;
+  return SyncPath(dir_, O_RDONLY | O_DIRECTORY, "update log");
 }
 
 }  // namespace ps
