@@ -44,12 +44,6 @@ bool JobManager::RebuildServer(Job& job, int index, absl::Time now,
     *why_not = "an elastic job's workers do not follow a change of shard map";
     return false;
   }
-  if (spec.model().kind() == v1::ModelSpec::EXTERNAL) {
-    *why_not =
-        "an EXTERNAL model's workers (the Python SDK) do not follow a change "
-        "of shard map";
-    return false;
-  }
   const v1::ServerStorage lost = status.server_storage(index);
   std::vector<std::string> free =
       nodes_.Free(PlaceFilter(v1::SERVER, /*durable_only=*/true), now);

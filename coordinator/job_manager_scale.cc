@@ -66,11 +66,6 @@ absl::Status JobManager::CheckScalable(const Job& job, int num_servers) const {
         "job ", id, " is elastic (min_workers < max_workers): moving its ",
         "servers is not built yet"));
   }
-  if (status.spec().model().kind() == v1::ModelSpec::EXTERNAL) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id, "'s model is EXTERNAL: its workers (the Python SDK) ",
-        "do not follow a change of shard map yet"));
-  }
   if (status.map_change().version() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", id, ": a move to shard map version ",

@@ -209,7 +209,11 @@ class Membership:
                     v1.HeartbeatRequest(node_id=self.node_id), timeout=1.0,
                     metadata=self._security.metadata))
                 self._on_assignments(list(reply.assignments))
+                # Shorter while the job's servers move, so that the worker
+                # learns the new map at once.
+                shortened = reply.heartbeat_interval_ms / 1000.0
             except grpc.RpcError as e:
+                shortened = 0.0
                 if e.code() == grpc.StatusCode.NOT_FOUND:
                     log.warning("coordinator does not know node %s; "
                                 "registering again", self.node_id)
@@ -219,6 +223,8 @@ class Membership:
                 log.warning("heartbeat failed: %s", e.details())
             with self._lock:
                 interval = self._interval
+            if shortened > 0:
+                interval = min(interval, max(shortened, 0.01))
             self._stopping.wait(interval)
 
 

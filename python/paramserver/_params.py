@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import grpc
@@ -23,6 +24,7 @@ from paramserver._shared import (RegionPool, SharedRegion, host_of,
                                  is_loopback_host, remove_orphaned_regions)
 from paramserver.errors import ParamServerError, error_for, from_rpc_error
 from paramserver._cluster import decode_values, encode_bf16, encode_fp16
+from paramserver._map_change import MAP_VERSION, is_moving, server_behind
 from paramserver._sparse import SparsePull
 from paramserver.layout import (TensorLayout, effective_block_elems,
                                 effective_staleness, server_blocks,
@@ -63,6 +65,14 @@ class ParameterClient:
     shared-memory regions (PushShared, PullShared); a server that refuses
     them (UNIMPLEMENTED) is called through the socket from then on.
 
+    `newer_map()` (optional; any thread's callable) says whether the
+    coordinator has offered a newer shard map than the assignment's: a call
+    then stops retrying (between attempts) and raises FAILED_PRECONDITION
+    ``map_version: ...``, for the caller to follow the new map
+    (paramserver.torch._follow). A server that has not yet taken the
+    client's newer map is retried, as a server refusing a push while the
+    job's servers move (at the first step's short delay).
+
     Threads: one call at a time (the worker's communication thread); cancel
     through the `stop` it was given, from any thread.
     """
@@ -71,7 +81,8 @@ class ParameterClient:
                  tensors: Sequence[TensorLayout], security: Security,
                  stop, pull_timeout: float = 30.0,
                  push_timeout: float = 30.0, retry_window: float = 120.0,
-                 shared_memory: bool = True):
+                 shared_memory: bool = True,
+                 newer_map: Optional[Callable[[], bool]] = None):
         spec = assignment.spec
         self.job_id = assignment.job_id
         self.worker = assignment.index
@@ -79,6 +90,7 @@ class ParameterClient:
         self.tensors = list(tensors)
         self._security = security
         self._stop = stop
+        self._newer_map = newer_map or (lambda: False)
         self.pull_timeout = pull_timeout
         self.push_timeout = push_timeout
         self.retry_window = retry_window
@@ -148,6 +160,7 @@ class ParameterClient:
         server to fail for a reason a retry cannot fix cancels the other
         calls and raises its error, naming `what` and the server."""
         todo = list(servers)
+        moving = [False]
 
         def attempt() -> None:
             if self._stop.reason is not None:
@@ -156,14 +169,40 @@ class ParameterClient:
                 self._attempt(what, todo, start, on_reply)
             except _Failed as e:
                 todo[:] = e.servers  # Only they are called again.
+                moving[0] = is_moving(e.error)
                 raise
 
-        retrier = Retrier(PARAMETERS.with_window(retry_window))
+        def sleep(delay: float) -> bool:
+            # A server frozen for a move takes the push, or refuses the old
+            # map, the moment the move ends: retry at the first step's
+            # delay (as ServerFanout). A newer map offered ends the wait.
+            if moving[0]:
+                delay = min(delay, PARAMETERS.initial_backoff)
+            end = time.monotonic() + delay
+            while True:
+                if self._stop.reason is not None or self._newer_map():
+                    return False
+                left = end - time.monotonic()
+                if left <= 0:
+                    return True
+                time.sleep(min(left, 0.01))
+
+        retrier = Retrier(PARAMETERS.with_window(retry_window), sleep)
         try:
-            retrier.run(attempt, lambda _: self._stop.reason is None)
+            retrier.run(attempt, lambda _: self._stop.reason is None and
+                        not self._newer_map())
         except _Failed as e:
             if self._stop.reason is not None:
                 raise self._stop.reason from None
+            if self._newer_map():
+                details = (e.error.details() if isinstance(
+                    e.error, grpc.RpcError) else e.error)
+                raise error_for(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"{MAP_VERSION} {what} under shard map version "
+                    f"{self.map_version} ended: the coordinator offers a "
+                    f"newer map (server {self.addresses[e.server]}: "
+                    f"{details})") from None
             message = (f"{what} failed after retrying for "
                        f"{retry_window:.0f} s: server "
                        f"{self.addresses[e.server]}")
@@ -214,6 +253,13 @@ class ParameterClient:
             code = status_of(error)
             if call.region is not None and code == grpc.StatusCode.UNIMPLEMENTED:
                 error = self._shared_refused(s, error)
+                code = grpc.StatusCode.ABORTED
+            elif server_behind(error, self.map_version):
+                # It takes the newer map on its next heartbeat.
+                error = error_for(
+                    grpc.StatusCode.ABORTED,
+                    f"server {self.addresses[s]} has not taken shard map "
+                    f"version {self.map_version} yet: {error}")
                 code = grpc.StatusCode.ABORTED
             if (refused is None and not call.future.cancelled() and
                     code not in PARAMETERS.codes):

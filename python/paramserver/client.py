@@ -158,6 +158,17 @@ class JobClient:
         return self._call(self._stub.CancelJob,
                           v1.CancelJobRequest(job_id=_job_id(job))).job
 
+    def scale(self, job: JobRef, servers: int) -> "v1.JobStatus":
+        """Starts moving a running job to `servers` parameter servers
+        (``psctl scale``; docs/operations.md, "Scaling a job's servers");
+        returns its status with the move in progress (``map_change``), or
+        as it was when it has that many already. The move ends at a clock
+        boundary (``map_moves`` records it). FailedPreconditionError if the
+        job is not RUNNING, is elastic, or moves already;
+        ResourceExhaustedError if too few servers are free."""
+        return self._call(self._stub.ScaleJob, v1.ScaleJobRequest(
+            job_id=_job_id(job), num_servers=servers)).job
+
     def delete(self, job: JobRef) -> None:
         """Deletes an ended job's record and trained model (the servers then
         delete its shards). FailedPreconditionError for a job that has not

@@ -27,18 +27,20 @@ from paramserver._pipeline import Started, StepPipeline
 from paramserver._sparse import SparsePull, SparseRouter
 from paramserver.errors import error_for
 from paramserver.layout import TensorLayout, model_tensors
+from paramserver.torch._follow import _MapFollower
 from paramserver.torch.embedding import SparseStep
 
 if TYPE_CHECKING:
     from paramserver.torch.worker import Worker
 
 
-class _Job:
+class _Job(_MapFollower):
     """One job this worker trains (an assignment), from its start to its
-    end."""
+    end; it follows a change of the job's shard map (_MapFollower)."""
 
     def __init__(self, worker: "Worker", assignment: "v1.Assignment"):
         self.assignment = assignment
+        self._init_follower(assignment)
         self.spec = assignment.spec
         self.index = assignment.index
         self.stop = _Stop()
@@ -62,6 +64,7 @@ class _Job:
         # of `values` that a load copies into it.
         self.pipe: Optional[Union[StepPipeline, NativePipeline]] = None
         self.pushing: Optional[Started] = None
+        self.pushing_rows = None  # The sparse rows of `pushing`, if any.
         self.pulling: Optional[Started] = None
         self.reporting: Optional[concurrent.futures.Future] = None
         self.grad_flat: Optional[torch.Tensor] = None
@@ -97,12 +100,8 @@ class _Job:
         self.tensors = model_tensors(self.spec.model)
         self.params = worker._match(self.tensors, self.job_id)
         self.offsets = np.cumsum([0] + [t.numel for t in self.tensors])
-        self.client = ParameterClient(
-            self.assignment, self.tensors, worker._security, self.stop,
-            pull_timeout=worker.pull_timeout,
-            push_timeout=worker.push_timeout,
-            retry_window=worker.retry_window,
-            shared_memory=worker.shared_memory_payloads)
+        self._worker = worker
+        self.client = self.new_client(self.assignment)
         self.values = np.zeros(self.client.size, dtype=np.float32)
         if self.spec.model.sparse_tables or worker._tables:
             self.sparse = SparseStep(
@@ -126,8 +125,20 @@ class _Job:
 
     def _fetch_rows(self, clock: int, pull: SparsePull) -> None:
         """A forward pass's pull of rows the step did not prefetch (the
-        dense values it reads again are dropped)."""
-        self.client.pull(clock, np.empty_like(self.values), sparse=pull)
+        dense values it reads again are dropped). Under a newer shard map
+        than `pull`'s, its ids are routed again and their rows placed in
+        `pull.rows`."""
+        version = self.client.map_version
+
+        def fetch() -> None:
+            target = pull
+            if self.client.map_version != version:
+                target = SparsePull(self.sparse.router, pull.ids)
+            self.client.pull(clock, np.empty_like(self.values), sparse=target)
+            if target is not pull:
+                pull.rows.update(target.rows)
+
+        self.following(fetch)
 
     def close(self) -> None:
         if self.sparse is not None:

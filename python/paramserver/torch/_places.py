@@ -43,6 +43,9 @@ class _Places:
                     job.stop.stop(JobStoppedError(
                         f"job {job.job_id} ended, or worker {job.index}'s "
                         "place was given to another worker"))
+            elif job is not None and not job.finished:
+                # A newer shard map (a server move or rebuild) to follow.
+                job.offer_map(places[(job.job_id, job.index)])
             if job is None or job.finished:
                 for place, a in places.items():
                     if place not in self._done_places:

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from paramserver._native_step import RowsPull
-from paramserver.errors import JobStoppedError
+from paramserver._sparse import push_rows
+from paramserver.errors import JobStoppedError, ParamServerError
 from paramserver.torch.buffers import assign
 
 if TYPE_CHECKING:
@@ -74,9 +75,47 @@ class _Steps:
         if pending is not None:
             pending.result()  # Raises the push's or pull's error.
         pushing, job.pushing = job.pushing, None
+        rows, job.pushing_rows = job.pushing_rows, None
         if pushing is not None:
-            job.pipe.finish_push(pushing, job.grad_np)
+            try:
+                job.pipe.finish_push(pushing, job.grad_np)
+            except ParamServerError as e:
+                if not job.map_changed(e):
+                    raise
+                # Sent again, unchanged, under the new map.
+                job.follow(e)
+                self._push(job, pushing.clock, job.grad_np, rows)
             self._acknowledged(job, pushing.clock)
+
+    def _push(self, job: _Job, clock: int, grads: np.ndarray,
+              rows=None) -> None:
+        """Pushes `clock`'s gradients (and a sparse job's `rows`: per table
+        name, distinct ids and their gradients) through the job's
+        ParameterClient, routed under its map now, following a change of
+        the map."""
+
+        def push() -> None:
+            routed = (push_rows(job.sparse.router, rows, job.client.encoding)
+                      if rows else None)
+            job.client.push(clock, grads, sparse=routed)
+
+        job.following(push)
+
+    def _start_push(self, job: _Job, clock: int, grads: np.ndarray,
+                    rows=None) -> None:
+        """Starts the push of `clock` on the step pipeline (finished by
+        _wait_pending); pushed at once under the new map if the map changed
+        before it could start."""
+        try:
+            job.pushing = (job.pipe.start_push(clock, grads, rows) if rows
+                           else job.pipe.start_push(clock, grads))
+            job.pushing_rows = rows
+        except ParamServerError as e:
+            if not job.map_changed(e):
+                raise
+            job.follow(e)
+            self._push(job, clock, grads, rows)
+            self._acknowledged(job, clock)
 
     def _acknowledged(self, job: _Job, clock: int) -> None:
         if self._ack_log is not None:
@@ -140,6 +179,11 @@ class _Steps:
         if job.stop.reason is not None:
             raise job.stop.reason
         self._wait_pending(job)
+        # Again from its start under a new map: what it finished is not
+        # done again (loaded_clock, the pull in flight).
+        job.following(lambda: self._sync_now(job))
+
+    def _sync_now(self, job: _Job) -> None:
         if job.pipe is not None:
             self._sync_pipelined(job)
         elif job.loaded_clock != job.clock:
@@ -156,9 +200,11 @@ class _Steps:
     def _push_and_pull(self, job: _Job, clock: int, grads: np.ndarray,
                        rows=None, next_ids=None) -> None:
         """The communication thread: the push of `clock` (with its sparse
-        `rows`), the progress report when one is due, then the read of
-        clock + 1 (with the rows of `next_ids`, the next batch's)."""
-        job.client.push(clock, grads, sparse=rows)
+        `rows`: per table name, ids and gradients), the progress report
+        when one is due, then the read of clock + 1 (with the rows of
+        `next_ids`, the next batch's); each follows a change of the job's
+        map."""
+        self._push(job, clock, grads, rows)
         self._acknowledged(job, clock)
         now = time.monotonic()
         if now - job.last_report >= self.report_interval:
@@ -169,15 +215,21 @@ class _Steps:
                 job.stop.stop(JobStoppedError(
                     f"job {job.job_id} is no longer running"))
         if clock + 1 < job.total_clocks or job.index != 0:
-            pull = (job.sparse.pull_of(next_ids)
-                    if job.sparse is not None else None)
-            job.client.pull(clock + 1, job.values, sparse=pull)
+
+            def read():
+                pull = (job.sparse.pull_of(next_ids)
+                        if job.sparse is not None else None)
+                job.client.pull(clock + 1, job.values, sparse=pull)
+                return pull
+
+            pull = job.following(read)
             self._load(job)
             job.loaded_clock = clock + 1
             if job.sparse is not None:
                 job.sparse.install(clock + 1, pull)
 
     def _final_read(self, job: _Job) -> None:
-        job.client.pull(job.total_clocks, job.values, final=True)
+        job.following(lambda: job.client.pull(job.total_clocks, job.values,
+                                              final=True))
         self._load(job)
         job.loaded_clock = job.total_clocks

@@ -319,7 +319,8 @@ class Worker(_Places, _Steps, _Reports):
                     raise InvalidArgumentError(
                         "model: the module's initial parameters hold NaN or "
                         "Inf")
-                if job.client.seed(values, from_worker):
+                if job.following(lambda: job.client.seed(values,
+                                                         from_worker)):
                     log.info("job %s: the servers were seeded before",
                              job.job_id)
                 else:
@@ -327,12 +328,16 @@ class Worker(_Places, _Steps, _Reports):
                              job.job_id)
         # Waits for worker 0's seed; unbounded (the job's recovery grace
         # bounds a missing worker 0, and its end stops the worker).
-        retry_window = job.client.retry_window
-        job.client.retry_window = 1e18
-        try:
-            job.clock = job.client.resume_clock(job.values)
-        finally:
-            job.client.retry_window = retry_window
+        def resume() -> int:
+            client = job.client
+            retry_window = client.retry_window
+            client.retry_window = 1e18
+            try:
+                return client.resume_clock(job.values)
+            finally:
+                client.retry_window = retry_window
+
+        job.clock = job.following(resume)
         if job.clock > 0:
             log.info("job %s: worker %d resumes at clock %d of %d",
                      job.job_id, job.index, job.clock, job.total_clocks)
@@ -413,13 +418,10 @@ class Worker(_Places, _Steps, _Reports):
                         f"at clock {job.clock}; nothing was pushed (the "
                         "job's non_finite_gradients policy is "
                         "NON_FINITE_REFUSE)", job.tensors[t].name)
-        if job.sparse is None:
-            rows = None
-        elif job.pipe is not None:  # The compiled transport.
-            rows = job.sparse.take_row_gradients(check, job.clock)
-        else:
-            rows = job.sparse.take_gradients(check, job.clock,
-                                             job.client.encoding)
+        # Per table name: ids and gradients, routed when pushed (under the
+        # job's map then).
+        rows = (job.sparse.take_row_gradients(check, job.clock)
+                if job.sparse is not None else None)
         for p in job.params:
             p.grad = None
         if loss is not None:
@@ -433,8 +435,7 @@ class Worker(_Places, _Steps, _Reports):
                                           flat, rows, job.next_ids)
             return
         try:
-            job.pushing = (job.pipe.start_push(clock, flat, rows) if rows
-                           else job.pipe.start_push(clock, flat))
+            self._start_push(job, clock, flat, rows)
         except ParamServerError as e:
             self._fail(job, e)
             raise

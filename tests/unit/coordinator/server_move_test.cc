@@ -175,9 +175,10 @@ TEST_F(ServerMoveTest, RefusesASecondMoveAndAnswersASameSizeScale) {
   EXPECT_TRUE(absl::IsNotFound(unknown.status())) << unknown.status();
 }
 
-// A job of an EXTERNAL model (Python SDK workers, which do not follow a map
-// change) is refused, naming why, and keeps its map.
-TEST_F(ServerMoveTest, RefusesAJobOfAnExternalModel) {
+// A job of an EXTERNAL model (Python SDK workers, which follow a map change
+// as ps-worker does: python/paramserver/torch/_follow.py) moves like any
+// other: the change is proposed, the current map kept until it commits.
+TEST_F(ServerMoveTest, MovesAJobOfAnExternalModel) {
   CreateManager();
   v1::JobSpec spec = testing::TinyJobSpec(2, 1);
   spec.clear_dataset();
@@ -203,10 +204,10 @@ TEST_F(ServerMoveTest, RefusesAJobOfAnExternalModel) {
   Register(v1::SERVER, "10.0.0.3:7000");
   ASSERT_EQ(Job(*id).state(), v1::RUNNING) << Job(*id).message();
   auto scaled = manager_->Scale(*id, 3);
-  EXPECT_TRUE(absl::IsFailedPrecondition(scaled.status())) << scaled.status();
-  EXPECT_THAT(scaled.status().message(), HasSubstr("EXTERNAL"));
+  ASSERT_TRUE(scaled.ok()) << scaled.status();
+  EXPECT_EQ(scaled->map_change().version(), 2);
+  EXPECT_THAT(scaled->map_change().shard_map().servers(), SizeIs(3));
   EXPECT_EQ(Job(*id).shard_map().version(), 1);
-  EXPECT_EQ(Job(*id).map_change().version(), 0);
 }
 
 }  // namespace
