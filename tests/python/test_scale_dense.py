@@ -9,6 +9,7 @@ pure-Python step pipeline and once with the compiled transport (the C++
 ParameterClient, re-created under the new map), when it is built.
 """
 
+import grpc
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -83,3 +84,34 @@ def test_scaled_job_equals_undisturbed_run(cluster, native):
     assert min(run.follows) >= 2, run.follows
     assert exported_bytes(client, moved) == exported_bytes(client, quiet)
     client.close()
+
+
+def test_map_refusals_are_read_as_the_servers_write_them():
+    """The servers' refusals (server/server_job.cc CheckRequest, server/
+    parameter_manager_move.cc MovedAway, server/clock_table.cc CheckPush)
+    as paramserver._map_change reads them; the real ones are met above."""
+    from paramserver._map_change import (is_map_change, is_moving,
+                                         server_behind, server_version)
+    from paramserver.errors import error_for
+    stale = error_for(grpc.StatusCode.FAILED_PRECONDITION,
+                      "push of clock 3 from server 127.0.0.1:1: map_version: "
+                      "request has shard map version 2, this server has "
+                      "version 3")
+    behind = error_for(grpc.StatusCode.FAILED_PRECONDITION,
+                       "map_version: request has shard map version 3, this "
+                       "server has version 2")
+    left = error_for(grpc.StatusCode.FAILED_PRECONDITION,
+                     "map_version: job job-1 moved off this server with "
+                     "shard map version 3; fetch the new map")
+    moving = error_for(grpc.StatusCode.UNAVAILABLE,
+                       "clock: the job's servers are moving (shard map "
+                       "version 3); pushes from clock 7 wait for it (retry)")
+    other = error_for(grpc.StatusCode.FAILED_PRECONDITION,
+                      "clock: worker 0 pushed clock 9 but the server has "
+                      "recorded its pushes only up to clock 7")
+    assert is_map_change(stale) and is_map_change(behind)
+    assert is_map_change(left) and server_version(left) is None
+    assert not is_map_change(other) and not is_map_change(moving)
+    assert server_version(stale) == 3 and not server_behind(stale, 2)
+    assert server_behind(behind, 3) and not server_behind(left, 3)
+    assert is_moving(moving) and not is_moving(other)
