@@ -189,6 +189,7 @@ TEST_F(ServerMoveTest, MovesAJobOfAnExternalModel) {
   weight->set_name("linear.weight");
   weight->add_shape(4);
   weight->add_shape(3);
+  spec.set_block_elems(4);  // 3 blocks: enough units for 3 servers.
   auto id = manager_->Submit(spec);
   ASSERT_TRUE(id.ok()) << id.status();
   Register(v1::SERVER, "10.0.0.1:7000");
