@@ -29,6 +29,7 @@ class Run:
                  worker_options: Optional[Dict] = None):
         self.coordinator = coordinator
         self.job = job
+        self.hold_at = hold_at
         self.clocks = [0, 0]
         self.follows = [0, 0]
         self.disturbed = threading.Event()
@@ -101,13 +102,14 @@ def wait_moves(client: ps.JobClient, job: str, moves: int,
 
 def scale_twice(client: ps.JobClient, run: Run, at: int, gap: int) -> List:
     """2 -> 3 servers once both workers reach clock `at`, back to 2 `gap`
-    clocks after the first move took effect; then releases the workers.
-    Returns the two moves (``map_moves``)."""
+    clocks after the first move took effect (or once they wait at
+    `hold_at`); then releases the workers. Returns the two moves
+    (``map_moves``)."""
     run.wait_clock(at)
     client.scale(run.job, 3)
     first = wait_moves(client, run.job, 1).map_moves[0]
     assert first.num_servers == 3 and first.units_moved > 0, first
-    run.wait_clock(first.clock + gap)
+    run.wait_clock(min(first.clock + gap, run.hold_at))
     client.scale(run.job, 2)
     moves = list(wait_moves(client, run.job, 2).map_moves)
     run.disturbed.set()
