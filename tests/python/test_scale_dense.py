@@ -80,8 +80,10 @@ def test_scaled_job_equals_undisturbed_run(cluster, native):
     print(f"native={native}: moves at clocks {[m.clock for m in moves]} "
           f"({[m.units_moved for m in moves]} units); maps followed per "
           f"worker {run.follows}")
-    # Every worker went on under each new map.
-    assert min(run.follows) >= 2, run.follows
+    # Each worker went on under the new maps: under both, or straight
+    # under the last when both moves ended while it waited (at HOLD on a
+    # slow machine).
+    assert min(run.follows) >= 1 and final.shard_map.version == 3
     assert exported_bytes(client, moved) == exported_bytes(client, quiet)
     client.close()
 

@@ -24,9 +24,9 @@ import paramserver as ps  # noqa: E402
 from paramserver._native_step import available  # noqa: E402
 from scaling import Run, exported_bytes, scale_twice, seeded  # noqa: E402
 
-SAMPLES, TAGS, DIM = 640, 3, 4
+SAMPLES, TAGS, DIM = 960, 3, 4
 BATCH = 8
-HOLD = 30
+HOLD = 45
 ZEROS = {"kind": "ZEROS"}
 
 
@@ -115,7 +115,10 @@ def test_scaled_sparse_job_equals_undisturbed_run(cluster, prefetch):
           f"({[m.units_moved for m in moves]} of "
           f"{len(final.shard_map.blocks)} units); maps followed per worker "
           f"{run.follows}")
-    assert min(run.follows) >= 2, run.follows
+    # Each worker went on under the new maps: under both, or straight
+    # under the last when both moves ended while it waited (at HOLD on a
+    # slow machine).
+    assert min(run.follows) >= 1 and final.shard_map.version == 3
     assert exported_bytes(client, moved) == exported_bytes(client, quiet)
     assert run.results["predictions"] == quiet_run.results["predictions"]
     client.close()
