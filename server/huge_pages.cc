@@ -44,7 +44,6 @@ void UnmapHugePages(void* memory, size_t bytes) {
 
 HugePageArena::~HugePageArena() {
   for (const Mapping& m : mappings_) UnmapHugePages(m.memory, m.bytes);
-  for (const Mapping& m : donated_) ::munmap(m.memory, m.bytes);
 }
 
 float* HugePageArena::Allocate(size_t floats) {
@@ -57,35 +56,6 @@ float* HugePageArena::Allocate(size_t floats) {
   char* out = static_cast<char*>(mappings_.back().memory) + used_;
   used_ += bytes;
   return reinterpret_cast<float*>(out);
-}
-
-float* HugePageArena::AllocateUninitialized(size_t floats) {
-  const size_t bytes = RoundUp(floats * sizeof(float), 64);
-  for (size_t i = 0; i < spares_.size(); ++i) {
-    Spare& spare = spares_[i];
-    if (spare.bytes < bytes) continue;
-    char* out = spare.at;
-    spare.at += bytes;
-    spare.bytes -= bytes;
-    if (spare.bytes < 64) {
-      spares_.erase(spares_.begin() + static_cast<std::ptrdiff_t>(i));
-    }
-    return reinterpret_cast<float*>(out);
-  }
-  return Allocate(floats);
-}
-
-void HugePageArena::Donate(void* memory, size_t bytes) {
-  if (bytes == 0) return;
-  // Unmapped with the arena: munmap takes any range of whole pages.
-  donated_.push_back({memory, bytes});
-  spares_.push_back({static_cast<char*>(memory), bytes});
-}
-
-size_t HugePageArena::donated_bytes() const {
-  size_t total = 0;
-  for (const Spare& spare : spares_) total += spare.bytes;
-  return total;
 }
 
 }  // namespace ps

@@ -24,51 +24,36 @@ void* MapHugePages(size_t bytes);
 // Unmaps what MapHugePages(bytes) returned. Thread-safe.
 void UnmapHugePages(void* memory, size_t bytes);
 
-// The bytes MapHugePages(bytes) maps (a multiple of kHugePageBytes), and
-// the bytes of the whole 4 KiB pages that `bytes` from its start cover.
-inline size_t HugePageMappingBytes(size_t bytes) {
-  return ((bytes == 0 ? 1 : bytes) + kHugePageBytes - 1) / kHugePageBytes *
-         kHugePageBytes;
-}
-inline size_t HugePageBlockPages(size_t bytes) {
-  constexpr size_t kPage = 4096;
-  return (bytes + kPage - 1) / kPage * kPage;
-}
-
-class HugePageArena;
-
 // A standard allocator that takes blocks of kHugePageBytes or more from
 // MapHugePages and smaller ones from std::allocator (for a hash map's
-// arrays: only a large table's come from huge pages). With an arena, the
-// memory of a large block's mapping past the block, and the block itself
-// once freed, go to the arena for reuse (HugePageArena::Donate) instead of
-// back to the kernel: a growing hash map's old arrays become rows, already
-// faulted in. Copies share the arena; equal when they do. Thread-compatible
-// (the arena's); without an arena, thread-safe.
+// arrays: only a large table's come from huge pages). Stateless; copies are
+// equal. Thread-safe.
 template <typename T>
 struct HugePageAllocator {
   using value_type = T;
   HugePageAllocator() = default;
-  explicit HugePageAllocator(HugePageArena* arena) : arena(arena) {}
   template <typename U>
-  HugePageAllocator(const HugePageAllocator<U>& other)  // NOLINT: rebinding.
-      : arena(other.arena) {}
+  HugePageAllocator(const HugePageAllocator<U>&) {}  // NOLINT: rebinding.
 
-  T* allocate(size_t n);
-  void deallocate(T* p, size_t n);
-  friend bool operator==(const HugePageAllocator& a,
-                         const HugePageAllocator& b) {
-    return a.arena == b.arena;
+  T* allocate(size_t n) {
+    if (n * sizeof(T) < kHugePageBytes) return std::allocator<T>().allocate(n);
+    return static_cast<T*>(MapHugePages(n * sizeof(T)));
   }
-
-  // Receives the memory the allocator does not unmap; null: none (every
-  // mapping unmapped when freed). Must outlive the blocks.
-  HugePageArena* arena = nullptr;
+  void deallocate(T* p, size_t n) {
+    if (n * sizeof(T) < kHugePageBytes) {
+      std::allocator<T>().deallocate(p, n);
+    } else {
+      UnmapHugePages(p, n * sizeof(T));
+    }
+  }
+  friend bool operator==(const HugePageAllocator&, const HugePageAllocator&) {
+    return true;
+  }
 };
 
-// Blocks carved in order from MapHugePages mappings of at least
-// kHugePageBytes each, and from memory donated to it, all unmapped with the
-// arena (never one by one). Thread-compatible.
+// Zeroed blocks carved in order from MapHugePages mappings of at least
+// kHugePageBytes each, all unmapped with the arena (never one by one).
+// Thread-compatible.
 class HugePageArena {
  public:
   HugePageArena() = default;
@@ -76,65 +61,17 @@ class HugePageArena {
   HugePageArena(const HugePageArena&) = delete;
   HugePageArena& operator=(const HugePageArena&) = delete;
 
-  // `floats` zeroed floats, 64-byte aligned, valid until the arena goes:
-  // from a fresh mapping (donated memory is never used here).
+  // `floats` zeroed floats, 64-byte aligned, valid until the arena goes.
   float* Allocate(size_t floats);
-
-  // `floats` floats of unspecified contents, 64-byte aligned, valid until
-  // the arena goes: from donated memory when a donated range holds them
-  // (already faulted in: no page to zero), else as Allocate.
-  float* AllocateUninitialized(size_t floats);
-
-  // Takes ownership of [memory, memory + bytes): whole 4 KiB pages of a
-  // MapHugePages mapping that nothing else uses (memory 4 KiB aligned), to
-  // hand out by AllocateUninitialized and unmap with the arena.
-  void Donate(void* memory, size_t bytes);
-
-  // Bytes donated and not handed out yet (for tests).
-  size_t donated_bytes() const;
 
  private:
   struct Mapping {
     void* memory;
     size_t bytes;
   };
-  std::vector<Mapping> mappings_;  // Fresh (MapHugePages).
-  size_t used_ = 0;  // Bytes of the last fresh mapping handed out.
-  std::vector<Mapping> donated_;  // Donate's ranges, whole.
-  // Donated ranges not handed out yet: [at, at + bytes).
-  struct Spare {
-    char* at;
-    size_t bytes;
-  };
-  std::vector<Spare> spares_;
+  std::vector<Mapping> mappings_;
+  size_t used_ = 0;  // Bytes of the last mapping handed out.
 };
-
-template <typename T>
-T* HugePageAllocator<T>::allocate(size_t n) {
-  const size_t bytes = n * sizeof(T);
-  if (bytes < kHugePageBytes) return std::allocator<T>().allocate(n);
-  char* memory = static_cast<char*>(MapHugePages(bytes));
-  if (arena != nullptr) {
-    // The mapping past the block's last page: faulted in with the block's
-    // last huge page, or later by the arena's rows.
-    const size_t used = HugePageBlockPages(bytes);
-    const size_t mapped = HugePageMappingBytes(bytes);
-    if (mapped > used) arena->Donate(memory + used, mapped - used);
-  }
-  return reinterpret_cast<T*>(memory);
-}
-
-template <typename T>
-void HugePageAllocator<T>::deallocate(T* p, size_t n) {
-  const size_t bytes = n * sizeof(T);
-  if (bytes < kHugePageBytes) {
-    std::allocator<T>().deallocate(p, n);
-  } else if (arena != nullptr) {
-    arena->Donate(p, HugePageBlockPages(bytes));
-  } else {
-    UnmapHugePages(p, bytes);
-  }
-}
 
 }  // namespace ps
 

@@ -94,8 +94,6 @@ SparseTable::SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
       max_rows_(spec.eviction().max_rows_per_server()),
       lfu_(spec.eviction().policy() == v1::EvictionSpec::LFU),
       tier_(memory.tier),
-      slots_(0, absl::Hash<uint64_t>(), std::equal_to<uint64_t>(),
-             IndexAllocator(memory.tier == nullptr ? &chunk_arena_ : nullptr)),
       held_(num_buckets_, false) {
   if (tier_ == nullptr) return;
   // The whole plan is allocated as rows arrive, never more: the index and
@@ -249,8 +247,7 @@ uint32_t SparseTable::AllocateSlot() {
     const size_t rows = size_t{chunk_mask_} + 1;
     const size_t floats = rows * slot_floats();
     if (tier_ == nullptr && chunks_.size() >= kSmallChunks) {
-      // InitRow writes every float of a slot before it is read.
-      chunks_.emplace_back(chunk_arena_.AllocateUninitialized(floats),
+      chunks_.emplace_back(chunk_arena_.Allocate(floats),
                            ChunkDelete{.arena = true});
     } else {
       chunks_.emplace_back(new float[floats](), ChunkDelete{});
@@ -261,15 +258,6 @@ uint32_t SparseTable::AllocateSlot() {
     }
   }
   return slot;
-}
-
-void SparseTable::PrefetchNewSlot(uint32_t ahead) const {
-  if (!free_slots_.empty()) return;
-  const uint32_t slot = next_slot_ + ahead;
-  if ((slot >> chunk_log2_) >= chunks_.size()) return;
-  const float* at = RowAt(slot) - kMetaFloats;
-  __builtin_prefetch(at, 1);
-  __builtin_prefetch(at + slot_floats() - 1, 1);
 }
 
 void SparseTable::InitRow(uint32_t slot, uint64_t id, int64_t clock) {
@@ -357,7 +345,6 @@ void SparseTable::Apply(std::span<const uint64_t> keys,
         slot = it->second;
       } else if (Admit(id, clock)) {
         slot = AllocateSlot();
-        PrefetchNewSlot(kAhead / 2);
         InitRow(slot, id, clock);
         it->second = slot;
         ++admissions_;

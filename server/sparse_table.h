@@ -196,10 +196,6 @@ class SparseTable {
   // NewRow's contents in `slot` (not indexed: the caller adds slots_'s
   // entry), its bucket marked held.
   void InitRow(uint32_t slot, uint64_t id, int64_t clock);
-  // Fetches, for writing, the slot that the `ahead`-th next AllocateSlot
-  // will hand out when it is fresh room in a chunk already allocated (new
-  // rows take slots in order: their memory is cold, often just faulted in).
-  void PrefetchNewSlot(uint32_t ahead) const;
   void Evict(uint64_t id);
   // Records the row's current (clock, count) in the eviction orders.
   void Track(uint64_t id, const RowMeta& meta);
@@ -343,9 +339,7 @@ class SparseTable {
   // lives in chunks of 2^chunk_log2_ slots; freed slots are reused. Without
   // a tier, the index's large arrays and the chunks after the first
   // kSmallChunks come from huge pages (server/huge_pages.h): a large table
-  // is read at random. The index's arrays given up as it grows, and the
-  // rest of their mappings, become chunks (chunk_arena_, declared first:
-  // it outlives the index): already faulted in, no page zeroed again.
+  // is read at random.
   static constexpr size_t kSmallChunks = 4;
   // Frees a chunk of its own (new[]); one of chunk_arena_ stays with it.
   struct ChunkDelete {
@@ -354,11 +348,11 @@ class SparseTable {
       if (!arena) delete[] chunk;
     }
   };
-  using IndexAllocator = HugePageAllocator<std::pair<const uint64_t, uint32_t>>;
-  HugePageArena chunk_arena_;
   absl::flat_hash_map<uint64_t, uint32_t, absl::Hash<uint64_t>,
-                      std::equal_to<uint64_t>, IndexAllocator>
+                      std::equal_to<uint64_t>,
+                      HugePageAllocator<std::pair<const uint64_t, uint32_t>>>
       slots_;
+  HugePageArena chunk_arena_;
   std::vector<std::unique_ptr<float[], ChunkDelete>> chunks_;
   std::vector<uint32_t> free_slots_;
   std::vector<uint32_t> found_;  // Apply's scratch: slots of its keys.

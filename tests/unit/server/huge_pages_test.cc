@@ -1,10 +1,8 @@
 // server/huge_pages.h: the mappings are aligned and zeroed, the arena's
 // blocks do not overlap, and a hash map on the allocator keeps its entries
-// through the growths that move its arrays onto huge pages; with an arena,
-// the map's old arrays and its mappings' slack become the arena's blocks.
+// through the growths that move its arrays onto huge pages.
 #include "server/huge_pages.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -64,76 +62,6 @@ TEST(HugePagesTest, AHashMapOnTheAllocatorKeepsItsEntries) {
   map.clear();
   map.rehash(0);  // Gives the huge arrays back.
   EXPECT_TRUE(map.empty());
-}
-
-TEST(HugePagesTest, DonatedMemoryIsHandedOutBeforeFreshMappings) {
-  HugePageArena arena;
-  void* memory = MapHugePages(kHugePageBytes);
-  arena.Donate(memory, kHugePageBytes);
-  EXPECT_EQ(arena.donated_bytes(), kHugePageBytes);
-  const size_t floats = 94'208;  // 376,832 bytes: 5 fit in 2 MiB.
-  std::vector<float*> blocks;
-  for (int i = 0; i < 5; ++i) {
-    float* block = arena.AllocateUninitialized(floats);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % 64, 0u);
-    EXPECT_GE(reinterpret_cast<char*>(block), static_cast<char*>(memory));
-    EXPECT_LE(reinterpret_cast<char*>(block + floats),
-              static_cast<char*>(memory) + kHugePageBytes);
-    blocks.push_back(block);
-  }
-  EXPECT_LT(arena.donated_bytes(), floats * sizeof(float));
-  // The donated range is used up: the next block is fresh, and zeroed.
-  float* fresh = arena.AllocateUninitialized(floats);
-  EXPECT_TRUE(reinterpret_cast<char*>(fresh) < static_cast<char*>(memory) ||
-              reinterpret_cast<char*>(fresh) >=
-                  static_cast<char*>(memory) + kHugePageBytes);
-  EXPECT_EQ(fresh[0], 0.0f);
-  EXPECT_EQ(fresh[floats - 1], 0.0f);
-  blocks.push_back(fresh);
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    std::fill(blocks[i], blocks[i] + floats, static_cast<float>(i));
-  }
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    EXPECT_EQ(blocks[i][0], static_cast<float>(i));
-    EXPECT_EQ(blocks[i][floats - 1], static_cast<float>(i));
-  }
-  // Allocate never hands out donated memory.
-  const size_t left = arena.donated_bytes();
-  arena.Donate(MapHugePages(kHugePageBytes), kHugePageBytes);
-  float* zeroed = arena.Allocate(floats);
-  EXPECT_EQ(zeroed[0], 0.0f);
-  EXPECT_EQ(arena.donated_bytes(), left + kHugePageBytes);
-}
-
-TEST(HugePagesTest, AMapOnAnArenaDonatesItsOldArraysAndKeepsItsEntries) {
-  HugePageArena arena;
-  using Allocator = HugePageAllocator<std::pair<const uint64_t, uint32_t>>;
-  {
-    absl::flat_hash_map<uint64_t, uint32_t, absl::Hash<uint64_t>,
-                        std::equal_to<uint64_t>, Allocator>
-        map(0, absl::Hash<uint64_t>(), std::equal_to<uint64_t>(),
-            Allocator(&arena));
-    constexpr uint32_t kEntries = 300'000;  // Two growths past 2 MiB.
-    size_t donated = 0;
-    for (uint32_t i = 0; i < kEntries; ++i) {
-      map.emplace(i * 2654435761u, i);
-      // Blocks taken as the map grows: its donations are usable memory.
-      if (arena.donated_bytes() > donated + (size_t{1} << 20)) {
-        float* block = arena.AllocateUninitialized(size_t{1} << 18);
-        std::fill(block, block + (size_t{1} << 18), 1.0f);
-      }
-      donated = arena.donated_bytes();
-    }
-    ASSERT_EQ(map.size(), kEntries);
-    for (uint32_t i = 0; i < kEntries; ++i) {
-      auto it = map.find(static_cast<uint64_t>(i * 2654435761u));
-      ASSERT_NE(it, map.end());
-      ASSERT_EQ(it->second, i);
-    }
-  }
-  // The map is gone: its last array went to the arena too (unmapped with
-  // it).
-  EXPECT_GE(arena.donated_bytes(), kHugePageBytes);
 }
 
 }  // namespace
