@@ -136,6 +136,39 @@ TEST_P(SparseTableEncodeTest, SnapshotIsTheReferenceEncodingAndRestoresBytes) {
   }
 }
 
+TEST_P(SparseTableEncodeTest, LargeBucketsAreInIdOrderWhateverTheIds) {
+  // One bucket of thousands of rows (the snapshot's sort groups ids by
+  // their leading bits): ids spread over 64 bits as hashed ids are,
+  // consecutive ids with two far away, and ids apart in their top bits only.
+  std::mt19937_64 rng(3);
+  std::vector<std::vector<uint64_t>> sets(3);
+  for (uint64_t i = 0; i < 3000; ++i) {
+    sets[0].push_back(rng());
+    sets[1].push_back(i + 1000);
+    sets[2].push_back((i << 50) | 7);
+  }
+  sets[1].push_back(uint64_t{1} << 40);
+  sets[1].push_back(~uint64_t{0} - 5);
+  for (std::vector<uint64_t>& ids : sets) {
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    std::vector<uint64_t> shuffled = ids;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    v1::SparseTableSpec spec = Spec(1);
+    spec.set_num_buckets(1);
+    auto table = Make(spec);
+    ASSERT_NE(table, nullptr);
+    table->Apply(shuffled, std::vector<float>(shuffled.size() * 5, 0.01f), 1,
+                 1.0f);
+    const std::vector<StoredBlock> blocks = table->Snapshot();
+    ASSERT_EQ(blocks.size(), 1u);
+    absl::StatusOr<SparseBucket> b = DecodeSparseBucket(blocks[0].rows);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->ids, ids);
+    EXPECT_EQ(blocks[0].rows, Reference(*b));
+  }
+}
+
 TEST_P(SparseTableEncodeTest, OneApplyOfManyIdsIsOneApplyPerId) {
   // New ids, ids repeated in the push, ids not admitted yet (min_count 3).
   auto together = Make(Spec(3));
