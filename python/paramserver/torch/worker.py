@@ -435,6 +435,7 @@ class Worker(_Places, _Steps, _Reports):
         try:
             job.pushing = (job.pipe.start_push(clock, flat, rows) if rows
                            else job.pipe.start_push(clock, flat))
+            self._pull_after_push(job)
         except ParamServerError as e:
             self._fail(job, e)
             raise
