@@ -60,7 +60,7 @@ def install():
     import torch
     import paramserver as ps
     from paramserver import _native_step, _params
-    from paramserver.torch import _steps, embedding
+    from paramserver.torch import embedding
     from ctr_torch import CtrModel
     _wrap(CtrModel, "forward", "forward")
     _wrap(torch.Tensor, "backward", "backward")
@@ -77,7 +77,6 @@ def install():
                  "take_gradients", "take_row_gradients"):
         _wrap(embedding.SparseStep, attr)
     _wrap(embedding.ShardedEmbedding, "_distinct")
-    del _steps
 
 
 def _dump(out, started):

@@ -121,9 +121,8 @@ size_t ParameterClient::PullReplyBytes(
     // regions lent to a job's pulls come in a few sizes, which the pool
     // reuses, however the count varies from step to step.
     const size_t ids = std::bit_ceil(std::max<size_t>(part.ids.size(), 1024));
-    bytes += ids * static_cast<size_t>(router_.dim(part.table)) *
-                 sizeof(float) +
-             32;
+    bytes +=
+        ids * static_cast<size_t>(router_.dim(part.table)) * sizeof(float) + 32;
   }
   return bytes;
 }
