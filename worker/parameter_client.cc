@@ -9,6 +9,7 @@
 #include "worker/parameter_client.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -16,28 +17,9 @@
 #include "common/job_spec.h"
 #include "common/model_layout.h"
 #include "common/parameter_wire.h"
-#include "common/sparse_keys.h"
 #include "common/status_macros.h"
-#include "worker/gradient_accumulation.h"
 
 namespace ps {
-namespace {
-
-// The most bytes of sparse rows one pull reply may carry: a batch's ids
-// (batch_size * accumulation_steps samples, num_fields ids each for a CTR
-// model), each once, at the widest dim, bounded by what a request may name.
-size_t MaxSparseReplyBytes(const v1::JobSpec& spec,
-                           const SparseRouter& router) {
-  if (router.num_tables() == 0) return 0;
-  const int64_t ids =
-      std::min<int64_t>(kMaxSparseKeysPerRequest,
-                        int64_t{spec.batch_size()} * AccumulationSteps(spec) *
-                            std::max(1, spec.model().ctr().num_fields()));
-  return static_cast<size_t>(ids) * router.max_dim() * sizeof(float) +
-         32 * router.num_tables();
-}
-
-}  // namespace
 
 ParameterClient::ParameterClient(const v1::Assignment& assignment,
                                  const std::vector<TensorSpec>& tensors,
@@ -106,15 +88,12 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     server.max_reply_bytes += b.num_elems * sizeof(float) + 32;
   }
   PS_ASSIGN_OR_RETURN(client->router_, SparseRouter::Create(assignment));
-  const size_t sparse_bytes =
-      MaxSparseReplyBytes(assignment.spec(), client->router_);
   for (Server& server : client->servers_) {
-    // min_clock and worker_clocks, at most 11 bytes a value, and their tags;
-    // the rows one step's batch may pull.
+    // min_clock and worker_clocks, at most 11 bytes a value, and their tags.
+    // A pull's sparse rows add what its ids need (PullReplyBytes).
     server.max_reply_bytes +=
         64 +
-        11 * static_cast<size_t>(std::max(1, assignment.spec().num_workers())) +
-        sparse_bytes;
+        11 * static_cast<size_t>(std::max(1, assignment.spec().num_workers()));
   }
   const v1::JobSpec& spec = assignment.spec();
   if (spec.consistency().pipeline_parts() >= 2 &&
@@ -132,6 +111,20 @@ absl::StatusOr<std::vector<std::vector<SparsePart>>> ParameterClient::RouteStep(
     return std::vector<std::vector<SparsePart>>(servers_.size());
   }
   return router_.Route(step->ids, servers_.size());
+}
+
+size_t ParameterClient::PullReplyBytes(
+    size_t s, const std::vector<SparsePart>& parts) const {
+  size_t bytes = servers_[s].max_reply_bytes;
+  for (const SparsePart& part : parts) {
+    // The ids' count rounded up to a power of two (at least 1024): the
+    // regions lent to a job's pulls come in a few sizes, which the pool
+    // reuses, however the count varies from step to step.
+    const size_t ids = std::bit_ceil(std::max<size_t>(part.ids.size(), 1024));
+    bytes +=
+        ids * static_cast<size_t>(router_.dim(part.table)) * sizeof(float) + 32;
+  }
+  return bytes;
 }
 
 ParameterClient::BlockSpan ParameterClient::SpanOf(size_t s,

@@ -184,7 +184,8 @@ class ParameterClient {
     // loopback address and options.shared_payloads is on.
     std::unique_ptr<SharedMemoryTransport> shared;
     std::vector<BlockRef> blocks;
-    // The largest pull reply this server can send this worker.
+    // The largest pull reply this server can send this worker without
+    // sparse rows (its blocks and the clocks).
     size_t max_reply_bytes = 0;
   };
   // Starts one call on the transport it is given, with the call's `done`.
@@ -229,6 +230,9 @@ class ParameterClient {
   // without a step). Errors: INVALID_ARGUMENT, as SparseRouter::Route's.
   absl::StatusOr<std::vector<std::vector<SparsePart>>> RouteStep(
       const SparseStep* step) const;
+  // At most the bytes of server s's reply to a pull of its blocks and of
+  // the sparse rows of `parts` (the size of the shared region it is lent).
+  size_t PullReplyBytes(size_t s, const std::vector<SparsePart>& parts) const;
   // Server s's blocks that `part` holds (all its blocks when null).
   BlockSpan SpanOf(size_t s, const Part* part) const;
   // Checks the gradients' shape and, for 16-bit wire gradients, encodes them

@@ -4,6 +4,7 @@
 // SSP cache and the resume clock.
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -29,7 +30,8 @@ using parameter_client_internal::Await;
 struct PullInFlight {
   PullInFlight(const v1::PullRequest& message,
                std::vector<std::vector<SparsePart>> sparse_parts,
-               size_t servers, const std::vector<std::vector<uint64_t>>& keys)
+               size_t servers, const std::vector<std::vector<uint64_t>>& keys,
+               const std::vector<size_t>& reply_bytes_bounds)
       : parts(std::move(sparse_parts)),
         slots(servers),
         min_clocks(servers, INT64_MAX),
@@ -47,6 +49,7 @@ struct PullInFlight {
                        part.ids.size() * sizeof(uint64_t));
       }
       requests.emplace_back(std::move(request));
+      requests.back().reply_bytes = reply_bytes_bounds[s];
     }
   }
   // Per server: the sparse rows asked of it, and its request.
@@ -167,8 +170,12 @@ void ParameterClient::PullFromServers(int64_t clock,
       keys[s].push_back(servers_[s].blocks[b].key);
     }
   }
+  std::vector<size_t> bounds(servers_.size());
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    bounds[s] = PullReplyBytes(s, (*parts)[s]);
+  }
   auto pull = std::make_shared<PullInFlight>(request, *std::move(parts),
-                                             servers_.size(), keys);
+                                             servers_.size(), keys, bounds);
   AskAllServers(
       absl::StrCat(final ? "final pull of clock " : "pull of clock ", clock),
       options_.pull_timeout,
@@ -285,16 +292,21 @@ absl::Status ParameterClient::ReadPullReply(
       return absl::InternalError(absl::StrCat(
           "pull reply rows of sparse table ", rows.table, " do not match"));
     }
-    // Value k of the reply is value k % dim of row positions[k / dim].
+    // Value k of the reply is value k % dim of row positions[k / dim]:
+    // copied a row (or the part of one in this run) at a time.
     float* out = step->rows[part.table].data();
-    ForEachGradientRun(rows.values, view->value_encoding,
-                       [&](size_t first, std::span<const float> run) {
-                         for (size_t k = 0; k < run.size(); ++k) {
-                           const size_t at = first + k;
-                           out[part.positions[at / dim] * dim + at % dim] =
-                               run[k];
-                         }
-                       });
+    ForEachGradientRun(
+        rows.values, view->value_encoding,
+        [&](size_t first, std::span<const float> run) {
+          for (size_t k = 0; k < run.size();) {
+            const size_t at = first + k;
+            const size_t column = at % dim;
+            const size_t n = std::min(dim - column, run.size() - k);
+            std::memcpy(out + part.positions[at / dim] * dim + column,
+                        run.data() + k, n * sizeof(float));
+            k += n;
+          }
+        });
   }
   *min_clock = view->min_clock;
   if (worker_index_ < static_cast<int>(view->worker_clocks.size())) {

@@ -57,6 +57,9 @@ struct PullRequestBytes {
   explicit PullRequestBytes(v1::PullRequest request);
   v1::PullRequest message;
   grpc::ByteBuffer bytes;
+  // At most the bytes of its reply (a transport that lends the reply's
+  // memory lends this much); 0: the transport's largest.
+  size_t reply_bytes = 0;
 };
 
 // Carries the calls to one server. Thread-safe: calls to different servers,

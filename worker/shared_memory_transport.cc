@@ -93,7 +93,8 @@ absl::Status SharedMemoryTransport::Pull(grpc::ClientContext* context,
                                          const PullRequestBytes& request,
                                          ReplyReader read, TransportSlot* slot,
                                          Done done) {
-  absl::StatusOr<RegionLoan*> loan = Lend(max_reply_bytes_, slot);
+  absl::StatusOr<RegionLoan*> loan = Lend(
+      request.reply_bytes > 0 ? request.reply_bytes : max_reply_bytes_, slot);
   if (!loan.ok()) return loan.status();
   v1::SharedPullRequest message;
   *message.mutable_pull() = request.message;

@@ -26,7 +26,8 @@ namespace ps {
 class SharedMemoryTransport final : public PayloadTransport {
  public:
   // `address` names the server in errors; `max_reply_bytes` is the largest
-  // pull reply it can send (the size of a pull's region). `pool` must
+  // pull reply it can send (the size of a pull's region unless the request
+  // names its own bound, PullRequestBytes::reply_bytes). `pool` must
   // outlive the transport and every call made through it.
   SharedMemoryTransport(std::shared_ptr<grpc::Channel> channel,
                         std::string address, size_t max_reply_bytes,

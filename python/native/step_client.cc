@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model_layout.h"
-#include "common/sparse_keys.h"
 #include "common/status_macros.h"
 
 namespace ps::python {
@@ -56,21 +55,9 @@ absl::StatusOr<std::unique_ptr<StepClient>> StepClient::Create(
        assignment.spec().model().sparse_tables()) {
     dims.push_back(t.dim());
   }
-  // ParameterClient sizes a pull reply's shared region for the rows of
-  // batch_size * accumulation_steps * ctr.num_fields ids (its built-in CTR
-  // model's batches); a PyTorch module's step reads any number of ids, up
-  // to what one request may name: the client is given a spec that says so
-  // (it reads batch_size for nothing else).
-  v1::Assignment sized = assignment;
-  if (!dims.empty()) {
-    sized.mutable_spec()->set_batch_size(
-        static_cast<int32_t>(kMaxSparseKeysPerRequest));
-    sized.mutable_spec()->set_accumulation_steps(1);
-    sized.mutable_spec()->mutable_model()->mutable_ctr()->set_num_fields(1);
-  }
   PS_ASSIGN_OR_RETURN(
       auto client,
-      ParameterClient::Create(sized, tensors, std::move(client_options),
+      ParameterClient::Create(assignment, tensors, std::move(client_options),
                               /*stop=*/nullptr));
   return std::unique_ptr<StepClient>(
       new StepClient(std::move(client), std::move(sizes), std::move(dims)));

@@ -66,6 +66,10 @@ class _Job(_MapFollower):
         self.pushing: Optional[Started] = None
         self.pushing_rows = None  # The sparse rows of `pushing`, if any.
         self.pulling: Optional[Started] = None
+        # Whether the next clock's pull starts after the step's push
+        # (Worker._pull_after_push: BSP with sparse tables), not before
+        # the batch computes.
+        self.pull_after_push = False
         self.reporting: Optional[concurrent.futures.Future] = None
         self.grad_flat: Optional[torch.Tensor] = None
         self.grad_np = np.zeros(0, dtype=np.float32)
@@ -112,6 +116,9 @@ class _Job(_MapFollower):
         if worker.pipeline and not self.client.use_cache:
             self.pipe = _step_pipeline(self.client, self.assignment,
                                        worker, self.sparse)
+        self.pull_after_push = (
+            self.pipe is not None and self.sparse is not None and
+            self.spec.consistency.model == v1.ConsistencySpec.BSP)
         flat = torch.from_numpy(self.values)
         self.loads = [(p, flat[lo:hi].view(p.shape)) for p, lo, hi in
                       zip(self.params, self.offsets[:-1], self.offsets[1:])]

@@ -169,11 +169,23 @@ class _Steps:
             # Rows no pull of this clock brought (an epoch's first batch,
             # after the epoch-end read): pulled now.
             sparse.ensure(job.clock, job.batch_ids)
-        if (job.pulling is None and
+        if (job.pulling is None and not job.pull_after_push and
                 job.clock + 1 < (job.epoch + 1) * job.steps):
             job.pulling = (job.pipe.start_pull(job.clock + 1)
                            if sparse is None else job.pipe.start_pull(
                                job.clock + 1, sparse.wanted(job.next_ids)))
+
+    def _pull_after_push(self, job: _Job) -> None:
+        """A BSP job with sparse tables (job.pull_after_push): the pull of
+        the next clock, with the rows of the next batch's ids, started
+        right after this step's push, while the servers wait for the
+        other workers' pushes, which the pull must wait for anyway; the
+        next batch's ids are taken apart (np.unique) meanwhile, not before
+        it computes."""
+        if (job.pull_after_push and job.pulling is None and
+                job.clock < (job.epoch + 1) * job.steps):
+            job.pulling = job.pipe.start_pull(
+                job.clock, job.sparse.wanted(job.next_ids))
 
     def _sync(self, job: _Job) -> None:
         if job.stop.reason is not None:

@@ -436,6 +436,7 @@ class Worker(_Places, _Steps, _Reports):
             return
         try:
             self._start_push(job, clock, flat, rows)
+            self._pull_after_push(job)
         except ParamServerError as e:
             self._fail(job, e)
             raise
