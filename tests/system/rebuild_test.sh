@@ -43,12 +43,6 @@ for i in 0 1; do CLUSTER_WORKER_ARGS[$i]="--ack_log=$RUN_DIR/acks.log"; done
 cluster_start "$BUILD_DIR" "$RUN_DIR" 3 2 || fail "cluster did not start"
 ok "cluster of 1 coordinator, 3 servers on shared storage, 2 workers started"
 
-submit() {
-  "$PSCTL" --coordinator="$COORDINATOR" submit "$RUN_DIR/job.json" \
-    >"$RUN_DIR/submit.out" 2>&1 || fail "submit" "$RUN_DIR/submit.out"
-  sed -n 's/^submitted \(job-[0-9]*\)$/\1/p' "$RUN_DIR/submit.out"
-}
-accuracy() { field 'j.get("progress", {}).get("test_accuracy", "")'; }
 
 JOB=$(submit)
 timeout 300 "$PSCTL" --coordinator="$COORDINATOR" watch "$JOB" >"$RUN_DIR/watch1.out" 2>&1 ||

@@ -43,12 +43,6 @@ for i in 0 1; do CLUSTER_WORKER_ARGS[i]="--ack_log=$RUN_DIR/acks$i.log"; done
 cluster_start "$BUILD_DIR" "$RUN_DIR" 2 2 || fail "cluster did not start"
 ok "cluster of 1 coordinator, 2 servers, 2 workers started"
 
-submit() {
-  "$PSCTL" --coordinator="$COORDINATOR" submit "$RUN_DIR/job.json" \
-    >"$RUN_DIR/submit.out" 2>&1 || fail "submit" "$RUN_DIR/submit.out"
-  sed -n 's/^submitted \(job-[0-9]*\)$/\1/p' "$RUN_DIR/submit.out"
-}
-accuracy() { field 'j.get("progress", {}).get("test_accuracy", "")'; }
 # export_model FILE: the job's trained model (psctl export).
 export_model() {
   timeout 60 "$PSCTL" --coordinator="$COORDINATOR" export "$JOB" --output="$1" \

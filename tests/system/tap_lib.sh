@@ -130,3 +130,12 @@ field() {
 }
 # Job $JOB's clock (its progress).
 clock() { field 'int(j.get("progress", {}).get("clock", 0))'; }
+# Job $JOB's test accuracy (its progress; empty before the first).
+accuracy() { field 'j.get("progress", {}).get("test_accuracy", "")'; }
+# Submits RUN_DIR/job.json and prints the new job's id (fails the test if
+# psctl does).
+submit() {
+  "$PSCTL" --coordinator="$COORDINATOR" submit "$RUN_DIR/job.json" \
+    >"$RUN_DIR/submit.out" 2>&1 || fail "submit" "$RUN_DIR/submit.out"
+  sed -n 's/^submitted \(job-[0-9]*\)$/\1/p' "$RUN_DIR/submit.out"
+}
