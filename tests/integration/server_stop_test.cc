@@ -67,10 +67,9 @@ v1::PushRequest PushOf(const v1::Assignment& a,
 
 // The server's ps_pushes_duplicate_total.
 double DuplicatePushes(const ParameterServer& server) {
-  return testing::MetricValue(
-             prometheus::TextSerializer().Serialize(
-                 server.registry().Collect()),
-             "ps_pushes_duplicate_total")
+  return testing::MetricValue(prometheus::TextSerializer().Serialize(
+                                  server.registry().Collect()),
+                              "ps_pushes_duplicate_total")
       .value_or(0);
 }
 
@@ -108,8 +107,8 @@ TEST_F(ServerStopTest, HeldPushIsAnsweredUnavailableAndRetriedAfterARestart) {
   options.retry_window = absl::Seconds(60);
   std::vector<std::unique_ptr<ParameterClient>> clients;
   for (int w = 0; w < 2; ++w) {
-    auto client = ParameterClient::Create(WorkerAssignment(address, w),
-                                          tensors, options, nullptr);
+    auto client = ParameterClient::Create(WorkerAssignment(address, w), tensors,
+                                          options, nullptr);
     ASSERT_TRUE(client.ok()) << client.status();
     clients.push_back(*std::move(client));
   }

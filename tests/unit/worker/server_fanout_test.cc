@@ -41,7 +41,8 @@ absl::Status RunRequest(
   absl::Notification done;
   fanout = ServerFanout::Create(
       options,
-      [&](int server, grpc::ClientContext*, ServerFanout::CallDone call_done) {
+      [&](int server, grpc::ClientContext*,
+          const ServerFanout::CallDone& call_done) {
         absl::Status status;
         {
           absl::MutexLock lock(&mu);
@@ -64,11 +65,11 @@ absl::Status RunRequest(
 
 TEST(ServerFanoutTest, RetriesACancelledItDidNotCause) {
   std::vector<int> calls;
-  const absl::Status outcome = RunRequest(
-      {{1,
-        {absl::CancelledError("cancelled by the server's shutdown"),
-         absl::UnavailableError("server restarting")}}},
-      &calls);
+  const absl::Status outcome =
+      RunRequest({{1,
+                   {absl::CancelledError("cancelled by the server's shutdown"),
+                    absl::UnavailableError("server restarting")}}},
+                 &calls);
   EXPECT_TRUE(outcome.ok()) << outcome;
   // Server a answered at once; b was called again twice.
   EXPECT_EQ(calls, (std::vector<int>{1, 3}));
