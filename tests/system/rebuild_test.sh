@@ -43,7 +43,6 @@ for i in 0 1; do CLUSTER_WORKER_ARGS[$i]="--ack_log=$RUN_DIR/acks.log"; done
 cluster_start "$BUILD_DIR" "$RUN_DIR" 3 2 || fail "cluster did not start"
 ok "cluster of 1 coordinator, 3 servers on shared storage, 2 workers started"
 
-
 JOB=$(submit)
 timeout 300 "$PSCTL" --coordinator="$COORDINATOR" watch "$JOB" >"$RUN_DIR/watch1.out" 2>&1 ||
   fail "the undisturbed job did not succeed" "$RUN_DIR/watch1.out"
