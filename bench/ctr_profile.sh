@@ -26,6 +26,7 @@ PERF_SECONDS=${PERF_SECONDS:-15}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 source scripts/lib/cluster.sh
+source bench/lib/profile.sh
 trap 'cluster_stop >/dev/null 2>&1 || true' EXIT
 PSCTL=$BUILD_DIR/client/psctl
 
@@ -36,39 +37,26 @@ cluster_start "$BUILD_DIR" "$OUT" 2 2 >/dev/null
 "$PSCTL" --coordinator="$COORDINATOR" submit "$OUT/job.json" --watch \
   >"$OUT/watch.log" 2>&1 &
 watch_pid=$!
-for _ in $(seq 1 600); do
-  grep -q 'steps per epoch' "$OUT/worker0.log" 2>/dev/null && break
-  sleep 0.2
-done
+profile_wait_first_step "$OUT" 0.2
 cluster_cpu_seconds >"$OUT/cpu_start.txt"
-perf_pids=()
 if [ "$PERF" = 1 ]; then
-  for i in "${!CLUSTER_NAMES[@]}"; do
-    name=${CLUSTER_NAMES[$i]}
-    case $name in server* | worker*) ;; *) continue ;; esac
-    perf record -F 199 -g -p "${CLUSTER_PIDS[$i]}" -o "$OUT/$name.perf" \
-      -- sleep "$PERF_SECONDS" >/dev/null 2>&1 &
-    perf_pids+=($!)
-  done
+  profile_perf_record "$OUT" "$PERF_SECONDS" 199 "server*|worker*" -g
 fi
 wait "$watch_pid" || { tail -n 5 "$OUT/watch.log" >&2; exit 1; }
 cluster_cpu_seconds >"$OUT/cpu_end.txt"
-for pid in "${perf_pids[@]}"; do wait "$pid" || true; done
+profile_wait_perf
 : >"$OUT/rss.txt"
 for i in "${!CLUSTER_NAMES[@]}"; do
-  name=${CLUSTER_NAMES[$i]}
-  awk -v n="$name" '/^VmHWM/ { printf "%s %.0f\n", n, $2 / 1024 }' \
+  awk -v n="${CLUSTER_NAMES[$i]}" '/^VmHWM/ { printf "%s %.0f\n", n, $2 / 1024 }' \
     "/proc/${CLUSTER_PIDS[$i]}/status" >>"$OUT/rss.txt"
-  port=$(cluster_port "$OUT/$name.ports" metrics_port)
-  curl -s "http://127.0.0.1:$port/metrics" >"$OUT/$name.metrics" || true
 done
+profile_scrape_metrics "$OUT"
 cluster_stop >/dev/null 2>&1 || true
 
-# Seconds since midnight of a log line's stamp.
-log_seconds() { awk '{ split(substr($1, 12), t, ":"); print t[1] * 3600 + t[2] * 60 + t[3] }'; }
-start=$(grep -m1 'steps per epoch' "$OUT/worker0.log" | log_seconds)
-end=$(grep -m1 'uploaded the trained model' "$OUT/worker0.log" | log_seconds)
-steps=$(grep -m1 'steps per epoch' "$OUT/worker0.log" | sed 's/.* \([0-9]*\) steps per epoch.*/\1/')
+profile_read_worker0_log "$OUT"
+start=$PROFILE_START
+end=$PROFILE_END
+steps=$PROFILE_STEPS_PER_EPOCH
 auc=$(sed -n 's/^test auc \([0-9.]*\).*/\1/p' "$OUT/watch.log" | tail -n 1)
 echo "CTR profile: $(wc -l <"$DATA/train.tsv") rows, batch $BATCH, $steps steps; train $(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }') s; test AUC $auc; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
@@ -77,10 +65,6 @@ echo "|---|---:|---:|---:|"
 join <(sort "$OUT/cpu_start.txt") <(sort "$OUT/cpu_end.txt") | join - <(sort "$OUT/rss.txt") |
   awk -v n="$steps" '{ printf "| %s | %.1f | %.1f | %d |\n", $1, $3 - $2, 1000 * ($3 - $2) / n, $4 }'
 echo
-# A metric's value summed over its label sets: NAME FILE.
-metric_total() {
-  awk -v m="$1" '{ n = $1; sub(/\{.*/, "", n) } n == m { s += $NF } END { print s + 0 }' "$2"
-}
 metric_sum() { metric_total "$1_sum" "$2"; }
 metric_count() { metric_total "$1_count" "$2"; }
 # A CTR step's compute is not in ps_worker_compute_seconds (the CTR model
@@ -110,12 +94,7 @@ for s in server0 server1; do
 done
 if [ "$PERF" = 1 ]; then
   for name in server0 worker0; do
-    echo
-    echo "$name: hottest symbols (self, % of its samples)"
-    echo '```'
-    perf report -i "$OUT/$name.perf" --no-children --sort sym --stdio 2>/dev/null |
-      grep -E '^ +[0-9.]+%' | head -n "${TOP:-25}" | cut -c1-110 || true
-    echo '```'
+    profile_hot_symbols "$OUT" "$name" sym 110
   done
 fi
 echo "results and logs: $OUT" >&2

@@ -30,6 +30,7 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 source scripts/lib/cluster.sh
+source bench/lib/profile.sh
 trap 'cluster_stop >/dev/null 2>&1 || true' EXIT
 PSCTL=$BUILD_DIR/client/psctl
 
@@ -42,41 +43,23 @@ cluster_cpu_seconds >"$OUT/cpu_submit.txt"
 "$PSCTL" --coordinator="$COORDINATOR" submit "$OUT/job.json" --watch \
   >"$OUT/watch.log" 2>&1 &
 watch_pid=$!
-for _ in $(seq 1 600); do
-  grep -q 'steps per epoch' "$OUT/worker0.log" 2>/dev/null && break
-  sleep 0.1
-done
+profile_wait_first_step "$OUT" 0.1
 cluster_cpu_seconds >"$OUT/cpu_start.txt"
-perf_pids=()
-for i in "${!CLUSTER_NAMES[@]}"; do
-  name=${CLUSTER_NAMES[$i]}
-  if [ "$PERF" = 1 ]; then
-    perf record -F 499 --call-graph "${CALL_GRAPH:-fp}" -p "${CLUSTER_PIDS[$i]}" -o "$OUT/$name.perf" \
-      -- sleep "$PERF_SECONDS" >/dev/null 2>&1 &
-    perf_pids+=($!)
-  fi
-  perf stat -e task-clock,context-switches,cpu-migrations,page-faults \
-    -p "${CLUSTER_PIDS[$i]}" -o "$OUT/$name.stat" -- sleep "$PERF_SECONDS" \
-    >/dev/null 2>&1 &
-  perf_pids+=($!)
-done
+if [ "$PERF" = 1 ]; then
+  profile_perf_record "$OUT" "$PERF_SECONDS" 499 "*" --call-graph "${CALL_GRAPH:-fp}"
+fi
+profile_perf_stat "$OUT" "$PERF_SECONDS"
 wait "$watch_pid" || { tail -n 5 "$OUT/watch.log" >&2; exit 1; }
 cluster_cpu_seconds >"$OUT/cpu_end.txt"
-for pid in "${perf_pids[@]}"; do wait "$pid" || true; done
-for i in "${!CLUSTER_NAMES[@]}"; do
-  name=${CLUSTER_NAMES[$i]}
-  port=$(cluster_port "$OUT/$name.ports" metrics_port)
-  curl -s "http://127.0.0.1:$port/metrics" >"$OUT/$name.metrics" || true
-done
+profile_wait_perf
+profile_scrape_metrics "$OUT"
 NAMES=("${CLUSTER_NAMES[@]}")
 cluster_stop >/dev/null 2>&1 || true
 
-# Seconds since midnight of a log line's stamp.
-log_seconds() { awk '{ split(substr($1, 12), t, ":"); print t[1] * 3600 + t[2] * 60 + t[3] }'; }
-start=$(grep -m1 'steps per epoch' "$OUT/worker0.log" | log_seconds)
-end=$(grep -m1 'uploaded the trained model' "$OUT/worker0.log" | log_seconds)
-per_epoch=$(grep -m1 'steps per epoch' "$OUT/worker0.log" | sed 's/.* \([0-9]*\) steps per epoch.*/\1/')
-steps=$((per_epoch * EPOCHS))
+profile_read_worker0_log "$OUT"
+start=$PROFILE_START
+end=$PROFILE_END
+steps=$((PROFILE_STEPS_PER_EPOCH * EPOCHS))
 train=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }')
 echo "README job: $EPOCHS epochs, $DURABILITY, $steps clocks; train $train s; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
@@ -93,9 +76,6 @@ done
 total=$(join <(sort "$OUT/cpu_start.txt") <(sort "$OUT/cpu_end.txt") | awk '{ s += $3 - $2 } END { printf "%.2f", s }')
 echo "| all | $total | $(awk -v s="$total" -v c="$steps" 'BEGIN { printf "%.2f", 1000 * s / c }') | |"
 echo
-metric_total() {
-  awk -v m="$1" '{ n = $1; sub(/\{.*/, "", n) } n == m { s += $NF } END { print s + 0 }' "$2"
-}
 echo "| worker | step ms | pull waited ms | compute ms | push waited ms | rest ms |"
 echo "|---|---:|---:|---:|---:|---:|"
 for w in worker0 worker1; do
@@ -109,12 +89,7 @@ for w in worker0 worker1; do
 done
 if [ "$PERF" = 1 ]; then
   for name in "${NAMES[@]}"; do
-    echo
-    echo "$name: hottest symbols (self, % of its samples)"
-    echo '```'
-    perf report -i "$OUT/$name.perf" --no-children --sort dso,sym --stdio 2>/dev/null |
-      grep -E '^ +[0-9.]+%' | head -n "${TOP:-25}" | cut -c1-120 || true
-    echo '```'
+    profile_hot_symbols "$OUT" "$name" dso,sym 120
   done
 fi
 echo "results and logs: $OUT" >&2

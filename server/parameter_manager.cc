@@ -129,6 +129,7 @@ absl::StatusOr<std::shared_ptr<ServerJob>> ParameterManager::Find(
     const std::string& job_id) const {
   if (auto s = ValidateId("job_id", job_id); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError(kStopping);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     if (move_reports_.contains(job_id)) {
@@ -240,12 +241,11 @@ void ParameterManager::Shutdown() {
   std::map<std::string, std::shared_ptr<ServerJob>> jobs;
   {
     absl::MutexLock lock(&mu_);
+    stopping_ = true;
     jobs.swap(jobs_);
   }
   mover_.Stop();
-  for (auto& [id, job] : jobs) {
-    job->Close(absl::UnavailableError("parameter server shutting down"));
-  }
+  for (auto& [id, job] : jobs) job->Close(absl::UnavailableError(kStopping));
 }
 
 }  // namespace ps

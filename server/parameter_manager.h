@@ -91,9 +91,15 @@ class ParameterManager {
   // heartbeats (HeldAssignment's map_* fields), one entry per job.
   std::vector<v1::HeldAssignment> MoveReports() const;
 
-  // Unloads every job, failing waiting pulls with UNAVAILABLE, and stops
-  // deleting (a deletion in progress completes first).
+  // Unloads every job, answering the requests it holds (pulls waiting for
+  // their clock, pushes waiting for the others' or for durability) with
+  // UNAVAILABLE kStopping, as every request after; stops deleting (a
+  // deletion in progress completes first). Workers retry UNAVAILABLE, so a
+  // server stopped cleanly (SIGTERM) and started again fails no job.
   void Shutdown();
+  // The message of the UNAVAILABLE of a stopping server.
+  static constexpr char kStopping[] =
+      "parameter server stopping (it may be restarting; retry)";
 
  private:
   absl::StatusOr<std::shared_ptr<ServerJob>> Find(
@@ -104,6 +110,7 @@ class ParameterManager {
   const ServerJobOptions job_options_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ServerJob>> jobs_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // Shutdown has begun.
   // Per job, the membership report of its change in progress.
   std::map<std::string, v1::HeldAssignment> membership_reports_
       ABSL_GUARDED_BY(mu_);

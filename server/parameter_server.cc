@@ -192,10 +192,16 @@ std::vector<v1::HeldAssignment> ParameterServer::HeldJobs() {
 void ParameterServer::Stop() {
   if (stopped_ || server_ == nullptr) return;
   stopped_ = true;
+  // Health checks (a Kubernetes readiness probe) see the stop at once.
+  if (auto* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(false);
+  }
   if (membership_) membership_->Stop();
   if (loader_) loader_->Stop();
-  // Fail waiting pulls first so that Shutdown does not wait for their
-  // deadlines.
+  // The calls the jobs hold (pulls waiting for their clock, BSP pushes
+  // waiting for the other workers') are answered UNAVAILABLE first, which
+  // workers retry, here or at this server restarted; left to Shutdown's
+  // deadline they would end CANCELLED.
   manager_->Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   server_->Wait();

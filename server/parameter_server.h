@@ -74,8 +74,11 @@ class ParameterServer {
   // security files' (Credentials::Load), the store's (a damaged or foreign
   // data directory), UNAVAILABLE if a port cannot be bound.
   absl::Status Start();
-  // Leaves the cluster, fails waiting pulls, drains RPCs, closes the store
-  // (a RocksDB store flushes, leaving no write-ahead log).
+  // Stops serving health checks, leaves the cluster, answers the calls its
+  // jobs hold (waiting pulls, BSP pushes) and every later one with
+  // UNAVAILABLE (ParameterManager::kStopping), which workers retry, drains
+  // RPCs, closes the store (a RocksDB store flushes, leaving no write-ahead
+  // log). What SIGTERM does (server_main.cc).
   void Stop();
 
   // The bound gRPC port (after Start).

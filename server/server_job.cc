@@ -453,6 +453,12 @@ void ServerJob::Close(const absl::Status& reason) {
     absl::MutexLock lock(&mu_);
     if (closed_.ok()) closed_ = reason;
     CollectReady(&ready);
+    if (!ready.pushes.empty() || !ready.pulls.empty()) {
+      PS_LOG_INFO("job ", job_id_, ": closing (", closed_.message(),
+                  "): answered ", ready.pushes.size(), " held push(es) and ",
+                  ready.pulls.size(), " held pull(s) with ",
+                  absl::StatusCodeToString(closed_.code()));
+    }
   }
   ready.Run();
   if (!Flush().ok()) return;

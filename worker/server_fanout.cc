@@ -12,6 +12,14 @@ bool ServerFanout::ShouldRetry(const absl::Status& status) {
   return IsRetryable(status) || absl::IsNotFound(status);
 }
 
+bool ServerFanout::ShouldRetryCall(const absl::Status& status) {
+  if (ShouldRetry(status)) return true;
+  if (!absl::IsCancelled(status)) return false;
+  // Cancelled by us (Cancel), or else by the server or the transport.
+  absl::MutexLock lock(&mu_);
+  return !cancelled_;
+}
+
 std::shared_ptr<ServerFanout> ServerFanout::Create(ServerFanoutOptions options,
                                                    Call call, Observer observer,
                                                    Outcome outcome) {
@@ -86,7 +94,9 @@ void ServerFanout::StartAttempt() {
 void ServerFanout::CallEnded(size_t i, absl::Status status) {
   if (observer_) observer_(todo_[i], status);
   int none = -1;
-  if (!status.ok() && !ShouldRetry(status) &&
+  // The calls cancelled below, after a refusal, end CANCELLED and count as
+  // retryable here: the refusal, recorded first, is the attempt's error.
+  if (!status.ok() && !ShouldRetryCall(status) &&
       refused_.compare_exchange_strong(none, static_cast<int>(i))) {
     // A call parked on a server (a pull waiting for a clock this failure
     // keeps from advancing) would otherwise hold the attempt until its

@@ -75,6 +75,12 @@ class ServerFanout : public std::enable_shared_from_this<ServerFanout> {
   // and NOT_FOUND (a server learns of a new job on its next heartbeat, so a
   // worker may reach it a moment before it holds the job).
   static bool ShouldRetry(const absl::Status& status);
+  // ShouldRetry, and also CANCELLED that this request did not cause (no
+  // Cancel()): a server that stops cancels the calls it still holds when
+  // its shutdown's grace ends. Safe as DEADLINE_EXCEEDED is: pulls are
+  // reads, and a push or seed that did arrive is applied once per (worker,
+  // clock) or per job, its repeat acknowledged as a duplicate.
+  bool ShouldRetryCall(const absl::Status& status);
 
  private:
   ServerFanout(ServerFanoutOptions options, Call call, Observer observer,

@@ -63,6 +63,21 @@ cluster_kill() {
   unset "CLUSTER_PIDS[$i]" "CLUSTER_NAMES[$i]"
 }
 
+# Stops NAME with SIGTERM (a clean stop, as Kubernetes stops a pod), waits
+# for it to exit (SIGKILL after 10 s) and returns its exit status (137 if it
+# had to be killed).
+cluster_terminate() {
+  local i pid rc=0
+  i=$(cluster_index "$1")
+  pid=${CLUSTER_PIDS[$i]}
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+  wait "$pid" 2>/dev/null || rc=$?
+  unset "CLUSTER_PIDS[$i]" "CLUSTER_NAMES[$i]"
+  return "$rc"
+}
+
 # Starts NAME again with the same flags, on the same gRPC port (a server keeps
 # its address, so it gets its place back; the coordinator keeps the address the
 # others know).

@@ -32,8 +32,6 @@ if [ $# -ne 2 ]; then
 fi
 BUILD_DIR=$(cd "$1" && pwd)
 SOURCE_DIR=$(cd "$2" && pwd)
-PSCTL=$BUILD_DIR/client/psctl
-DATA_DIR=${PS_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 SAMPLES=${SAMPLES:-8192}     # training samples (a multiple of 4 * 32)
 EPOCHS=${EPOCHS:-3}
 ACC_TOLERANCE=${ACC_TOLERANCE:-0.03}
@@ -44,24 +42,9 @@ system_test_need_fashion_mnist
 system_test_begin ps-elastic-test
 
 write_job() {
-  cat >"$1" <<EOF
-{
-  "name": "$2",
-  "model": { "kind": "MLP", "input_dim": 784, "num_classes": 10,
-             "hidden_layers": [64], "activation": "RELU" },
-  "dataset": $(system_test_dataset_json "$SAMPLES" 10000),
-  "epochs": $EPOCHS,
-  "batch_size": 32,
-  "seed": 42,
-  "optimizer": { "adam": { "learning_rate": 0.001 } },
-  "consistency": { "model": "BSP" },
-  "durability": "MEMORY",
-  "num_workers": 4,
-  "min_workers": 2,
-  "max_workers": 4,
-  "num_servers": 2
-}
-EOF
+  system_test_mlp_job "$1" name="$2" samples="$SAMPLES" test=10000 \
+    epochs="$EPOCHS" batch=32 durability=MEMORY workers=4 servers=2 \
+    min_workers=2 max_workers=4
 }
 
 # A lost worker's place is dropped 1 s after its lease (1.5 s) expires.

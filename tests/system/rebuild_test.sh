@@ -27,8 +27,6 @@ if [ $# -lt 2 ]; then
 fi
 BUILD_DIR=$(cd "$1" && pwd)
 SOURCE_DIR=$(cd "$2" && pwd)
-PSCTL=$BUILD_DIR/client/psctl
-DATA_DIR=${PS_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 SAMPLES=${SAMPLES:-19200}
 EPOCHS=${EPOCHS:-2}
 # shellcheck source=tests/system/tap_lib.sh disable=SC1091
@@ -36,42 +34,14 @@ source "$SOURCE_DIR/tests/system/tap_lib.sh"
 system_test_need_fashion_mnist
 system_test_begin ps-rebuild-test
 
-cat >"$RUN_DIR/job.json" <<EOF2
-{
-  "name": "rebuild-system",
-  "model": { "kind": "MLP", "input_dim": 784, "num_classes": 10,
-             "hidden_layers": [64], "activation": "RELU" },
-  "dataset": $(system_test_dataset_json "$SAMPLES" 1000),
-  "epochs": $EPOCHS,
-  "batch_size": 16,
-  "seed": 42,
-  "optimizer": { "adam": { "learning_rate": 0.001 } },
-  "consistency": { "model": "BSP" },
-  "durability": "WAL",
-  "block_elems": 8192,
-  "num_workers": 2,
-  "num_servers": 2
-}
-EOF2
+system_test_mlp_job "$RUN_DIR/job.json" name=rebuild-system samples="$SAMPLES" \
+  epochs="$EPOCHS" batch=16 durability=WAL block_elems=8192
 
 CLUSTER_COORDINATOR_ARGS="--heartbeat_interval_ms=50 --lease_ms=1000 --recovery_grace_ms=1500"
 CLUSTER_SERVER_ARGS="--shared_data_root=$RUN_DIR"
 for i in 0 1; do CLUSTER_WORKER_ARGS[$i]="--ack_log=$RUN_DIR/acks.log"; done
 cluster_start "$BUILD_DIR" "$RUN_DIR" 3 2 || fail "cluster did not start"
 ok "cluster of 1 coordinator, 3 servers on shared storage, 2 workers started"
-
-submit() {
-  "$PSCTL" --coordinator="$COORDINATOR" submit "$RUN_DIR/job.json" \
-    >"$RUN_DIR/submit.out" 2>&1 || fail "submit" "$RUN_DIR/submit.out"
-  sed -n 's/^submitted \(job-[0-9]*\)$/\1/p' "$RUN_DIR/submit.out"
-}
-# field EXPR: a Python expression over job $JOB's status `j` (psctl get).
-field() {
-  timeout 30 "$PSCTL" --coordinator="$COORDINATOR" get "$JOB" >"$RUN_DIR/get.json" 2>/dev/null || { echo ""; return 0; }
-  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($1)" "$RUN_DIR/get.json"
-}
-clock() { field 'int(j.get("progress", {}).get("clock", 0))'; }
-accuracy() { field 'j.get("progress", {}).get("test_accuracy", "")'; }
 
 JOB=$(submit)
 timeout 300 "$PSCTL" --coordinator="$COORDINATOR" watch "$JOB" >"$RUN_DIR/watch1.out" 2>&1 ||

@@ -30,8 +30,6 @@ BUILD_DIR=$(cd "$1" && pwd)
 SOURCE_DIR=$(cd "$2" && pwd)
 SEED=${3:-${SEED:-$$}}
 RANDOM=$SEED
-PSCTL=$BUILD_DIR/client/psctl
-DATA_DIR=${PS_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 SAMPLES=${SAMPLES:-32768}
 EPOCHS=${EPOCHS:-2}
 # shellcheck source=tests/system/tap_lib.sh disable=SC1091
@@ -39,23 +37,8 @@ source "$SOURCE_DIR/tests/system/tap_lib.sh"
 system_test_need_fashion_mnist
 system_test_begin ps-scale-test
 
-cat >"$RUN_DIR/job.json" <<EOF
-{
-  "name": "scale-system",
-  "model": { "kind": "MLP", "input_dim": 784, "num_classes": 10,
-             "hidden_layers": [64], "activation": "RELU" },
-  "dataset": $(system_test_dataset_json "$SAMPLES" 1000),
-  "epochs": $EPOCHS,
-  "batch_size": 16,
-  "seed": 42,
-  "optimizer": { "adam": { "learning_rate": 0.001 } },
-  "consistency": { "model": "BSP" },
-  "durability": "WAL",
-  "block_elems": 8192,
-  "num_workers": 2,
-  "num_servers": 2
-}
-EOF
+system_test_mlp_job "$RUN_DIR/job.json" name=scale-system samples="$SAMPLES" \
+  epochs="$EPOCHS" batch=16 durability=WAL block_elems=8192
 
 CLUSTER_COORDINATOR_ARGS="--heartbeat_interval_ms=50 --lease_ms=2000"
 for i in 0 1; do CLUSTER_WORKER_ARGS[$i]="--ack_log=$RUN_DIR/acks.log"; done
@@ -67,12 +50,6 @@ ok "cluster of 1 coordinator, 3 servers, 2 workers started (seed $SEED)"
 JOB=$(sed -n 's/^submitted \(job-[0-9]*\)$/\1/p' "$RUN_DIR/submit.out")
 [ -n "$JOB" ] || fail "no job id" "$RUN_DIR/submit.out"
 
-# field EXPR: a Python expression over the job's status `j` (psctl get).
-field() {
-  timeout 30 "$PSCTL" --coordinator="$COORDINATOR" get "$JOB" >"$RUN_DIR/get.json" 2>/dev/null || { echo ""; return 0; }
-  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($1)" "$RUN_DIR/get.json"
-}
-clock() { field 'int(j.get("progress", {}).get("clock", 0))'; }
 wait_clock() {
   local until=$1
   for _ in $(seq 1 1200); do

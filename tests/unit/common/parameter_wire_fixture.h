@@ -134,6 +134,36 @@ inline std::string Mutated(std::string bytes, std::mt19937& rng) {
   return bytes;
 }
 
+// Random mutations of valid messages (`trials` of them, drawn from `rng`):
+// each is `seeds[i]` for a random i, Mutated, then parsed by Protobuf as a
+// `Message` and by `parse` (ParsePushRequest, ParsePullResponse) from the
+// bytes cut at two random offsets. Both must accept, or both refuse (a
+// fatal failure otherwise, naming the trial); `accepted(message, view)`
+// checks what both accepted, `refused(status)` what both refused. Adds to
+// `*parsed` the number that Protobuf accepted.
+template <typename Message, typename Parse, typename Accepted, typename Refused>
+void CheckMutatedInput(const std::vector<std::string>& seeds, int trials,
+                       std::mt19937& rng, Parse parse, Accepted accepted,
+                       Refused refused, int* parsed) {
+  for (int trial = 0; trial < trials; ++trial) {
+    const std::string bytes = Mutated(seeds[rng() % seeds.size()], rng);
+    Message message;
+    const bool ok = message.ParseFromString(bytes);
+    const std::vector<std::string_view> segments =
+        Split(bytes, {rng() % (bytes.size() + 1), rng() % (bytes.size() + 1)});
+    const auto view = parse(segments);
+    ASSERT_EQ(view.ok(), ok)
+        << "trial " << trial << ": "
+        << (view.ok() ? "accepted" : view.status().ToString());
+    if (ok) {
+      ++*parsed;
+      accepted(message, *view);
+    } else {
+      refused(view.status());
+    }
+  }
+}
+
 // A pull reply of float32 blocks (key, number of values) with distinct
 // values, `min_clock` and the workers' `clocks`.
 inline v1::PullResponse PullReply(

@@ -103,23 +103,18 @@ TEST(PullWireTest, AgreesWithProtobufOnMutatedInput) {
       PullReply({}, 0, {0}).SerializeAsString(),
       PullReply({{UINT64_MAX, 2}}, -2, {-1, 1ll << 40}).SerializeAsString()};
   int parsed = 0;
-  for (int trial = 0; trial < 20000; ++trial) {
-    const std::string bytes = Mutated(seeds[rng() % seeds.size()], rng);
-    v1::PullResponse message;
-    const bool ok = message.ParseFromString(bytes);
-    const std::vector<std::string_view> segments =
-        Split(bytes, {rng() % (bytes.size() + 1), rng() % (bytes.size() + 1)});
-    absl::StatusOr<PullView> view = ParsePullResponse(segments);
-    ASSERT_EQ(view.ok(), ok)
-        << "trial " << trial << ": "
-        << (view.ok() ? "accepted" : view.status().ToString());
-    if (ok) {
-      ++parsed;
-      ExpectSamePull(message, *view);
-    } else {
-      EXPECT_THAT(view.status().message(), HasSubstr("PullResponse"));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(CheckMutatedInput<v1::PullResponse>(
+      seeds, 20000, rng,
+      [](const std::vector<std::string_view>& segments) {
+        return ParsePullResponse(segments);
+      },
+      [](const v1::PullResponse& message, const PullView& view) {
+        ExpectSamePull(message, view);
+      },
+      [](const absl::Status& refused) {
+        EXPECT_THAT(refused.message(), HasSubstr("PullResponse"));
+      },
+      &parsed));
   EXPECT_GT(parsed, 1000);
 }
 

@@ -190,21 +190,15 @@ TEST(PushWireTest, AgreesWithProtobufOnMutatedInput) {
       WithSparse(Request("z", 1, 2, 3, {{1, 2}}), {{0, {7, 8}, 2}, {5, {9}, 3}})
           .SerializeAsString()};
   int parsed = 0;
-  for (int trial = 0; trial < 20000; ++trial) {
-    const std::string bytes = Mutated(seeds[rng() % seeds.size()], rng);
-    v1::PushRequest message;
-    const bool ok = message.ParseFromString(bytes);
-    const std::vector<std::string_view> segments =
-        Split(bytes, {rng() % (bytes.size() + 1), rng() % (bytes.size() + 1)});
-    absl::StatusOr<PushView> view = ParsePushRequest(segments);
-    ASSERT_EQ(view.ok(), ok)
-        << "trial " << trial << ": "
-        << (view.ok() ? "accepted" : view.status().ToString());
-    if (ok) {
-      ++parsed;
-      ExpectSame(message, *view);
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(CheckMutatedInput<v1::PushRequest>(
+      seeds, 20000, rng,
+      [](const std::vector<std::string_view>& segments) {
+        return ParsePushRequest(segments);
+      },
+      [](const v1::PushRequest& message, const PushView& view) {
+        ExpectSame(message, view);
+      },
+      [](const absl::Status&) {}, &parsed));
   EXPECT_GT(parsed, 1000);  // The mutations are not all fatal.
 }
 

@@ -9,7 +9,7 @@
 // _exit, which, like kill -9, runs no destructor.
 #include "server/snapshot_rows_files.h"
 
-#include <stdlib.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -33,6 +33,7 @@
 #include "server/server_metrics.h"
 #include "server/state_store.h"
 #include "server/update_log_files.h"
+#include "tests/testing/crash_child.h"
 #include "tests/testing/tiny_assignment.h"
 
 namespace ps {
@@ -46,17 +47,6 @@ using ::testing::IsEmpty;
 constexpr char kDirVariable[] = "PS_SNAPSHOT_ROWS_FILES_TEST_DIR";
 constexpr int kCrashedAfterRowsFile = 42;
 constexpr int kCrashedAfterCommit = 43;
-
-// The test's data directory: made by the parent, which passes it to the
-// death test's child (a fresh process running the test again).
-std::string DataDir() {
-  if (const char* dir = std::getenv(kDirVariable); dir != nullptr) return dir;
-  std::string pattern =
-      (fs::temp_directory_path() / "ps_snapshot_rows_XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) return "";
-  ::setenv(kDirVariable, pattern.c_str(), 1);
-  return pattern;
-}
 
 // Snapshot `n`: a dense block of value n, buckets 3 and 5 whose rows are
 // "rows-n-3" and "rows-n-5", and bucket 6, held and empty.
@@ -101,18 +91,9 @@ int FilesIn(const std::string& dir) {
   return n;
 }
 
-class SnapshotRowsFilesTest : public ::testing::Test {
+class SnapshotRowsFilesTest : public testing::CrashChildTest {
  protected:
-  void SetUp() override {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
-    dir_ = DataDir();
-    ASSERT_FALSE(dir_.empty());
-    path_ = dir_ + "/data";
-  }
-  void TearDown() override {
-    fs::remove_all(dir_);
-    ::unsetenv(kDirVariable);
-  }
+  SnapshotRowsFilesTest() : CrashChildTest(kDirVariable, "ps_snapshot_rows") {}
   std::unique_ptr<RocksDbShardStore> OpenStore(size_t rows_file_bytes = 0) {
     auto store = RocksDbShardStore::Open(
         {.path = path_, .rows_file_bytes = rows_file_bytes});
@@ -120,9 +101,6 @@ class SnapshotRowsFilesTest : public ::testing::Test {
     return store.ok() ? *std::move(store) : nullptr;
   }
   std::string RowsDir() const { return path_ + "/snapshot-rows"; }
-
-  std::string dir_;
-  std::string path_;
 };
 
 // In the child: snapshot 1 in a rows file and records 1 to 3 after it,
@@ -131,13 +109,8 @@ class SnapshotRowsFilesTest : public ::testing::Test {
 // error, `after_commit` once the commit returned.
 void WriteAndCrash(const std::string& path,
                    std::function<void()> after_rows_file, int after_commit) {
-  {
-    auto store = RocksDbShardStore::Open({.path = path, .rows_file_bytes = 0});
-    if (!store.ok() || !(*store)->Write(SnapshotData(1).Write(0)).ok() ||
-        !(*store)->AppendLog("job", 1, {"r1", "r2", "r3"}, false).ok()) {
-      _exit(1);
-    }
-  }
+  testing::WriteSnapshotThenThreeRecords({.path = path, .rows_file_bytes = 0},
+                                         SnapshotData(1).Write(0));
   auto state = StateStore::Open({.path = path, .create_if_missing = false});
   auto log = UpdateLogFiles::Open(path + "/update-log");
   auto rows = SnapshotRowsFiles::Open(path + "/snapshot-rows");

@@ -5,10 +5,9 @@
 // snapshot must survive a crash. Each crash is a real process (a gtest death
 // test, re-executed fresh) ending with _exit, which, like kill -9, runs no
 // destructor: no flush on close, memtables lost, only files kept.
-#include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdint>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,29 +20,17 @@
 #include "server/rocksdb_shard_store.h"
 #include "server/state_store.h"
 #include "server/update_log_files.h"
+#include "tests/testing/crash_child.h"
 
 namespace ps {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
 constexpr char kDirVariable[] = "PS_STATE_STORE_UNLOGGED_TEST_DIR";
 constexpr int kCrashedBeforeFlush = 42;
 constexpr int kCrashedAfterCommit = 43;
-
-// The test's data directory: made by the parent, which passes it to the
-// death test's child (a fresh process running the test again) in the
-// environment.
-std::string DataDir() {
-  if (const char* dir = std::getenv(kDirVariable); dir != nullptr) return dir;
-  std::string pattern =
-      (fs::temp_directory_path() / "ps_state_store_unlogged_XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) return "";
-  ::setenv(kDirVariable, pattern.c_str(), 1);
-  return pattern;
-}
 
 // The block of snapshot `n`: a dense block of value n and a sparse bucket
 // whose rows are the bytes "rows-n".
@@ -69,13 +56,8 @@ struct SnapshotData {
 // error, `after_commit` once the commit returned.
 void WriteAndCrash(const std::string& path, std::function<void()> before_flush,
                    int after_commit) {
-  {
-    auto store = RocksDbShardStore::Open({.path = path});
-    if (!store.ok() || !(*store)->Write(SnapshotData(1).Write(0)).ok() ||
-        !(*store)->AppendLog("job", 1, {"r1", "r2", "r3"}, false).ok()) {
-      _exit(1);
-    }
-  }
+  testing::WriteSnapshotThenThreeRecords({.path = path},
+                                         SnapshotData(1).Write(0));
   auto state =
       StateStore::Open({.path = path,
                         .create_if_missing = false,
@@ -88,21 +70,10 @@ void WriteAndCrash(const std::string& path, std::function<void()> before_flush,
   _exit(after_commit);  // No destructor: the memtables are not flushed.
 }
 
-class StateStoreUnloggedTest : public ::testing::Test {
+class StateStoreUnloggedTest : public testing::CrashChildTest {
  protected:
-  void SetUp() override {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
-    dir_ = DataDir();
-    ASSERT_FALSE(dir_.empty());
-    path_ = dir_ + "/data";
-  }
-  void TearDown() override {
-    fs::remove_all(dir_);
-    ::unsetenv(kDirVariable);
-  }
-
-  std::string dir_;
-  std::string path_;
+  StateStoreUnloggedTest()
+      : CrashChildTest(kDirVariable, "ps_state_store_unlogged") {}
 };
 
 // A crash after the unlogged batch, before its flush: the batch is gone
