@@ -12,6 +12,8 @@
 #   bash bench/scale_move.sh BUILD_DIR [MOVES] [HEARTBEAT_MS]
 #
 # Prints one line per move and the medians. Needs the Fashion-MNIST files.
+# KEEP_RUN_DIR=1 keeps the run's directory (the processes' logs) and prints
+# its path.
 set -euo pipefail
 BUILD_DIR=$(cd "${1:?usage: $0 BUILD_DIR [MOVES] [HEARTBEAT_MS]}" && pwd)
 MOVES=${2:-3}
@@ -26,7 +28,12 @@ POLLER=
 cleanup() {
   [ -n "$POLLER" ] && kill "$POLLER" 2>/dev/null
   cluster_stop >/dev/null 2>&1 || true
-  rm -rf "$RUN_DIR"
+  if [ "${KEEP_RUN_DIR:-0}" = 1 ]; then
+    rm -rf "$RUN_DIR"/*.data
+    echo "run directory kept: $RUN_DIR"
+  else
+    rm -rf "$RUN_DIR"
+  fi
 }
 trap cleanup EXIT
 

@@ -60,9 +60,14 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
     // Closing writes out the old job's log and snapshot, which the reopen
     // reads.
     if (previous != nullptr) {
-      previous->Close(absl::FailedPreconditionError(absl::StrCat(
-          "map_version: job ", a.job_id(), "'s shard map changed to version ",
-          a.shard_map().version(), " on this server; fetch the new map")));
+      // A move's staged copy replaces the job's state: no closing snapshot.
+      previous->Close(
+          absl::FailedPreconditionError(absl::StrCat(
+              "map_version: job ", a.job_id(), "'s shard map changed to ",
+              "version ", a.shard_map().version(),
+              " on this server; fetch the new map")),
+          /*snapshot=*/mover_.StagedVersion(a.job_id()) !=
+              a.shard_map().version());
     }
     // Opening reads or initialises shards; do it without holding mu_.
     auto job = OpenJob(a);
@@ -136,7 +141,8 @@ absl::StatusOr<std::shared_ptr<ServerJob>> ParameterManager::Find(
       // A server added by a move (perhaps again), not serving the job yet.
       return absl::UnavailableError(
           absl::StrCat("job_id: job \"", job_id,
-                       "\" is moving to this server; not served yet (retry)"));
+                       "\"'s servers are moving to this server; not served ",
+                       "yet (retry)"));
     }
     if (auto moved = moved_away_.find(job_id); moved != moved_away_.end()) {
       return MovedAway(job_id, moved->second);

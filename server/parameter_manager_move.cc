@@ -109,9 +109,25 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ParameterManager::OpenJob(
   }
   PS_RETURN_IF_ERROR(ImportRebuiltPlace(rebuilt, store_, open));
   const v1::Assignment a = WithoutRebuild(rebuilt);
+  const int64_t version = a.shard_map().version();
+  bool from_store = false;
   absl::StatusOr<std::optional<StoredJob>> staged =
-      mover_.Staged(a.job_id(), a.shard_map().version());
+      mover_.Staged(a.job_id(), version, &from_store);
   if (!staged.ok()) return staged.status();
+  if (staged->has_value() && from_store && store_ != nullptr) {
+    // A restart: the job may have been adopted already (its metadata is the
+    // new map's, written last by ServerJob::AdoptMoved) and have taken
+    // pushes since; then it opens from its own state and the copy goes.
+    auto own = store_->Load(a.job_id());
+    if (own.ok() && own->meta == StoredJobMeta(a)) {
+      PS_LOG_INFO("job ", a.job_id(), ": already took over its units under ",
+                  "shard map version ", version, "; deleting the staged copy");
+      staged->reset();
+      mover_.Adopted(a.job_id(), version);
+    } else if (!own.ok() && !absl::IsNotFound(own.status())) {
+      return own.status();
+    }
+  }
   if (!staged->has_value()) {
     auto job = ServerJob::Open(a, store_, metrics_, job_options_);
     if (!absl::IsFailedPrecondition(job.status())) return job;
@@ -121,7 +137,7 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ParameterManager::OpenJob(
     return ServerJob::Open(a, store_, metrics_, job_options_);
   }
   auto job = ServerJob::Open(a, store_, metrics_, job_options_, &**staged);
-  if (job.ok()) mover_.Drop(a.job_id(), a.shard_map().version());
+  if (job.ok()) mover_.Adopted(a.job_id(), version);
   return job;
 }
 

@@ -235,6 +235,13 @@ absl::Status RocksDbShardStore::DeleteJob(const std::string& job_id) {
   return log_->Delete(job_id);
 }
 
+absl::Status RocksDbShardStore::DropJob(const std::string& job_id) {
+  PS_RETURN_IF_ERROR(ValidateShardStoreJobId(job_id));
+  PS_RETURN_IF_ERROR(state_->DeleteJob(job_id, /*reclaim_space=*/false));
+  PS_RETURN_IF_ERROR(rows_->Delete(job_id));
+  return log_->Delete(job_id);
+}
+
 absl::Status RocksDbShardStore::ReadRowsFile(
     const std::string& job_id, uint64_t number,
     std::vector<StoredBlock>* blocks) const {

@@ -154,6 +154,9 @@ class RocksDbShardStore : public ShardStore {
   // leaves a job with only a log, which ListJobs still lists, so it is deleted
   // again.
   absl::Status DeleteJob(const std::string& job_id) override;
+  // See ShardStore: DeleteJob's parts in its order, the state store's range
+  // deletions synced but neither flushed nor compacted.
+  absl::Status DropJob(const std::string& job_id) override;
 
   // The state store's identity (StateStore::Identity): the same after every
   // reopen of the directory. Thread-safe.

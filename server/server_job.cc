@@ -446,12 +446,15 @@ absl::Status ServerJob::Flush() {
   return ABSL_TS_UNCHECKED_READ(durability_).Drain();
 }
 
-void ServerJob::Close(const absl::Status& reason) {
+void ServerJob::Close(const absl::Status& reason, bool snapshot) {
   absl::MutexLock close_lock(&close_mu_);
   ReadyCallbacks ready;
   {
     absl::MutexLock lock(&mu_);
     if (closed_.ok()) closed_ = reason;
+    // Declined once (a server move replaces the stored state), never taken
+    // later: not by the destructor's Close either.
+    if (!snapshot) closing_snapshot_ = false;
     CollectReady(&ready);
     if (!ready.pushes.empty() || !ready.pulls.empty()) {
       PS_LOG_INFO("job ", job_id_, ": closing (", closed_.message(),
@@ -464,7 +467,8 @@ void ServerJob::Close(const absl::Status& reason) {
   if (!Flush().ok()) return;
   {
     absl::MutexLock lock(&mu_);
-    if (!durability_.persistent() || !durability_.LoggedSinceSnapshot()) {
+    if (!closing_snapshot_ || !durability_.persistent() ||
+        !durability_.LoggedSinceSnapshot()) {
       return;
     }
     SnapshotLocked();

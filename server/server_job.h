@@ -181,10 +181,11 @@ class ServerJob {
   // Fails every waiting pull and parked push with `reason` and refuses later
   // requests; then waits until the update log is written and, if the store
   // is healthy and anything was logged since the last snapshot, writes a
-  // snapshot (so a clean close leaves no log to replay). Blocks on the disk:
-  // never call it on a gRPC callback thread. Calling it again waits and does
-  // nothing more.
-  void Close(const absl::Status& reason);
+  // snapshot (so a clean close leaves no log to replay), unless `snapshot`
+  // is false (a server move replaces the stored state: the log is written,
+  // no snapshot, then or at any later Close). Blocks on the disk: never call it on a gRPC callback
+  // thread. Calling it again waits and does nothing more.
+  void Close(const absl::Status& reason, bool snapshot = true);
 
   // What a server reports of a membership change in progress
   // (HeldAssignment): the proposal's version it froze for (0: none), its
@@ -404,6 +405,8 @@ class ServerJob {
   // The update log, snapshots and what is durable.
   DurabilityPipeline durability_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed or broken.
+  // False once a Close declined the closing snapshot.
+  bool closing_snapshot_ ABSL_GUARDED_BY(mu_) = true;
   // The seed's record (0: not seeded through this job's log).
   int64_t seed_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Mutex close_mu_;  // Serialises Close.

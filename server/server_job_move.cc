@@ -146,13 +146,21 @@ ServerJob::MoveExport ServerJob::ExportAtBoundaryLocked(
 absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::AdoptMoved(
     std::unique_ptr<ServerJob> job, ShardStore* store, StoredJob initial) {
   // Replaced, not merged: what the store held for the job (this server's
-  // units under an older map, if any) is gone, and the moved state becomes
-  // the job's first snapshot. A crash before that snapshot is durable
-  // leaves the staged copy (UnitMover) from which the next open adopts
-  // again.
-  PS_RETURN_IF_ERROR(store->DeleteJob(job->job_id_));
-  PS_RETURN_IF_ERROR(
-      store->PutJobMeta(job->job_id_, StoredJobMeta(job->assignment_)));
+  // units under an older map, if any) is gone (DropJob: durably, without
+  // waiting for a compaction), and the moved state becomes the job's first
+  // snapshot; the job's metadata under the new map is written last, once
+  // that snapshot is durable. So a stored job whose metadata is the new
+  // map's was adopted whole: a crash before that leaves the staged copy
+  // (UnitMover) from which the next open adopts again, and one after it
+  // reopens the job from its own state (snapshot and log) even while the
+  // staged copy, deleted off the serving path (UnitMover::Adopted), is
+  // still there (ParameterManager::OpenJob).
+  // A server added by the move stores nothing of the job: no deletion (and
+  // its synced write) at all.
+  PS_ASSIGN_OR_RETURN(std::vector<std::string> stored, store->ListJobs());
+  if (std::binary_search(stored.begin(), stored.end(), job->job_id_)) {
+    PS_RETURN_IF_ERROR(store->DropJob(job->job_id_));
+  }
   initial.log_sequence = 0;
   initial.log.clear();
   PS_RETURN_IF_ERROR(job->Restore(std::move(initial)));
@@ -161,6 +169,8 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::AdoptMoved(
     job->SnapshotLocked();
   }
   PS_RETURN_IF_ERROR(job->Flush());
+  PS_RETURN_IF_ERROR(
+      store->PutJobMeta(job->job_id_, StoredJobMeta(job->assignment_)));
   const std::string rows =
       job->sparse_->size() == 0
           ? std::string()

@@ -119,6 +119,14 @@ class ShardStore {
 
   // Removes everything stored for the job (no error if nothing was stored).
   virtual absl::Status DeleteJob(const std::string& job_id) = 0;
+
+  // DeleteJob, as durably, without waiting for the job's disk space to come
+  // back (the RocksDB store: no flush or compaction; its later compactions
+  // reclaim it): for a server move, which replaces a job's state, or drops
+  // a staged copy, while the job's training waits. Default: DeleteJob.
+  virtual absl::Status DropJob(const std::string& job_id) {
+    return DeleteJob(job_id);
+  }
 };
 
 // OK if `job_id` is a valid job id for a ShardStore (non-empty, no '\0');

@@ -487,7 +487,8 @@ absl::StatusOr<std::vector<std::string>> StateStore::ListJobs() {
   return std::vector<std::string>(ids.begin(), ids.end());
 }
 
-absl::Status StateStore::DeleteJob(const std::string& job_id) {
+absl::Status StateStore::DeleteJob(const std::string& job_id,
+                                  bool reclaim_space) {
   const std::string prefix = StoredJobPrefix(job_id);
   const std::string limit = JobLimit(job_id);
   const std::string context =
@@ -506,6 +507,7 @@ absl::Status StateStore::DeleteJob(const std::string& job_id) {
   write_options.sync = true;
   PS_RETURN_IF_ERROR(
       RocksDbStatusToAbsl(db_->Write(write_options, &batch), context));
+  if (!reclaim_space) return absl::OkStatus();
   // The range deletions only hide the keys. Flushing frees the job's share of
   // the log; compacting the range rewrites the table files without the job's
   // keys (files holding nothing else are dropped).

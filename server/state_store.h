@@ -153,8 +153,11 @@ class StateStore {
   // then the memtables are flushed (freeing the job's share of the
   // write-ahead log) and the job's key range compacted in every family, so
   // that its space goes back to the file system before this returns
-  // (seconds for a large job). No error if nothing was stored.
-  absl::Status DeleteJob(const std::string& job_id);
+  // (seconds for a large job). No error if nothing was stored. With
+  // `reclaim_space` false, only the synced range deletions: the keys are
+  // gone (durably) at once, and their space comes back with RocksDB's own
+  // later compactions (a server move replacing a job's state in the pause).
+  absl::Status DeleteJob(const std::string& job_id, bool reclaim_space = true);
 
   // RocksDB's identity of the database (DB::GetDbIdentity): a UUID made when
   // it was created, the same after every reopen.

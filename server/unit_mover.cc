@@ -128,7 +128,8 @@ int64_t UnitMover::StagedVersion(const std::string& job_id) const {
 }
 
 absl::StatusOr<std::optional<StoredJob>> UnitMover::Staged(
-    const std::string& job_id, int64_t version) {
+    const std::string& job_id, int64_t version, bool* from_store) {
+  if (from_store != nullptr) *from_store = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = moves_.find(job_id);
@@ -141,7 +142,36 @@ absl::StatusOr<std::optional<StoredJob>> UnitMover::Staged(
   absl::StatusOr<StoredJob> stored = store_->Load(StagedId(job_id, version));
   if (absl::IsNotFound(stored.status())) return std::optional<StoredJob>();
   if (!stored.ok()) return stored.status();
+  if (from_store != nullptr) *from_store = true;
   return std::optional<StoredJob>(*std::move(stored));
+}
+
+void UnitMover::Adopted(const std::string& job_id, int64_t version) {
+  absl::MutexLock lock(&mu_);
+  auto it = moves_.find(job_id);
+  if (it != moves_.end() && it->second.version == version) moves_.erase(it);
+  if (store_ != nullptr) deletions_.push_back(StagedId(job_id, version));
+}
+
+bool UnitMover::DeletionsDone() const {
+  absl::MutexLock lock(&mu_);
+  return deletions_.empty() && !deleting_;
+}
+
+void UnitMover::DeleteAdopted() {
+  std::vector<std::string> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    ids.swap(deletions_);
+    deleting_ = true;
+  }
+  for (const std::string& id : ids) {
+    if (auto s = store_->DropJob(id); !s.ok()) {
+      PS_LOG_WARNING("cannot delete ", id, ": ", s.message());
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  deleting_ = false;
 }
 
 void UnitMover::Drop(const std::string& job_id, int64_t version) {
@@ -170,7 +200,7 @@ void UnitMover::Run() {
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        if (stopping_) return true;
+        if (stopping_ || !deletions_.empty()) return true;
         for (const auto& [id, move] : moves_) {
           if (!move.running && !move.staged) return true;
         }
@@ -178,6 +208,12 @@ void UnitMover::Run() {
       };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
+    }
+    // Before any copy: a copy staged again under an id queued for deletion
+    // is written after the deletion.
+    DeleteAdopted();
+    {
+      absl::MutexLock lock(&mu_);
       for (auto& [id, move] : moves_) {
         if (move.running || move.staged) continue;
         move.running = true;
@@ -186,6 +222,7 @@ void UnitMover::Run() {
         break;
       }
     }
+    if (job_id.empty()) continue;  // Only deletions were due.
     const int64_t version = assignment.map_change().version();
     const absl::Time start = absl::Now();
     absl::StatusOr<StoredJob> state = Copy(assignment);
@@ -315,7 +352,13 @@ absl::Status UnitMover::Persist(const std::string& job_id, int64_t version,
                                 const StoredJob& state) {
   if (store_ == nullptr) return absl::OkStatus();
   const std::string id = StagedId(job_id, version);
-  PS_RETURN_IF_ERROR(store_->DeleteJob(id));
+  // A copy of an earlier try (a restart, a move abandoned and proposed again
+  // under the same version) is replaced whole; none is the common case, and
+  // the deletion waits for no compaction (DropJob).
+  PS_ASSIGN_OR_RETURN(std::vector<std::string> stored, store_->ListJobs());
+  if (std::binary_search(stored.begin(), stored.end(), id)) {
+    PS_RETURN_IF_ERROR(store_->DropJob(id));
+  }
   ShardWrite write;
   write.job_id = id;
   write.sync = true;

@@ -7,7 +7,8 @@
 // job's current state, before reporting it staged. The coordinator commits
 // the new map only once every server of it has staged; the server then
 // opens the job from the staged copy (ServerJob::Open with `initial`) and
-// drops it. A move abandoned (no longer listed) has its copy deleted.
+// the copy is deleted on the mover's thread once the job serves (Adopted).
+// A move abandoned (no longer listed) has its copy deleted.
 // Knows nothing of gRPC: the fetch from another server is a function given.
 #ifndef PS_SERVER_UNIT_MOVER_H_
 #define PS_SERVER_UNIT_MOVER_H_
@@ -62,11 +63,20 @@ class UnitMover {
   int64_t StagedVersion(const std::string& job_id) const;
   // The staged state of `job_id` for map `version` (from memory, else from
   // the store, e.g. after a restart); nullopt if there is none. The store's
-  // errors other than NOT_FOUND.
+  // errors other than NOT_FOUND. `from_store` (if set): whether it was read
+  // from the store.
   absl::StatusOr<std::optional<StoredJob>> Staged(const std::string& job_id,
-                                                  int64_t version);
-  // Deletes the staged copy once the job was opened from it.
+                                                  int64_t version,
+                                                  bool* from_store = nullptr);
+  // Deletes the staged copy once the job was opened from it, now.
   void Drop(const std::string& job_id, int64_t version);
+  // The job was opened from the staged copy of `version` and its own state
+  // written (ServerJob::Open with `initial`): forgets the copy at once and
+  // deletes it from the store on the mover's thread (ShardStore::DropJob),
+  // not on the caller's, so that the job serves without waiting for it.
+  void Adopted(const std::string& job_id, int64_t version);
+  // True while no deletion queued by Adopted is left (tests).
+  bool DeletionsDone() const;
   // Ends the thread (a copy in progress stops at its next retry).
   void Stop();
 
@@ -100,11 +110,17 @@ class UnitMover {
                        const StoredJob& state);
   bool Current(const std::string& job_id, int64_t version) const;
 
+  // Deletes the staged copies Adopted queued, in their order.
+  void DeleteAdopted();
+
   ShardStore* const store_;
   const LocalExport local_;
   mutable absl::Mutex mu_;
   RemoteFetch remote_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Move> moves_ ABSL_GUARDED_BY(mu_);
+  // Staged ids to delete (Adopted), and whether the thread is deleting.
+  std::vector<std::string> deletions_ ABSL_GUARDED_BY(mu_);
+  bool deleting_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

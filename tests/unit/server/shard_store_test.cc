@@ -217,6 +217,50 @@ TYPED_TEST(ShardStoreTest, DeleteJobRemovesEverything) {
   EXPECT_THAT(job->worker_clocks, ElementsAre(Pair(0, 1)));
 }
 
+// A server move's deletion (ShardStore::DropJob): everything goes as with
+// DeleteJob (snapshot, meta, log), and a state written after it is the
+// only one Load sees.
+TYPED_TEST(ShardStoreTest, DropJobRemovesEverythingAndTheJobIsWrittenAnew) {
+  const std::vector<float> v = {1.0f, 2.0f};
+  ShardWrite write{.job_id = "job"};
+  write.blocks.push_back({.key = 5, .values = v, .optimizer_state = v});
+  write.blocks.push_back({.key = 6, .values = v});
+  write.worker_clocks = {{0, 7}};
+  write.log_sequence = 2;
+  ASSERT_TRUE(this->store_->Write(write).ok());
+  ASSERT_TRUE(this->store_->AppendLog("job", 3, {"r3", "r4"}, true).ok());
+  ASSERT_TRUE(this->store_->PutJobMeta("job", "old map").ok());
+  ShardWrite neighbour{.job_id = "job~map2"};
+  neighbour.worker_clocks = {{0, 9}};
+  ASSERT_TRUE(this->store_->Write(neighbour).ok());
+
+  ASSERT_TRUE(this->store_->DropJob("job").ok());
+  EXPECT_EQ(this->store_->Load("job").status().code(),
+            absl::StatusCode::kNotFound);
+  absl::StatusOr<std::vector<std::string>> jobs = this->store_->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_THAT(*jobs, ElementsAre("job~map2"));
+  EXPECT_TRUE(this->store_->DropJob("never-stored").ok());
+
+  // Written anew (a moved job's first snapshot, then its metadata): no
+  // block, clock or log record of before.
+  const std::vector<float> w = {3.0f};
+  ShardWrite again{.job_id = "job", .sync = true};
+  again.blocks.push_back({.key = 6, .values = w});
+  again.worker_clocks = {{0, 9}};
+  ASSERT_TRUE(this->store_->Write(again).ok());
+  ASSERT_TRUE(this->store_->PutJobMeta("job", "new map").ok());
+  absl::StatusOr<StoredJob> job = this->store_->Load("job");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->blocks.size(), 1u);
+  EXPECT_EQ(job->blocks[0].key, 6u);
+  EXPECT_THAT(job->blocks[0].values, ElementsAre(3.0f));
+  EXPECT_EQ(job->meta, "new map");
+  EXPECT_THAT(job->worker_clocks, ElementsAre(Pair(0, 9)));
+  EXPECT_EQ(job->log_sequence, 0);
+  EXPECT_THAT(job->log, IsEmpty());
+}
+
 TYPED_TEST(ShardStoreTest, ListJobsIsSortedAndCountsAnyKindOfState) {
   absl::StatusOr<std::vector<std::string>> jobs = this->store_->ListJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
