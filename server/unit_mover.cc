@@ -153,37 +153,16 @@ void UnitMover::Adopted(const std::string& job_id, int64_t version) {
   if (store_ != nullptr) deletions_.push_back(StagedId(job_id, version));
 }
 
-bool UnitMover::DeletionsDone() const {
-  absl::MutexLock lock(&mu_);
-  return deletions_.empty() && !deleting_;
-}
-
 void UnitMover::DeleteAdopted() {
   std::vector<std::string> ids;
   {
     absl::MutexLock lock(&mu_);
     ids.swap(deletions_);
-    deleting_ = true;
   }
   for (const std::string& id : ids) {
     if (auto s = store_->DropJob(id); !s.ok()) {
       PS_LOG_WARNING("cannot delete ", id, ": ", s.message());
     }
-  }
-  absl::MutexLock lock(&mu_);
-  deleting_ = false;
-}
-
-void UnitMover::Drop(const std::string& job_id, int64_t version) {
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = moves_.find(job_id);
-    if (it != moves_.end() && it->second.version == version) moves_.erase(it);
-  }
-  if (store_ == nullptr) return;
-  if (auto s = store_->DeleteJob(StagedId(job_id, version)); !s.ok()) {
-    PS_LOG_WARNING("job ", job_id,
-                   ": cannot delete its staged units: ", s.message());
   }
 }
 

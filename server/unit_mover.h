@@ -68,15 +68,11 @@ class UnitMover {
   absl::StatusOr<std::optional<StoredJob>> Staged(const std::string& job_id,
                                                   int64_t version,
                                                   bool* from_store = nullptr);
-  // Deletes the staged copy once the job was opened from it, now.
-  void Drop(const std::string& job_id, int64_t version);
   // The job was opened from the staged copy of `version` and its own state
   // written (ServerJob::Open with `initial`): forgets the copy at once and
   // deletes it from the store on the mover's thread (ShardStore::DropJob),
   // not on the caller's, so that the job serves without waiting for it.
   void Adopted(const std::string& job_id, int64_t version);
-  // True while no deletion queued by Adopted is left (tests).
-  bool DeletionsDone() const;
   // Ends the thread (a copy in progress stops at its next retry).
   void Stop();
 
@@ -118,9 +114,8 @@ class UnitMover {
   mutable absl::Mutex mu_;
   RemoteFetch remote_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Move> moves_ ABSL_GUARDED_BY(mu_);
-  // Staged ids to delete (Adopted), and whether the thread is deleting.
+  // Staged ids to delete (Adopted).
   std::vector<std::string> deletions_ ABSL_GUARDED_BY(mu_);
-  bool deleting_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
