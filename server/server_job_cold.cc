@@ -54,19 +54,17 @@ void ServerJob::AnswerColdPull(const PullKeys& keys,
 
 void ServerJob::ReleasePullLocked(WaitingPull& pull, ReadyCallbacks* ready) {
   absl::StatusOr<WireMessage> reply;
-  std::optional<SparseColdReads> cold =
-      ReplyOrPlanLocked(pull.clock, pull.final, pull.keys, pull.allocate,
-                        &reply);
+  std::optional<SparseColdReads> cold = ReplyOrPlanLocked(
+      pull.clock, pull.final, pull.keys, pull.allocate, &reply);
   if (!cold.has_value()) {
     ready->pulls.emplace_back(std::move(pull.done), std::move(reply));
     return;
   }
-  ready->later.push_back([this, keys = std::move(pull.keys),
-                          allocate = std::move(pull.allocate),
-                          done = std::move(pull.done),
-                          cold = *std::move(cold)]() mutable {
-    AnswerColdPull(keys, allocate, std::move(cold), done);
-  });
+  ready->later.push_back(
+      [this, keys = std::move(pull.keys), allocate = std::move(pull.allocate),
+       done = std::move(pull.done), cold = *std::move(cold)]() mutable {
+        AnswerColdPull(keys, allocate, std::move(cold), done);
+      });
 }
 
 }  // namespace ps

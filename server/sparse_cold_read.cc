@@ -63,9 +63,7 @@ void SparseTable::Read(std::span<const uint64_t> keys, float* out,
   ReadTiered(keys, out, cold);
 }
 
-void SparseTable::DropColdRead(ColdRead* read) const {
-  FinishColdRead(read);
-}
+void SparseTable::DropColdRead(ColdRead* read) const { FinishColdRead(read); }
 
 std::vector<char> SparseTable::FinishColdRead(ColdRead* cold) const {
   std::vector<char> usable(cold->ids.size(), 0);

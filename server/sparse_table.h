@@ -55,7 +55,8 @@ struct SparseTierCounts {
                                 // copy in the tier was still their value.
 };
 
-// Thread-compatible: the owning ServerJob calls everything under its lock.
+// Thread-compatible: the owning ServerJob calls everything under its lock,
+// but ReadCold (thread-safe).
 class SparseTable {
  public:
   // `spec` as submitted (defaults filled: a 0 is a 0, except init.scale 0,
@@ -449,7 +450,7 @@ class SparseTable {
     uint64_t written = 0;
   };
   mutable absl::flat_hash_map<uint64_t, ColdWait> cold_waits_;
-  uint64_t writes_ = 0;  // Tier writes of waited-for ids.
+  uint64_t writes_ = 0;                // Tier writes of waited-for ids.
   std::vector<uint64_t> cold_filter_;  // Bloom filter bits (FilterAdd).
   std::vector<ScratchRow> scratch_rows_;
   std::vector<float> scratch_floats_;

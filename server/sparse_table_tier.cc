@@ -7,7 +7,9 @@
 // - A pull (ReadTiered) reads memory, then the missing rows from the tier in
 //   one MultiGet, and promotes those it found (demoting as a push does): it
 //   changes no row's values, only where rows live. An id the cold-id filter
-//   has never seen (a new id) is not looked up.
+//   has never seen (a new id) is not looked up. A job's pulls read their
+//   cold rows before, without the job's lock, and ReadTiered takes those
+//   that did not change since (server/sparse_cold_read.cc).
 // - A push (ApplyTiered) pins the rows it finds in memory, reads the others
 //   in one MultiGet and promotes them into memory, demoting unpinned rows
 //   (the table's policy among 8 sampled slots: for LFU the least often

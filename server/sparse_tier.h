@@ -86,7 +86,8 @@ struct SparseTierOptions {
 
 // One job's cold rows on one server. Thread-safe: its own mutex guards the
 // write queue (RocksDB is thread-safe); a table calls it under its job's
-// lock (docs/sparse.md, "Threading").
+// lock, but for a pull's reads of cold rows, made without it
+// (docs/sparse.md, "Threading").
 //
 // Writes are asynchronous: Write queues a batch for the tier's writer
 // thread, which, once half the queue's bound is queued, merges every queued

@@ -119,8 +119,8 @@ class ColdReadJob {
       std::memcpy(rows.data(), pulled.data(), pulled.size());
     }
     for (size_t i = 0; i < grads.size(); ++i) {
-      grads[i] = 0.3f * rows[i] + 0.01f * static_cast<float>((i + w) % 7) -
-                 0.02f;
+      grads[i] =
+          0.3f * rows[i] + 0.01f * static_cast<float>((i + w) % 7) - 0.02f;
     }
     v1::PushRequest push;
     push.set_job_id(kJobId);

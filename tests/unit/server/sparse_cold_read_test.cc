@@ -68,9 +68,9 @@ struct Twins {
   void Apply(const std::vector<uint64_t>& keys, int64_t clock, int salt) {
     std::vector<float> grads(keys.size() * kDim);
     for (size_t i = 0; i < grads.size(); ++i) {
-      grads[i] = static_cast<float>((i * 7 + static_cast<size_t>(salt)) % 13) /
-                     8.0f -
-                 0.7f;
+      grads[i] =
+          static_cast<float>((i * 7 + static_cast<size_t>(salt)) % 13) / 8.0f -
+          0.7f;
     }
     tiered->Apply(keys, grads, clock, 1.0f);
     plain->Apply(keys, grads, clock, 1.0f);
@@ -171,8 +171,7 @@ TEST(SparseColdReadTest, EachMoveBetweenThePlanAndTheReadIsSeen) {
       all.erase(std::unique(all.begin(), all.end()), all.end());
       std::vector<float> later(all.size() * kDim);
       t.tiered->Read(all, later.data());
-      EXPECT_EQ(std::memcmp(later.data(), t.Want(all).data(),
-                            later.size() * 4),
+      EXPECT_EQ(std::memcmp(later.data(), t.Want(all).data(), later.size() * 4),
                 0);
       EXPECT_EQ(t.tiered->num_rows(), t.plain->num_rows());
       EXPECT_TRUE(t.tiered->tier_status().ok());
