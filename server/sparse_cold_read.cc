@@ -32,7 +32,9 @@ void SparseTable::PlanColdRead(std::span<const uint64_t> keys,
   read->tick = tick_;
   if (tier_ == nullptr) return;
   absl::flat_hash_map<uint64_t, int32_t> index;
+  constexpr size_t kAhead = 8;  // Index entries fetched ahead.
   for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + kAhead < keys.size()) slots_.prefetch(keys[i + kAhead]);
     const uint64_t id = keys[i];
     // As ReadTiered looks rows up: memory, rows known absent, the filter.
     if (slots_.contains(id) || absent_.contains(id) || !MaybeCold(id)) {

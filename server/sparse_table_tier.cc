@@ -207,7 +207,9 @@ void SparseTable::ReadTiered(std::span<const uint64_t> keys, float* out,
   std::vector<uint64_t> miss_ids;
   std::vector<size_t> miss_at;
   std::vector<size_t> ready_at;  // Keys whose row `cold` holds.
+  constexpr size_t kAhead = 8;   // Index entries fetched ahead.
   for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + kAhead < keys.size()) slots_.prefetch(keys[i + kAhead]);
     auto it = slots_.find(keys[i]);
     if (it != slots_.end()) {
       std::memcpy(out + i * dim, RowAt(it->second), dim * sizeof(float));
