@@ -88,8 +88,9 @@ absl::Status ServerJob::CheckRequest(int64_t map_version) const {
 }
 
 WireMessage ServerJob::BuildReply(const PullKeys& keys,
-                                  const ReplyAllocator& allocate) const {
-  const std::vector<std::vector<float>> rows = sparse_->Read(keys.sparse);
+                                  const ReplyAllocator& allocate,
+                                  SparseColdReads* cold) const {
+  const std::vector<std::vector<float>> rows = sparse_->Read(keys.sparse, cold);
   std::vector<ReplyRows> sparse;
   sparse.reserve(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -167,9 +168,12 @@ void ServerJob::PullWire(const v1::PullRequest& request, PullWireCallback done,
     }
     if (status.ok()) {
       metrics_->pull_wait_seconds.Observe(0);
-      reply = PullReplyLocked(request.clock(), request.final(), keys, allocate);
-      if (tier_ != nullptr) {
-        if (absl::Status s = TierHealthLocked(); !s.ok()) reply = s;
+      std::optional<SparseColdReads> cold = ReplyOrPlanLocked(
+          request.clock(), request.final(), keys, allocate, &reply);
+      if (cold.has_value()) {
+        lock.Release();
+        AnswerColdPull(keys, allocate, *std::move(cold), done);
+        return;
       }
     }
   }
@@ -429,10 +433,8 @@ void ServerJob::CollectReady(ReadyCallbacks* ready) {
       [this](const WaitingPull& pull) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         return CanReadPullLocked(pull.clock, pull.final, pull.keys);
       },
-      [this](const WaitingPull& pull) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return PullReplyLocked(pull.clock, pull.final, pull.keys,
-                               pull.allocate);
-      },
+      [this](WaitingPull& pull, ReadyCallbacks* ready)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS { ReleasePullLocked(pull, ready); },
       observe(metrics_->pull_wait_seconds), ready);
   waiting_.ReleasePushes(
       durability_.durable_clocks(),

@@ -270,8 +270,26 @@ class ServerJob {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRequest(int64_t map_version) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  WireMessage BuildReply(const PullKeys& keys,
-                         const ReplyAllocator& allocate) const
+  // `cold`: the pull's cold rows, planned and read (SparseTableSet::Read).
+  WireMessage BuildReply(const PullKeys& keys, const ReplyAllocator& allocate,
+                         SparseColdReads* cold = nullptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pull that may be read now (CanReadPullLocked): its reply into
+  // `reply`, unless it reads rows from the sparse tier; then the plan of
+  // those reads, for AnswerColdPull to make once the lock is released
+  // (server/server_job_cold.cc; docs/sparse.md, "Threading").
+  std::optional<SparseColdReads> ReplyOrPlanLocked(
+      int64_t clock, bool final, const PullKeys& keys,
+      const ReplyAllocator& allocate, absl::StatusOr<WireMessage>* reply)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads `cold` from the tier without the lock, then builds the reply
+  // under it (the rows moved in between read again there) and calls `done`.
+  void AnswerColdPull(const PullKeys& keys, const ReplyAllocator& allocate,
+                      SparseColdReads cold, const PullWireCallback& done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // CollectReady's answer to a pull it releases: into ready->pulls, or
+  // ready->later when it reads cold rows.
+  void ReleasePullLocked(WaitingPull& pull, ReadyCallbacks* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `update` to the table at the schedule's rate for its clock, and
   // logs it (its bytes copied into the record only when the job persists).

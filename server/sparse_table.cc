@@ -136,7 +136,7 @@ void SparseTable::MarkHeld(uint64_t id) {
 
 void SparseTable::Read(std::span<const uint64_t> keys, float* out) const {
   if (tier_ != nullptr) {
-    ReadTiered(keys, out);
+    ReadTiered(keys, out, nullptr);
     return;
   }
   const size_t dim = static_cast<size_t>(dim_);
@@ -284,14 +284,14 @@ void SparseTable::Evict(uint64_t id) {
   ++evictions_;
   auto it = slots_.find(id);
   if (it == slots_.end()) {  // A cold row (LiveCandidatesTiered found it).
-    batch_.Delete(table_index_, id);
+    TierDelete(id);
     --cold_rows_;
     return;
   }
   if (tier_ != nullptr) {
     SlotTick(it->second) = kFreeTick;
     // A copy the tier may keep from before its promotion goes too.
-    if (MaybeCold(id)) batch_.Delete(table_index_, id);
+    if (MaybeCold(id)) TierDelete(id);
   }
   free_slots_.push_back(it->second);
   slots_.erase(it);

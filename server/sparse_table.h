@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -54,7 +55,8 @@ struct SparseTierCounts {
                                 // copy in the tier was still their value.
 };
 
-// Thread-compatible: the owning ServerJob calls everything under its lock.
+// Thread-compatible: the owning ServerJob calls everything under its lock,
+// but ReadCold (thread-safe).
 class SparseTable {
  public:
   // `spec` as submitted (defaults filled: a 0 is a 0, except init.scale 0,
@@ -85,6 +87,35 @@ class SparseTable {
   // the initializer's row (not stored: reads never change state); else zeros
   // (not admitted yet).
   void Read(std::span<const uint64_t> keys, float* out) const;
+
+  // A pull's reads of its cold rows, made without the job's lock
+  // (docs/sparse.md, "Threading"): PlanColdRead under the lock, ReadCold
+  // without it, then Read with it under the lock again, which takes the
+  // rows read that did not change in between (the others are read again
+  // there). Thread-compatible.
+  struct ColdRead {
+    std::vector<uint64_t> ids{};        // Rows to read from the tier, once.
+    std::vector<int32_t> at{};          // Per key: index into ids, or -1.
+    std::vector<std::string> values{};  // ReadCold's: stored bytes or empty.
+    absl::Status status{};              // ReadCold's.
+    uint64_t since = 0;                 // The table's write count at the plan.
+    uint64_t tick = 0;                  // The table's tick at the plan.
+  };
+  // Under the lock: which of `keys` (the pull's, as Read takes them) the
+  // pull would look up in the tier now, into `read` (no ids without a
+  // tier). Until Read(keys, out, read) or DropColdRead takes it back, the
+  // table notes every tier write of those ids.
+  void PlanColdRead(std::span<const uint64_t> keys, ColdRead* read) const;
+  // Without the lock: reads the planned rows from the tier into `read`.
+  // Thread-safe (the tier only; any number at once, beside other calls).
+  void ReadCold(ColdRead* read) const;
+  // Read, with `cold` planned for the same keys and read: a row hot now is
+  // read from memory; a planned row not written since the plan is taken
+  // from `cold` (promoted as Read promotes); others are looked up now.
+  // Takes `cold` back (as DropColdRead).
+  void Read(std::span<const uint64_t> keys, float* out, ColdRead* cold) const;
+  // Takes back a plan that will not be read (under the lock).
+  void DropColdRead(ColdRead* read) const;
 
   // BSP: adds one worker's row gradients (keys.size() * dim floats) to the
   // clock's sums. Requires `accumulate` at Create (PS_CHECK).
@@ -268,7 +299,15 @@ class SparseTable {
   bool MaybeCold(uint64_t id) const;
   // Records the tier's first error.
   void TierFailed(const absl::Status& status) const;
-  void ReadTiered(std::span<const uint64_t> keys, float* out) const;
+  void ReadTiered(std::span<const uint64_t> keys, float* out,
+                  ColdRead* cold) const;
+  // The tier's writes of a row (into batch_), noting the ids a planned
+  // cold read waits for (server/sparse_cold_read.cc).
+  void TierPut(uint64_t id, const RowMeta& meta, const float* floats);
+  void TierDelete(uint64_t id);
+  // Takes `cold` back: per planned id, true when the tier's copy did not
+  // change since the plan (its read is the row's value).
+  std::vector<char> FinishColdRead(ColdRead* cold) const;
   // A pull's row of an id without one: the initializer's, or zeros.
   void FillMissing(uint64_t id, float* row) const;
   // ApplyTiered's first pass: the keys' rows in memory into found_, pinned;
@@ -404,6 +443,14 @@ class SparseTable {
   // need not look them up again. Cleared by every Apply and Restore; at
   // most the ids pulled between two Applies.
   mutable absl::flat_hash_set<uint64_t> absent_;
+  // Planned cold reads not taken back: per id, how many, and the write
+  // count of its last tier write since (writes_ then; 0: none).
+  struct ColdWait {
+    int32_t reads = 0;
+    uint64_t written = 0;
+  };
+  mutable absl::flat_hash_map<uint64_t, ColdWait> cold_waits_;
+  uint64_t writes_ = 0;                // Tier writes of waited-for ids.
   std::vector<uint64_t> cold_filter_;  // Bloom filter bits (FilterAdd).
   std::vector<ScratchRow> scratch_rows_;
   std::vector<float> scratch_floats_;

@@ -299,13 +299,18 @@ SparsePushCheck SparseTableSet::CheckPush(
 }
 
 std::vector<std::vector<float>> SparseTableSet::Read(
-    std::span<const SparseKeys> keys) const {
+    std::span<const SparseKeys> keys, SparseColdReads* cold) const {
   std::vector<std::vector<float>> out(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     const SparseTable& t = *tables_[keys[i].table].rows;
     out[i].resize(keys[i].ids.size() * static_cast<size_t>(t.dim()));
-    t.Read(keys[i].ids, out[i].data());
+    if (cold != nullptr && i < cold->tables.size()) {
+      t.Read(keys[i].ids, out[i].data(), &cold->tables[i]);
+    } else {
+      t.Read(keys[i].ids, out[i].data());
+    }
   }
+  if (cold != nullptr) *cold = {};
   return out;
 }
 

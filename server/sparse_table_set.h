@@ -55,6 +55,13 @@ struct SparseSetMemory {
   SparseMemoryBudget* server_budget = nullptr;
 };
 
+// A pull's cold reads, one SparseTable::ColdRead per entry of its keys
+// (SparseTableSet::PlanColdReads).
+struct SparseColdReads {
+  std::vector<SparseTable::ColdRead> tables{};
+  size_t rows = 0;  // Rows to read from the tier, in all.
+};
+
 // The set of tables and buckets never changes after Create, so the checks
 // (documented lock-free) read them without a lock; the rest is
 // thread-compatible: the owning ServerJob calls it under its lock.
@@ -87,8 +94,20 @@ class SparseTableSet {
   SparsePushCheck CheckPush(std::span<const WireSparseRows> sparse,
                             v1::Precision encoding) const;
 
-  // The rows of `keys`, one vector per entry, in order (for a reply).
-  std::vector<std::vector<float>> Read(std::span<const SparseKeys> keys) const;
+  // The rows of `keys`, one vector per entry, in order (for a reply); with
+  // `cold`, planned and read for the same keys (PlanColdReads), taking it
+  // back (SparseTable::Read with a ColdRead).
+  std::vector<std::vector<float>> Read(std::span<const SparseKeys> keys,
+                                       SparseColdReads* cold = nullptr) const;
+  // A pull's reads of cold rows out of the job's lock (docs/sparse.md,
+  // "Threading"; server/sparse_cold_read.cc): under the lock, which rows of
+  // `keys` the tier would be asked for (none without a tier); without it,
+  // ReadCold reads them (thread-safe); then Read with them under the lock,
+  // or DropColdReads.
+  SparseColdReads PlanColdReads(std::span<const SparseKeys> keys) const;
+  void ReadCold(std::span<const SparseKeys> keys, SparseColdReads* reads) const;
+  void DropColdReads(std::span<const SparseKeys> keys,
+                     SparseColdReads* reads) const;
 
   // BSP: adds a checked push's rows to the clock's sums.
   void Accumulate(const std::vector<TableUpdate::SparseRows>& rows);

@@ -7,7 +7,9 @@
 // - A pull (ReadTiered) reads memory, then the missing rows from the tier in
 //   one MultiGet, and promotes those it found (demoting as a push does): it
 //   changes no row's values, only where rows live. An id the cold-id filter
-//   has never seen (a new id) is not looked up.
+//   has never seen (a new id) is not looked up. A job's pulls read their
+//   cold rows before, without the job's lock, and ReadTiered takes those
+//   that did not change since (server/sparse_cold_read.cc).
 // - A push (ApplyTiered) pins the rows it finds in memory, reads the others
 //   in one MultiGet and promotes them into memory, demoting unpinned rows
 //   (the table's policy among 8 sampled slots: for LFU the least often
@@ -130,8 +132,7 @@ void SparseTable::Demote(uint32_t slot) {
     // A clean row's copy in the tier is still its value.
     const RowMeta meta = Meta(slot);
     FilterAdd(id);
-    batch_.Put(table_index_, id, meta.clock, meta.updates, RowAt(slot),
-               stride());
+    TierPut(id, meta, RowAt(slot));
   } else {
     ++clean_demotions_;
   }
@@ -197,11 +198,18 @@ uint32_t SparseTable::TakeSlot() {
   return victim;
 }
 
-void SparseTable::ReadTiered(std::span<const uint64_t> keys, float* out) const {
+void SparseTable::ReadTiered(std::span<const uint64_t> keys, float* out,
+                             ColdRead* cold) const {
   const size_t dim = static_cast<size_t>(dim_);
+  // A planned read's rows that did not change since (their values read).
+  const std::vector<char> usable =
+      cold != nullptr ? FinishColdRead(cold) : std::vector<char>();
   std::vector<uint64_t> miss_ids;
   std::vector<size_t> miss_at;
+  std::vector<size_t> ready_at;  // Keys whose row `cold` holds.
+  constexpr size_t kAhead = 8;   // Index entries fetched ahead.
   for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + kAhead < keys.size()) slots_.prefetch(keys[i + kAhead]);
     auto it = slots_.find(keys[i]);
     if (it != slots_.end()) {
       std::memcpy(out + i * dim, RowAt(it->second), dim * sizeof(float));
@@ -209,6 +217,10 @@ void SparseTable::ReadTiered(std::span<const uint64_t> keys, float* out) const {
       continue;
     }
     ++misses_;
+    if (cold != nullptr && cold->at[i] >= 0 && usable[cold->at[i]]) {
+      ready_at.push_back(i);
+      continue;
+    }
     if (absent_.contains(keys[i])) {  // Found nowhere since the last Apply.
       FillMissing(keys[i], out + i * dim);
       continue;
@@ -221,29 +233,37 @@ void SparseTable::ReadTiered(std::span<const uint64_t> keys, float* out) const {
     miss_ids.push_back(keys[i]);
     miss_at.push_back(i);
   }
-  if (miss_ids.empty()) return;
+  if (miss_ids.empty() && ready_at.empty()) return;
   std::vector<std::string> values;
-  const absl::Status read = tier_->MultiGet(table_index_, miss_ids, &values);
+  absl::Status read = tier_->MultiGet(table_index_, miss_ids, &values);
   if (!read.ok()) {
     TierFailed(read);
     values.assign(miss_ids.size(), std::string());
   }
   // Read is logically const: it changes no row, only where rows live. The
   // rows it read from the tier are promoted (a worker pushes the rows it
-  // pulled, so the push then finds them in memory).
+  // pulled, so the push then finds them in memory). A planned row found
+  // nowhere is absent if no update came since the plan.
   SparseTable* const self = const_cast<SparseTable*>(this);
-  for (size_t j = 0; j < miss_ids.size(); ++j) {
-    float* row = out + miss_at[j] * dim;
-    if (values[j].size() ==
+  const auto place = [&](uint64_t id, const std::string& value, bool absent,
+                         float* row) {
+    if (value.size() ==
         SparseTier::kRowHeaderBytes + stride() * sizeof(float)) {
-      std::memcpy(row, values[j].data() + SparseTier::kRowHeaderBytes,
+      std::memcpy(row, value.data() + SparseTier::kRowHeaderBytes,
                   dim * sizeof(float));
       ++disk_reads_;
-      self->Promote(miss_ids[j], values[j]);
-      continue;
+      self->Promote(id, value);
+      return;
     }
-    if (read.ok()) absent_.insert(miss_ids[j]);
-    FillMissing(miss_ids[j], row);
+    if (absent) absent_.insert(id);
+    FillMissing(id, row);
+  };
+  for (size_t i : ready_at) {
+    const auto j = static_cast<size_t>(cold->at[i]);
+    place(keys[i], cold->values[j], cold->tick == tick_, out + i * dim);
+  }
+  for (size_t j = 0; j < miss_ids.size(); ++j) {
+    place(miss_ids[j], values[j], read.ok(), out + miss_at[j] * dim);
   }
   self->CommitTier();
 }
@@ -408,8 +428,7 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
   for (size_t k = 0; k < scratch_rows_.size(); ++k) {
     const ScratchRow& r = scratch_rows_[k];
     FilterAdd(r.id);
-    batch_.Put(table_index_, r.id, r.meta.clock, r.meta.updates,
-               scratch_floats_.data() + k * stride(), stride());
+    TierPut(r.id, r.meta, scratch_floats_.data() + k * stride());
     if (r.created) ++cold_rows_;
   }
   CommitTier();
@@ -517,7 +536,7 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
       TickUpdates(slot, meta.updates);
     } else {
       FilterAdd(id);
-      batch_.Put(table_index_, id, meta.clock, meta.updates, floats, stride());
+      TierPut(id, meta, floats);
       if (!cold) ++cold_rows_;
     }
     Track(id, meta);
@@ -529,9 +548,9 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
       free_slots_.push_back(it->second);
       slots_.erase(it);
       // Its stale copy in the tier, if any, goes too.
-      if (MaybeCold(id)) batch_.Delete(table_index_, id);
+      if (MaybeCold(id)) TierDelete(id);
     } else if (was_cold[id]) {
-      batch_.Delete(table_index_, id);
+      TierDelete(id);
       --cold_rows_;
     }
     pending_[id] = contents.pending_counts[i];

@@ -184,7 +184,9 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
     for (size_t i = 0; i < ids.size(); ++i) {
       const Batch::Op* op = nullptr;
       const Batch* in = nullptr;
+      const uint64_t hash = Batch::KeyHash(table, ids[i]);
       for (size_t b = 0; op == nullptr && b < mine.size(); ++b) {
+        if (!mine[b]->MayHold(hash)) continue;
         op = mine[b]->Find(table, ids[i]);
         in = mine[b];
       }
@@ -269,13 +271,30 @@ void SparseTier::Batch::Delete(uint32_t table, uint64_t id) {
 }
 
 size_t SparseTier::Batch::bytes() const {
-  return ops_.capacity() * sizeof(Op) + values_.capacity() + sizeof(Batch);
+  return ops_.capacity() * sizeof(Op) + values_.capacity() +
+         filter_.capacity() * sizeof(uint64_t) + sizeof(Batch);
+}
+
+uint64_t SparseTier::Batch::KeyHash(uint32_t table, uint64_t id) {
+  // splitmix64's finalizer of the id, mixed with the table.
+  uint64_t h = id + 0x9e3779b97f4a7c15ULL * (uint64_t{table} + 1);
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
 }
 
 void SparseTier::Batch::Sort() {
   std::stable_sort(ops_.begin(), ops_.end(), [](const Op& a, const Op& b) {
     return a.table != b.table ? a.table < b.table : a.id < b.id;
   });
+  // About 8 bits an op: one word per 8 ops, rounded up to a power of two.
+  size_t words = 1;
+  while (words * 8 < ops_.size()) words *= 2;
+  filter_.assign(words, 0);
+  for (const Op& op : ops_) {
+    const uint64_t hash = KeyHash(op.table, op.id);
+    filter_[hash & (words - 1)] |= FilterMask(hash);
+  }
 }
 
 const SparseTier::Batch::Op* SparseTier::Batch::Find(uint32_t table,

@@ -86,7 +86,8 @@ struct SparseTierOptions {
 
 // One job's cold rows on one server. Thread-safe: its own mutex guards the
 // write queue (RocksDB is thread-safe); a table calls it under its job's
-// lock (docs/sparse.md, "Threading").
+// lock, but for a pull's reads of cold rows, made without it
+// (docs/sparse.md, "Threading").
 //
 // Writes are asynchronous: Write queues a batch for the tier's writer
 // thread, which, once half the queue's bound is queued, merges every queued
@@ -137,12 +138,28 @@ class SparseTier {
       uint64_t offset = 0;  // Into values_.
     };
     static constexpr uint32_t kDelete = ~uint32_t{0};
-    // Sorts the ops by key (a key's in the order given: the last wins).
+    // Sorts the ops by key (a key's in the order given: the last wins),
+    // and builds the filter of its ids.
     void Sort();
     // The newest op of (table, id) in a sorted batch, or null.
     const Op* Find(uint32_t table, uint64_t id) const;
+    // False when the sorted batch holds no op of the id of `hash`
+    // (KeyHash): a blocked Bloom filter, two bits of one word per id,
+    // about 8 bits an op, so that a read skips most queued batches without
+    // a binary search of them.
+    bool MayHold(uint64_t hash) const {
+      if (filter_.empty()) return true;
+      const uint64_t mask = FilterMask(hash);
+      return (filter_[hash & (filter_.size() - 1)] & mask) == mask;
+    }
+    static uint64_t KeyHash(uint32_t table, uint64_t id);
+    static uint64_t FilterMask(uint64_t hash) {
+      return (uint64_t{1} << ((hash >> 40) & 63)) |
+             (uint64_t{1} << ((hash >> 46) & 63));
+    }
     std::vector<Op> ops_;
-    std::vector<char> values_;  // Every Put's stored bytes, back to back.
+    std::vector<char> values_;      // Every Put's stored bytes, back to back.
+    std::vector<uint64_t> filter_;  // Sort's; words a power of two.
   };
   // Queues `batch` for the writer (it takes the batch's contents and clears
   // it) and returns; once half of options.queue_bytes is queued the writer

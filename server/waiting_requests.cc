@@ -48,6 +48,7 @@ void ReadyCallbacks::Run() {
   for (auto& [callback, reply] : pulls) callback(std::move(reply));
   for (auto& [callback, reply] : pushes) callback(std::move(reply));
   for (auto& [callback, reply] : seeds) callback(std::move(reply));
+  for (auto& work : later) std::move(work)();
 }
 
 void WaitingRequests::ParkPull(WaitingPull pull, ReadyCallbacks* ready) {
@@ -66,14 +67,14 @@ void WaitingRequests::ParkSeed(SeedCallback done, bool duplicate) {
 
 void WaitingRequests::ReleasePulls(
     absl::FunctionRef<bool(const WaitingPull&)> can_read,
-    absl::FunctionRef<WireMessage(const WaitingPull&)> reply,
+    absl::FunctionRef<void(WaitingPull&, ReadyCallbacks*)> answer,
     absl::FunctionRef<void(absl::Duration)> observe_wait,
     ReadyCallbacks* ready) {
   const absl::Time now = absl::Now();
   ReleaseWhere(pulls_, [&](WaitingPull& pull) {
     if (!can_read(pull)) return false;
     observe_wait(now - pull.since);
-    ready->pulls.emplace_back(std::move(pull.done), reply(pull));
+    answer(pull, ready);
     return true;
   });
 }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -34,7 +35,10 @@ struct ReadyCallbacks {
   std::vector<std::pair<PullWireCallback, absl::StatusOr<WireMessage>>> pulls;
   std::vector<std::pair<PushCallback, absl::StatusOr<v1::PushResponse>>> pushes;
   std::vector<std::pair<SeedCallback, absl::StatusOr<v1::SeedResponse>>> seeds;
-  // Runs every callback, pulls first; call with no lock held.
+  // Work to do once the lock is released, after the callbacks (a pull's
+  // reads of cold rows, which then answers it: server/server_job_cold.cc).
+  std::vector<absl::AnyInvocable<void() &&>> later;
+  // Runs every callback, pulls first, then `later`; call with no lock held.
   void Run();
 };
 
@@ -84,12 +88,14 @@ class WaitingRequests {
   // Holds a Seed's callback until the seed is durable.
   void ParkSeed(SeedCallback done, bool duplicate);
 
-  // Moves the pulls `can_read(pull)` lets through into `ready`, each
-  // answered by `reply(pull)`; observes their wait.
-  void ReleasePulls(absl::FunctionRef<bool(const WaitingPull&)> can_read,
-                    absl::FunctionRef<WireMessage(const WaitingPull&)> reply,
-                    absl::FunctionRef<void(absl::Duration)> observe_wait,
-                    ReadyCallbacks* ready);
+  // Takes out the pulls `can_read(pull)` lets through, each handed to
+  // `answer(pull, ready)`, which moves it into `ready` (answered, or in
+  // `later`); observes their wait.
+  void ReleasePulls(
+      absl::FunctionRef<bool(const WaitingPull&)> can_read,
+      absl::FunctionRef<void(WaitingPull&, ReadyCallbacks*)> answer,
+      absl::FunctionRef<void(absl::Duration)> observe_wait,
+      ReadyCallbacks* ready);
   // Moves the pushes whose clock is below their worker's durable clock, or
   // that `part_durable` says are durable (the pipelined step), into `ready`,
   // acknowledged.
