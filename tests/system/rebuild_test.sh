@@ -98,7 +98,7 @@ done
 VICTIM=
 LOST_ADDRESS=$(field 'j["shard_map"]["servers"][1]')
 # The job's server 1 is the server listening at that address.
-for s in server0 server1 server2; do
+for s in $(seq -f "server%g" 0 $((SERVERS - 1))); do
   if [ "127.0.0.1:$(cluster_port "$RUN_DIR/$s.ports" grpc_port)" = "$LOST_ADDRESS" ]; then
     VICTIM=$s
   fi
