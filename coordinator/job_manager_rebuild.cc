@@ -122,7 +122,16 @@ bool JobManager::ChooseRebuildTarget(const Job& job, int index,
                .survivor = false};
     return true;
   }
-  // Else a surviving server of the job hosts it beside its own.
+  // Else a surviving server of the job hosts it beside its own: only for
+  // workers that name the place of each request (ps-worker does).
+  if (status.spec().model().kind() == v1::ModelSpec::EXTERNAL) {
+    *why_not = absl::StrCat(
+        chosen.status().message(),
+        ", and an EXTERNAL model's workers (the Python SDK) do not name the "
+        "place of their requests, which a surviving server hosting a second "
+        "place needs");
+    return false;
+  }
   std::vector<SurvivorCandidate> survivors;
   std::vector<std::string> survivor_nodes;
   for (size_t j = 0; j < job.servers.size(); ++j) {
