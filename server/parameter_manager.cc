@@ -31,6 +31,17 @@ ParameterManager::ParameterManager(ShardStore* store, ServerMetrics* metrics,
 
 ParameterManager::~ParameterManager() { Shutdown(); }
 
+absl::Status ParameterManager::MapChanged(const std::string& job_id,
+                                          int64_t version) {
+  v1::MapVersionRefusal refusal;
+  refusal.set_server_map_version(version);
+  return WithMapVersionRefusal(
+      absl::FailedPreconditionError(absl::StrCat(
+          "map_version: job ", job_id, "'s shard map changed to version ",
+          version, " on this server; fetch the new map")),
+      refusal);
+}
+
 std::vector<absl::Status> ParameterManager::SyncAssignments(
     const std::vector<v1::Assignment>& assignments) {
   std::vector<absl::Status> errors;
@@ -74,14 +85,7 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
     // Closing writes out the old job's log and snapshot, which the reopen
     // reads.
     if (previous != nullptr) {
-      v1::MapVersionRefusal refusal;
-      refusal.set_server_map_version(a.shard_map().version());
-      previous->Close(WithMapVersionRefusal(
-          absl::FailedPreconditionError(absl::StrCat(
-              "map_version: job ", a.job_id(),
-              "'s shard map changed to version ", a.shard_map().version(),
-              " on this server; fetch the new map")),
-          refusal));
+      previous->Close(MapChanged(a.job_id(), a.shard_map().version()));
     }
     // Opening reads or initialises shards; do it without holding mu_.
     auto job = OpenJob(a);

@@ -158,6 +158,9 @@ class ParameterManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The refusal of a request for a job that moved off this server.
   static absl::Status MovedAway(const std::string& job_id, int64_t version);
+  // The close reason of a job reopened under shard map `version`: a
+  // map_version refusal with that version as its detail.
+  static absl::Status MapChanged(const std::string& job_id, int64_t version);
   // Opens `a`'s job: from the units staged for its map version if any (a
   // move just committed), else as ServerJob::Open does.
   absl::StatusOr<std::unique_ptr<ServerJob>> OpenJob(const v1::Assignment& a);

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "common/status_details.h"
 #include "common/status_macros.h"
 #include "server/parameter_manager.h"
 #include "server/rebuild_import.h"
@@ -60,14 +59,7 @@ void ParameterManager::SyncHosted(
       store = owned.get();
     }
     if (previous != nullptr) {
-      v1::MapVersionRefusal refusal;
-      refusal.set_server_map_version(a->shard_map().version());
-      previous->Close(WithMapVersionRefusal(
-          absl::FailedPreconditionError(absl::StrCat(
-              "map_version: job ", a->job_id(),
-              "'s shard map changed to version ", a->shard_map().version(),
-              " on this server; fetch the new map")),
-          refusal));
+      previous->Close(MapChanged(a->job_id(), a->shard_map().version()));
     }
     absl::StatusOr<std::unique_ptr<ServerJob>> job = OpenHosted(*a, store);
     if (!job.ok()) {
