@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "absl/strings/numbers.h"
+#include "common/status_details.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/impl/server_builder_option.h"
@@ -198,13 +199,16 @@ void SetServicesServing(grpc::Server* server,
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  absl::Status out(static_cast<absl::StatusCode>(status.error_code()),
+                   status.error_message());
+  DecodeStatusDetails(status.error_details(), &out);
+  return out;
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+                      std::string(status.message()),
+                      EncodeStatusDetails(status));
 }
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {

@@ -135,7 +135,8 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder,
 void SetServicesServing(grpc::Server* server,
                         const std::vector<std::string>& services);
 
-// Status conversions (codes and messages are kept).
+// Status conversions (codes and messages are kept, and the payloads, as
+// grpc-status-details-bin: common/status_details.h).
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
 // A ByteBuffer's bytes as views over its slices, which `slices` keeps (so

@@ -67,6 +67,7 @@ v1::PushRequest PushView::Header() const {
   header.set_map_version(map_version);
   header.set_gradient_encoding(gradient_encoding);
   header.set_membership_version(membership_version);
+  if (place.has_value()) header.set_place(*place);
   return header;
 }
 

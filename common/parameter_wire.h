@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -183,6 +184,9 @@ struct PushView {
   std::vector<WireSparseRows> sparse;
   // The membership version the push was planned under (elastic jobs).
   int64_t membership_version = 0;
+  // The shard map place the push is for (PushRequest.place); nullopt if
+  // unset.
+  std::optional<int32_t> place;
 
   // The request without its gradients (what logs and fault injection see).
   v1::PushRequest Header() const;
@@ -204,8 +208,9 @@ PushView ViewOf(const v1::PushRequest& request);
 // block, BlockPrefix(key, n) followed by the block's n data bytes; then
 // Trailer(), the fields after gradients (gradient_encoding; empty for FP32);
 // then, for each sparse table, SparseRowsField(...); then Ending() (the
-// membership version; empty for 0). The concatenation equals
-// v1::PushRequest::SerializeAsString() of the same request.
+// membership version; empty for 0), and PlaceField(place) when the place is
+// set. The concatenation equals v1::PushRequest::SerializeAsString() of the
+// same request.
 class PushFramer {
  public:
   PushFramer(const std::string& job_id, int32_t worker_index, int64_t clock,
@@ -219,6 +224,8 @@ class PushFramer {
   // One PushRequest.sparse entry, whole (its bytes copied: rows are small).
   static std::string SparseRowsField(uint32_t table, std::string_view keys,
                                      std::string_view values);
+  // PushRequest.place set to `place` (the request's last field).
+  static std::string PlaceField(int32_t place);
 
  private:
   std::string header_;

@@ -335,6 +335,13 @@ absl::StatusOr<PushView> ParsePushRequest(
         out.membership_version = static_cast<int64_t>(v);
         break;
       }
+      case Tag(kPlaceField, WireFormatLite::WIRETYPE_VARINT): {
+        uint64_t v;
+        if (!ReadVarint64(&in, &v)) return Malformed("place");
+        // int32 is sign-extended to 64 bits on the wire.
+        out.place = static_cast<int32_t>(v);
+        break;
+      }
       default:
         if (!SkipUnknown(&in, tag, 1)) return Malformed("bad field");
     }
@@ -442,6 +449,7 @@ PushView ViewOf(const v1::PushRequest& request) {
   view.clock = request.clock();
   view.map_version = request.map_version();
   view.membership_version = request.membership_version();
+  if (request.has_place()) view.place = request.place();
   view.gradient_encoding = request.gradient_encoding();
   view.gradients.reserve(request.gradients_size());
   for (const v1::Block& g : request.gradients()) {

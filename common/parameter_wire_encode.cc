@@ -167,6 +167,14 @@ PushFramer::PushFramer(const std::string& job_id, int32_t worker_index,
   }
 }
 
+std::string PushFramer::PlaceField(int32_t place) {
+  std::string field;
+  AppendVarint(Tag(kPlaceField, WireFormatLite::WIRETYPE_VARINT), &field);
+  // int32 is sign-extended to 64 bits on the wire.
+  AppendVarint(static_cast<uint64_t>(static_cast<int64_t>(place)), &field);
+  return field;
+}
+
 WireMessage EncodePullResponse(std::span<const ReplyBlock> blocks,
                                int64_t min_clock,
                                std::span<const int64_t> worker_clocks,

@@ -28,6 +28,7 @@ constexpr int kWorkerClocksField = v1::PullResponse::kWorkerClocksFieldNumber;
 constexpr int kPushSparseField = v1::PushRequest::kSparseFieldNumber;
 constexpr int kMembershipVersionField =
     v1::PushRequest::kMembershipVersionFieldNumber;
+constexpr int kPlaceField = v1::PushRequest::kPlaceFieldNumber;
 constexpr int kPullSparseField = v1::PullResponse::kSparseFieldNumber;
 constexpr int kValueEncodingField = v1::PullResponse::kValueEncodingFieldNumber;
 constexpr int kSparseTableField = v1::SparseRows::kTableFieldNumber;

@@ -454,6 +454,32 @@ class JobManager {
   // was on shared storage (empty when it was not).
   bool RebuildServer(Job& job, int index, absl::Time now, std::string* why_not)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where a lost server place is rebuilt (job_manager_rebuild.cc).
+  struct RebuildTarget {
+    std::string node_id;
+    std::string address;
+    bool survivor = false;  // A surviving server of the job hosts it.
+  };
+  // A free server with the lost server's shared root if one is registered,
+  // else a surviving server of the job (ChooseSurvivor); false with
+  // `why_not` when there is neither.
+  bool ChooseRebuildTarget(const Job& job, int index,
+                           const v1::ServerStorage& lost, absl::Time now,
+                           RebuildTarget* target, std::string* why_not) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives server place `index` to `node_id`, which hosts it beside its own
+  // (its NodeRecord keeps its own place).
+  void AttachHosted(Job& job, int index, const std::string& node_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Vacates the places other than `own_index` that `node_id` hosted.
+  void VacateHostedPlaces(Job& job, const std::string& node_id, int own_index,
+                          absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds to a heartbeat's answer the assignments of the places `node`
+  // hosts beside its own (Assignment.hosted).
+  void AddHostedAssignments(const Job& job, const NodeRecord& node,
+                            const std::string& node_id,
+                            v1::HeartbeatResponse* response) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs that a server registering again lost its place to a rebuild.
   void NoteRebuiltAway(const NodeRecord& node) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -190,8 +190,12 @@ void JobManager::ReturnServerPlaces(const std::string& node_id,
                          ")"));
         break;
       }
-      Attach(job, v1::SERVER, i, node_id);
-      job.servers[i].has_shards = holds;
+      if (IsHostedPlace(job.status, i)) {
+        AttachHosted(job, i, node_id);  // Its own place stays its index.
+      } else {
+        Attach(job, v1::SERVER, i, node_id);
+        job.servers[i].has_shards = holds;
+      }
       if (PublishVacancies(job)) Changed(job);
     }
   }
@@ -234,6 +238,9 @@ absl::StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(
     response.set_heartbeat_interval_ms(
         MoveHeartbeatInterval(job, node.role, node.index));
     *response.add_assignments() = AssignmentOf(job, node.index, node.role);
+    if (node.role == v1::SERVER) {
+      AddHostedAssignments(job, node, request.node_id(), &response);
+    }
   }
   return response;
 }
@@ -259,6 +266,9 @@ v1::Assignment JobManager::AssignmentOf(const Job& job, int index,
     if (const v1::ShardMapMove* rebuild = RebuildSourceOf(job.status, index)) {
       a.set_rebuild_from_data_dir(rebuild->rebuilt_from_data_dir());
       a.set_rebuild_map_version(rebuild->version());
+      a.set_rebuild_from_hosted(rebuild->rebuilt_from_hosted());
+      // Hosted beside the server's own place (Heartbeat lists it too).
+      a.set_hosted(rebuild->rebuilt_onto_survivor());
     }
   }
   return a;
@@ -279,6 +289,9 @@ void JobManager::Tick(absl::Time now) {
       slot.vacant_since = now;
       slot.last_node_id = node_id;
       slot.last_address = node.address.empty() ? node.peer_host : node.address;
+    }
+    if (node.role == v1::SERVER) {
+      VacateHostedPlaces(job, node_id, node.index, now);
     }
     PS_LOG_WARNING("job ", node.job_id, ": ", RoleName(node.role), " ",
                    node.index, " (", slot.last_address,

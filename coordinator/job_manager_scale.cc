@@ -32,6 +32,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/server_rebuild.h"
 #include "coordinator/shard_move_planner.h"
 
 namespace ps {
@@ -77,6 +78,12 @@ absl::Status JobManager::CheckScalable(const Job& job, int num_servers) const {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", id, ": server ", i, " is vacant (lost); ",
                        "scale once it is back"));
+    }
+    if (IsHostedPlace(status, static_cast<int>(i))) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", id, ": server place ", i, " is hosted by another server ",
+          "of the job (a lost server rebuilt onto a survivor); moving such ",
+          "a job's servers is not built"));
     }
   }
   if (num_servers > status.shard_map().blocks_size()) {

@@ -78,6 +78,41 @@ absl::StatusOr<int> ChooseReplacement(
       candidates.size() == 1 ? "" : "s", ")"));
 }
 
+absl::StatusOr<int> ChooseSurvivor(
+    const v1::ServerStorage& lost,
+    const std::vector<SurvivorCandidate>& survivors, const v1::ShardMap& map) {
+  if (lost.shared_data_root().empty() || lost.data_dir().empty()) {
+    return absl::FailedPreconditionError(
+        "its data directory is not on shared storage (--shared_data_root)");
+  }
+  const std::string root = WithoutTrailingSlash(lost.shared_data_root());
+  int best = -1;
+  int64_t best_places = 0;
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    const SurvivorCandidate& c = survivors[i];
+    if (!c.durable || WithoutTrailingSlash(c.shared_data_root) != root) {
+      continue;
+    }
+    const int64_t places =
+        std::count(map.servers().begin(), map.servers().end(), c.address);
+    if (best < 0 || places < best_places ||
+        (places == best_places && c.place < survivors[best].place)) {
+      best = static_cast<int>(i);
+      best_places = places;
+    }
+  }
+  if (best >= 0) return best;
+  return absl::FailedPreconditionError(
+      absl::StrCat("no surviving server of the job has shared data root ", root,
+                   " (", survivors.size(), " surviving server",
+                   survivors.size() == 1 ? "" : "s", ")"));
+}
+
+bool IsHostedPlace(const v1::JobStatus& status, int index) {
+  const v1::ShardMapMove* move = RebuildSourceOf(status, index);
+  return move != nullptr && move->rebuilt_onto_survivor();
+}
+
 absl::StatusOr<v1::ShardMap> PlanRebuild(const v1::ShardMap& map, int lost,
                                          const std::string& replacement) {
   if (lost < 0 || lost >= map.servers_size()) {

@@ -44,6 +44,31 @@ absl::StatusOr<int> ChooseReplacement(
     const v1::ServerStorage& lost,
     const std::vector<RebuildCandidate>& candidates, const v1::ShardMap& map);
 
+// A surviving server of the job that could host a lost server's place
+// when no free server can take it (docs/durability.md, "A lost server
+// rebuilt on the surviving servers").
+struct SurvivorCandidate {
+  int place = -1;                // Its own place in the job's map.
+  std::string address;           // Advertised.
+  std::string shared_data_root;  // RegisterRequest.shared_data_root.
+  bool durable = false;          // Has a data directory.
+};
+
+// Which of `survivors` (the job's live servers, by place) hosts the place of
+// the lost server whose storage is `lost` in `map`: among those with the
+// lost server's shared_data_root and a data directory, the one whose
+// address `map` names for the fewest places (the lowest place on a tie).
+// FAILED_PRECONDITION naming why there is none (the lost server's
+// directory is not on shared storage; no surviving server of the job has
+// that shared root).
+absl::StatusOr<int> ChooseSurvivor(
+    const v1::ServerStorage& lost,
+    const std::vector<SurvivorCandidate>& survivors, const v1::ShardMap& map);
+
+// Whether place `index` of `status`'s map is hosted by a surviving server
+// of the job (its last rebuild since the last move was onto a survivor).
+bool IsHostedPlace(const v1::JobStatus& status, int index);
+
 // `map` with server `lost`'s address replaced by `replacement` and the
 // next version: every unit keeps its place (the replacement takes the
 // lost server's index). INVALID_ARGUMENT for an index out of range.

@@ -6,8 +6,17 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/status_details.h"
 
 namespace ps {
+namespace {
+
+std::optional<int32_t> PlaceOf(const v1::PullRequest& request) {
+  if (!request.has_place()) return std::nullopt;
+  return request.place();
+}
+
+}  // namespace
 
 ParameterManager::ParameterManager(ShardStore* store, ServerMetrics* metrics,
                                    ServerJobOptions job_options)
@@ -22,12 +31,28 @@ ParameterManager::ParameterManager(ShardStore* store, ServerMetrics* metrics,
 
 ParameterManager::~ParameterManager() { Shutdown(); }
 
+absl::Status ParameterManager::MapChanged(const std::string& job_id,
+                                          int64_t version) {
+  v1::MapVersionRefusal refusal;
+  refusal.set_server_map_version(version);
+  return WithMapVersionRefusal(
+      absl::FailedPreconditionError(absl::StrCat(
+          "map_version: job ", job_id, "'s shard map changed to version ",
+          version, " on this server; fetch the new map")),
+      refusal);
+}
+
 std::vector<absl::Status> ParameterManager::SyncAssignments(
     const std::vector<v1::Assignment>& assignments) {
   std::vector<absl::Status> errors;
   std::set<std::string> wanted;
   std::vector<std::pair<std::shared_ptr<ServerJob>, absl::Status>> unloaded;
+  std::vector<const v1::Assignment*> hosted;
   for (const v1::Assignment& a : assignments) {
+    if (a.hosted()) {
+      hosted.push_back(&a);
+      continue;
+    }
     wanted.insert(a.job_id());
     std::shared_ptr<ServerJob> previous;
     std::shared_ptr<ServerJob> same;  // Held under the same shard map.
@@ -61,13 +86,9 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
     // reads.
     if (previous != nullptr) {
       // A move's staged copy replaces the job's state: no closing snapshot.
-      previous->Close(
-          absl::FailedPreconditionError(absl::StrCat(
-              "map_version: job ", a.job_id(), "'s shard map changed to ",
-              "version ", a.shard_map().version(),
-              " on this server; fetch the new map")),
-          /*snapshot=*/mover_.StagedVersion(a.job_id()) !=
-              a.shard_map().version());
+      previous->Close(MapChanged(a.job_id(), a.shard_map().version()),
+                      /*snapshot=*/mover_.StagedVersion(a.job_id()) !=
+                          a.shard_map().version());
     }
     // Opening reads or initialises shards; do it without holding mu_.
     auto job = OpenJob(a);
@@ -103,6 +124,7 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
     metrics_->jobs.Set(jobs_.size());
   }
   for (auto& [job, reason] : unloaded) job->Close(reason);
+  SyncHosted(hosted, &errors);
   // After the opens, which may take a staged copy: moves no longer listed
   // are forgotten, and their copies deleted.
   mover_.Sync(assignments);
@@ -155,7 +177,8 @@ absl::StatusOr<std::shared_ptr<ServerJob>> ParameterManager::Find(
 
 void ParameterManager::Pull(const v1::PullRequest& request,
                             ServerJob::PullCallback done) {
-  auto job = Find(request.job_id());
+  auto job =
+      FindPlace(request.job_id(), PlaceOf(request), request.map_version());
   if (!job.ok()) {
     done(job.status());
     return;
@@ -166,7 +189,8 @@ void ParameterManager::Pull(const v1::PullRequest& request,
 void ParameterManager::PullWire(const v1::PullRequest& request,
                                 ServerJob::PullWireCallback done,
                                 ReplyAllocator allocate) {
-  auto job = Find(request.job_id());
+  auto job =
+      FindPlace(request.job_id(), PlaceOf(request), request.map_version());
   if (!job.ok()) {
     done(job.status());
     return;
@@ -181,7 +205,7 @@ void ParameterManager::Push(const v1::PushRequest& request,
 
 void ParameterManager::Push(const PushView& request,
                             ServerJob::PushCallback done) {
-  auto job = Find(request.job_id);
+  auto job = FindPlace(request.job_id, request.place, request.map_version);
   if (!job.ok()) {
     done(job.status());
     return;
@@ -213,7 +237,9 @@ absl::StatusOr<std::vector<std::string>> ParameterManager::StoredJobs() const {
   // A move's staged copy counts as its job's shards (a server added by a
   // move holds the job from then on, also if it restarts before taking
   // the copy over); it is no job of its own.
-  for (std::string& id : *stored) id = UnitMover::JobOfStagedId(id);
+  for (std::string& id : *stored) {
+    id = JobOfHostedStoreId(UnitMover::JobOfStagedId(id));
+  }
   std::sort(stored->begin(), stored->end());
   stored->erase(std::unique(stored->begin(), stored->end()), stored->end());
   if (stored->size() > kMaxReportedStoredJobs) {
@@ -224,9 +250,25 @@ absl::StatusOr<std::vector<std::string>> ParameterManager::StoredJobs() const {
 
 void ParameterManager::DeleteEndedJobs(
     const std::vector<std::string>& job_ids) {
+  // The places of ended jobs hosted here are kept under ids of their own.
+  std::vector<std::string> hosted_ids;
+  if (auto ids = store_->ListJobs(); ids.ok()) {
+    const std::set<std::string> ended(job_ids.begin(), job_ids.end());
+    for (const std::string& id : *ids) {
+      if (IsHostedStoreId(id) && ended.contains(JobOfHostedStoreId(id))) {
+        hosted_ids.push_back(id);
+      }
+    }
+  }
   absl::MutexLock lock(&mu_);
   for (const std::string& id : job_ids) {
     if (!jobs_.contains(id) && !exporter_.Busy(id)) deleter_.Enqueue(id);
+  }
+  for (const std::string& id : hosted_ids) {
+    const std::string job_id = JobOfHostedStoreId(id);
+    if (!jobs_.contains(job_id) && !exporter_.Busy(job_id)) {
+      deleter_.Enqueue(id);
+    }
   }
 }
 
@@ -237,6 +279,8 @@ void ParameterManager::ReadRows(const v1::ReadRowsRequest& request,
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(request.job_id());
     if (it != jobs_.end()) live = it->second;
+    auto hosted = hosted_.find({request.job_id(), request.server_index()});
+    if (hosted != hosted_.end()) live = hosted->second;
   }
   exporter_.Read(request, std::move(live), std::move(done));
 }
@@ -251,6 +295,7 @@ void ParameterManager::Shutdown() {
     jobs.swap(jobs_);
   }
   mover_.Stop();
+  CloseHosted(absl::UnavailableError(kStopping));
   for (auto& [id, job] : jobs) job->Close(absl::UnavailableError(kStopping));
 }
 

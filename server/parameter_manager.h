@@ -6,11 +6,13 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "ps/v1/cluster.pb.h"
+#include "server/hosted_places.h"
 #include "server/job_deleter.h"
 #include "server/rebuild_import.h"
 #include "server/row_export.h"
@@ -34,14 +36,17 @@ class ParameterManager {
   ~ParameterManager();
 
   // Makes the loaded jobs equal to `assignments`: opens new ones (reloading any
-  // stored state) and unloads jobs no longer assigned. Returns the errors of
-  // jobs that could not be opened (they stay unloaded and are retried next
-  // time).
+  // stored state) and unloads jobs no longer assigned; the same for the
+  // places hosted here (Assignment.hosted, server/hosted_places.h). Returns
+  // the errors of jobs that could not be opened (they stay unloaded and are
+  // retried next time).
   std::vector<absl::Status> SyncAssignments(
       const std::vector<v1::Assignment>& assignments);
 
-  // Dispatches to the job. INVALID_ARGUMENT for a malformed job id
-  // (ValidateId); NOT_FOUND if this server does not hold the job.
+  // Dispatches to the job: to the place the request names if this server
+  // hosts it (server/hosted_places.h), else to the server's own place.
+  // INVALID_ARGUMENT for a malformed job id (ValidateId); NOT_FOUND if this
+  // server does not hold the job.
   void Pull(const v1::PullRequest& request, ServerJob::PullCallback done);
   // A pull whose reply is the serialized PullResponse (ServerJob::PullWire),
   // written where `allocate` says if it is set.
@@ -104,6 +109,23 @@ class ParameterManager {
  private:
   absl::StatusOr<std::shared_ptr<ServerJob>> Find(
       const std::string& job_id) const;
+  // The hosted place `place` of `job_id` if this server hosts it, else
+  // Find(job_id); UNAVAILABLE (retry) for a request under this server's map
+  // for another place than its own that is not hosted yet (its import
+  // runs). server/parameter_manager_hosted.cc.
+  absl::StatusOr<std::shared_ptr<ServerJob>> FindPlace(
+      const std::string& job_id, std::optional<int32_t> place,
+      int64_t map_version) const;
+  // Opens, reopens under a new map, or unloads the places hosted here to
+  // match `hosted` (assignments with `hosted` set); appends open errors.
+  void SyncHosted(const std::vector<const v1::Assignment*>& hosted,
+                  std::vector<absl::Status>* errors);
+  // Opens a hosted place: imports it if it was rebuilt here, then opens it
+  // from its own store.
+  absl::StatusOr<std::unique_ptr<ServerJob>> OpenHosted(
+      const v1::Assignment& a, HostedPlaceStore* store);
+  // Closes every hosted place (Shutdown).
+  void CloseHosted(const absl::Status& reason);
 
   ShardStore* const store_;
   ServerMetrics* const metrics_;
@@ -126,6 +148,12 @@ class ParameterManager {
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> leaving_ ABSL_GUARDED_BY(mu_);
   LostStoreOpener open_lost_ ABSL_GUARDED_BY(mu_);
+  // Places hosted here, by (job id, place), and their stores (kept while
+  // the manager lives: a closing job may still write through one).
+  std::map<std::pair<std::string, int>, std::shared_ptr<ServerJob>> hosted_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int>, std::unique_ptr<HostedPlaceStore>>
+      hosted_stores_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> moved_away_ ABSL_GUARDED_BY(mu_);
   // Takes a move in progress of `a` (its report, whether this server leaves
   // the job by it); true when this server is being added by it (it has
@@ -137,6 +165,9 @@ class ParameterManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The refusal of a request for a job that moved off this server.
   static absl::Status MovedAway(const std::string& job_id, int64_t version);
+  // The close reason of a job reopened under shard map `version`: a
+  // map_version refusal with that version as its detail.
+  static absl::Status MapChanged(const std::string& job_id, int64_t version);
   // Opens `a`'s job: from the units staged for its map version if any (a
   // move just committed), else as ServerJob::Open does.
   absl::StatusOr<std::unique_ptr<ServerJob>> OpenJob(const v1::Assignment& a);

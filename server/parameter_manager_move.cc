@@ -1,6 +1,7 @@
 // ParameterManager: server moves (docs/durability.md, "A server move").
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_details.h"
 #include "common/status_macros.h"
 #include "server/parameter_manager.h"
 #include "server/rebuild_import.h"
@@ -79,10 +80,13 @@ bool ParameterManager::NoteMoveLocked(const v1::Assignment& a) {
 
 absl::Status ParameterManager::MovedAway(const std::string& job_id,
                                          int64_t version) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("map_version: job ", job_id,
-                   " moved off this server with shard map version ", version,
-                   "; fetch the new map"));
+  // The server's version is unknown here: it left the job.
+  return WithMapVersionRefusal(
+      absl::FailedPreconditionError(
+          absl::StrCat("map_version: job ", job_id,
+                       " moved off this server with shard map version ",
+                       version, "; fetch the new map")),
+      v1::MapVersionRefusal());
 }
 
 absl::Status ParameterManager::UnloadReasonLocked(const std::string& job_id) {

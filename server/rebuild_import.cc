@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "server/hosted_places.h"
 #include "server/server_job.h"
 
 namespace ps {
@@ -48,7 +49,8 @@ bool HoldsPlace(const StoredJob& stored, const v1::Assignment& plain,
 
 // Copies the lost server's state of the job from `data_dir` into `store`.
 absl::Status Import(const v1::Assignment& plain, const std::string& data_dir,
-                    ShardStore* store, const LostStoreOpener& open) {
+                    const std::string& source_id, ShardStore* store,
+                    const LostStoreOpener& open) {
   const std::string& job_id = plain.job_id();
   const absl::Time start = absl::Now();
   StoredJob lost;
@@ -59,7 +61,7 @@ absl::Status Import(const v1::Assignment& plain, const std::string& data_dir,
           "data directory is set");
     }
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> dir, open(data_dir));
-    absl::StatusOr<StoredJob> loaded = dir->Load(job_id);
+    absl::StatusOr<StoredJob> loaded = dir->Load(source_id);
     if (absl::IsNotFound(loaded.status())) {
       return absl::FailedPreconditionError(
           absl::StrCat("rebuild: ", data_dir, " holds no state of job ", job_id,
@@ -110,6 +112,8 @@ v1::Assignment WithoutRebuild(const v1::Assignment& assignment) {
   v1::Assignment plain = assignment;
   plain.clear_rebuild_from_data_dir();
   plain.clear_rebuild_map_version();
+  plain.clear_rebuild_from_hosted();
+  plain.clear_hosted();
   return plain;
 }
 
@@ -138,7 +142,12 @@ absl::Status ImportRebuiltPlace(const v1::Assignment& assignment,
       HoldsPlace(*stored, plain, assignment.rebuild_map_version())) {
     return absl::OkStatus();  // Imported before.
   }
-  return Import(plain, source, store, open);
+  // A place the lost server hosted is under its hosted id there.
+  const std::string source_id =
+      assignment.rebuild_from_hosted()
+          ? HostedStoreId(plain.job_id(), plain.index())
+          : plain.job_id();
+  return Import(plain, source, source_id, store, open);
 }
 
 absl::StatusOr<bool> KeepStateUnderNewAddresses(const v1::Assignment& plain,

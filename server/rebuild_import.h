@@ -24,8 +24,9 @@
 
 namespace ps {
 
-// `assignment` without its rebuild fields: what the job is opened under
-// and stored with. Thread-safe.
+// `assignment` without its rebuild fields and its `hosted` mark: what the
+// job is opened under and stored with (a place's state is the same whether
+// its own server or a hosting one holds it). Thread-safe.
 v1::Assignment WithoutRebuild(const v1::Assignment& assignment);
 
 // True if the two assignments place the same units on the same server
@@ -42,6 +43,9 @@ using LostStoreOpener =
 // For a place rebuilt here (assignment.rebuild_from_data_dir set), makes
 // `store` hold the lost server's state of the job unless it already holds
 // this place's state since that rebuild; nothing for another assignment.
+// The state is the directory's job id, or the place's hosted id there when
+// assignment.rebuild_from_hosted (server/hosted_places.h); `store` is the
+// store the place is kept in (for a hosted place, its HostedPlaceStore).
 // The lost server's directory is opened by `open` as its own restart would
 // open it (server/rocksdb_shard_store.h), which takes the directory's
 // RocksDB lock:

@@ -12,6 +12,7 @@
 #include "common/learning_rate_schedule.h"
 #include "common/logging.h"
 #include "common/sparse_keys.h"
+#include "common/status_details.h"
 #include "prometheus/labels.h"
 
 namespace ps {
@@ -80,9 +81,14 @@ absl::Status ServerJob::CheckRequest(int64_t map_version) const {
   }
   if (!closed_.ok()) return closed_;
   if (map_version != current) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("map_version: request has shard map version ", map_version,
-                     ", this server has version ", current));
+    v1::MapVersionRefusal refusal;
+    refusal.set_request_map_version(map_version);
+    refusal.set_server_map_version(current);
+    return WithMapVersionRefusal(
+        absl::FailedPreconditionError(
+            absl::StrCat("map_version: request has shard map version ",
+                         map_version, ", this server has version ", current)),
+        refusal);
   }
   return absl::OkStatus();
 }

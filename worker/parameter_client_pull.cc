@@ -41,6 +41,8 @@ struct PullInFlight {
     requests.reserve(servers);
     for (size_t s = 0; s < servers; ++s) {
       v1::PullRequest request = message;
+      // A server hosting two places of the job answers by the place.
+      request.set_place(static_cast<int>(s));
       for (uint64_t key : keys[s]) request.add_keys(key);
       for (const SparsePart& part : parts[s]) {
         v1::SparseRows* rows = request.add_sparse();

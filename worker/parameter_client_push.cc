@@ -254,6 +254,8 @@ void ParameterClient::PushWithRows(
       for (std::string& field : *fields) slices.emplace_back(field);
     }
     if (!framer.Ending().empty()) slices.emplace_back(framer.Ending());
+    // The place: a server hosting two places of the job answers by it.
+    slices.emplace_back(PushFramer::PlaceField(static_cast<int32_t>(s)));
     push->requests[s] = grpc::ByteBuffer(slices.data(), slices.size());
   }
   SendPush(clock, push);

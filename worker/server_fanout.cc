@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_details.h"
 
 namespace ps {
 
@@ -112,9 +113,9 @@ void ServerFanout::CallEnded(size_t i, absl::Status status) {
 void ServerFanout::AttemptEnded() {
   if (const int r = refused_.load(); r >= 0) {
     const absl::Status& s = results_[r];
-    Deliver(absl::Status(s.code(), absl::StrCat(options_.what, " from server ",
-                                                (*options_.servers)[todo_[r]],
-                                                ": ", s.message())));
+    Deliver(Rewrapped(
+        s, absl::StrCat(options_.what, " from server ",
+                        (*options_.servers)[todo_[r]], ": ", s.message())));
     return;
   }
   std::vector<int> failed;
@@ -136,8 +137,8 @@ void ServerFanout::AttemptEnded() {
     return;
   }
   if (absl::Now() - first_attempt_ > options_.retry_window) {
-    Deliver(absl::Status(
-        last.code(),
+    Deliver(Rewrapped(
+        last,
         absl::StrCat(options_.what, " failed after retrying for ",
                      absl::FormatDuration(options_.retry_window), ": server ",
                      (*options_.servers)[last_server], ": ", last.message())));

@@ -4,11 +4,10 @@
 // coordinator (heartbeats), builds a client for it, and goes on from the
 // clock the new servers recorded for it (ParameterClient::ResumeClock): the
 // boundary, where every place stopped.
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_details.h"
 #include "common/status_macros.h"
 #include "worker/trainer.h"
 
@@ -16,21 +15,17 @@ namespace ps {
 
 bool IsMapChange(const absl::Status& status) {
   return absl::IsFailedPrecondition(status) &&
-         absl::StrContains(status.message(), "map_version:");
+         (MapVersionRefusalOf(status).has_value() ||
+          absl::StrContains(status.message(), "map_version:"));
 }
 
 bool ServerBehind(const absl::Status& status, int64_t client_version) {
-  // ServerJob::CheckRequest: "..., this server has version N".
-  constexpr absl::string_view kHas = "this server has version ";
-  if (!IsMapChange(status)) return false;
-  const size_t at = status.message().find(kHas);
-  if (at == absl::string_view::npos) return false;
-  absl::string_view rest = status.message().substr(at + kHas.size());
-  size_t digits = 0;
-  while (digits < rest.size() && absl::ascii_isdigit(rest[digits])) ++digits;
-  int64_t server_version = 0;
-  return absl::SimpleAtoi(rest.substr(0, digits), &server_version) &&
-         server_version < client_version;
+  // ServerJob::CheckRequest's refusal carries both versions as a payload.
+  if (!absl::IsFailedPrecondition(status)) return false;
+  const std::optional<v1::MapVersionRefusal> refusal =
+      MapVersionRefusalOf(status);
+  return refusal.has_value() && refusal->server_map_version() > 0 &&
+         refusal->server_map_version() < client_version;
 }
 
 absl::Status Trainer::FollowMapChange(const absl::Status& why) {

@@ -17,6 +17,10 @@
 // unchanged, under the new map (Trainer::ResendUnacknowledgedPush), which
 // is what keeps the run bit for bit. tests/system/rebuild_test.sh kills a
 // server with kill -9 at a random clock.
+//
+// Without a free server (the second test), server 0, the survivor, hosts
+// server 1's place beside its own (server/hosted_places.h): the same import,
+// the same resend, one process for both places.
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,6 +111,15 @@ class RebuildTest : public testing::ClusterFixture {
     return options;
   }
 
+  void RunUndisturbed(const v1::JobSpec& spec, v1::JobStatus* status,
+                      v1::TrainedModel* model);
+  void StartDisturbed(const v1::JobSpec& spec, std::string* id,
+                      v1::JobStatus* status);
+  void LoseServerOne(const std::string& id, v1::JobStatus* status);
+  void ExpectUndisturbed(const std::string& id,
+                         const v1::JobStatus& undisturbed,
+                         const v1::TrainedModel& expected);
+
   absl::Mutex mu_;
   std::string disturbed_ ABSL_GUARDED_BY(mu_) = "none";
   int handled_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
@@ -114,31 +127,36 @@ class RebuildTest : public testing::ClusterFixture {
   absl::Notification stopped_;
 };
 
-TEST_F(RebuildTest, ALostServerIsRebuiltOnAFreeOneAndTheRunIsUndisturbed) {
-  const v1::JobSpec spec = BspJob();
+// The first job's run, undisturbed: its final state and exported model.
+void RebuildTest::RunUndisturbed(const v1::JobSpec& spec, v1::JobStatus* status,
+                                 v1::TrainedModel* model) {
   auto first = client_->Submit(spec);
   ASSERT_TRUE(first.ok()) << first.status();
-  v1::JobStatus undisturbed = WaitEnd(*first, absl::Seconds(120));
-  ASSERT_EQ(undisturbed.state(), v1::SUCCEEDED) << undisturbed.message();
+  *status = WaitEnd(*first, absl::Seconds(120));
+  ASSERT_EQ(status->state(), v1::SUCCEEDED) << status->message();
   auto expected = client_->ExportModel(*first);
   ASSERT_TRUE(expected.ok()) << expected.status();
+  *model = *std::move(expected);
+}
 
+// Submits the second job (the disturbed one) and waits until it runs.
+void RebuildTest::StartDisturbed(const v1::JobSpec& spec, std::string* id,
+                                 v1::JobStatus* status) {
   auto second = client_->Submit(spec);
   ASSERT_TRUE(second.ok()) << second.status();
+  *id = *second;
   {
     absl::MutexLock lock(&mu_);
     disturbed_ = *second;
   }
-  v1::JobStatus status = WaitFor(
+  *status = WaitFor(
       *second, [](const v1::JobStatus& s) { return s.state() == v1::RUNNING; });
-  ASSERT_EQ(status.state(), v1::RUNNING) << status.message();
-  const std::string lost_address = status.shard_map().servers(1);
-  // The free server that will take the lost one's place.
-  auto spare = std::make_unique<ParameterServer>(Options(2));
-  ASSERT_TRUE(spare->Start().ok());
-  const std::string spare_address = spare->address();
-  servers_.push_back(std::move(spare));
+  ASSERT_EQ(status->state(), v1::RUNNING) << status->message();
+}
 
+// Stops server 1 for good once both servers applied kStopClock, then
+// waits for the job's map to record the rebuild.
+void RebuildTest::LoseServerOne(const std::string& id, v1::JobStatus* status) {
   ASSERT_TRUE(both_applied_.WaitForNotificationWithTimeout(absl::Seconds(60)));
   // Server 1 leaves for good: stopped, its store closed (and its directory's
   // lock released, as a process's death releases it).
@@ -147,29 +165,78 @@ TEST_F(RebuildTest, ALostServerIsRebuiltOnAFreeOneAndTheRunIsUndisturbed) {
   lost->Stop();
   lost.reset();
   stopped_.Notify();
-
-  status = WaitFor(
-      *second, [](const v1::JobStatus& s) { return s.map_moves_size() > 0; },
+  *status = WaitFor(
+      id, [](const v1::JobStatus& s) { return s.map_moves_size() > 0; },
       absl::Seconds(60));
-  ASSERT_EQ(status.state(), v1::RUNNING) << status.message();
-  ASSERT_EQ(status.map_moves_size(), 1);
+  ASSERT_EQ(status->state(), v1::RUNNING) << status->message();
+  ASSERT_EQ(status->map_moves_size(), 1);
+}
+
+// Waits for the disturbed job's end and compares its model with the
+// undisturbed run's, bit for bit.
+void RebuildTest::ExpectUndisturbed(const std::string& id,
+                                    const v1::JobStatus& undisturbed,
+                                    const v1::TrainedModel& expected) {
+  v1::JobStatus rebuilt = WaitEnd(id, absl::Seconds(120));
+  ASSERT_EQ(rebuilt.state(), v1::SUCCEEDED) << rebuilt.message();
+  EXPECT_EQ(rebuilt.progress().clock(), undisturbed.progress().total_clocks());
+  auto got = client_->ExportModel(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->tensors_size(), expected.tensors_size());
+  for (int t = 0; t < got->tensors_size(); ++t) {
+    EXPECT_TRUE(got->tensors(t).data() == expected.tensors(t).data())
+        << "tensor " << got->tensors(t).name() << " differs";
+  }
+  EXPECT_EQ(got->test_accuracy(), expected.test_accuracy());
+}
+
+TEST_F(RebuildTest, ALostServerIsRebuiltOnAFreeOneAndTheRunIsUndisturbed) {
+  const v1::JobSpec spec = BspJob();
+  v1::JobStatus undisturbed;
+  v1::TrainedModel expected;
+  ASSERT_NO_FATAL_FAILURE(RunUndisturbed(spec, &undisturbed, &expected));
+  std::string id;
+  v1::JobStatus status;
+  ASSERT_NO_FATAL_FAILURE(StartDisturbed(spec, &id, &status));
+  const std::string lost_address = status.shard_map().servers(1);
+  // The free server that will take the lost one's place.
+  auto spare = std::make_unique<ParameterServer>(Options(2));
+  ASSERT_TRUE(spare->Start().ok());
+  const std::string spare_address = spare->address();
+  servers_.push_back(std::move(spare));
+
+  ASSERT_NO_FATAL_FAILURE(LoseServerOne(id, &status));
   EXPECT_TRUE(status.map_moves(0).rebuild());
+  EXPECT_FALSE(status.map_moves(0).rebuilt_onto_survivor());
   EXPECT_EQ(status.map_moves(0).rebuilt_server(), 1);
   EXPECT_EQ(status.map_moves(0).rebuilt_from_address(), lost_address);
   EXPECT_EQ(status.map_moves(0).rebuilt_from_data_dir(), dir_ + "/server1");
   EXPECT_EQ(status.shard_map().servers(1), spare_address);
+  ExpectUndisturbed(id, undisturbed, expected);
+}
 
-  v1::JobStatus rebuilt = WaitEnd(*second, absl::Seconds(120));
-  ASSERT_EQ(rebuilt.state(), v1::SUCCEEDED) << rebuilt.message();
-  EXPECT_EQ(rebuilt.progress().clock(), undisturbed.progress().total_clocks());
-  auto got = client_->ExportModel(*second);
-  ASSERT_TRUE(got.ok()) << got.status();
-  ASSERT_EQ(got->tensors_size(), expected->tensors_size());
-  for (int t = 0; t < got->tensors_size(); ++t) {
-    EXPECT_TRUE(got->tensors(t).data() == expected->tensors(t).data())
-        << "tensor " << got->tensors(t).name() << " differs";
-  }
-  EXPECT_EQ(got->test_accuracy(), expected->test_accuracy());
+// No free server: server 0, the survivor, hosts server 1's place beside its
+// own (two places, one process), and the run is still undisturbed.
+TEST_F(RebuildTest, WithoutAFreeServerTheSurvivorHostsTheLostPlace) {
+  const v1::JobSpec spec = BspJob();
+  v1::JobStatus undisturbed;
+  v1::TrainedModel expected;
+  ASSERT_NO_FATAL_FAILURE(RunUndisturbed(spec, &undisturbed, &expected));
+  std::string id;
+  v1::JobStatus status;
+  ASSERT_NO_FATAL_FAILURE(StartDisturbed(spec, &id, &status));
+  const std::string survivor = status.shard_map().servers(0);
+
+  ASSERT_NO_FATAL_FAILURE(LoseServerOne(id, &status));
+  EXPECT_TRUE(status.map_moves(0).rebuild());
+  EXPECT_TRUE(status.map_moves(0).rebuilt_onto_survivor());
+  EXPECT_EQ(status.map_moves(0).rebuilt_server(), 1);
+  EXPECT_EQ(status.map_moves(0).rebuilt_from_data_dir(), dir_ + "/server1");
+  // One process serves both places.
+  ASSERT_EQ(status.shard_map().servers_size(), 2);
+  EXPECT_EQ(status.shard_map().servers(1), survivor);
+  EXPECT_EQ(status.server_storage(1).data_dir(), dir_ + "/server0");
+  ExpectUndisturbed(id, undisturbed, expected);
 }
 
 }  // namespace

@@ -15,8 +15,12 @@
 #     workers: the same parameters), wherever the kill fell: a push the
 #     lost server never acknowledged is sent again unchanged under the new
 #     map (the workers log it when it happens).
+# Mode `survivors` (third argument) starts 2 servers only: with no free
+# server, the surviving server hosts the lost place beside its own
+# (docs/durability.md, "A lost server rebuilt on the surviving servers"),
+# the map names its address for both places, and the same checks hold.
 #
-#   bash tests/system/rebuild_test.sh BUILD_DIR SOURCE_DIR
+#   bash tests/system/rebuild_test.sh BUILD_DIR SOURCE_DIR [free|survivors]
 #
 # Exits 77 (skipped) without the data set or python3. No timing asserted.
 set -eu
@@ -27,6 +31,12 @@ if [ $# -lt 2 ]; then
 fi
 BUILD_DIR=$(cd "$1" && pwd)
 SOURCE_DIR=$(cd "$2" && pwd)
+MODE=${3:-free}
+case $MODE in
+  free) SERVERS=3 ;;
+  survivors) SERVERS=2 ;;
+  *) echo "mode: free or survivors, got $MODE" >&2; exit 64 ;;
+esac
 SAMPLES=${SAMPLES:-19200}
 EPOCHS=${EPOCHS:-2}
 # shellcheck source=tests/system/tap_lib.sh disable=SC1091
@@ -40,8 +50,8 @@ system_test_mlp_job "$RUN_DIR/job.json" name=rebuild-system samples="$SAMPLES" \
 CLUSTER_COORDINATOR_ARGS="--heartbeat_interval_ms=50 --lease_ms=1000 --recovery_grace_ms=1500"
 CLUSTER_SERVER_ARGS="--shared_data_root=$RUN_DIR"
 for i in 0 1; do CLUSTER_WORKER_ARGS[$i]="--ack_log=$RUN_DIR/acks.log"; done
-cluster_start "$BUILD_DIR" "$RUN_DIR" 3 2 || fail "cluster did not start"
-ok "cluster of 1 coordinator, 3 servers on shared storage, 2 workers started"
+cluster_start "$BUILD_DIR" "$RUN_DIR" "$SERVERS" 2 || fail "cluster did not start"
+ok "cluster of 1 coordinator, $SERVERS servers on shared storage, 2 workers started ($MODE)"
 
 JOB=$(submit)
 timeout 300 "$PSCTL" --coordinator="$COORDINATOR" watch "$JOB" >"$RUN_DIR/watch1.out" 2>&1 ||
@@ -58,7 +68,7 @@ done
 VICTIM=
 LOST_ADDRESS=$(field 'j["shard_map"]["servers"][1]')
 # The job's server 1 is the server listening at that address.
-for s in server0 server1 server2; do
+for s in $(seq -f "server%g" 0 $((SERVERS - 1))); do
   if [ "127.0.0.1:$(cluster_port "$RUN_DIR/$s.ports" grpc_port)" = "$LOST_ADDRESS" ]; then
     VICTIM=$s
   fi
@@ -82,7 +92,17 @@ echo "# map moves: $MOVE"
 ok "the job's map records the rebuild of $VICTIM from its data directory"
 IMPORTER=$(grep -l "job $JOB: imported server 1's state from" "$RUN_DIR"/server*.log | head -n 1)
 [ -n "$IMPORTER" ] || fail "no server imported the lost server's state"
-LINE=$(grep -E "job $JOB: reloaded" "$IMPORTER" | tail -n 1)
+if [ "$MODE" = survivors ]; then
+  SURVIVOR=$(field 'j["shard_map"]["servers"][0]')
+  [ "$(field 'j["shard_map"]["servers"][1]')" = "$SURVIVOR" ] ||
+    fail "server place 1 is not at the survivor $SURVIVOR"
+  [ "$(field 'sum(1 for m in j.get("map_moves", []) if m.get("rebuilt_onto_survivor"))')" = 1 ] ||
+    fail "the rebuild is not recorded as onto a survivor"
+  ok "the surviving server ($SURVIVOR) hosts both places: one server process"
+  LINE=$(grep -E "job $JOB: hosting place 1 of 2" "$IMPORTER" | tail -n 1)
+else
+  LINE=$(grep -E "job $JOB: reloaded" "$IMPORTER" | tail -n 1)
+fi
 read -r C0 C1 <<<"$(echo "$LINE" | sed 's/.*worker clocks \[\?\([0-9]*\) \([0-9]*\).*/\1 \2/')"
 echo "# $(basename "$IMPORTER" .log) reloaded worker clocks $C0 $C1"
 [ "$C0" -gt "$A0" ] && [ "$C1" -gt "$A1" ] ||
@@ -90,7 +110,7 @@ echo "# $(basename "$IMPORTER" .log) reloaded worker clocks $C0 $C1"
 ok "nothing acknowledged lost (rebuilt at clocks $C0 $C1, acknowledged $A0 $A1)"
 grep -h "job $JOB: .*unacknowledged push" "$RUN_DIR"/worker*.log | sed 's/^/# /' || true
 # Informational (timing is not asserted): kill, decision, training again.
-DECIDED_AT=$(grep -h "job $JOB: server 1 .* takes its place" "$RUN_DIR/coordinator.log" | head -n 1 | cut -c12-23)
+DECIDED_AT=$(grep -hE "job $JOB: server 1 .* (takes|hosts) its place" "$RUN_DIR/coordinator.log" | head -n 1 | cut -c12-23)
 RESUMED_AT=$(grep -h "job $JOB: worker . resumes at clock" "$RUN_DIR"/worker*.log | cut -c12-23 | sort | tail -n 1)
 echo "# killed at $KILLED_AT, rebuild decided at $DECIDED_AT, both workers training again at $RESUMED_AT (UTC)"
 [ "$(accuracy)" = "$UNDISTURBED" ] ||

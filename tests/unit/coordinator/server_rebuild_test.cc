@@ -3,7 +3,8 @@
 // choice of the server that takes the place, the map it makes, the
 // assignment that tells it where to import from, and that the lost server,
 // registering again, gets no place back; without a free server on the same
-// shared storage the job fails after the grace, saying why.
+// shared storage a surviving server of the job hosts the place beside its
+// own; without either the job fails after the grace, saying why.
 #include "coordinator/server_rebuild.h"
 
 #include <string>
@@ -78,6 +79,46 @@ TEST(ServerRebuildTest, ChoosesTheFirstFreeServerOnTheSameSharedStorage) {
               HasSubstr("no free server with shared data root /shared"));
   auto own = ChooseReplacement(v1::ServerStorage(), candidates, map);
   EXPECT_THAT(own.status().message(), HasSubstr("not on shared storage"));
+}
+
+TEST(ServerRebuildTest, ASurvivorOnTheSameStorageHostingFewestPlacesIsChosen) {
+  v1::ShardMap map = TwoServerMap();
+  map.add_servers("10.0.0.3:7000");
+  map.set_servers(1, "10.0.0.3:7000");  // Server 2 hosts place 1 already.
+  const v1::ServerStorage lost = Shared("/shared", "/shared/b");
+  std::vector<SurvivorCandidate> survivors = {{.place = 0,
+                                               .address = "10.0.0.1:7000",
+                                               .shared_data_root = "/other",
+                                               .durable = true},
+                                              {.place = 2,
+                                               .address = "10.0.0.3:7000",
+                                               .shared_data_root = "/shared",
+                                               .durable = true},
+                                              {.place = 3,
+                                               .address = "10.0.0.4:7000",
+                                               .shared_data_root = "/shared/",
+                                               .durable = true}};
+  // Server 2 already hosts two places; server 3 one.
+  map.add_servers("10.0.0.4:7000");
+  auto chosen = ChooseSurvivor(lost, survivors, map);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_EQ(*chosen, 2);
+  // On a tie, the lowest place.
+  survivors[2].place = 5;
+  map.set_servers(1, "10.0.0.2:7000");
+  chosen = ChooseSurvivor(lost, survivors, map);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(*chosen, 1);
+  // A server without a data directory cannot host.
+  survivors[1].durable = false;
+  survivors[2].durable = false;
+  auto none = ChooseSurvivor(lost, survivors, map);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(none.status().message(),
+              HasSubstr("no surviving server of the job has shared data root "
+                        "/shared (3 surviving servers)"));
+  EXPECT_THAT(ChooseSurvivor(Shared("", ""), survivors, map).status().message(),
+              HasSubstr("not on shared storage"));
 }
 
 TEST(ServerRebuildTest, TheReplacementTakesThePlaceAndEveryUnitOfIt) {
@@ -165,19 +206,22 @@ class RebuildJobTest : public testing::JobManagerFixture {
     (void)lost;
   }
 
-  // A running job on two servers of `root` and one worker; a free third
-  // server of `free_root` registered after it started.
-  std::string Start(const std::string& root, const std::string& free_root) {
+  // A running job on two servers (server 0 on `survivor_root`, default
+  // `root`; server 1 on `root`) and one worker; a free third server of
+  // `free_root` registered after it started (none if it is "-").
+  std::string Start(const std::string& root, const std::string& free_root,
+                    std::string survivor_root = "=") {
+    if (survivor_root == "=") survivor_root = root;
     CreateManager();
     v1::JobSpec spec = testing::TinyJobSpec(2, 1);
     spec.set_block_elems(5);  // 4 blocks.
     auto id = manager_->Submit(spec);
     EXPECT_TRUE(id.ok()) << id.status();
-    servers_ = {RegisterShared("10.0.0.1:7000", root),
+    servers_ = {RegisterShared("10.0.0.1:7000", survivor_root),
                 RegisterShared("10.0.0.2:7000", root)};
     worker_ = Register(v1::WORKER);
     manager_->Tick(absl::Now());
-    free_ = RegisterShared("10.0.0.3:7000", free_root);
+    if (free_root != "-") free_ = RegisterShared("10.0.0.3:7000", free_root);
     return id.value_or("");
   }
 
@@ -200,6 +244,7 @@ TEST_F(RebuildJobTest, AFreeServerOnTheSharedStorageRebuildsTheLostPlace) {
   ASSERT_EQ(status->map_moves_size(), 1);
   const v1::ShardMapMove& move = status->map_moves(0);
   EXPECT_TRUE(move.rebuild());
+  EXPECT_FALSE(move.rebuilt_onto_survivor());  // The free server first.
   EXPECT_EQ(move.rebuilt_server(), 1);
   EXPECT_EQ(move.rebuilt_from_address(), "10.0.0.2:7000");
   EXPECT_EQ(move.rebuilt_from_data_dir(), "/shared/storage-10.0.0.2-7000");
@@ -231,7 +276,8 @@ TEST_F(RebuildJobTest, AFreeServerOnTheSharedStorageRebuildsTheLostPlace) {
 }
 
 TEST_F(RebuildJobTest, WithoutAFreeServerOnThatStorageTheJobFailsSayingWhy) {
-  const std::string id = Start("/shared", "/elsewhere");
+  // The survivor is on other storage: it cannot host the place either.
+  const std::string id = Start("/shared", "/elsewhere", "/other");
   LoseOne(servers_[1], {servers_[0], worker_, free_}, id);
   auto status = manager_->Get(id);
   ASSERT_TRUE(status.ok());
@@ -240,6 +286,89 @@ TEST_F(RebuildJobTest, WithoutAFreeServerOnThatStorageTheJobFailsSayingWhy) {
   EXPECT_THAT(status->message(),
               HasSubstr("not rebuilt: no free server with shared data root "
                         "/shared"));
+  EXPECT_THAT(status->message(),
+              HasSubstr("no surviving server of the job has shared data "
+                        "root /shared (1 surviving server)"));
+}
+
+TEST_F(RebuildJobTest, WithoutAFreeServerTheSurvivorHostsTheLostPlace) {
+  const std::string id = Start("/shared", "/elsewhere");
+  LoseOne(servers_[1], {servers_[0], worker_, free_}, id);
+  auto status = manager_->Get(id);
+  ASSERT_TRUE(status.ok());
+  ASSERT_EQ(status->state(), v1::RUNNING) << status->message();
+  // The map names the survivor for both places: one server process.
+  EXPECT_EQ(status->shard_map().version(), 2);
+  EXPECT_EQ(status->shard_map().servers(0), "10.0.0.1:7000");
+  EXPECT_EQ(status->shard_map().servers(1), "10.0.0.1:7000");
+  EXPECT_EQ(status->vacant_size(), 0);
+  ASSERT_EQ(status->map_moves_size(), 1);
+  const v1::ShardMapMove& move = status->map_moves(0);
+  EXPECT_TRUE(move.rebuild());
+  EXPECT_TRUE(move.rebuilt_onto_survivor());
+  EXPECT_FALSE(move.rebuilt_from_hosted());
+  EXPECT_EQ(move.rebuilt_server(), 1);
+  EXPECT_EQ(move.rebuilt_from_data_dir(), "/shared/storage-10.0.0.2-7000");
+  EXPECT_TRUE(IsHostedPlace(*status, 1));
+  EXPECT_FALSE(IsHostedPlace(*status, 0));
+  // The place's state lives in the host's directory from now on.
+  EXPECT_EQ(status->server_storage(1).data_dir(),
+            "/shared/storage-10.0.0.1-7000");
+
+  // The survivor gets its own place and the hosted one.
+  auto beat = manager_->Heartbeat(servers_[0]);
+  ASSERT_TRUE(beat.ok());
+  ASSERT_EQ(beat->assignments_size(), 2);
+  EXPECT_EQ(beat->assignments(0).index(), 0);
+  EXPECT_FALSE(beat->assignments(0).hosted());
+  EXPECT_TRUE(beat->assignments(0).rebuild_from_data_dir().empty());
+  EXPECT_EQ(beat->assignments(1).index(), 1);
+  EXPECT_TRUE(beat->assignments(1).hosted());
+  EXPECT_EQ(beat->assignments(1).rebuild_from_data_dir(),
+            "/shared/storage-10.0.0.2-7000");
+  EXPECT_EQ(beat->assignments(1).rebuild_map_version(), 2);
+
+  // Moving such a job's servers is refused, saying why.
+  auto scaled = manager_->Scale(id, 1);
+  EXPECT_EQ(scaled.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(scaled.status().message(), HasSubstr("is hosted by another"));
+}
+
+TEST_F(RebuildJobTest, TheHostLostTooIsRebuiltOnAFreeServerPlaceByPlace) {
+  const std::string id = Start("/shared", "/elsewhere");
+  LoseOne(servers_[1], {servers_[0], worker_, free_}, id);
+  ASSERT_TRUE(IsHostedPlace(*manager_->Get(id), 1));
+  // A free server on the shared storage comes; then the host is lost: both
+  // of its places are vacant. Its own place is rebuilt on the free server
+  // (the first choice), which then hosts the other, imported from the lost
+  // host's directory under the place's hosted id.
+  const std::string spare = RegisterShared("10.0.0.4:7000", "/shared");
+  const absl::Time end =
+      absl::Now() + timing_.lease + timing_.recovery_grace * 3;
+  while (absl::Now() < end) {
+    EXPECT_TRUE(manager_->Heartbeat(worker_).ok());
+    EXPECT_TRUE(manager_->Heartbeat(spare).ok());
+    manager_->Tick(absl::Now());
+    auto status = manager_->Get(id);
+    if (status->state() != v1::RUNNING || status->map_moves_size() >= 3) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  auto status = manager_->Get(id);
+  ASSERT_TRUE(status.ok());
+  ASSERT_EQ(status->state(), v1::RUNNING) << status->message();
+  ASSERT_EQ(status->map_moves_size(), 3);
+  EXPECT_EQ(status->shard_map().servers(0), "10.0.0.4:7000");
+  EXPECT_EQ(status->shard_map().servers(1), "10.0.0.4:7000");
+  const v1::ShardMapMove& hosted = status->map_moves(2);
+  EXPECT_EQ(hosted.rebuilt_server(), 1);
+  EXPECT_TRUE(hosted.rebuilt_onto_survivor());
+  EXPECT_TRUE(hosted.rebuilt_from_hosted());
+  EXPECT_EQ(hosted.rebuilt_from_data_dir(), "/shared/storage-10.0.0.1-7000");
+  auto beat = manager_->Heartbeat(spare);
+  ASSERT_TRUE(beat.ok());
+  ASSERT_EQ(beat->assignments_size(), 2);
+  EXPECT_TRUE(beat->assignments(1).hosted());
+  EXPECT_TRUE(beat->assignments(1).rebuild_from_hosted());
 }
 
 TEST_F(RebuildJobTest, AServerOnItsOwnStorageFailsTheJobAsBefore) {
