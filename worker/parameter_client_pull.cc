@@ -29,7 +29,8 @@ using parameter_client_internal::Await;
 struct PullInFlight {
   PullInFlight(const v1::PullRequest& message,
                std::vector<std::vector<SparsePart>> sparse_parts,
-               size_t servers, const std::vector<std::vector<uint64_t>>& keys)
+               size_t servers, const std::vector<std::vector<uint64_t>>& keys,
+               const std::vector<bool>& names_place)
       : parts(std::move(sparse_parts)),
         slots(servers),
         min_clocks(servers, INT64_MAX),
@@ -40,7 +41,7 @@ struct PullInFlight {
     for (size_t s = 0; s < servers; ++s) {
       v1::PullRequest request = message;
       // A server hosting two places of the job answers by the place.
-      request.set_place(static_cast<int>(s));
+      if (names_place[s]) request.set_place(static_cast<int>(s));
       for (uint64_t key : keys[s]) request.add_keys(key);
       for (const SparsePart& part : parts[s]) {
         v1::SparseRows* rows = request.add_sparse();
@@ -169,8 +170,8 @@ void ParameterClient::PullFromServers(int64_t clock,
       keys[s].push_back(servers_[s].blocks[b].key);
     }
   }
-  auto pull = std::make_shared<PullInFlight>(request, *std::move(parts),
-                                             servers_.size(), keys);
+  auto pull = std::make_shared<PullInFlight>(
+      request, *std::move(parts), servers_.size(), keys, names_place_);
   AskAllServers(
       absl::StrCat(final ? "final pull of clock " : "pull of clock ", clock),
       options_.pull_timeout,
