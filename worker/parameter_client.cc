@@ -56,6 +56,11 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
   }
   const v1::ShardMap& map = assignment.shard_map();
   client->addresses_.assign(map.servers().begin(), map.servers().end());
+  for (const std::string& address : client->addresses_) {
+    client->names_place_.push_back(std::count(client->addresses_.begin(),
+                                              client->addresses_.end(),
+                                              address) > 1);
+  }
   client->servers_.resize(client->addresses_.size());
   {
     absl::MutexLock lock(&client->reach_mu_);

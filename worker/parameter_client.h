@@ -300,6 +300,10 @@ class ParameterClient {
   std::vector<Server> servers_;
   // The servers' addresses, in servers_' order (also the fanouts' list).
   std::vector<std::string> addresses_;
+  // Per server: whether the map names its address for another place too (a
+  // lost server's place hosted by a surviving server): its requests then
+  // name their place (PullRequest and PushRequest `place`).
+  std::vector<bool> names_place_;
   // Per server: whether calls pass their payloads in shared memory.
   std::unique_ptr<std::atomic<bool>[]> shared_;
 

@@ -31,7 +31,8 @@ struct PullInFlight {
   PullInFlight(const v1::PullRequest& message,
                std::vector<std::vector<SparsePart>> sparse_parts,
                size_t servers, const std::vector<std::vector<uint64_t>>& keys,
-               const std::vector<size_t>& reply_bytes_bounds)
+               const std::vector<size_t>& reply_bytes_bounds,
+               const std::vector<bool>& names_place)
       : parts(std::move(sparse_parts)),
         slots(servers),
         min_clocks(servers, INT64_MAX),
@@ -42,7 +43,7 @@ struct PullInFlight {
     for (size_t s = 0; s < servers; ++s) {
       v1::PullRequest request = message;
       // A server hosting two places of the job answers by the place.
-      request.set_place(static_cast<int>(s));
+      if (names_place[s]) request.set_place(static_cast<int>(s));
       for (uint64_t key : keys[s]) request.add_keys(key);
       for (const SparsePart& part : parts[s]) {
         v1::SparseRows* rows = request.add_sparse();
@@ -176,8 +177,8 @@ void ParameterClient::PullFromServers(int64_t clock,
   for (size_t s = 0; s < servers_.size(); ++s) {
     bounds[s] = PullReplyBytes(s, (*parts)[s]);
   }
-  auto pull = std::make_shared<PullInFlight>(request, *std::move(parts),
-                                             servers_.size(), keys, bounds);
+  auto pull = std::make_shared<PullInFlight>(
+      request, *std::move(parts), servers_.size(), keys, bounds, names_place_);
   AskAllServers(
       absl::StrCat(final ? "final pull of clock " : "pull of clock ", clock),
       options_.pull_timeout,

@@ -254,8 +254,11 @@ void ParameterClient::PushWithRows(
       for (std::string& field : *fields) slices.emplace_back(field);
     }
     if (!framer.Ending().empty()) slices.emplace_back(framer.Ending());
-    // The place: a server hosting two places of the job answers by it.
-    slices.emplace_back(PushFramer::PlaceField(static_cast<int32_t>(s)));
+    // The place, where a server hosts two places of the job: it answers by
+    // it.
+    if (names_place_[s]) {
+      slices.emplace_back(PushFramer::PlaceField(static_cast<int32_t>(s)));
+    }
     push->requests[s] = grpc::ByteBuffer(slices.data(), slices.size());
   }
   SendPush(clock, push);
