@@ -183,8 +183,8 @@ class ServerJob {
   // is healthy and anything was logged since the last snapshot, writes a
   // snapshot (so a clean close leaves no log to replay), unless `snapshot`
   // is false (a server move replaces the stored state: the log is written,
-  // no snapshot, then or at any later Close). Blocks on the disk: never call it on a gRPC callback
-  // thread. Calling it again waits and does nothing more.
+  // no snapshot, then or at any later Close). Blocks on the disk: never call it
+  // on a gRPC callback thread. Calling it again waits and does nothing more.
   void Close(const absl::Status& reason, bool snapshot = true);
 
   // What a server reports of a membership change in progress

@@ -488,7 +488,7 @@ absl::StatusOr<std::vector<std::string>> StateStore::ListJobs() {
 }
 
 absl::Status StateStore::DeleteJob(const std::string& job_id,
-                                  bool reclaim_space) {
+                                   bool reclaim_space) {
   const std::string prefix = StoredJobPrefix(job_id);
   const std::string limit = JobLimit(job_id);
   const std::string context =

@@ -75,8 +75,7 @@ class MoveAdoptTest : public testing::ServerJobStoreFixture {
  protected:
   // A push of worker 0 at `clock` under map `version`: every block server
   // 0 holds there, gradients from the clock.
-  absl::Status Push(ParameterManager& manager, int64_t clock,
-                    int64_t version) {
+  absl::Status Push(ParameterManager& manager, int64_t clock, int64_t version) {
     v1::PushRequest push;
     push.set_job_id(kJobId);
     push.set_worker_index(0);
@@ -100,12 +99,11 @@ class MoveAdoptTest : public testing::ServerJobStoreFixture {
       result = reply.status();
     });
     absl::MutexLock lock(&mu);
-    mu.AwaitWithTimeout(absl::Condition(
-                            +[](std::optional<absl::Status>* r) {
-                              return r->has_value();
-                            },
-                            &result),
-                        absl::Seconds(30));
+    mu.AwaitWithTimeout(
+        absl::Condition(
+            +[](std::optional<absl::Status>* r) { return r->has_value(); },
+            &result),
+        absl::Seconds(30));
     return result.value_or(absl::DeadlineExceededError("no answer"));
   }
 
@@ -162,7 +160,8 @@ class MoveAdoptTest : public testing::ServerJobStoreFixture {
     bool stored = !want;
     while (absl::Now() < deadline) {
       auto ids = store_->ListJobs();
-      stored = ids.ok() && std::find(ids->begin(), ids->end(), id) != ids->end();
+      stored =
+          ids.ok() && std::find(ids->begin(), ids->end(), id) != ids->end();
       if (stored == want) break;
       absl::SleepFor(absl::Milliseconds(5));
     }
@@ -246,7 +245,8 @@ TEST_P(MoveAdoptTest, AnAbandonedMoveLeavesNoCopyAndTheJobGoesOn) {
   EXPECT_TRUE(Push(manager, 2, 1).ok());
   auto values = Values(manager, 3, 1);
   ASSERT_TRUE(values.ok()) << values.status();
-  EXPECT_EQ(values->size(), size_t(MakeAssignment(1).shard_map().blocks_size()));
+  EXPECT_EQ(values->size(),
+            size_t(MakeAssignment(1).shard_map().blocks_size()));
   manager.Shutdown();
 }
 
