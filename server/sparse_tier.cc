@@ -164,36 +164,24 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
   values->assign(ids.size(), std::string());
   if (ids.empty()) return absl::OkStatus();
   keys_looked_up_ += static_cast<int64_t>(ids.size());
-  // The queue first, newest batch first: a row found there is the newest.
-  // A row not found there is in RocksDB if anywhere: the writer takes a
-  // batch off the queue only after RocksDB holds it.
+  // The queue first: a row found there is the newest. A row not found
+  // there is in RocksDB if anywhere: the writer forgets a batch's rows only
+  // after RocksDB holds them.
   std::vector<size_t> rest;
   {
     absl::MutexLock lock(&mu_);
     if (!writer_status_.ok()) return writer_status_;
-    // The queued batches holding rows of `table`, newest first (a table's
-    // batch holds its rows only: one pass here, not one per id).
-    std::vector<const Batch*> mine;
-    for (auto b = queue_.rbegin(); b != queue_.rend(); ++b) {
-      if (!b->ops_.empty() && b->ops_.front().table <= table &&
-          table <= b->ops_.back().table) {
-        mine.push_back(&*b);
-      }
-    }
     rest.reserve(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) {
-      const Batch::Op* op = nullptr;
-      const Batch* in = nullptr;
-      const uint64_t hash = Batch::KeyHash(table, ids[i]);
-      for (size_t b = 0; op == nullptr && b < mine.size(); ++b) {
-        if (!mine[b]->MayHold(hash)) continue;
-        op = mine[b]->Find(table, ids[i]);
-        in = mine[b];
-      }
-      if (op == nullptr) {
+      const auto it = queued_rows_.find(RowKey{table, ids[i]});
+      if (it == queued_rows_.end()) {
         rest.push_back(i);
-      } else if (op->size != Batch::kDelete) {
-        (*values)[i].assign(in->values_.data() + op->offset, op->size);
+        continue;
+      }
+      const Batch& in = *it->second;
+      const Batch::Op* op = in.Find(table, ids[i]);
+      if (op->size != Batch::kDelete) {
+        (*values)[i].assign(in.values_.data() + op->offset, op->size);
       }
     }
   }
@@ -271,30 +259,17 @@ void SparseTier::Batch::Delete(uint32_t table, uint64_t id) {
 }
 
 size_t SparseTier::Batch::bytes() const {
-  return ops_.capacity() * sizeof(Op) + values_.capacity() +
-         filter_.capacity() * sizeof(uint64_t) + sizeof(Batch);
-}
-
-uint64_t SparseTier::Batch::KeyHash(uint32_t table, uint64_t id) {
-  // splitmix64's finalizer of the id, mixed with the table.
-  uint64_t h = id + 0x9e3779b97f4a7c15ULL * (uint64_t{table} + 1);
-  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
-  return h ^ (h >> 31);
+  // An index entry a row: key, batch pointer and control byte, at the
+  // table's 7/8 load.
+  constexpr size_t kIndexBytesPerOp = 32;
+  return ops_.capacity() * (sizeof(Op) + kIndexBytesPerOp) +
+         values_.capacity() + sizeof(Batch);
 }
 
 void SparseTier::Batch::Sort() {
   std::stable_sort(ops_.begin(), ops_.end(), [](const Op& a, const Op& b) {
     return a.table != b.table ? a.table < b.table : a.id < b.id;
   });
-  // About 8 bits an op: one word per 8 ops, rounded up to a power of two.
-  size_t words = 1;
-  while (words * 8 < ops_.size()) words *= 2;
-  filter_.assign(words, 0);
-  for (const Op& op : ops_) {
-    const uint64_t hash = KeyHash(op.table, op.id);
-    filter_[hash & (words - 1)] |= FilterMask(hash);
-  }
 }
 
 const SparseTier::Batch::Op* SparseTier::Batch::Find(uint32_t table,
@@ -436,6 +411,10 @@ absl::Status SparseTier::Write(Batch& batch) {
   }
   queue_bytes_ += bytes;
   queue_.push_back(std::move(queued));
+  const Batch* in = &queue_.back();
+  for (const Batch::Op& op : in->ops_) {
+    queued_rows_.insert_or_assign(RowKey{op.table, op.id}, in);
+  }
   if (WriterShouldWrite()) changed_.SignalAll();
   return absl::OkStatus();
 }
@@ -489,10 +468,29 @@ void SparseTier::WriterLoop() {
       PS_LOG_ERROR(path_, ": ", s.message());
     }
     for (size_t i = 0; i < batches.size(); ++i) {
+      ForgetWritten(queue_.front());
       queue_bytes_ -= queue_.front().bytes();
       queue_.pop_front();
     }
     changed_.SignalAll();
+  }
+}
+
+void SparseTier::ForgetWritten(const Batch& batch) {
+  // Reads between the pieces find a forgotten row in RocksDB, and the rest
+  // still in `batch`, which stays queued until every entry is gone.
+  constexpr size_t kPiece = 4096;
+  const std::vector<Batch::Op>& ops = batch.ops_;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (i > 0 && i % kPiece == 0) {
+      mu_.Unlock();
+      mu_.Lock();
+    }
+    const auto it = queued_rows_.find(RowKey{ops[i].table, ops[i].id});
+    // A newer batch's change of the row keeps its entry.
+    if (it != queued_rows_.end() && it->second == &batch) {
+      queued_rows_.erase(it);
+    }
   }
 }
 

@@ -30,8 +30,10 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -126,7 +128,7 @@ class SparseTier {
     // Drops row `id` of `table`.
     void Delete(uint32_t table, uint64_t id);
     bool empty() const { return ops_.empty(); }
-    // Bytes the batch takes in the write queue.
+    // Bytes the batch takes in the write queue (its index entries too).
     size_t bytes() const;
 
    private:
@@ -138,28 +140,12 @@ class SparseTier {
       uint64_t offset = 0;  // Into values_.
     };
     static constexpr uint32_t kDelete = ~uint32_t{0};
-    // Sorts the ops by key (a key's in the order given: the last wins),
-    // and builds the filter of its ids.
+    // Sorts the ops by key (a key's in the order given: the last wins).
     void Sort();
     // The newest op of (table, id) in a sorted batch, or null.
     const Op* Find(uint32_t table, uint64_t id) const;
-    // False when the sorted batch holds no op of the id of `hash`
-    // (KeyHash): a blocked Bloom filter, two bits of one word per id,
-    // about 8 bits an op, so that a read skips most queued batches without
-    // a binary search of them.
-    bool MayHold(uint64_t hash) const {
-      if (filter_.empty()) return true;
-      const uint64_t mask = FilterMask(hash);
-      return (filter_[hash & (filter_.size() - 1)] & mask) == mask;
-    }
-    static uint64_t KeyHash(uint32_t table, uint64_t id);
-    static uint64_t FilterMask(uint64_t hash) {
-      return (uint64_t{1} << ((hash >> 40) & 63)) |
-             (uint64_t{1} << ((hash >> 46) & 63));
-    }
     std::vector<Op> ops_;
-    std::vector<char> values_;      // Every Put's stored bytes, back to back.
-    std::vector<uint64_t> filter_;  // Sort's; words a power of two.
+    std::vector<char> values_;  // Every Put's stored bytes, back to back.
   };
   // Queues `batch` for the writer (it takes the batch's contents and clears
   // it) and returns; once half of options.queue_bytes is queued the writer
@@ -219,6 +205,10 @@ class SparseTier {
   void WriterLoop();
   // Whether the writer should write the queue now (guarded by mu_).
   bool WriterShouldWrite() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops queued_rows_'s entries that name `batch` (in RocksDB now), a few
+  // thousand under the lock at a time. Called by the writer only, with mu_
+  // held (released and taken again between those pieces).
+  void ForgetWritten(const Batch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   const rocksdb::Options options_;  // The database's, for SstFileWriter.
@@ -233,6 +223,21 @@ class SparseTier {
   // them, which stays readable until RocksDB holds it (a deque's elements
   // stay where they are as others are appended).
   std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
+  // For each row with a change in the queue, the newest batch holding one:
+  // a read finds a queued row in one lookup however many batches are
+  // queued (small batches, a few rows a clock, can queue thousands before
+  // half the bound is reached). An entry goes when its batch is in RocksDB
+  // (WriterLoop), before the batch leaves the queue.
+  struct RowKey {
+    uint32_t table;
+    uint64_t id;
+    bool operator==(const RowKey&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const RowKey& k) {
+      return H::combine(std::move(h), k.table, k.id);
+    }
+  };
+  absl::flat_hash_map<RowKey, const Batch*> queued_rows_ ABSL_GUARDED_BY(mu_);
   size_t queue_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Callers waiting for the writer (Drain, a Write that needs room): it
   // writes the queue without waiting for it to fill.

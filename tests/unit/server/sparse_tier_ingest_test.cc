@@ -7,12 +7,14 @@
 // same bits as a table without a budget.
 #include <stdlib.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -187,6 +189,55 @@ TEST(SparseTierIngestTest, FilesAreHalfTheQueueAndReadsSeeEveryWrite) {
   EXPECT_LE(tier->files_ingested(),
             static_cast<int64_t>(written / (queue / 2)) + drains + 1);
   ExpectTier(*tier, ids, model, /*scan=*/true, "end");
+}
+
+// Thousands of small batches queued (a few rows each, as a clock of a
+// lightly used table demotes), then a large batch whose rows the writer
+// forgets in pieces after ingesting it: reads from another thread meanwhile
+// find every row's newest value, whether it is still queued or in RocksDB.
+TEST(SparseTierIngestTest, ReadsFindTheNewestRowAmongThousandsOfBatches) {
+  std::unique_ptr<SparseTier> tier = OpenTier(size_t{256} << 20);
+  ASSERT_NE(tier, nullptr);
+  std::vector<uint64_t> ids(20000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 104729 + 7;
+  std::map<uint64_t, float> model;
+  tier->PauseWriterForTest(true);
+  for (int b = 0; b < 3000; ++b) {
+    SparseTier::Batch batch;
+    for (int k = 0; k < 3; ++k) {
+      const uint64_t id = ids[(b * 7 + k * 1013) % 2000];
+      if ((b + k) % 11 == 0) {
+        batch.Delete(3, id);
+        model.erase(id);
+      } else {
+        Put(batch, id, static_cast<float>(b * 10 + k));
+        model[id] = static_cast<float>(b * 10 + k);
+      }
+    }
+    ASSERT_TRUE(tier->Write(batch).ok());
+  }
+  ExpectTier(*tier, ids, model, /*scan=*/false, "3000 batches queued");
+  SparseTier::Batch large;
+  for (size_t i = 1000; i < ids.size(); ++i) {
+    Put(large, ids[i], static_cast<float>(i));
+    model[ids[i]] = static_cast<float>(i);
+  }
+  ASSERT_TRUE(tier->Write(large).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      ExpectTier(*tier, ids, model, /*scan=*/false, "while written");
+      ++reads;
+    }
+  });
+  tier->PauseWriterForTest(false);
+  ASSERT_TRUE(tier->Drain().ok());
+  stop = true;
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(tier->queued_bytes(), 0u);
+  ExpectTier(*tier, ids, model, /*scan=*/true, "ingested");
 }
 
 v1::SparseTableSpec Spec(int64_t max_idle_clocks) {
