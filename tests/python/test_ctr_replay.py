@@ -110,11 +110,14 @@ def test_replay_ends_where_the_cluster_ends(cluster, tmp_path, data):
     assert final.state == ps.v1.SUCCEEDED, final.message
     ours_auc, ours_loss = final.progress.test_auc, final.progress.test_log_loss
     replay = torch_run(spec, data, replay=True)
-    # 46 steps on the same batches from the same values: only float sums'
-    # order differs (measured: ~1e-6).
-    assert replay["auc"] == pytest.approx(ours_auc, abs=2e-4)
-    assert replay["log_loss"] == pytest.approx(ours_loss, abs=2e-4)
+    # 46 steps on the same batches from the same values: only the float sums'
+    # order differs (measured: the same 6 digits; PyTorch with its own order
+    # and values: 0.027 lower AUC).
+    assert replay["auc"] == pytest.approx(ours_auc, abs=1e-4)
+    assert replay["log_loss"] == pytest.approx(ours_loss, abs=1e-4)
     # PyTorch's own order and initial values end elsewhere: the check above
     # is not one any run passes.
     other = torch_run(spec, data, replay=False)
+    print(f"cluster {ours_auc:.6f} {ours_loss:.6f}, replay {replay['auc']} {replay['log_loss']},"
+          f" own order and values {other['auc']} {other['log_loss']}")
     assert abs(other["log_loss"] - ours_loss) > 2e-4 or abs(other["auc"] - ours_auc) > 2e-4
