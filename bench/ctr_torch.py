@@ -339,7 +339,7 @@ def log_loss(labels, probabilities):
 def evaluate(model, test, unseen_rows):
     """(AUC, log loss) of the model on the test arrays, over the float32
     probabilities; unseen_rows (n, dim) are the rows of the test codes
-    never trained (test["unseen"])."""
+    never trained (test["unseen"]); None: they read the zero row."""
     model.eval()
     probabilities = []
     for start in range(0, len(test["labels"]), EVAL_BATCH):
@@ -347,7 +347,7 @@ def evaluate(model, test, unseen_rows):
         which = torch.from_numpy(test["unseen"][rows].astype(np.int64))
         logits = model(torch.from_numpy(test["dense"][rows]),
                        torch.from_numpy(test["idx"][rows].astype(np.int64)),
-                       unseen=(which, unseen_rows))
+                       unseen=None if unseen_rows is None else (which, unseen_rows))
         probabilities.append(torch.sigmoid(logits).numpy())
     model.train()
     probabilities = np.concatenate(probabilities)
@@ -430,10 +430,16 @@ def run_rank(rank, args, directory, table_rows, port, queue):
     if args.replay_job:
         with open(os.path.join(directory, "replay", "manifest.json")) as f:
             manifest = json.load(f)
-        ctr_replay.set_initial_values(plain, manifest, directory, table_rows)
-        order = ctr_replay.read_order(os.path.join(directory, "replay"))
-        per_epoch = manifest["steps_per_epoch"] * args.batch_size
-    unseen = unseen_rows(args, directory, manifest, args.dim) if rank == 0 else None
+        if "order" in args.replay_parts:
+            order = ctr_replay.read_order(os.path.join(directory, "replay"))
+            per_epoch = manifest["steps_per_epoch"] * args.batch_size
+        if "values" in args.replay_parts:
+            ctr_replay.set_initial_values(plain, manifest, directory, table_rows)
+        else:
+            manifest = None  # PyTorch's own initial values, unseen rows too.
+    unseen = None
+    if rank == 0 and args.unseen_rows == "initial":
+        unseen = unseen_rows(args, directory, manifest, args.dim)
     records = []
     for epoch in range(1, args.epochs + 1):
         rng = np.random.default_rng([args.seed, epoch, rank])
@@ -535,9 +541,16 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=0,
                    help="threads per training process (0: 2 single, 1 ddp)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--unseen_rows", choices=("initial", "zeros"), default="initial",
+                   help="what a test code absent from the training rows reads: an initial "
+                   "row never trained (default, as our cluster) or zeros (as a table "
+                   "with admission, and this script before 2026-11-27)")
     p.add_argument("--replay_job", default=None,
                    help="a CTR job spec (JSON) whose cluster run to replay exactly: its "
                    "batches and initial values (--mode single only; module docstring)")
+    p.add_argument("--replay_parts", choices=("order,values", "order", "values"),
+                   default="order,values", help="what --replay_job replays: the "
+                   "cluster's batches, its initial values, or both (default)")
     p.add_argument("--replay_tool", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "build", "bench",
         "ps-ctr-replay-state"), help="ps-ctr-replay-state (default: build/bench/'s)")
@@ -566,7 +579,8 @@ def main(argv=None):
     world = args.world_size if args.mode == "ddp" else 1
     steps = train_rows // world // args.batch_size
     result = {"mode": args.mode, "world_size": world, "threads": args.threads,
-              "replay": bool(args.replay_job),
+              "replay": bool(args.replay_job), "unseen_rows": args.unseen_rows,
+              "replay_parts": args.replay_parts if args.replay_job else "",
               "tables": args.tables,
               "train_seconds": round(sum(r["seconds"] for r in records), 3),
               "epochs": records, "max_rss_bytes_per_rank": rss,

@@ -27,7 +27,9 @@
 #
 # GEN_ARGS adds bench/criteo_gen.py options (e.g. "--max_cardinality
 # 50000000 --zipf_s 0.9" for more distinct ids); DATA (a directory holding
-# train.tsv, test.tsv and teacher.json) reuses generated data. Uses the
+# train.tsv, test.tsv and teacher.json) reuses generated data; TORCH_ARGS
+# adds bench/ctr_torch.py options to the PyTorch systems (e.g.
+# "--unseen_rows zeros", the baseline before 2026-11-27). Uses the
 # executables in BUILD_DIR (build first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,11 +85,13 @@ run_torch() {
     replay=(--replay_job "$dir/job.json"
       --replay_tool "$BUILD_DIR/bench/ps-ctr-replay-state")
   fi
+  # shellcheck disable=SC2086  # TORCH_ARGS are meant to split
   "$PY" bench/ctr_torch.py --mode "$mode" --world_size 2 "${replay[@]}" \
     --train "$DATA/train.tsv" --test "$DATA/test.tsv" --epochs 1 \
     --batch_size "$batch" --dim 16 --bottom 64,16 --top 64,32 \
     --interaction dot --sparse_optimizer rowwise_adagrad --sparse_lr 0.05 \
-    --dense_optimizer adagrad --dense_lr 0.01 >"$dir/out.txt" 2>"$dir/log.txt" ||
+    --dense_optimizer adagrad --dense_lr 0.01 ${TORCH_ARGS:-} \
+    >"$dir/out.txt" 2>"$dir/log.txt" ||
     { tail -n 20 "$dir/log.txt" >&2; return 1; }
   tail -n 1 "$dir/out.txt" | "$PY" bench/ctr_vs_pytorch.py record-torch \
     --round "$round" >>"$RESULTS"
