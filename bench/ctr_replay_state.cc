@@ -139,7 +139,8 @@ double ResolvedScale(const v1::SparseTableSpec& table) {
 absl::Status WriteFile(const std::string& path, const void* data,
                        size_t bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  out.write(static_cast<const char*>(data),
+            static_cast<std::streamsize>(bytes));
   out.close();
   if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
   return absl::OkStatus();
@@ -172,8 +173,9 @@ absl::Status WriteOrder(const v1::JobSpec& spec, int64_t per_worker,
           const int64_t j = k * window + orders[w][position - k * window];
           global[static_cast<size_t>(i)] = shard.SourceSample(j);
         }
-        out.write(reinterpret_cast<const char*>(global.data()),
-                  static_cast<std::streamsize>(global.size() * sizeof(int64_t)));
+        out.write(
+            reinterpret_cast<const char*>(global.data()),
+            static_cast<std::streamsize>(global.size() * sizeof(int64_t)));
       }
     }
   }
@@ -184,6 +186,33 @@ absl::Status WriteOrder(const v1::JobSpec& spec, int64_t per_worker,
 
 std::string JsonInts(const std::vector<int64_t>& values) {
   return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
+}
+
+// dense.f32: the dense tensors' initial values (the file's comment);
+// returns their manifest entries.
+absl::StatusOr<std::vector<std::string>> WriteDense(const v1::JobSpec& spec,
+                                                    const std::string& path) {
+  PS_ASSIGN_OR_RETURN(const std::vector<TensorSpec> tensors,
+                      ModelTensors(spec.model()));
+  std::vector<float> dense;
+  std::vector<std::string> entries;
+  std::vector<int64_t> starts;
+  for (const TensorSpec& t : tensors) {
+    entries.push_back(
+        absl::StrFormat(R"({"name": "%s", "shape": %s, "offset": %d})", t.name,
+                        JsonInts(t.shape), dense.size()));
+    starts.push_back(static_cast<int64_t>(dense.size()));
+    dense.resize(dense.size() + t.num_elems());
+  }
+  for (const BlockSpec& b : SplitIntoBlocks(tensors, spec.block_elems())) {
+    const std::vector<float> values =
+        InitialBlockValues(tensors[b.tensor_index], b, spec.seed());
+    std::copy(values.begin(), values.end(),
+              dense.begin() + starts[b.tensor_index] + b.offset);
+  }
+  PS_RETURN_IF_ERROR(
+      WriteFile(path, dense.data(), dense.size() * sizeof(float)));
+  return entries;
 }
 
 absl::Status WriteState(const v1::JobSpec& spec, int64_t train_samples,
@@ -202,34 +231,10 @@ absl::Status WriteState(const v1::JobSpec& spec, int64_t train_samples,
         absl::StrCat(train_samples, " samples make no step of ", workers,
                      " workers of batch ", spec.batch_size()));
   }
-  PS_RETURN_IF_ERROR(
-      WriteOrder(spec, per_worker, steps, dir + "/order.i64"));
+  PS_RETURN_IF_ERROR(WriteOrder(spec, per_worker, steps, dir + "/order.i64"));
 
-  PS_ASSIGN_OR_RETURN(const std::vector<TensorSpec> tensors,
-                      ModelTensors(spec.model()));
-  std::vector<float> dense;
-  std::vector<std::string> entries;
-  for (uint32_t t = 0; t < tensors.size(); ++t) {
-    entries.push_back(absl::StrFormat(
-        R"({"name": "%s", "shape": %s, "offset": %d})", tensors[t].name,
-        JsonInts(tensors[t].shape), dense.size()));
-    dense.resize(dense.size() + tensors[t].num_elems());
-  }
-  std::vector<int64_t> starts;
-  int64_t offset = 0;
-  for (const TensorSpec& t : tensors) {
-    starts.push_back(offset);
-    offset += t.num_elems();
-  }
-  for (const BlockSpec& b : SplitIntoBlocks(tensors, spec.block_elems())) {
-    const std::vector<float> values =
-        InitialBlockValues(tensors[b.tensor_index], b, spec.seed());
-    std::copy(values.begin(), values.end(),
-              dense.begin() + starts[b.tensor_index] + b.offset);
-  }
-  PS_RETURN_IF_ERROR(WriteFile(dir + "/dense.f32", dense.data(),
-                               dense.size() * sizeof(float)));
-
+  PS_ASSIGN_OR_RETURN(const std::vector<std::string> entries,
+                      WriteDense(spec, dir + "/dense.f32"));
   PS_ASSIGN_OR_RETURN(const CtrLayout layout, CtrModelLayout(spec.model()));
   std::vector<std::string> tables;
   for (const v1::SparseTableSpec& table : spec.model().sparse_tables()) {
@@ -267,9 +272,9 @@ absl::Status PrintRows(const v1::JobSpec& spec) {
   std::vector<SparseRowInit> inits;
   for (int t = 0; t < spec.model().sparse_tables_size(); ++t) {
     const v1::SparseTableSpec& table = spec.model().sparse_tables(t);
-    PS_ASSIGN_OR_RETURN(SparseRowInit init,
-                        SparseRowInit::Create(table.init(), table.dim(),
-                                              spec.seed(), t));
+    PS_ASSIGN_OR_RETURN(
+        SparseRowInit init,
+        SparseRowInit::Create(table.init(), table.dim(), spec.seed(), t));
     inits.push_back(std::move(init));
   }
   std::string line;
