@@ -3,6 +3,7 @@
 
   ctr_torch.py --mode single --train TRAIN.tsv --test TEST.tsv [--threads 2]
   ctr_torch.py --mode ddp --world_size 2 --train TRAIN.tsv --test TEST.tsv
+  ctr_torch.py --mode single --replay_job JOB.json --train ... --test ...
 
 trains our built-in CTR model (CtrModelSpec in proto/ps/v1/job.proto) on
 Criteo-format TSV files (label, 13 integers, 26 categoricals as 32-bit hex,
@@ -32,10 +33,19 @@ The model, as ours:
 Ids: our cluster keys field f's value v as (f << 33) | (1 << 32) | v and a
 missing value as f << 33, with no vocabulary. PyTorch needs row indices, so
 each field gets a vocabulary of the codes seen in the training rows read (a
-missing value is a code of its own, as in the cluster); a test code absent
-from it maps to the field's extra last row, which is zeros and never trained
-(the cluster reads ids it never admitted as zeros). Both modes use the same
-vocabulary, built once by the parent process before training starts.
+missing value is a code of its own, as in the cluster). A test code absent
+from it reads, at evaluation, an initial row of its own that is never
+trained: U(-1/sqrt(dim), +...) drawn once per (field, code) (with --replay_job,
+the cluster's own initial row), as the cluster reads an id no update ever
+created under its default admission (every id at its first update; a table
+with min_count or probability admission reads such an id as zeros instead).
+These rows are held by the evaluating process only, apart from the tables.
+Both modes use the same vocabulary, built once by the parent process before
+training starts.
+
+Evaluation: as the cluster's (common/binary_metrics.cc): AUC over the
+float32 probabilities sigmoid(logit) (ties counted half), log loss of the
+probabilities clamped to [1e-7, 1 - 1e-7], in float64.
 
 Modes:
 - single: one training process (--threads intra-op threads, default 2), the
@@ -48,6 +58,16 @@ Modes:
   on rows [r*n/W, (r+1)*n/W) of the training file (the file is taken as
   shuffled; the remainder is dropped), shuffled by (seed, epoch, rank) every
   epoch, batches of --batch_size per process (a global batch of W times it).
+- single with --replay_job JOB.json: the cluster's own run of that job
+  (ours: the spec bench/ctr_vs_pytorch.sh submits) replayed in one process
+  (bench/ctr_replay.py): the global batch of step s is worker 0's batch s
+  then worker 1's, from the same sharding and windowed shuffle as the
+  workers' CtrSampleStream, the sparse rows start at the servers' initial
+  values (SparseRowInit, replicated in numpy) and the dense layers at
+  theirs (written by ps-ctr-replay-state, --replay_tool), so that the two
+  differ only by float summation order. --batch_size must be the job's
+  global batch (num_workers x batch_size) and --epochs its epochs; the
+  model and optimizer arguments must match the job's (checked).
 Only full batches are trained. Rank 0 evaluates after every epoch while the
 others wait; evaluation time is reported apart from training time. DDP in
 torch 1.13 takes the sparse gradients of EmbeddingBag(sparse=True) as they
@@ -88,7 +108,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ctr_torch_data import NUM_DENSE, index_fields, load_arrays, load_criteo, save_arrays
+import ctr_replay
+from ctr_torch_data import (NUM_DENSE, index_fields, index_unseen, load_arrays, load_criteo,
+                            save_arrays)
 
 EVAL_BATCH = 4096
 
@@ -104,21 +126,32 @@ def prepare_data(args, directory):
     t1 = time.time()
     test = load_criteo(args.test, args.max_test_rows)
     t2 = time.time()
-    train_idx, test_idx, sizes = index_fields(train["codes"], test["codes"])
+    vocabs = [] if args.replay_job else None
+    train_idx, test_idx, sizes = index_fields(train["codes"], test["codes"], vocabs)
+    unseen, unseen_fields, unseen_codes = index_unseen(test["codes"], test_idx, sizes)
     t3 = time.time()
     lines = len(train["labels"]) + len(test["labels"])
     world = args.world_size if args.mode == "ddp" else 1
+    if args.replay_job:
+        save_arrays(directory, "vocab", codes=np.concatenate(vocabs))
+        manifest = ctr_replay.write_state(args.replay_tool, args.replay_job,
+                                          len(train["labels"]),
+                                          os.path.join(directory, "replay"))
+        ctr_replay.check_args(args, manifest)
     per_rank = len(train["labels"]) // world
     for r in range(world):
         rows = slice(r * per_rank, (r + 1) * per_rank)
         save_arrays(directory, f"train{r}", labels=train["labels"][rows],
                     dense=train["dense"][rows], idx=train_idx[rows])
-    save_arrays(directory, "test", labels=test["labels"], dense=test["dense"], idx=test_idx)
+    save_arrays(directory, "test", labels=test["labels"], dense=test["dense"], idx=test_idx,
+                unseen=unseen)
+    save_arrays(directory, "unseen", fields=unseen_fields, codes=unseen_codes)
     figures = {"train_rows": len(train["labels"]), "test_rows": len(test["labels"]),
                "parse_seconds": round(t2 - t0, 3),
                "parse_lines_per_second": round(lines / (t2 - t0)),
                "train_parse_seconds": round(t1 - t0, 3),
                "index_seconds": round(t3 - t2, 3),
+               "unseen_test_codes": len(unseen_codes),
                "load_seconds": round(time.time() - t0, 3),
                "table_rows": sizes}
     return sizes, len(train["labels"]), figures
@@ -204,10 +237,19 @@ class CtrModel(nn.Module):
         self.interaction = args.interaction
         self.top = mlp([top_in] + args.top + [1], final_linear=True)
 
-    def forward(self, dense, idx):
+    def forward(self, dense, idx, unseen=None):
         """Logits (batch,) of dense (batch, 13) float and idx (batch, fields)
-        int64 row indices."""
+        int64 row indices. unseen: None, or (which (batch, fields) int64,
+        rows (n, dim)): where which >= 0, the field's vector is
+        rows[which] instead of its table's row (evaluation: test codes
+        never trained)."""
         fields = self.tables(idx)
+        if unseen is not None:
+            which, rows = unseen
+            mask = which >= 0
+            if bool(mask.any()):
+                fields = fields.clone()
+                fields[mask] = rows[which[mask]]
         if self.bottom is None:
             head, vectors = [], fields
         else:
@@ -286,34 +328,47 @@ def auc(labels, scores):
     return float((ranks[positives].sum() - p * (p + 1) / 2.0) / (p * n))
 
 
-def log_loss(labels, logits):
-    """Mean binary cross-entropy of sigmoid(logits), in float64."""
-    z = logits.astype(np.float64)
-    return float(np.mean(np.logaddexp(0.0, z) - labels * z))
+def log_loss(labels, probabilities):
+    """Mean binary cross-entropy of the probabilities clamped to [1e-7,
+    1 - 1e-7], in float64 (as common/binary_metrics.cc)."""
+    p = np.clip(probabilities.astype(np.float64), 1e-7, 1.0 - 1e-7)
+    return float(np.mean(-(labels * np.log(p) + (1.0 - labels) * np.log1p(-p))))
 
 
 @torch.no_grad()
-def evaluate(model, test):
-    """(AUC, log loss) of the model on the test arrays."""
+def evaluate(model, test, unseen_rows):
+    """(AUC, log loss) of the model on the test arrays, over the float32
+    probabilities; unseen_rows (n, dim) are the rows of the test codes
+    never trained (test["unseen"]); None: they read the zero row."""
     model.eval()
-    logits = []
+    probabilities = []
     for start in range(0, len(test["labels"]), EVAL_BATCH):
         rows = slice(start, start + EVAL_BATCH)
-        logits.append(model(torch.from_numpy(test["dense"][rows]),
-                            torch.from_numpy(test["idx"][rows].astype(np.int64))).numpy())
+        which = torch.from_numpy(test["unseen"][rows].astype(np.int64))
+        logits = model(torch.from_numpy(test["dense"][rows]),
+                       torch.from_numpy(test["idx"][rows].astype(np.int64)),
+                       unseen=None if unseen_rows is None else (which, unseen_rows))
+        probabilities.append(torch.sigmoid(logits).numpy())
     model.train()
-    logits = np.concatenate(logits)
-    return auc(test["labels"], logits), log_loss(test["labels"], logits)
+    probabilities = np.concatenate(probabilities)
+    return auc(test["labels"], probabilities), log_loss(test["labels"], probabilities)
 
 
 # ------------------------------------------------------------------ training
 
-def train_epoch(model, optimizers, shard, batch, rng):
-    """One pass over the shard in a random order (full batches only)."""
+def train_epoch(model, optimizers, shard, batch, rng, order=None):
+    """One pass over the shard in a random order (full batches only), or,
+    given `order` (--replay_job: the epoch's samples, batch after batch),
+    in that order."""
     loss_fn = nn.BCEWithLogitsLoss()
-    order = rng.permutation(len(shard["labels"]))
+    replay = order is not None
+    if not replay:
+        order = rng.permutation(len(shard["labels"]))
     for s in range(len(order) // batch):
-        rows = np.sort(order[s * batch:(s + 1) * batch])
+        rows = order[s * batch:(s + 1) * batch]
+        # A batch's samples in the order of the file (faster gathers), or,
+        # replaying, in the cluster's order (the same sums' order).
+        rows = np.asarray(rows) if replay else np.sort(rows)
         dense = torch.from_numpy(shard["dense"][rows])
         idx = torch.from_numpy(shard["idx"][rows].astype(np.int64))
         labels = torch.from_numpy(shard["labels"][rows])
@@ -337,6 +392,26 @@ def build_model(args, table_rows):
     return model, [sparse_optimizer(tables, args), dense_optimizer(mlps, args)]
 
 
+# ---------------------------------------------------------- unseen test codes
+
+def unseen_rows(args, directory, manifest, dim):
+    """The rows of the test codes never trained (prepare_data's "unseen"
+    arrays): the cluster's initial rows under --replay_job, else drawn from
+    U(-1/sqrt(dim), +...) with --seed."""
+    unseen = load_arrays(directory, "unseen", ("fields", "codes"))
+    fields, codes = unseen["fields"], unseen["codes"]
+    if manifest is None:
+        bound = 1.0 / math.sqrt(dim)
+        rng = np.random.default_rng([args.seed, 2])
+        rows = rng.uniform(-bound, bound, (len(codes), dim)).astype(np.float32)
+    else:
+        rows = np.empty((len(codes), dim), np.float32)
+        for f in np.unique(fields):
+            chosen = fields == f
+            rows[chosen] = ctr_replay.field_rows(manifest, int(f), codes[chosen])
+    return torch.from_numpy(rows)
+
+
 def run_rank(rank, args, directory, table_rows, port, queue):
     """A training process: reads its shard, trains --epochs epochs, and puts
     (rank, epoch records, max RSS bytes) on the queue."""
@@ -348,18 +423,33 @@ def run_rank(rank, args, directory, table_rows, port, queue):
                                 rank=rank, world_size=args.world_size)
     keys = ("labels", "dense", "idx")
     shard = load_arrays(directory, f"train{rank}", keys)
-    test = load_arrays(directory, "test", keys) if rank == 0 else None
+    test = load_arrays(directory, "test", keys + ("unseen",)) if rank == 0 else None
     model, optimizers = build_model(args, table_rows)
     plain = model.module if ddp else model
+    manifest = order = None
+    if args.replay_job:
+        with open(os.path.join(directory, "replay", "manifest.json")) as f:
+            manifest = json.load(f)
+        if "order" in args.replay_parts:
+            order = ctr_replay.read_order(os.path.join(directory, "replay"))
+            per_epoch = manifest["steps_per_epoch"] * args.batch_size
+        if "values" in args.replay_parts:
+            ctr_replay.set_initial_values(plain, manifest, directory, table_rows)
+        else:
+            manifest = None  # PyTorch's own initial values, unseen rows too.
+    unseen = None
+    if rank == 0 and args.unseen_rows == "initial":
+        unseen = unseen_rows(args, directory, manifest, args.dim)
     records = []
     for epoch in range(1, args.epochs + 1):
         rng = np.random.default_rng([args.seed, epoch, rank])
         t0 = time.time()
-        train_epoch(model, optimizers, shard, args.batch_size, rng)
+        train_epoch(model, optimizers, shard, args.batch_size, rng,
+                    None if order is None else order[(epoch - 1) * per_epoch:epoch * per_epoch])
         seconds = time.time() - t0
         if rank == 0:
             t1 = time.time()
-            test_auc, test_loss = evaluate(plain, test)
+            test_auc, test_loss = evaluate(plain, test, unseen)
             records.append({"epoch": epoch, "auc": round(test_auc, 6),
                             "log_loss": round(test_loss, 6), "seconds": round(seconds, 3),
                             "eval_seconds": round(time.time() - t1, 3)})
@@ -451,6 +541,19 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=0,
                    help="threads per training process (0: 2 single, 1 ddp)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--unseen_rows", choices=("initial", "zeros"), default="initial",
+                   help="what a test code absent from the training rows reads: an initial "
+                   "row never trained (default, as our cluster) or zeros (as a table "
+                   "with admission, and this script before 2026-11-27)")
+    p.add_argument("--replay_job", default=None,
+                   help="a CTR job spec (JSON) whose cluster run to replay exactly: its "
+                   "batches and initial values (--mode single only; module docstring)")
+    p.add_argument("--replay_parts", choices=("order,values", "order", "values"),
+                   default="order,values", help="what --replay_job replays: the "
+                   "cluster's batches, its initial values, or both (default)")
+    p.add_argument("--replay_tool", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "build", "bench",
+        "ps-ctr-replay-state"), help="ps-ctr-replay-state (default: build/bench/'s)")
     p.add_argument("--work_dir", default=None, help="where the shards are written "
                    "(a temporary directory, removed at the end; default: $TMPDIR)")
     args = p.parse_args(argv)
@@ -476,6 +579,8 @@ def main(argv=None):
     world = args.world_size if args.mode == "ddp" else 1
     steps = train_rows // world // args.batch_size
     result = {"mode": args.mode, "world_size": world, "threads": args.threads,
+              "replay": bool(args.replay_job), "unseen_rows": args.unseen_rows,
+              "replay_parts": args.replay_parts if args.replay_job else "",
               "tables": args.tables,
               "train_seconds": round(sum(r["seconds"] for r in records), 3),
               "epochs": records, "max_rss_bytes_per_rank": rss,

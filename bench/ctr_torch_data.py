@@ -149,10 +149,11 @@ def load_criteo(path, max_rows=0):
             "codes": np.concatenate([p[2] for p in parts])}
 
 
-def index_fields(train_codes, test_codes):
+def index_fields(train_codes, test_codes, vocabs=None):
     """Per-field vocabularies of the training codes: (train indices int32,
     test indices int32, rows per table). A test code not in the field's
-    vocabulary maps to the table's last row (the unseen row)."""
+    vocabulary maps to the table's last row (the unseen row). With a list
+    `vocabs`, each field's vocabulary (its sorted codes) is appended to it."""
     train_idx = np.empty(train_codes.shape, np.int32)
     test_idx = np.empty(test_codes.shape, np.int32)
     sizes = []
@@ -162,7 +163,28 @@ def index_fields(train_codes, test_codes):
         pos = np.minimum(np.searchsorted(vocab, test_codes[:, f]), len(vocab) - 1)
         test_idx[:, f] = np.where(vocab[pos] == test_codes[:, f], pos, len(vocab))
         sizes.append(len(vocab) + 1)
+        if vocabs is not None:
+            vocabs.append(vocab)
     return train_idx, test_idx, sizes
+
+
+def index_unseen(test_codes, test_idx, sizes):
+    """The test codes absent from the training vocabularies (those
+    index_fields mapped to a table's last row): (unseen int32 like test_idx:
+    -1 for a code seen in training, else the code's index in the list
+    below; fields int32 and codes int64 of the distinct unseen codes, field
+    by field)."""
+    unseen = np.full(test_idx.shape, -1, np.int32)
+    fields, codes = [], []
+    base = 0
+    for f in range(test_idx.shape[1]):
+        rows = test_idx[:, f] == sizes[f] - 1
+        new, inverse = np.unique(test_codes[rows, f], return_inverse=True)
+        unseen[rows, f] = base + inverse
+        fields.append(np.full(len(new), f, np.int32))
+        codes.append(new)
+        base += len(new)
+    return unseen, np.concatenate(fields), np.concatenate(codes).astype(np.int64)
 
 
 def save_arrays(directory, name, **arrays):

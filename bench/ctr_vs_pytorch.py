@@ -72,7 +72,8 @@ def record_torch(args):
     run = json.loads(sys.stdin.read())
     last = run["epochs"][-1]
     print(json.dumps({
-        "system": "ddp" if run["mode"] == "ddp" else "single",
+        "system": ("ddp" if run["mode"] == "ddp" else
+                   "single-same" if run.get("replay") else "single"),
         "round": args.round,
         "train_s": float(run["train_seconds"]),
         "job_s": float(run["train_seconds"]) + sum(
@@ -108,16 +109,18 @@ def table(args):
     print(f"teacher's best test AUC {teacher['best_test_auc']:.4f}, "
           f"log loss {teacher['best_test_log_loss']:.4f}")
     print()
-    print("| system | train s | × DDP | job s (load, eval) | test AUC | "
+    ours = med.get("ours")
+    print("| system | train s | × DDP | job s (load, eval) | test AUC | AUC − ours | "
           "log loss | worker peak RSS | × DDP rank | server peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in systems:
         m = med[s]
         ratio = m["train_s"] / ddp["train_s"] if ddp else None
         rss_ratio = (m["worker_rss"] / ddp["worker_rss"]
                      if ddp and m["worker_rss"] else None)
         print(f"| {s} | {m['train_s']:.1f} | {fmt(ratio, '%.2f')} | "
-              f"{m['job_s']:.1f} | {m['auc']:.4f} | {m['log_loss']:.4f} | "
+              f"{m['job_s']:.1f} | {m['auc']:.5f} | "
+              f"{fmt(ours and m['auc'] - ours['auc'], '%+.5f')} | {m['log_loss']:.5f} | "
               f"{fmt(m['worker_rss'] and m['worker_rss'] / 2**20, '%.0f MiB')} | "
               f"{fmt(rss_ratio, '%.2f')} | "
               f"{fmt(m['server_rss'] and m['server_rss'] / 2**20, '%.0f MiB')} |")

@@ -9,19 +9,27 @@
 #     batch BATCH per worker;
 #   - by PyTorch DDP (gloo, 2 processes, batch BATCH each, one fused
 #     nn.EmbeddingBag(sparse=True), the full tables in each process);
-#   - by one PyTorch process with batch 2 * BATCH;
+#   - by one PyTorch process with batch 2 * BATCH (single);
+#   - by one PyTorch process replaying our cluster's run exactly
+#     (single-same: batch 2 * BATCH, the global batch of step s being worker
+#     0's batch s then worker 1's, from our servers' initial rows and dense
+#     values: bench/ctr_torch.py --replay_job, needs BUILD_DIR's
+#     ps-ctr-replay-state), so that it differs from ours only by float
+#     summation order;
 # in one sitting: ROUNDS rounds, each running every system once. Prints a
 # Markdown table of medians: training time (ours: worker 0's log, from its
 # first step to its model upload, so without loading the data; PyTorch: its
 # own train_seconds), test AUC and log loss, the largest worker's peak
-# resident memory, and ratios to DDP.
+# resident memory, ratios to DDP, and each system's AUC minus ours.
 #
 #   ROUNDS=3 TRAIN_ROWS=4000000 TEST_ROWS=500000 bench/ctr_vs_pytorch.sh [OUT_DIR]
 #   ROUNDS=1 TRAIN_ROWS=200000 TEST_ROWS=50000 bench/ctr_vs_pytorch.sh  # smoke
 #
 # GEN_ARGS adds bench/criteo_gen.py options (e.g. "--max_cardinality
 # 50000000 --zipf_s 0.9" for more distinct ids); DATA (a directory holding
-# train.tsv, test.tsv and teacher.json) reuses generated data. Uses the
+# train.tsv, test.tsv and teacher.json) reuses generated data; TORCH_ARGS
+# adds bench/ctr_torch.py options to the PyTorch systems (e.g.
+# "--unseen_rows zeros", the baseline before 2026-11-27). Uses the
 # executables in BUILD_DIR (build first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +39,7 @@ BATCH=${BATCH:-2048}
 TRAIN_ROWS=${TRAIN_ROWS:-4000000}
 TEST_ROWS=${TEST_ROWS:-500000}
 BUILD_DIR=${BUILD_DIR:-build}
-SYSTEMS=${SYSTEMS:-ours ddp single}
+SYSTEMS=${SYSTEMS:-ours ddp single single-same}
 PY=/usr/bin/python3
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$OUT"
@@ -63,17 +71,27 @@ run_ours() {
     >>"$RESULTS"
 }
 
-# A PyTorch system, ddp | single, ROUND.
+# A PyTorch system, ddp | single | single-same, ROUND.
 run_torch() {
-  local system=$1 round=$2 dir batch=$BATCH
+  local system=$1 round=$2 dir batch=$BATCH mode=$1
+  local replay=()
   dir=$OUT/r$round-$system
   mkdir -p "$dir"
-  [ "$system" = single ] && batch=$((2 * BATCH))
-  "$PY" bench/ctr_torch.py --mode "$system" --world_size 2 \
+  [ "$system" != ddp ] && batch=$((2 * BATCH))
+  if [ "$system" = single-same ]; then
+    mode=single
+    "$PY" bench/ctr_vs_pytorch.py job --data "$DATA" --batch "$BATCH" \
+      >"$dir/job.json"
+    replay=(--replay_job "$dir/job.json"
+      --replay_tool "$BUILD_DIR/bench/ps-ctr-replay-state")
+  fi
+  # shellcheck disable=SC2086  # TORCH_ARGS are meant to split
+  "$PY" bench/ctr_torch.py --mode "$mode" --world_size 2 "${replay[@]}" \
     --train "$DATA/train.tsv" --test "$DATA/test.tsv" --epochs 1 \
     --batch_size "$batch" --dim 16 --bottom 64,16 --top 64,32 \
     --interaction dot --sparse_optimizer rowwise_adagrad --sparse_lr 0.05 \
-    --dense_optimizer adagrad --dense_lr 0.01 >"$dir/out.txt" 2>"$dir/log.txt" ||
+    --dense_optimizer adagrad --dense_lr 0.01 ${TORCH_ARGS:-} \
+    >"$dir/out.txt" 2>"$dir/log.txt" ||
     { tail -n 20 "$dir/log.txt" >&2; return 1; }
   tail -n 1 "$dir/out.txt" | "$PY" bench/ctr_vs_pytorch.py record-torch \
     --round "$round" >>"$RESULTS"
