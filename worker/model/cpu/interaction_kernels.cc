@@ -61,30 +61,58 @@ __attribute__((always_inline)) inline void DotGroups(const float* zi,
   for (int l = 0; l < n - (G - 1) * W; ++l) out[(G - 1) * W + l] = last[l];
 }
 
-// G * W columns of a vector's gradient: lane l of group g sums gm[n] *
-// zb[n * dim + g * W + l] over n != m, ascending, from 0.0f (zb already offset
-// to the first column). Into out[0, G * W).
-template <typename V, int G>
-__attribute__((always_inline)) inline void GradGroups(const float* gm,
+// G * W columns of the gradients of M vectors m0 .. m0 + M - 1 (sym: the
+// pairs' gradients as a symmetric [vectors x vectors] matrix): lane l of
+// group g of vector m sums sym[n][m] * zb[n * dim + g * W + l] over n != m,
+// ascending, from 0.0f (zb already offset to the first column). Into
+// out[(m - m0) * dim + g * W + l]. M vectors at once: M * G independent
+// sums, so their adds' latency overlaps, and each z row is loaded once.
+template <typename V, int G, int M>
+__attribute__((always_inline)) inline void GradGroups(const float* sym,
+                                                      int vectors,
                                                       const float* zb, int dim,
-                                                      int m, int vectors,
-                                                      float* out) {
+                                                      int m0, float* out) {
   constexpr int W = kLanes<V>;
-  V acc[G];
+  V acc[M][G];
 #pragma GCC unroll 4
-  for (int g = 0; g < G; ++g) acc[g] = V{};
+  for (int r = 0; r < M; ++r) {
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) acc[r][g] = V{};
+  }
   for (int n = 0; n < vectors; ++n) {
-    if (n == m) continue;
-    const float x = gm[n];
     const float* row = zb + int64_t{n} * dim;
+    V zn[G];
 #pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) {
-      V v;
-      Load(v, row + g * W);
-      acc[g] += x * v;
+    for (int g = 0; g < G; ++g) Load(zn[g], row + g * W);
+    const float* x = sym + int64_t{n} * vectors + m0;
+#pragma GCC unroll 4
+    for (int r = 0; r < M; ++r) {
+      if (n == m0 + r) continue;
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) acc[r][g] += x[r] * zn[g];
     }
   }
-  std::memcpy(out, acc, sizeof(acc));
+#pragma GCC unroll 4
+  for (int r = 0; r < M; ++r) {
+    std::memcpy(out + int64_t{r} * dim, acc[r], sizeof(acc[r]));
+  }
+}
+
+// GradGroups over every vector: 4 at a time (2 for 3 or 4 groups), so that
+// the accumulators fit in registers, the last ones one at a time.
+template <typename V, int G>
+__attribute__((always_inline)) inline void GradColumns(const float* sym,
+                                                       int vectors,
+                                                       const float* zb, int dim,
+                                                       float* out) {
+  constexpr int M = G <= 2 ? 4 : 2;
+  int m = 0;
+  for (; m + M <= vectors; m += M) {
+    GradGroups<V, G, M>(sym, vectors, zb, dim, m, out + int64_t{m} * dim);
+  }
+  for (; m < vectors; ++m) {
+    GradGroups<V, G, 1>(sym, vectors, zb, dim, m, out + int64_t{m} * dim);
+  }
 }
 
 // Per sample, z transposed ([dim x padded], a vector per column, zeros past
@@ -134,8 +162,8 @@ __attribute__((always_inline)) inline void DotsBody(const float* z, int batch,
   }
 }
 
-// Per sample, the pairs' gradients as a symmetric matrix; then each vector's
-// gradient in groups of W columns, up to kMaxGroups groups a pass, the
+// Per sample, the pairs' gradients as a symmetric matrix; then the vectors'
+// gradients in groups of W columns, up to kMaxGroups groups a pass, the
 // columns past the last whole group one at a time.
 template <typename V>
 __attribute__((always_inline)) inline void GradBody(const float* z,
@@ -155,33 +183,32 @@ __attribute__((always_inline)) inline void GradBody(const float* z,
         sym[i * vectors + j] = sym[j * vectors + i] = *g++;
       }
     }
+    float* out = grad_z + b * stride;
+    for (int k = 0; k < whole; k += kMaxGroups * W) {
+      switch (std::min(kMaxGroups, (whole - k) / W)) {
+        case 4:
+          GradColumns<V, 4>(sym.data(), vectors, zb + k, dim, out + k);
+          break;
+        case 3:
+          GradColumns<V, 3>(sym.data(), vectors, zb + k, dim, out + k);
+          break;
+        case 2:
+          GradColumns<V, 2>(sym.data(), vectors, zb + k, dim, out + k);
+          break;
+        default:
+          GradColumns<V, 1>(sym.data(), vectors, zb + k, dim, out + k);
+          break;
+      }
+    }
     for (int m = 0; m < vectors; ++m) {
       const float* gm = sym.data() + int64_t{m} * vectors;
-      float* out = grad_z + b * stride + int64_t{m} * dim;
-      int k = 0;
-      for (; k < whole; k += kMaxGroups * W) {
-        switch (std::min(kMaxGroups, (whole - k) / W)) {
-          case 4:
-            GradGroups<V, 4>(gm, zb + k, dim, m, vectors, out + k);
-            break;
-          case 3:
-            GradGroups<V, 3>(gm, zb + k, dim, m, vectors, out + k);
-            break;
-          case 2:
-            GradGroups<V, 2>(gm, zb + k, dim, m, vectors, out + k);
-            break;
-          default:
-            GradGroups<V, 1>(gm, zb + k, dim, m, vectors, out + k);
-            break;
-        }
-      }
-      for (k = whole; k < dim; ++k) {
+      for (int k = whole; k < dim; ++k) {
         float acc = 0.0f;
         for (int n = 0; n < m; ++n) acc += gm[n] * zb[int64_t{n} * dim + k];
         for (int n = m + 1; n < vectors; ++n) {
           acc += gm[n] * zb[int64_t{n} * dim + k];
         }
-        out[k] = acc;
+        out[int64_t{m} * dim + k] = acc;
       }
     }
   }
