@@ -4,6 +4,7 @@
 // sparse rows' gradients it holds.
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -64,6 +65,9 @@ class PushInFlight {
 
   std::vector<grpc::ByteBuffer> requests;  // One per server.
   std::vector<TransportSlot> slots;        // One per server.
+  // The sparse rows' fields lent to the requests (a deque: its strings
+  // never move).
+  std::deque<std::string> sparse_fields;
 
  private:
   static void Release(void* self) {
@@ -98,6 +102,9 @@ class PushInFlight {
 
 namespace {
 
+// The row width the CTR jobs use (deploy/jobs/criteo-ctr.json).
+constexpr size_t kCommonDim = 16;
+
 // The PushRequest.sparse entries of `parts`, their row gradients gathered
 // from `step` (and encoded to 16 bits where `encoding` says).
 absl::StatusOr<std::vector<std::string>> SparsePushFields(
@@ -116,9 +123,20 @@ absl::StatusOr<std::vector<std::string>> SparsePushFields(
                        step.ids[part.table].size() * dim));
     }
     values.resize(part.ids.size() * dim);
-    for (size_t j = 0; j < part.ids.size(); ++j) {
-      std::memcpy(values.data() + j * dim,
-                  grads.data() + part.positions[j] * dim, dim * sizeof(float));
+    if (dim == kCommonDim) {
+      // Rows of the common width: copies of known size, a few register
+      // moves each instead of a call.
+      for (size_t j = 0; j < part.ids.size(); ++j) {
+        std::memcpy(values.data() + j * kCommonDim,
+                    grads.data() + part.positions[j] * kCommonDim,
+                    kCommonDim * sizeof(float));
+      }
+    } else {
+      for (size_t j = 0; j < part.ids.size(); ++j) {
+        std::memcpy(values.data() + j * dim,
+                    grads.data() + part.positions[j] * dim,
+                    dim * sizeof(float));
+      }
     }
     std::string_view bytes(reinterpret_cast<const char*>(values.data()),
                            values.size() * sizeof(float));
@@ -251,7 +269,12 @@ void ParameterClient::PushWithRows(
         push->CallsEnded(fields.status());
         return;
       }
-      for (std::string& field : *fields) slices.emplace_back(field);
+      // Lent, not copied again: the push keeps them until gRPC lets go.
+      for (std::string& field : *fields) {
+        const std::string& kept =
+            push->sparse_fields.emplace_back(std::move(field));
+        slices.push_back(push->Lend(kept.data(), kept.size()));
+      }
     }
     if (!framer.Ending().empty()) slices.emplace_back(framer.Ending());
     // The place, where a server hosts two places of the job: it answers by

@@ -72,6 +72,11 @@ absl::StatusOr<std::vector<std::vector<SparsePart>>> SparseRouter::Route(
       if (part_of[s] < 0) {
         part_of[s] = static_cast<int>(parts[s].size());
         parts[s].push_back({.table = static_cast<uint32_t>(t)});
+        // Room for this server's share and some: few regrowths, whose
+        // copies and allocations cost more than the cut itself.
+        const size_t share = ids[t].size() / num_servers;
+        parts[s].back().ids.reserve(share + share / 8 + 16);
+        parts[s].back().positions.reserve(share + share / 8 + 16);
       }
       SparsePart& part = parts[s][part_of[s]];
       part.ids.push_back(id);

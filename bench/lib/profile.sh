@@ -34,12 +34,20 @@ profile_wait_first_step() {
 # (e.g. "server*|worker*"; "*": all), writing OUT/NAME.perf, in the
 # background.
 profile_perf_record() {
-  local out=$1 seconds=$2 freq=$3 pattern=$4 i name
+  local out=$1 seconds=$2 freq=$3 pattern=$4 i name alt matched
+  local -a alternatives
   shift 4
+  # A '|' in a pattern held by a variable is no alternation to `case`:
+  # each alternative is tried on its own.
+  IFS='|' read -ra alternatives <<<"$pattern"
   for i in "${!CLUSTER_NAMES[@]}"; do
     name=${CLUSTER_NAMES[$i]}
-    # shellcheck disable=SC2254  # the pattern is meant to match
-    case $name in $pattern) ;; *) continue ;; esac
+    matched=0
+    for alt in "${alternatives[@]}"; do
+      # shellcheck disable=SC2254  # the pattern is meant to match
+      case $name in $alt) matched=1 ;; esac
+    done
+    [ "$matched" = 1 ] || continue
     perf record -F "$freq" "$@" -p "${CLUSTER_PIDS[$i]}" -o "$out/$name.perf" \
       -- sleep "$seconds" >/dev/null 2>&1 &
     PROFILE_PERF_PIDS+=($!)

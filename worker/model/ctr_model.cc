@@ -102,9 +102,16 @@ void CtrModel::UseRows() {
   const std::vector<int32_t>& rows = sparse_.rows();
   global_rows_.resize(rows.size());
   const int fields = layout_.num_fields;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    global_rows_[i] = static_cast<int32_t>(
-        sparse_.offset(layout_.field_tables[i % fields]) + rows[i]);
+  // Each field's offset once (no division per (sample, field)).
+  std::vector<int32_t> field_offsets(fields);
+  for (int f = 0; f < fields; ++f) {
+    field_offsets[f] =
+        static_cast<int32_t>(sparse_.offset(layout_.field_tables[f]));
+  }
+  for (size_t i = 0; i < rows.size(); i += fields) {
+    for (int f = 0; f < fields; ++f) {
+      global_rows_[i + f] = field_offsets[f] + rows[i + f];
+    }
   }
 }
 

@@ -7,14 +7,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-
 namespace ps {
 
 // The unique ids of one batch per table and the row of each (sample,
-// field). Build reuses the object's buffers (hash maps and vectors keep
-// their capacity), so one object per trainer serves every batch.
-// Not thread-safe.
+// field). Build reuses the object's buffers (its hash tables and vectors
+// keep their capacity and are not cleared between batches: a generation
+// stamp marks a slot as this batch's), so one object per trainer serves
+// every batch. Not thread-safe.
 class SparseBatch {
  public:
   // Rebuilds from `ids`, row-major [batch x num_fields] (one id per field
@@ -48,10 +47,30 @@ class SparseBatch {
   int64_t offset(int table) const { return offsets_[table]; }
 
  private:
+  // One table's index of its ids: open addressing, linear probing, at most
+  // half full (sized for every read of the batch).
+  struct Slot {
+    uint64_t id = 0;
+    int32_t row = 0;
+    uint32_t generation = 0;  // The Build that wrote it (0: none).
+  };
+  struct Index {
+    std::vector<Slot> slots;  // A power of two of them.
+    int shift = 64;           // 64 - log2(slots.size()).
+  };
+  // The row of `id` in table t (a new one if the batch had not read it).
+  int32_t RowOf(int t, uint64_t id);
+  // Fills rows_ and unique_ from the batch's ids (a field's column at a
+  // time where no other field shares its table). Leaves readers_[t] < 0
+  // for the shared tables.
+  void ReadFields(const uint64_t* ids, const std::vector<int>& field_tables);
+
   int batch_ = 0;
   int num_fields_ = 0;
-  std::vector<absl::flat_hash_map<uint64_t, int32_t>> index_;  // Per table.
-  std::vector<std::vector<uint64_t>> unique_;                  // Per table.
+  uint32_t generation_ = 0;
+  std::vector<Index> index_;                   // Per table.
+  std::vector<std::vector<uint64_t>> unique_;  // Per table.
+  std::vector<int> readers_;  // Per table: the fields reading it.
   std::vector<int32_t> rows_;
   std::vector<int64_t> offsets_ = {0};
 };

@@ -271,6 +271,39 @@ TEST(CpuCtrKernelsTest, PairwiseDotsAndGradEqualThePlainLoopsBitForBit) {
   }
 }
 
+// The interaction kernels in 4 lanes (the baseline's, wide_lanes = false)
+// and in the widest lanes this CPU has (8 with AVX2) give the same bits,
+// for widths around both lane counts and the kernels' groups of up to 4
+// registers (vector counts past 33, dims past 32).
+TEST(CpuCtrKernelsTest, FourLanesEqualTheWidestLanesBitForBit) {
+  std::unique_ptr<CpuBackend> widest = CpuBackend::Create({});
+  std::unique_ptr<CpuBackend> four = CpuBackend::Create({.wide_lanes = false});
+  std::mt19937 rng(23);
+  for (const auto& [vectors, dim] :
+       {std::pair{27, 16}, std::pair{2, 1}, std::pair{3, 8}, std::pair{9, 12},
+        std::pair{40, 33}, std::pair{70, 4}, std::pair{17, 72}}) {
+    SCOPED_TRACE(::testing::Message() << vectors << " vectors of " << dim);
+    const int batch = 3;
+    const int64_t ld = int64_t{vectors} * (vectors - 1) / 2 + 3;
+    const std::vector<float> z = RandomVector(batch * vectors * dim, &rng);
+    const std::vector<float> g = RandomVector(batch * ld, &rng);
+    std::vector<float> dots4(batch * ld, -7), dots(batch * ld, -7);
+    std::vector<float> gz4(z.size(), -7), gz(z.size(), -7);
+    four->PairwiseDots(z.data(), batch, vectors, dim, dots4.data(), ld);
+    widest->PairwiseDots(z.data(), batch, vectors, dim, dots.data(), ld);
+    four->PairwiseDotsGrad(z.data(), g.data(), ld, batch, vectors, dim,
+                           gz4.data());
+    widest->PairwiseDotsGrad(z.data(), g.data(), ld, batch, vectors, dim,
+                             gz.data());
+    EXPECT_EQ(dots4, dots);
+    EXPECT_EQ(gz4, gz);
+    // The 3 values past each sample's pairs are left alone.
+    for (int b = 0; b < batch; ++b) {
+      for (int64_t p = ld - 3; p < ld; ++p) EXPECT_EQ(dots[b * ld + p], -7);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, CtrBackendTest,
                          ::testing::ValuesIn(testing::Backends()),
                          testing::BackendName);

@@ -52,7 +52,8 @@ std::vector<float> RoundedCopy(const float* x, int64_t n, Precision precision) {
 std::unique_ptr<CpuBackend> CpuBackend::Create(
     const CpuBackendOptions& options) {
   if (options.num_threads > 0) openblas_set_num_threads(options.num_threads);
-  return std::unique_ptr<CpuBackend>(new CpuBackend());
+  return std::unique_ptr<CpuBackend>(new CpuBackend(
+      options.wide_lanes ? WidestKernelLanes() : KernelLanes::k4));
 }
 
 DeviceBuffer CpuBackend::Allocate(int64_t n) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "worker/model/backend.h"
+#include "worker/model/cpu/interaction_kernels.h"
 
 namespace ps {
 
@@ -15,6 +16,11 @@ struct CpuBackendOptions {
   // OpenBLAS threads; 0 (or negative): keep OpenBLAS's default (its
   // OPENBLAS_NUM_THREADS environment variable, else one per core).
   int num_threads = 0;
+  // Whether the DOT interaction's kernels may use AVX2 where the CPU has it
+  // (8 lanes instead of 4; the same bits either way:
+  // worker/model/cpu/interaction_kernels.h). Default true; false keeps them
+  // to the baseline's 4 lanes (tests of that path).
+  bool wide_lanes = true;
 };
 
 // A Backend whose device memory is 64-byte aligned host memory. GEMM calls
@@ -80,7 +86,9 @@ class CpuBackend : public Backend {
   void Free(float* data, int64_t n) override;
 
  private:
-  CpuBackend() = default;
+  explicit CpuBackend(KernelLanes lanes) : lanes_(lanes) {}
+
+  const KernelLanes lanes_;  // Of the interaction's kernels.
 };
 
 }  // namespace ps
