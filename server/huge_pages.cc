@@ -124,19 +124,28 @@ void HugePagePool::Run() {
   while (true) {
     mu_.LockWhen(absl::Condition(this, &HugePagePool::NeedsUnit));
     const bool stop = stop_;
+    const size_t missing = TargetUnits() - std::min(TargetUnits(), ready_.size());
     mu_.Unlock();
     if (stop) return;
-    char* unit = MapAligned(kHugePageBytes, PROT_READ | PROT_WRITE);
-    AdviseHuge(unit, kHugePageBytes);
-    // One write per 4 KiB page (of the zero it holds): the faults happen
-    // here. With a huge page the first write faults in all 2 MiB.
-    for (size_t i = 0; i < kHugePageBytes; i += 4096) {
-      static_cast<volatile char*>(unit)[i] = 0;
+    // The units missing in one mapping (at most kBatchUnits), so that the
+    // units stay in few memory areas of the kernel (one per mapping until
+    // unmapped in pieces) and consecutive ones can be handed out together.
+    constexpr size_t kBatchUnits = 8;
+    const size_t units = std::clamp<size_t>(missing, 1, kBatchUnits);
+    char* batch = MapAligned(units * kHugePageBytes, PROT_READ | PROT_WRITE);
+    AdviseHuge(batch, units * kHugePageBytes);
+    for (size_t u = 0; u < units; ++u) {
+      char* unit = batch + u * kHugePageBytes;
+      // One write per 4 KiB page (of the zero it holds): the faults happen
+      // here. With a huge page the first write faults in all 2 MiB.
+      for (size_t i = 0; i < kHugePageBytes; i += 4096) {
+        static_cast<volatile char*>(unit)[i] = 0;
+      }
+      absl::MutexLock lock(&mu_);
+      ready_.push_back(unit);
+      ++counts_.units_faulted;
+      counts_.units_ready = static_cast<int64_t>(ready_.size());
     }
-    absl::MutexLock lock(&mu_);
-    ready_.push_back(unit);
-    ++counts_.units_faulted;
-    counts_.units_ready = static_cast<int64_t>(ready_.size());
   }
 }
 
@@ -145,7 +154,13 @@ void* HugePagePool::Map(size_t bytes) {
   const size_t units = size / kHugePageBytes;
   std::vector<void*> taken = Take(units, size);
   if (taken.empty()) return MapHugePages(size);
-  if (units == 1) return taken[0];
+  // Units faulted in one batch, in order, are one range already.
+  bool contiguous = taken.size() == units;
+  for (size_t i = 1; contiguous && i < taken.size(); ++i) {
+    contiguous = static_cast<char*>(taken[i]) ==
+                 static_cast<char*>(taken[0]) + i * kHugePageBytes;
+  }
+  if (contiguous) return taken[0];
   // Several units: an aligned range reserved, the ready units moved to its
   // start (page tables moved, no copy), the rest made ordinary memory.
   char* memory = MapAligned(size, PROT_NONE);

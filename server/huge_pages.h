@@ -42,8 +42,9 @@ struct HugePagePoolOptions {
 // priority (SCHED_IDLE), so that a table's growth does not pay the kernel's
 // zeroing of new pages (and, in a virtual machine, the host's backing of
 // them) on the step's critical path, but in otherwise idle CPU time
-// (docs/sparse.md, "Speed"). Each ready unit is one kHugePageBytes mapping,
-// zeroed, advised MADV_HUGEPAGE and written once per 4 KiB page. The
+// (docs/sparse.md, "Row layout and memory"). Each ready unit is
+// kHugePageBytes of a mapping of up to 8 units, zeroed, advised
+// MADV_HUGEPAGE and written once per 4 KiB page. The
 // thread starts with the first Map and keeps at most max_ready_bytes ready,
 // and no more than half the bytes mapped through the pool so far (a pool
 // whose owner maps little holds little). Values are the same with or
@@ -59,8 +60,9 @@ class HugePagePool {
   HugePagePool(const HugePagePool&) = delete;
   HugePagePool& operator=(const HugePagePool&) = delete;
 
-  // As MapHugePages(bytes): ready units first (moved into one aligned range
-  // with mremap when there are several), the rest faulted by first writes.
+  // As MapHugePages(bytes): ready units first (handed out as they are when
+  // they are one range already, else moved into one aligned range with
+  // mremap, no copy), the rest faulted by first writes.
   void* Map(size_t bytes);
 
   // Counters since construction.

@@ -148,6 +148,11 @@ class SparseTableSet {
   // Approximate bytes of table `table`'s cold rows in the tier (0 without
   // one).
   int64_t TierDiskBytes(size_t table) const;
+  // The counters of the tables' pool of pre-faulted huge pages (zeros
+  // without one).
+  HugePagePool::Counts PageCounts() const {
+    return pages_ != nullptr ? pages_->counts() : HugePagePool::Counts{};
+  }
   // The first tier error of any table, OK if none: the job must then stop
   // serving (its rows may be wrong).
   absl::Status TierStatus() const;

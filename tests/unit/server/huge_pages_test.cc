@@ -108,11 +108,12 @@ TEST(HugePagesTest, APoolHandsOutPrefaultedUnitsZeroedAndWritable) {
   CheckAndUnmap(pool.Map(kHugePageBytes - 100), kHugePageBytes - 100);
   EXPECT_EQ(pool.counts().units_taken, 1);
   ASSERT_TRUE(WaitReady(pool, 4));
-  // Three units moved into one range.
+  // Three units of the thread's first batch: one range already.
   CheckAndUnmap(pool.Map(3 * kHugePageBytes), 3 * kHugePageBytes);
   EXPECT_EQ(pool.counts().units_taken, 4);
   ASSERT_TRUE(WaitReady(pool, 4));
-  // Four units moved, and six more pages of fresh memory after them.
+  // Four units of two batches, moved into one range, and six more pages of
+  // fresh memory after them.
   CheckAndUnmap(pool.Map(10 * kHugePageBytes), 10 * kHugePageBytes);
   const HugePagePool::Counts counts = pool.counts();
   EXPECT_EQ(counts.units_taken, 8);
