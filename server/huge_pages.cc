@@ -124,7 +124,8 @@ void HugePagePool::Run() {
   while (true) {
     mu_.LockWhen(absl::Condition(this, &HugePagePool::NeedsUnit));
     const bool stop = stop_;
-    const size_t missing = TargetUnits() - std::min(TargetUnits(), ready_.size());
+    const size_t missing =
+        TargetUnits() - std::min(TargetUnits(), ready_.size());
     mu_.Unlock();
     if (stop) return;
     // The units missing in one mapping (at most kBatchUnits), so that the
@@ -165,9 +166,9 @@ void* HugePagePool::Map(size_t bytes) {
   // start (page tables moved, no copy), the rest made ordinary memory.
   char* memory = MapAligned(size, PROT_NONE);
   for (size_t i = 0; i < taken.size(); ++i) {
-    void* moved = ::mremap(taken[i], kHugePageBytes, kHugePageBytes,
-                           MREMAP_MAYMOVE | MREMAP_FIXED,
-                           memory + i * kHugePageBytes);
+    void* moved =
+        ::mremap(taken[i], kHugePageBytes, kHugePageBytes,
+                 MREMAP_MAYMOVE | MREMAP_FIXED, memory + i * kHugePageBytes);
     PS_CHECK(moved != MAP_FAILED, "huge pages: mremap: ", std::strerror(errno));
   }
   const size_t moved_bytes = taken.size() * kHugePageBytes;

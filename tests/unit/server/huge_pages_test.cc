@@ -5,8 +5,8 @@
 // together, or beside fresh memory.
 #include "server/huge_pages.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <utility>
@@ -39,7 +39,8 @@ void CheckAndUnmap(void* memory, size_t bytes) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePageBytes, 0u);
   for (size_t i = 0; i < bytes; i += 4096) ASSERT_EQ(p[i], 0) << i;
   EXPECT_EQ(p[bytes - 1], 0);
-  for (size_t i = 0; i < bytes; i += 4096) p[i] = static_cast<unsigned char>(i >> 12);
+  for (size_t i = 0; i < bytes; i += 4096)
+    p[i] = static_cast<unsigned char>(i >> 12);
   p[bytes - 1] = 0xcd;
   for (size_t i = 0; i < bytes - 1; i += 4096) {
     ASSERT_EQ(p[i], static_cast<unsigned char>(i >> 12)) << i;

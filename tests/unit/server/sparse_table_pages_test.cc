@@ -30,8 +30,8 @@ v1::SparseTableSpec Spec() {
 }
 
 std::unique_ptr<SparseTable> Make(HugePagePool* pool) {
-  auto table = SparseTable::Create(Spec(), 2, 7, /*accumulate=*/false,
-                                   {.pages = pool});
+  auto table =
+      SparseTable::Create(Spec(), 2, 7, /*accumulate=*/false, {.pages = pool});
   EXPECT_TRUE(table.ok()) << table.status();
   return table.ok() ? *std::move(table) : nullptr;
 }
