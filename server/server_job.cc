@@ -401,6 +401,13 @@ void ServerJob::ExportSparseCountsLocked() {
         static_cast<double>(now.evictions - before.evictions));
     before = now;
   }
+  const HugePagePool::Counts pages = sparse_->PageCounts();
+  metrics_->sparse_prefault_units.Add({{"state", "faulted"}})
+      .Set(static_cast<double>(pages.units_faulted));
+  metrics_->sparse_prefault_units.Add({{"state", "taken"}})
+      .Set(static_cast<double>(pages.units_taken));
+  metrics_->sparse_prefault_units.Add({{"state", "ready"}})
+      .Set(static_cast<double>(pages.units_ready));
   ExportTierCountsLocked();
 }
 

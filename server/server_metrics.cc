@@ -125,6 +125,13 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
               .Name("ps_sparse_tier_disk_reads_total")
               .Help("Rows read from the memory tier's RocksDB.")
               .Register(registry)),
+      sparse_prefault_units(
+          prometheus::BuildGauge()
+              .Name("ps_sparse_prefault_units")
+              .Help("2 MiB units of the job's pool of pre-faulted huge pages "
+                    "since its sparse tables were made, by state: faulted "
+                    "ahead of use, taken by the tables, ready now.")
+              .Register(registry)),
       sparse_pull_keys(KeysHistogram(registry, "pull")),
       sparse_push_keys(KeysHistogram(registry, "push")) {}
 

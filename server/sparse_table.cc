@@ -94,6 +94,10 @@ SparseTable::SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
       max_rows_(spec.eviction().max_rows_per_server()),
       lfu_(spec.eviction().policy() == v1::EvictionSpec::LFU),
       tier_(memory.tier),
+      slots_(
+          0, absl::Hash<uint64_t>(), std::equal_to<uint64_t>(),
+          HugePageAllocator<std::pair<const uint64_t, uint32_t>>(memory.pages)),
+      chunk_arena_(memory.pages),
       held_(num_buckets_, false) {
   if (tier_ == nullptr) return;
   // The whole plan is allocated as rows arrive, never more: the index and

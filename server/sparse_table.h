@@ -40,6 +40,10 @@ struct SparseTableMemory {
   // With a tier: the most bytes the table's rows may take in memory (slots,
   // index, the tier's bookkeeping; PlanSparseHotRows). 0: every row cold.
   int64_t cap_bytes = 0;
+  // Where the index's large arrays and the row chunks' huge pages come from
+  // (pre-faulted in the background); it must outlive the table. Null:
+  // MapHugePages (faulted by their first writes). Values are the same.
+  HugePagePool* pages = nullptr;
 };
 
 // The memory tier's counters of one table (since Create).

@@ -161,8 +161,12 @@ absl::StatusOr<std::unique_ptr<SparseTableSet>> SparseTableSet::Create(
   const std::vector<int64_t> shares =
       memory.tier != nullptr ? Shares(spec, *held, memory.budget_bytes)
                              : std::vector<int64_t>(specs.size(), 0);
+  if (!specs.empty() && memory.pages.max_ready_bytes >= kHugePageBytes) {
+    set->pages_ = std::make_unique<HugePagePool>(memory.pages);
+  }
   for (int t = 0; t < specs.size(); ++t) {
-    SparseTableMemory table_memory{.tier = memory.tier};
+    SparseTableMemory table_memory{.tier = memory.tier,
+                                   .pages = set->pages_.get()};
     if (memory.tier != nullptr) {
       int64_t cap = shares[static_cast<size_t>(t)];
       if (memory.server_budget != nullptr) {

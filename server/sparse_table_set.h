@@ -17,6 +17,7 @@
 #include "ps/storage/v1/update_log.pb.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/parameter.pb.h"
+#include "server/huge_pages.h"
 #include "server/parameter_table.h"
 #include "server/shard_store.h"
 #include "server/sparse_table.h"
@@ -53,6 +54,10 @@ struct SparseSetMemory {
   // from it (less, or nothing, when other jobs hold it) and gives it back
   // when the set is destroyed. Null: the job's shares are not shared.
   SparseMemoryBudget* server_budget = nullptr;
+  // The set's pool of huge pages faulted in ahead of its tables' growth by
+  // a background thread of the lowest priority (server/huge_pages.h;
+  // docs/sparse.md, "Speed"), shared by its tables; max_ready_bytes 0: none.
+  HugePagePoolOptions pages{};
 };
 
 // A pull's cold reads, one SparseTable::ColdRead per entry of its keys
@@ -143,6 +148,11 @@ class SparseTableSet {
   // Approximate bytes of table `table`'s cold rows in the tier (0 without
   // one).
   int64_t TierDiskBytes(size_t table) const;
+  // The counters of the tables' pool of pre-faulted huge pages (zeros
+  // without one).
+  HugePagePool::Counts PageCounts() const {
+    return pages_ != nullptr ? pages_->counts() : HugePagePool::Counts{};
+  }
   // The first tier error of any table, OK if none: the job must then stop
   // serving (its rows may be wrong).
   absl::Status TierStatus() const;
@@ -159,6 +169,8 @@ class SparseTableSet {
   absl::Status CheckTables(std::span<const uint32_t> tables,
                            int64_t total_ids) const;
 
+  // Before tables_: destroyed after the tables that map from it.
+  std::unique_ptr<HugePagePool> pages_;
   std::vector<Table> tables_;
   SparseTier* tier_ = nullptr;
   SparseMemoryBudget* server_budget_ = nullptr;

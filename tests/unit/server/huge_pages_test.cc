@@ -1,8 +1,11 @@
 // server/huge_pages.h: the mappings are aligned and zeroed, the arena's
 // blocks do not overlap, and a hash map on the allocator keeps its entries
-// through the growths that move its arrays onto huge pages.
+// through the growths that move its arrays onto huge pages; a pool's
+// pre-faulted units are handed out aligned, zeroed and writable, alone, moved
+// together, or beside fresh memory.
 #include "server/huge_pages.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -10,10 +13,41 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace ps {
 namespace {
+
+// Waits until `pool` has `units` ready (its thread runs only on otherwise
+// idle CPU: a generous bound, not a timing check). False if it never does.
+bool WaitReady(const HugePagePool& pool, int64_t units) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(300);
+  while (pool.counts().units_ready < units) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+// Checks that `bytes` at `memory` are aligned, zero, and keep what is
+// written, then unmaps them.
+void CheckAndUnmap(void* memory, size_t bytes) {
+  auto* p = static_cast<unsigned char*>(memory);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePageBytes, 0u);
+  for (size_t i = 0; i < bytes; i += 4096) ASSERT_EQ(p[i], 0) << i;
+  EXPECT_EQ(p[bytes - 1], 0);
+  for (size_t i = 0; i < bytes; i += 4096)
+    p[i] = static_cast<unsigned char>(i >> 12);
+  p[bytes - 1] = 0xcd;
+  for (size_t i = 0; i < bytes - 1; i += 4096) {
+    ASSERT_EQ(p[i], static_cast<unsigned char>(i >> 12)) << i;
+  }
+  EXPECT_EQ(p[bytes - 1], 0xcd);
+  UnmapHugePages(memory, bytes);
+}
 
 TEST(HugePagesTest, AMappingIsAlignedZeroedAndWritable) {
   const size_t bytes = kHugePageBytes + 12345;
@@ -62,6 +96,75 @@ TEST(HugePagesTest, AHashMapOnTheAllocatorKeepsItsEntries) {
   map.clear();
   map.rehash(0);  // Gives the huge arrays back.
   EXPECT_TRUE(map.empty());
+}
+
+TEST(HugePagesTest, APoolHandsOutPrefaultedUnitsZeroedAndWritable) {
+  HugePagePool pool({.max_ready_bytes = 4 * kHugePageBytes});
+  // The first Map starts the thread (nothing is ready yet); 16 MiB mapped
+  // lets it keep its 4 units ready.
+  CheckAndUnmap(pool.Map(8 * kHugePageBytes), 8 * kHugePageBytes);
+  EXPECT_EQ(pool.counts().units_taken, 0);
+  ASSERT_TRUE(WaitReady(pool, 4));
+  // One unit, alone.
+  CheckAndUnmap(pool.Map(kHugePageBytes - 100), kHugePageBytes - 100);
+  EXPECT_EQ(pool.counts().units_taken, 1);
+  ASSERT_TRUE(WaitReady(pool, 4));
+  // Three units of the thread's first batch: one range already.
+  CheckAndUnmap(pool.Map(3 * kHugePageBytes), 3 * kHugePageBytes);
+  EXPECT_EQ(pool.counts().units_taken, 4);
+  ASSERT_TRUE(WaitReady(pool, 4));
+  // Four units of two batches, moved into one range, and six more pages of
+  // fresh memory after them.
+  CheckAndUnmap(pool.Map(10 * kHugePageBytes), 10 * kHugePageBytes);
+  const HugePagePool::Counts counts = pool.counts();
+  EXPECT_EQ(counts.units_taken, 8);
+  EXPECT_GE(counts.units_faulted, 8);
+  EXPECT_EQ(counts.bytes_mapped, int64_t{22} * int64_t{kHugePageBytes});
+}
+
+TEST(HugePagesTest, APoolOfNoBytesMapsAsMapHugePages) {
+  HugePagePool pool({.max_ready_bytes = 0});
+  CheckAndUnmap(pool.Map(3 * kHugePageBytes), 3 * kHugePageBytes);
+  const HugePagePool::Counts counts = pool.counts();
+  EXPECT_EQ(counts.units_faulted, 0);
+  EXPECT_EQ(counts.units_taken, 0);
+}
+
+TEST(HugePagesTest, AHashMapAndAnArenaOnAPoolKeepTheirContents) {
+  HugePagePool pool({.max_ready_bytes = 8 * kHugePageBytes});
+  using Alloc = HugePageAllocator<std::pair<const uint64_t, uint32_t>>;
+  absl::flat_hash_map<uint64_t, uint32_t, absl::Hash<uint64_t>,
+                      std::equal_to<uint64_t>, Alloc>
+      map(0, absl::Hash<uint64_t>(), std::equal_to<uint64_t>(), Alloc(&pool));
+  HugePageArena arena(&pool);
+  constexpr uint32_t kEntries = 600'000;  // Arrays past 8 MiB.
+  constexpr size_t kFloats = 94'208;
+  std::vector<float*> blocks;
+  for (uint32_t i = 0; i < kEntries; ++i) {
+    map.emplace(i * 2654435761u, i);
+    if (i % 20'000 == 0) {  // Some blocks from ready units, as they come.
+      float* block = arena.Allocate(kFloats);
+      for (size_t j = 0; j < kFloats; j += 1024) ASSERT_EQ(block[j], 0.0f);
+      std::fill(block, block + kFloats, static_cast<float>(blocks.size()));
+      blocks.push_back(block);
+      if (i == 0) {
+        ASSERT_TRUE(WaitReady(pool, 1));
+      }
+    }
+  }
+  ASSERT_EQ(map.size(), kEntries);
+  for (uint32_t i = 0; i < kEntries; ++i) {
+    auto it = map.find(static_cast<uint64_t>(i * 2654435761u));
+    ASSERT_NE(it, map.end());
+    ASSERT_EQ(it->second, i);
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(blocks[i][0], static_cast<float>(i));
+    EXPECT_EQ(blocks[i][kFloats - 1], static_cast<float>(i));
+  }
+  EXPECT_GT(pool.counts().units_taken, 0);
+  map.clear();
+  map.rehash(0);
 }
 
 }  // namespace

@@ -1,0 +1,96 @@
+// SparseTable on a HugePagePool (server/huge_pages.h): a table whose index
+// arrays and row chunks come from pre-faulted huge pages holds the same rows,
+// bit for bit, as one whose memory is faulted by its first writes — through
+// growth past the small chunks, updates, capacity eviction (freed slots
+// reused) and a snapshot.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "server/huge_pages.h"
+#include "server/sparse_table.h"
+
+namespace ps {
+namespace {
+
+v1::SparseTableSpec Spec() {
+  v1::SparseTableSpec spec;
+  spec.set_name("emb");
+  spec.set_dim(16);
+  spec.set_num_buckets(64);
+  spec.mutable_optimizer()->mutable_rowwise_adagrad()->set_learning_rate(0.05f);
+  spec.mutable_eviction()->set_max_rows_per_server(150'000);
+  return spec;
+}
+
+std::unique_ptr<SparseTable> Make(HugePagePool* pool) {
+  auto table =
+      SparseTable::Create(Spec(), 2, 7, /*accumulate=*/false, {.pages = pool});
+  EXPECT_TRUE(table.ok()) << table.status();
+  return table.ok() ? *std::move(table) : nullptr;
+}
+
+// Push `clock`: 20,000 distinct ids, half of them new (the table grows
+// past its four small chunks, and past capacity from clock 15 on).
+void Push(SparseTable& table, int64_t clock) {
+  std::mt19937_64 rng(static_cast<uint64_t>(clock));
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 10'000; ++i) {
+    keys.push_back(static_cast<uint64_t>(clock) * 10'000 + i);  // New.
+    keys.push_back(rng() % (static_cast<uint64_t>(clock) * 10'000 + 1) +
+                   (uint64_t{1} << 40));  // Old ids of another range.
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::vector<float> grads(keys.size() * 16);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    grads[i] = static_cast<float>(rng() % 2001) / 1000.0f - 1.0f;
+  }
+  table.Apply(keys, grads, clock, 1.0f);
+}
+
+TEST(SparseTablePagesTest, PrefaultedPagesHoldTheSameRows) {
+  HugePagePool pool({.max_ready_bytes = 16 * kHugePageBytes});
+  auto plain = Make(nullptr);
+  auto pooled = Make(&pool);
+  ASSERT_NE(plain, nullptr);
+  ASSERT_NE(pooled, nullptr);
+  for (int64_t clock = 1; clock <= 20; ++clock) {
+    Push(*plain, clock);
+    Push(*pooled, clock);
+    // Once the table maps huge pages (its thread started), some units ready
+    // before the next growth (the thread runs on otherwise idle CPU: a
+    // generous bound, not a timing check).
+    const absl::Time deadline = absl::Now() + absl::Seconds(120);
+    while (pool.counts().bytes_mapped > 0 && pool.counts().units_ready == 0 &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  EXPECT_GT(pool.counts().units_taken, 0);
+  EXPECT_GT(pooled->evictions(), 0);
+  EXPECT_EQ(pooled->evictions(), plain->evictions());
+  ASSERT_EQ(pooled->num_rows(), plain->num_rows());
+  const std::vector<StoredBlock> a = plain->Snapshot();
+  const std::vector<StoredBlock> b = pooled->Snapshot();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].key, b[i].key);
+    ASSERT_EQ(a[i].rows, b[i].rows) << "bucket block " << i;
+  }
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 0; id < 210'000; id += 7) ids.push_back(id);
+  std::vector<float> ra(ids.size() * 16), rb(ids.size() * 16);
+  plain->Read(ids, ra.data());
+  pooled->Read(ids, rb.data());
+  EXPECT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)), 0);
+}
+
+}  // namespace
+}  // namespace ps
