@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,15 @@ class ParameterManager {
   absl::StatusOr<std::shared_ptr<ServerJob>> FindPlace(
       const std::string& job_id, std::optional<int32_t> place,
       int64_t map_version) const;
+  // SyncAssignments for one of the server's own places (`a` not hosted):
+  // applies a membership change or a move in progress to the job held under
+  // `a`'s shard map, or closes the job held under another map and opens it
+  // under `a`'s, or opens a job not held. The job's open error, naming it;
+  // it stays unloaded.
+  absl::Status SyncJob(const v1::Assignment& a);
+  // Closes and unloads the jobs not in `wanted` (a move took them away, or
+  // they ended: UnloadReasonLocked).
+  void UnloadUnassigned(const std::set<std::string>& wanted);
   // Opens, reopens under a new map, or unloads the places hosted here to
   // match `hosted` (assignments with `hosted` set); appends open errors.
   void SyncHosted(const std::vector<const v1::Assignment*>& hosted,
@@ -138,7 +148,7 @@ class ParameterManager {
       ABSL_GUARDED_BY(mu_);
   // Records (or, for version 0, drops) a job's membership report.
   void RecordMembershipLocked(const std::string& job_id,
-                              ServerJob::MembershipReport report)
+                              const ServerJob::MembershipReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves: the report of each job's move in progress; the jobs this server
   // leaves by the move in progress (their new map's version); the jobs
