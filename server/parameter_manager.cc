@@ -8,6 +8,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status_details.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -138,6 +139,27 @@ void ParameterManager::UnloadUnassigned(const std::set<std::string>& wanted) {
     metrics_->jobs.Set(jobs_.size());
   }
   for (auto& [job, reason] : unloaded) job->Close(reason);
+}
+
+absl::StatusOr<v1::Assignment> ParameterManager::ImportIfRebuilt(
+    const v1::Assignment& a, ShardStore* store) {
+  LostStoreOpener open;
+  {
+    absl::MutexLock lock(&mu_);
+    open = open_lost_;
+  }
+  PS_RETURN_IF_ERROR(ImportRebuiltPlace(a, store, open));
+  return WithoutRebuild(a);
+}
+
+absl::StatusOr<std::unique_ptr<ServerJob>> ParameterManager::OpenStored(
+    const v1::Assignment& a, ShardStore* store) {
+  auto job = ServerJob::Open(a, store, metrics_, job_options_);
+  if (!absl::IsFailedPrecondition(job.status())) return job;
+  // Another place was rebuilt since: the map changed only in its address.
+  PS_ASSIGN_OR_RETURN(bool kept, KeepStateUnderNewAddresses(a, store));
+  if (!kept) return job;
+  return ServerJob::Open(a, store, metrics_, job_options_);
 }
 
 void ParameterManager::RecordMembershipLocked(

@@ -130,10 +130,18 @@ class ParameterManager {
   // match `hosted` (assignments with `hosted` set); appends open errors.
   void SyncHosted(const std::vector<const v1::Assignment*>& hosted,
                   std::vector<absl::Status>* errors);
-  // Opens a hosted place: imports it if it was rebuilt here, then opens it
-  // from its own store.
-  absl::StatusOr<std::unique_ptr<ServerJob>> OpenHosted(
-      const v1::Assignment& a, HostedPlaceStore* store);
+  // Imports `a`'s place into `store` if it is rebuilt here from a lost
+  // server's directory (ImportRebuiltPlace, with the SetLostStoreOpener
+  // opener); returns `a` without its rebuild, to open the place by. The
+  // import's errors.
+  absl::StatusOr<v1::Assignment> ImportIfRebuilt(const v1::Assignment& a,
+                                                 ShardStore* store);
+  // ServerJob::Open of `a` (without a rebuild) on `store`; where the store
+  // holds the job under a map that differs only in a rebuilt place's
+  // address, keeps its state under the new addresses and opens it again
+  // (KeepStateUnderNewAddresses). The open's errors.
+  absl::StatusOr<std::unique_ptr<ServerJob>> OpenStored(const v1::Assignment& a,
+                                                        ShardStore* store);
   // Closes every hosted place (Shutdown).
   void CloseHosted(const absl::Status& reason);
 
