@@ -80,15 +80,6 @@ class HostedImportTest : public ::testing::Test {
     std::error_code error;
     std::filesystem::remove_all(dir_, error);
   }
-  static absl::StatusOr<std::unique_ptr<ShardStore>> Open(
-      const std::string& path) {
-    RocksDbShardStoreOptions options;
-    options.path = path;
-    options.create_if_missing = false;
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<RocksDbShardStore> store,
-                        RocksDbShardStore::Open(options));
-    return std::unique_ptr<ShardStore>(std::move(store));
-  }
   std::string dir_;
 };
 
@@ -123,7 +114,7 @@ TEST_F(HostedImportTest, ALostPlaceImportsIntoItsHostedIdAndFromOne) {
     rebuilt.set_hosted(true);
     auto base = MemoryShardStore::Create();
     HostedPlaceStore mine(base.get(), "job-7", 0);
-    ASSERT_TRUE(ImportRebuiltPlace(rebuilt, &mine, &Open).ok());
+    ASSERT_TRUE(ImportRebuiltPlace(rebuilt, &mine, &OpenLostStore).ok());
     auto got = base->Load("job-7~place0");
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->meta, StoredJobMeta(WithoutRebuild(rebuilt)));
