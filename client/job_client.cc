@@ -12,6 +12,8 @@ namespace ps {
 
 namespace {
 
+using Stub = v1::JobService::Stub;
+
 ChannelSecurity WithToken(ChannelSecurity channel, const std::string& token) {
   if (!token.empty()) {
     channel.call_metadata.emplace_back(kAuthorizationKey,
@@ -80,27 +82,17 @@ absl::StatusOr<std::string> JobClient::Submit(const v1::JobSpec& spec,
 }
 
 absl::StatusOr<v1::JobStatus> JobClient::Get(const std::string& job_id) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.timeout);
   v1::GetJobRequest request;
   request.set_job_id(job_id);
-  v1::JobStatus response;
-  grpc::Status status = stub_->GetJob(&ctx, request, &response);
-  if (!status.ok()) return Annotate(FromGrpcStatus(status));
-  return response;
+  return CallCoordinator(options_, *stub_, &Stub::GetJob, request);
 }
 
 absl::StatusOr<v1::ListJobsResponse> JobClient::ListPage(
     int page_size, const std::string& page_token) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.timeout);
   v1::ListJobsRequest request;
   request.set_page_size(page_size);
   request.set_page_token(page_token);
-  v1::ListJobsResponse response;
-  grpc::Status status = stub_->ListJobs(&ctx, request, &response);
-  if (!status.ok()) return Annotate(FromGrpcStatus(status));
-  return response;
+  return CallCoordinator(options_, *stub_, &Stub::ListJobs, request);
 }
 
 absl::StatusOr<std::vector<v1::JobStatus>> JobClient::List(int page_size) {
@@ -121,50 +113,36 @@ absl::StatusOr<std::vector<v1::JobStatus>> JobClient::List(int page_size) {
 }
 
 absl::Status JobClient::Delete(const std::string& job_id) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.timeout);
   v1::DeleteJobRequest request;
   request.set_job_id(job_id);
-  v1::DeleteJobResponse response;
-  grpc::Status status = stub_->DeleteJob(&ctx, request, &response);
-  if (!status.ok()) return Annotate(FromGrpcStatus(status));
-  return absl::OkStatus();
+  return CallCoordinator(options_, *stub_, &Stub::DeleteJob, request).status();
 }
 
 absl::StatusOr<v1::JobStatus> JobClient::Cancel(const std::string& job_id) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.timeout);
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
-  v1::CancelJobResponse response;
-  grpc::Status status = stub_->CancelJob(&ctx, request, &response);
-  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  PS_ASSIGN_OR_RETURN(
+      v1::CancelJobResponse response,
+      CallCoordinator(options_, *stub_, &Stub::CancelJob, request));
   return response.job();
 }
 
 absl::StatusOr<v1::JobStatus> JobClient::Scale(const std::string& job_id,
                                                int num_servers) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.timeout);
   v1::ScaleJobRequest request;
   request.set_job_id(job_id);
   request.set_num_servers(num_servers);
-  v1::ScaleJobResponse response;
-  grpc::Status status = stub_->ScaleJob(&ctx, request, &response);
-  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  PS_ASSIGN_OR_RETURN(
+      v1::ScaleJobResponse response,
+      CallCoordinator(options_, *stub_, &Stub::ScaleJob, request));
   return response.job();
 }
 
 absl::StatusOr<v1::TrainedModel> JobClient::ExportModel(
     const std::string& job_id) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.timeout);
   v1::ExportModelRequest request;
   request.set_job_id(job_id);
-  v1::TrainedModel response;
-  grpc::Status status = stub_->ExportModel(&ctx, request, &response);
-  if (!status.ok()) return Annotate(FromGrpcStatus(status));
-  return response;
+  return CallCoordinator(options_, *stub_, &Stub::ExportModel, request);
 }
 
 absl::StatusOr<v1::JobStatus> JobClient::Watch(

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_util.h"
 #include "common/security.h"
 #include "ps/v1/job_service.grpc.pb.h"
 
@@ -33,7 +34,8 @@ struct JobClientOptions {
 std::string NewRequestId();
 
 // A channel to the coordinator with `options`' TLS, sending its token (if
-// any) with every call; for JobService stubs (JobClient, ListNodes).
+// any) with every call; for the coordinator's JobService and SweepService
+// stubs (JobClient, SweepClient, ListNodes).
 std::shared_ptr<grpc::Channel> CreateJobServiceChannel(
     const JobClientOptions& options);
 
@@ -41,6 +43,24 @@ std::shared_ptr<grpc::Channel> CreateJobServiceChannel(
 // reachable (naming its address) when it is UNAVAILABLE or DEADLINE_EXCEEDED.
 absl::Status CoordinatorCallError(const JobClientOptions& options,
                                   const absl::Status& status);
+
+// One unary call to the coordinator within `options.timeout`: `rpc`, a
+// stub's method (&v1::JobService::Stub::GetJob), with `request`. Its reply;
+// its error as CoordinatorCallError gives it. Thread-safe as the stub is.
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> CallCoordinator(
+    const JobClientOptions& options, Stub& stub,
+    grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+    const Request& request) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options.timeout);
+  Response response;
+  const grpc::Status status = (stub.*rpc)(&ctx, request, &response);
+  if (!status.ok()) {
+    return CoordinatorCallError(options, FromGrpcStatus(status));
+  }
+  return response;
+}
 
 // Thread-compatible. Errors are the coordinator's statuses (UNAUTHENTICATED
 // without a valid token where the coordinator needs one); an unreachable

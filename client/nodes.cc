@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_util.h"
+#include "common/status_macros.h"
 #include "ps/v1/job_service.grpc.pb.h"
 
 namespace ps {
@@ -47,14 +48,10 @@ absl::StatusOr<std::vector<v1::NodeInfo>> ListNodes(
     const JobClientOptions& options) {
   std::unique_ptr<v1::JobService::Stub> stub =
       v1::JobService::NewStub(CreateJobServiceChannel(options));
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options.timeout);
-  v1::ListNodesResponse response;
-  const grpc::Status status =
-      stub->ListNodes(&ctx, v1::ListNodesRequest(), &response);
-  if (!status.ok()) {
-    return CoordinatorCallError(options, FromGrpcStatus(status));
-  }
+  PS_ASSIGN_OR_RETURN(
+      v1::ListNodesResponse response,
+      CallCoordinator(options, *stub, &v1::JobService::Stub::ListNodes,
+                      v1::ListNodesRequest()));
   return std::vector<v1::NodeInfo>(
       std::make_move_iterator(response.mutable_nodes()->begin()),
       std::make_move_iterator(response.mutable_nodes()->end()));

@@ -11,13 +11,7 @@
 namespace ps {
 namespace {
 
-ChannelSecurity WithToken(ChannelSecurity channel, const std::string& token) {
-  if (!token.empty()) {
-    channel.call_metadata.emplace_back(kAuthorizationKey,
-                                       absl::StrCat("Bearer ", token));
-  }
-  return channel;
-}
+using Stub = v1::SweepService::Stub;
 
 bool Ended(v1::SweepState state) {
   return state == v1::SWEEP_SUCCEEDED || state == v1::SWEEP_FAILED ||
@@ -34,56 +28,42 @@ absl::StatusOr<v1::SweepSpec> SweepSpecFromJson(const std::string& json) {
 
 SweepClient::SweepClient(JobClientOptions options)
     : options_(std::move(options)),
-      stub_(v1::SweepService::NewStub(CreateChannel(
-          options_.coordinator, WithToken(options_.channel, options_.token)))) {
-}
+      stub_(v1::SweepService::NewStub(CreateJobServiceChannel(options_))) {}
 
 absl::Status SweepClient::Annotate(const absl::Status& status) const {
   return CoordinatorCallError(options_, status);
 }
 
 absl::StatusOr<std::string> SweepClient::Submit(const v1::SweepSpec& spec) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.timeout);
   v1::SubmitSweepRequest request;
   *request.mutable_spec() = spec;
-  v1::SubmitSweepResponse response;
-  grpc::Status status = stub_->SubmitSweep(&ctx, request, &response);
-  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  PS_ASSIGN_OR_RETURN(
+      v1::SubmitSweepResponse response,
+      CallCoordinator(options_, *stub_, &Stub::SubmitSweep, request));
   return response.sweep_id();
 }
 
 absl::StatusOr<v1::SweepStatus> SweepClient::Get(const std::string& sweep_id) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.timeout);
   v1::GetSweepRequest request;
   request.set_sweep_id(sweep_id);
-  v1::SweepStatus response;
-  grpc::Status status = stub_->GetSweep(&ctx, request, &response);
-  if (!status.ok()) return Annotate(FromGrpcStatus(status));
-  return response;
+  return CallCoordinator(options_, *stub_, &Stub::GetSweep, request);
 }
 
 absl::StatusOr<std::vector<v1::SweepStatus>> SweepClient::List() {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.timeout);
-  v1::ListSweepsResponse response;
-  grpc::Status status =
-      stub_->ListSweeps(&ctx, v1::ListSweepsRequest(), &response);
-  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  PS_ASSIGN_OR_RETURN(v1::ListSweepsResponse response,
+                      CallCoordinator(options_, *stub_, &Stub::ListSweeps,
+                                      v1::ListSweepsRequest()));
   return std::vector<v1::SweepStatus>(response.sweeps().begin(),
                                       response.sweeps().end());
 }
 
 absl::StatusOr<v1::SweepStatus> SweepClient::Cancel(
     const std::string& sweep_id) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.timeout);
   v1::CancelSweepRequest request;
   request.set_sweep_id(sweep_id);
-  v1::CancelSweepResponse response;
-  grpc::Status status = stub_->CancelSweep(&ctx, request, &response);
-  if (!status.ok()) return Annotate(FromGrpcStatus(status));
+  PS_ASSIGN_OR_RETURN(
+      v1::CancelSweepResponse response,
+      CallCoordinator(options_, *stub_, &Stub::CancelSweep, request));
   return response.sweep();
 }
 

@@ -1,19 +1,24 @@
 // Helpers shared by the project's own file formats (the update log's files,
 // snapshot rows files, the data directory's format record): the status of a
-// failed system call, fsync of a file or directory, and integers stored
-// little-endian whatever the host.
+// failed system call, fsync of a file or directory, a gathered write whole,
+// and integers stored little-endian whatever the host.
 #ifndef PS_COMMON_FILE_BYTES_H_
 #define PS_COMMON_FILE_BYTES_H_
 
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -47,6 +52,36 @@ inline absl::Status SyncPath(const std::string& path, int flags,
              : ErrnoStatus(absl::StrCat(prefix, "fsync of ", path));
   close(fd);
   return status;
+}
+
+// Writes the buffers of `iov` in order from `offset` on (pwritev, IOV_MAX
+// buffers at a time), going on after a short write or EINTR. Returns the
+// offset after the last byte. Errors as ErrnoStatus, their message
+// "<context>: writing <path>". Thread-safe.
+inline absl::StatusOr<uint64_t> WriteGathered(int fd, std::vector<iovec> iov,
+                                              uint64_t offset,
+                                              absl::string_view context,
+                                              const std::string& path) {
+  size_t first = 0;
+  while (first < iov.size()) {
+    const int count =
+        static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+    ssize_t n =
+        pwritev(fd, iov.data() + first, count, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(absl::StrCat(context, ": writing ", path));
+    }
+    offset += static_cast<uint64_t>(n);
+    while (n > 0 && first < iov.size()) {
+      const size_t take = std::min<size_t>(n, iov[first].iov_len);
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
+      iov[first].iov_len -= take;
+      n -= static_cast<ssize_t>(take);
+      if (iov[first].iov_len == 0) ++first;
+    }
+  }
+  return offset;
 }
 
 // Writes `v` into out[0..3] / out[0..7], least significant byte first.

@@ -22,21 +22,6 @@ std::string SpecModelDigest(const v1::JobSpec& spec) {
   return tensors.ok() ? ModelDigest(*tensors, spec.model()) : "";
 }
 
-// A writer callback that gives `done` `answer` once the write is durable,
-// or the write's error.
-template <typename T>
-JobStoreWriter::Done AnswerWhenDurable(
-    std::function<void(absl::StatusOr<T>)> done, T answer) {
-  return [done = std::move(done),
-          answer = std::move(answer)](const absl::Status& written) {
-    if (written.ok()) {
-      done(answer);
-    } else {
-      done(written);
-    }
-  };
-}
-
 }  // namespace
 
 bool IsTerminal(v1::JobState state) {
@@ -255,11 +240,28 @@ absl::Status JobManager::CheckJobCount() const {
 absl::StatusOr<v1::JobStatus> JobManager::Get(const std::string& job_id) const {
   PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   absl::MutexLock lock(&mu_);
+  PS_ASSIGN_OR_RETURN(const Job* job, FindJobLocked(job_id));
+  return job->status;
+}
+
+absl::StatusOr<JobManager::Job*> JobManager::FindJobLocked(
+    const std::string& job_id, absl::string_view field) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job \"", job_id, "\""));
+    return absl::NotFoundError(
+        absl::StrCat(field, ": no job \"", job_id, "\""));
   }
-  return it->second.status;
+  return &it->second;
+}
+
+absl::StatusOr<const JobManager::Job*> JobManager::FindJobLocked(
+    const std::string& job_id, absl::string_view field) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat(field, ": no job \"", job_id, "\""));
+  }
+  return &it->second;
 }
 
 std::vector<v1::JobStatus> JobManager::List() const {
@@ -278,11 +280,8 @@ absl::Status JobManager::CancelAsync(const std::string& job_id,
                                      StatusDone done) {
   PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job \"", job_id, "\""));
-  }
-  Job& job = it->second;
+  PS_ASSIGN_OR_RETURN(Job * found, FindJobLocked(job_id));
+  Job& job = *found;
   if (IsTerminal(job.status.state())) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job_id, " already ended (",
@@ -298,11 +297,8 @@ absl::StatusOr<int64_t> JobManager::Watch(const std::string& job_id,
                                           Watcher watcher) {
   PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job \"", job_id, "\""));
-  }
-  watcher(it->second.status);
+  PS_ASSIGN_OR_RETURN(const Job* job, FindJobLocked(job_id));
+  watcher(job->status);
   return watchers_.Add(job_id, std::move(watcher));
 }
 
@@ -325,12 +321,8 @@ absl::Status JobManager::ReportProgressAsync(const v1::ProgressReport& report,
   v1::ProgressResponse response;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(report.job_id());
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("job_id: no job \"", report.job_id(), "\""));
-    }
-    Job& job = it->second;
+    PS_ASSIGN_OR_RETURN(Job * found, FindJobLocked(report.job_id()));
+    Job& job = *found;
     const int w = report.worker_index();
     if (job.status.state() != v1::RUNNING) {
       response.set_stop(true);

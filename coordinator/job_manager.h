@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -342,6 +343,14 @@ class JobManager {
   bool PublishVacancies(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets a pending job's message; persists and publishes only a change.
   void SetPendingMessage(Job& job, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job `job_id`; NOT_FOUND naming `field` (the request's field that
+  // gave the id) when there is none.
+  absl::StatusOr<Job*> FindJobLocked(const std::string& job_id,
+                                     absl::string_view field = "job_id")
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<const Job*> FindJobLocked(
+      const std::string& job_id, absl::string_view field = "job_id") const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED when limits_.max_jobs jobs are pending, running or
   // being submitted.

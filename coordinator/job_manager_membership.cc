@@ -85,12 +85,8 @@ absl::StatusOr<v1::RegisterResponse> JobManager::Register(
 
 absl::Status JobManager::AdmitWorkerForJob(
     const v1::RegisterRequest& request) const {
-  auto it = jobs_.find(request.job_id());
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("job_id: no job \"", request.job_id(), "\""));
-  }
-  const Job& job = it->second;
+  PS_ASSIGN_OR_RETURN(const Job* found, FindJobLocked(request.job_id()));
+  const Job& job = *found;
   if (IsTerminal(job.status.state())) {
     return absl::FailedPreconditionError(
         absl::StrCat("job_id: job ", request.job_id(), " already ended (",

@@ -16,12 +16,9 @@ absl::Status JobManager::UploadModel(const v1::UploadModelRequest& request) {
   v1::TrainedModel model = request.model();
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("model.job_id: no job \"", job_id, "\""));
-    }
-    const Job& job = it->second;
+    PS_ASSIGN_OR_RETURN(const Job* found,
+                        FindJobLocked(job_id, "model.job_id"));
+    const Job& job = *found;
     if (job.status.state() != v1::RUNNING) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job_id, " is not running (",
@@ -53,12 +50,8 @@ absl::StatusOr<v1::TrainedModel> JobManager::ExportModel(
   PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("job_id: no job \"", job_id, "\""));
-    }
-    const v1::JobState state = it->second.status.state();
+    PS_ASSIGN_OR_RETURN(const Job* job, FindJobLocked(job_id));
+    const v1::JobState state = job->status.state();
     if (state != v1::SUCCEEDED) {
       return absl::NotFoundError(
           absl::StrCat("job ", job_id, " has no trained model: it is ",

@@ -20,11 +20,8 @@ absl::Status JobManager::DeleteAsync(const std::string& job_id,
                                      DeleteDone done) {
   PS_RETURN_IF_ERROR(ValidateId("job_id", job_id));
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job \"", job_id, "\""));
-  }
-  Job& job = it->second;
+  PS_ASSIGN_OR_RETURN(Job * found, FindJobLocked(job_id));
+  Job& job = *found;
   const v1::JobState state = job.status.state();
   if (!IsTerminal(state)) {
     return absl::FailedPreconditionError(

@@ -36,23 +36,6 @@
 #include "coordinator/shard_move_planner.h"
 
 namespace ps {
-namespace {
-
-// `done` gets `answer` once the write it is given to is durable, else the
-// write's error.
-JobStoreWriter::Done AnswerWhenWritten(JobManager::StatusDone done,
-                                       v1::JobStatus answer) {
-  return [done = std::move(done),
-          answer = std::move(answer)](const absl::Status& written) {
-    if (written.ok()) {
-      done(answer);
-    } else {
-      done(written);
-    }
-  };
-}
-
-}  // namespace
 
 absl::Status JobManager::CheckScalable(const Job& job, int num_servers) const {
   const v1::JobStatus& status = job.status;
@@ -110,16 +93,13 @@ absl::Status JobManager::ScaleAsync(const std::string& job_id, int num_servers,
         absl::StrCat("num_servers: must be >= 1, got ", num_servers));
   }
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job \"", job_id, "\""));
-  }
-  Job& job = it->second;
+  PS_ASSIGN_OR_RETURN(Job * found, FindJobLocked(job_id));
+  Job& job = *found;
   PS_RETURN_IF_ERROR(CheckScalable(job, num_servers));
   const v1::ShardMap& current = job.status.shard_map();
   const int old_n = current.servers_size();
   if (num_servers == old_n) {
-    writer_->Put(job.status, AnswerWhenWritten(std::move(done), job.status));
+    writer_->Put(job.status, AnswerWhenDurable(std::move(done), job.status));
     return absl::OkStatus();
   }
   std::vector<std::string> addresses(
@@ -162,7 +142,7 @@ absl::Status JobManager::ScaleAsync(const std::string& job_id, int num_servers,
   // Answered once the record with the proposal is durable: a coordinator
   // restarted after the answer finds the proposal and abandons it visibly
   // (LoadMapChange) rather than never having had it.
-  Changed(job, AnswerWhenWritten(std::move(done), job.status));
+  Changed(job, AnswerWhenDurable(std::move(done), job.status));
   return absl::OkStatus();
 }
 

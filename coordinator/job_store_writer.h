@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/coordinator_metrics.h"
@@ -139,6 +140,21 @@ class JobStoreWriter {
   std::thread thread_;
   std::once_flag stopped_;
 };
+
+// A Done that gives `done` `answer` once the change is durable, else the
+// batch's error: for a call answered from the writer's callback.
+template <typename T>
+JobStoreWriter::Done AnswerWhenDurable(
+    std::function<void(absl::StatusOr<T>)> done, T answer) {
+  return [done = std::move(done),
+          answer = std::move(answer)](const absl::Status& written) {
+    if (written.ok()) {
+      done(answer);
+    } else {
+      done(written);
+    }
+  };
+}
 
 }  // namespace ps
 

@@ -88,4 +88,9 @@ absl::Status HostedPlaceStore::DeleteJob(const std::string& job_id) {
   return base_->DeleteJob(id);
 }
 
+absl::Status HostedPlaceStore::DropJob(const std::string& job_id) {
+  PS_ASSIGN_OR_RETURN(std::string id, Renamed(job_id));
+  return base_->DropJob(id);
+}
+
 }  // namespace ps

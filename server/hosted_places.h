@@ -42,6 +42,9 @@ class HostedPlaceStore : public ShardStore {
   absl::StatusOr<StoredJob> Load(const std::string& job_id) override;
   absl::StatusOr<std::vector<std::string>> ListJobs() override;
   absl::Status DeleteJob(const std::string& job_id) override;
+  // The base store's DropJob of the place's id (the RocksDB store's: no
+  // flush or compaction), not the default's DeleteJob.
+  absl::Status DropJob(const std::string& job_id) override;
 
  private:
   // The base store's id for `job_id`: the place's id for the job's own,

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/status_details.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -22,7 +24,7 @@ ParameterManager::ParameterManager(ShardStore* store, ServerMetrics* metrics,
                                    ServerJobOptions job_options)
     : store_(store),
       metrics_(metrics),
-      job_options_(job_options),
+      job_options_(std::move(job_options)),
       deleter_(store),
       exporter_(store, metrics),
       mover_(store, [this](const v1::FetchUnitsRequest& request) {
@@ -46,7 +48,6 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
     const std::vector<v1::Assignment>& assignments) {
   std::vector<absl::Status> errors;
   std::set<std::string> wanted;
-  std::vector<std::pair<std::shared_ptr<ServerJob>, absl::Status>> unloaded;
   std::vector<const v1::Assignment*> hosted;
   for (const v1::Assignment& a : assignments) {
     if (a.hosted()) {
@@ -54,60 +55,74 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
       continue;
     }
     wanted.insert(a.job_id());
-    std::shared_ptr<ServerJob> previous;
-    std::shared_ptr<ServerJob> same;  // Held under the same shard map.
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = jobs_.find(a.job_id());
-      // A server being added by a move serves nothing until it commits.
-      if (NoteMoveLocked(a)) continue;
-      if (it != jobs_.end()) {
-        if (it->second->assignment().shard_map().version() ==
-            a.shard_map().version()) {
-          same = it->second;
-        } else {
-          // A new shard map: reopen from the store under the new placement.
-          previous = std::move(it->second);
-          jobs_.erase(it);
-        }
+    if (absl::Status s = SyncJob(a); !s.ok()) errors.push_back(std::move(s));
+  }
+  UnloadUnassigned(wanted);
+  SyncHosted(hosted, &errors);
+  // After the opens, which may take a staged copy: moves no longer listed
+  // are forgotten, and their copies deleted.
+  mover_.Sync(assignments);
+  return errors;
+}
+
+absl::Status ParameterManager::SyncJob(const v1::Assignment& a) {
+  std::shared_ptr<ServerJob> previous;
+  std::shared_ptr<ServerJob> same;  // Held under the same shard map.
+  {
+    absl::MutexLock lock(&mu_);
+    // A server being added by a move serves nothing until it commits.
+    if (NoteMoveLocked(a)) return absl::OkStatus();
+    auto it = jobs_.find(a.job_id());
+    if (it != jobs_.end()) {
+      if (it->second->assignment().shard_map().version() ==
+          a.shard_map().version()) {
+        same = it->second;
+      } else {
+        // A new shard map: reopen from the store under the new placement.
+        previous = std::move(it->second);
+        jobs_.erase(it);
       }
     }
-    if (same != nullptr) {
-      // Elastic jobs: a membership change, or one in progress (applied
-      // without mu_: it answers the requests the change lets through).
-      ServerJob::MembershipReport report = same->ApplyMembership(a);
-      ServerJob::MoveReport move = same->ApplyMapChange(a);
-      absl::MutexLock lock(&mu_);
-      RecordMembershipLocked(a.job_id(), std::move(report));
-      RecordMoveLocked(a.job_id(), move);
-      continue;
-    }
-    // Closing writes out the old job's log and snapshot, which the reopen
-    // reads.
-    if (previous != nullptr) {
-      // A move's staged copy replaces the job's state: no closing snapshot.
-      previous->Close(MapChanged(a.job_id(), a.shard_map().version()),
-                      /*snapshot=*/mover_.StagedVersion(a.job_id()) !=
-                          a.shard_map().version());
-    }
-    // Opening reads or initialises shards; do it without holding mu_.
-    auto job = OpenJob(a);
-    if (!job.ok()) {
-      errors.push_back(absl::Status(
-          job.status().code(),
-          absl::StrCat("job ", a.job_id(), ": ", job.status().message())));
-      continue;
-    }
-    PS_LOG_INFO("job ", a.job_id(), ": serving as server ", a.index(), " of ",
-                a.shard_map().servers_size());
-    ServerJob::MembershipReport report = (*job)->ApplyMembership(a);
-    ServerJob::MoveReport move = (*job)->ApplyMapChange(a);
-    absl::MutexLock lock(&mu_);
-    RecordMembershipLocked(a.job_id(), std::move(report));
-    RecordMoveLocked(a.job_id(), move);
-    moved_away_.erase(a.job_id());
-    jobs_[a.job_id()] = *std::move(job);
   }
+  if (same != nullptr) {
+    // Elastic jobs: a membership change, or one in progress (applied
+    // without mu_: it answers the requests the change lets through).
+    ServerJob::MembershipReport report = same->ApplyMembership(a);
+    ServerJob::MoveReport move = same->ApplyMapChange(a);
+    absl::MutexLock lock(&mu_);
+    RecordMembershipLocked(a.job_id(), report);
+    RecordMoveLocked(a.job_id(), move);
+    return absl::OkStatus();
+  }
+  // Closing writes out the old job's log and snapshot, which the reopen
+  // reads.
+  if (previous != nullptr) {
+    // A move's staged copy replaces the job's state: no closing snapshot.
+    previous->Close(MapChanged(a.job_id(), a.shard_map().version()),
+                    /*snapshot=*/mover_.StagedVersion(a.job_id()) !=
+                        a.shard_map().version());
+  }
+  // Opening reads or initialises shards; do it without holding mu_.
+  auto job = OpenJob(a);
+  if (!job.ok()) {
+    return absl::Status(
+        job.status().code(),
+        absl::StrCat("job ", a.job_id(), ": ", job.status().message()));
+  }
+  PS_LOG_INFO("job ", a.job_id(), ": serving as server ", a.index(), " of ",
+              a.shard_map().servers_size());
+  ServerJob::MembershipReport report = (*job)->ApplyMembership(a);
+  ServerJob::MoveReport move = (*job)->ApplyMapChange(a);
+  absl::MutexLock lock(&mu_);
+  RecordMembershipLocked(a.job_id(), report);
+  RecordMoveLocked(a.job_id(), move);
+  moved_away_.erase(a.job_id());
+  jobs_[a.job_id()] = *std::move(job);
+  return absl::OkStatus();
+}
+
+void ParameterManager::UnloadUnassigned(const std::set<std::string>& wanted) {
+  std::vector<std::pair<std::shared_ptr<ServerJob>, absl::Status>> unloaded;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = jobs_.begin(); it != jobs_.end();) {
@@ -124,15 +139,31 @@ std::vector<absl::Status> ParameterManager::SyncAssignments(
     metrics_->jobs.Set(jobs_.size());
   }
   for (auto& [job, reason] : unloaded) job->Close(reason);
-  SyncHosted(hosted, &errors);
-  // After the opens, which may take a staged copy: moves no longer listed
-  // are forgotten, and their copies deleted.
-  mover_.Sync(assignments);
-  return errors;
+}
+
+absl::StatusOr<v1::Assignment> ParameterManager::ImportIfRebuilt(
+    const v1::Assignment& a, ShardStore* store) {
+  LostStoreOpener open;
+  {
+    absl::MutexLock lock(&mu_);
+    open = open_lost_;
+  }
+  PS_RETURN_IF_ERROR(ImportRebuiltPlace(a, store, open));
+  return WithoutRebuild(a);
+}
+
+absl::StatusOr<std::unique_ptr<ServerJob>> ParameterManager::OpenStored(
+    const v1::Assignment& a, ShardStore* store) {
+  auto job = ServerJob::Open(a, store, metrics_, job_options_);
+  if (!absl::IsFailedPrecondition(job.status())) return job;
+  // Another place was rebuilt since: the map changed only in its address.
+  PS_ASSIGN_OR_RETURN(bool kept, KeepStateUnderNewAddresses(a, store));
+  if (!kept) return job;
+  return ServerJob::Open(a, store, metrics_, job_options_);
 }
 
 void ParameterManager::RecordMembershipLocked(
-    const std::string& job_id, ServerJob::MembershipReport report) {
+    const std::string& job_id, const ServerJob::MembershipReport& report) {
   if (report.version == 0) {
     membership_reports_.erase(job_id);
     return;

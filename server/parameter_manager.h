@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -116,14 +117,31 @@ class ParameterManager {
   absl::StatusOr<std::shared_ptr<ServerJob>> FindPlace(
       const std::string& job_id, std::optional<int32_t> place,
       int64_t map_version) const;
+  // SyncAssignments for one of the server's own places (`a` not hosted):
+  // applies a membership change or a move in progress to the job held under
+  // `a`'s shard map, or closes the job held under another map and opens it
+  // under `a`'s, or opens a job not held. The job's open error, naming it;
+  // it stays unloaded.
+  absl::Status SyncJob(const v1::Assignment& a);
+  // Closes and unloads the jobs not in `wanted` (a move took them away, or
+  // they ended: UnloadReasonLocked).
+  void UnloadUnassigned(const std::set<std::string>& wanted);
   // Opens, reopens under a new map, or unloads the places hosted here to
   // match `hosted` (assignments with `hosted` set); appends open errors.
   void SyncHosted(const std::vector<const v1::Assignment*>& hosted,
                   std::vector<absl::Status>* errors);
-  // Opens a hosted place: imports it if it was rebuilt here, then opens it
-  // from its own store.
-  absl::StatusOr<std::unique_ptr<ServerJob>> OpenHosted(
-      const v1::Assignment& a, HostedPlaceStore* store);
+  // Imports `a`'s place into `store` if it is rebuilt here from a lost
+  // server's directory (ImportRebuiltPlace, with the SetLostStoreOpener
+  // opener); returns `a` without its rebuild, to open the place by. The
+  // import's errors.
+  absl::StatusOr<v1::Assignment> ImportIfRebuilt(const v1::Assignment& a,
+                                                 ShardStore* store);
+  // ServerJob::Open of `a` (without a rebuild) on `store`; where the store
+  // holds the job under a map that differs only in a rebuilt place's
+  // address, keeps its state under the new addresses and opens it again
+  // (KeepStateUnderNewAddresses). The open's errors.
+  absl::StatusOr<std::unique_ptr<ServerJob>> OpenStored(const v1::Assignment& a,
+                                                        ShardStore* store);
   // Closes every hosted place (Shutdown).
   void CloseHosted(const absl::Status& reason);
 
@@ -138,7 +156,7 @@ class ParameterManager {
       ABSL_GUARDED_BY(mu_);
   // Records (or, for version 0, drops) a job's membership report.
   void RecordMembershipLocked(const std::string& job_id,
-                              ServerJob::MembershipReport report)
+                              const ServerJob::MembershipReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves: the report of each job's move in progress; the jobs this server
   // leaves by the move in progress (their new map's version); the jobs

@@ -62,7 +62,10 @@ void ParameterManager::SyncHosted(
     if (previous != nullptr) {
       previous->Close(MapChanged(a->job_id(), a->shard_map().version()));
     }
-    absl::StatusOr<std::unique_ptr<ServerJob>> job = OpenHosted(*a, store);
+    // Imported first if it was rebuilt here, then opened from its own store.
+    absl::StatusOr<v1::Assignment> plain = ImportIfRebuilt(*a, store);
+    absl::StatusOr<std::unique_ptr<ServerJob>> job =
+        plain.ok() ? OpenStored(*plain, store) : plain.status();
     if (!job.ok()) {
       errors->push_back(
           absl::Status(job.status().code(),
@@ -92,23 +95,6 @@ void ParameterManager::SyncHosted(
     }
   }
   for (auto& job : unloaded) job->Close(absl::AbortedError("job ended"));
-}
-
-absl::StatusOr<std::unique_ptr<ServerJob>> ParameterManager::OpenHosted(
-    const v1::Assignment& a, HostedPlaceStore* store) {
-  LostStoreOpener open;
-  {
-    absl::MutexLock lock(&mu_);
-    open = open_lost_;
-  }
-  PS_RETURN_IF_ERROR(ImportRebuiltPlace(a, store, open));
-  const v1::Assignment plain = WithoutRebuild(a);
-  auto job = ServerJob::Open(plain, store, metrics_, job_options_);
-  if (!absl::IsFailedPrecondition(job.status())) return job;
-  // Another place was rebuilt since: the map changed only in its address.
-  PS_ASSIGN_OR_RETURN(bool kept, KeepStateUnderNewAddresses(plain, store));
-  if (!kept) return job;
-  return ServerJob::Open(plain, store, metrics_, job_options_);
 }
 
 void ParameterManager::CloseHosted(const absl::Status& reason) {

@@ -104,15 +104,9 @@ absl::Status ParameterManager::UnloadReasonLocked(const std::string& job_id) {
 
 absl::StatusOr<std::unique_ptr<ServerJob>> ParameterManager::OpenJob(
     const v1::Assignment& rebuilt) {
-  // A place rebuilt from a lost server's directory imports it first
-  // (server/rebuild_import.h); the job is opened without the rebuild.
-  LostStoreOpener open;
-  {
-    absl::MutexLock lock(&mu_);
-    open = open_lost_;
-  }
-  PS_RETURN_IF_ERROR(ImportRebuiltPlace(rebuilt, store_, open));
-  const v1::Assignment a = WithoutRebuild(rebuilt);
+  // A place rebuilt from a lost server's directory imports it first; the
+  // job is opened without the rebuild.
+  PS_ASSIGN_OR_RETURN(const v1::Assignment a, ImportIfRebuilt(rebuilt, store_));
   const int64_t version = a.shard_map().version();
   bool from_store = false;
   absl::StatusOr<std::optional<StoredJob>> staged =
@@ -132,14 +126,7 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ParameterManager::OpenJob(
       return own.status();
     }
   }
-  if (!staged->has_value()) {
-    auto job = ServerJob::Open(a, store_, metrics_, job_options_);
-    if (!absl::IsFailedPrecondition(job.status())) return job;
-    // Another place was rebuilt: the map changed only in its address.
-    PS_ASSIGN_OR_RETURN(bool kept, KeepStateUnderNewAddresses(a, store_));
-    if (!kept) return job;
-    return ServerJob::Open(a, store_, metrics_, job_options_);
-  }
+  if (!staged->has_value()) return OpenStored(a, store_);
   auto job = ServerJob::Open(a, store_, metrics_, job_options_, &**staged);
   if (job.ok()) mover_.Adopted(a.job_id(), version);
   return job;

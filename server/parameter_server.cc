@@ -57,16 +57,7 @@ absl::Status ParameterServer::Start() {
   manager_->SetRemoteFetch(MakePeerFetch(credentials->MemberChannel()));
   // A lost server's place rebuilt here: its directory opened as its own
   // restart would (and only while no process holds it).
-  manager_->SetLostStoreOpener(
-      [](const std::string& data_dir)
-          -> absl::StatusOr<std::unique_ptr<ShardStore>> {
-        RocksDbShardStoreOptions lost;
-        lost.path = data_dir;
-        lost.create_if_missing = false;
-        PS_ASSIGN_OR_RETURN(std::unique_ptr<RocksDbShardStore> store,
-                            RocksDbShardStore::Open(lost));
-        return std::unique_ptr<ShardStore>(std::move(store));
-      });
+  manager_->SetLostStoreOpener(OpenLostStore);
   service_ = std::make_unique<ParameterServiceImpl>(
       manager_.get(), rpc_metrics_.get(), push_faults_,
       Authorizer(credentials->MemberChecks()), options_.shared_payloads);

@@ -268,4 +268,14 @@ absl::StatusOr<std::string> RocksDbShardStore::Identity() const {
   return state_->Identity();
 }
 
+absl::StatusOr<std::unique_ptr<ShardStore>> OpenLostStore(
+    const std::string& data_dir) {
+  RocksDbShardStoreOptions lost;
+  lost.path = data_dir;
+  lost.create_if_missing = false;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<RocksDbShardStore> store,
+                      RocksDbShardStore::Open(lost));
+  return std::unique_ptr<ShardStore>(std::move(store));
+}
+
 }  // namespace ps

@@ -181,6 +181,13 @@ class RocksDbShardStore : public ShardStore {
   std::unique_ptr<SnapshotRowsFiles> rows_;
 };
 
+// A lost server's data directory opened as its own restart would (ps-server's
+// LostStoreOpener, server/rebuild_import.h): the RocksDbShardStore at
+// `data_dir`, which must exist. The open's errors (UNAVAILABLE while another
+// process holds the directory's lock). Thread-safe.
+absl::StatusOr<std::unique_ptr<ShardStore>> OpenLostStore(
+    const std::string& data_dir);
+
 }  // namespace ps
 
 #endif  // PS_SERVER_ROCKSDB_SHARD_STORE_H_

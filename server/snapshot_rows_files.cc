@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -30,32 +29,6 @@ constexpr char kMagic[] = {'P', 'S', 'R', 'O', 'W', 'S', '\0', '\x01'};
 constexpr size_t kMagicBytes = sizeof(kMagic);
 // An entry's key and size.
 constexpr size_t kEntryHeaderBytes = 16;
-
-// Writes `iov` at offset 0 on, retrying short writes; returns the bytes.
-absl::StatusOr<uint64_t> WriteAll(int fd, std::vector<iovec>& iov,
-                                  const std::string& path) {
-  uint64_t offset = 0;
-  size_t first = 0;
-  while (first < iov.size()) {
-    const int count =
-        static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
-    ssize_t n =
-        pwritev(fd, iov.data() + first, count, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(absl::StrCat("snapshot rows: writing ", path));
-    }
-    offset += static_cast<uint64_t>(n);
-    while (n > 0 && first < iov.size()) {
-      const size_t take = std::min<size_t>(n, iov[first].iov_len);
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
-      iov[first].iov_len -= take;
-      n -= static_cast<ssize_t>(take);
-      if (iov[first].iov_len == 0) ++first;
-    }
-  }
-  return offset;
-}
 
 // Writes `iov` from offset 0 on through a block-aligned buffer, for a file
 // opened with O_DIRECT: the bytes go from the buffer to the device, not
@@ -281,7 +254,8 @@ absl::Status SnapshotRowsFiles::Write(const std::string& job_id,
   PutUint64(XXH3_64bits_digest(&hash), sum);
   iov.push_back({sum, sizeof(sum)});
   absl::StatusOr<uint64_t> written =
-      direct ? WriteDirect(fd, iov, path) : WriteAll(fd, iov, path);
+      direct ? WriteDirect(fd, iov, path)
+             : WriteGathered(fd, iov, /*offset=*/0, "snapshot rows", path);
   absl::Status status = written.status();
   if (status.ok() && ftruncate(fd, static_cast<off_t>(*written)) != 0) {
     status = ErrnoStatus(absl::StrCat("snapshot rows: truncating ", path));

@@ -133,28 +133,11 @@ absl::StatusOr<std::string> ReadWholeFile(int fd, const std::string& path) {
   }
 }
 
-// Writes the buffers of `iov` at `offset` in order, retrying short writes.
-absl::Status WriteAt(int fd, std::vector<iovec> iov, uint64_t offset,
-                     const std::string& path) {
-  size_t first = 0;
-  while (first < iov.size()) {
-    const int count =
-        static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
-    ssize_t n = pwritev(fd, iov.data() + first, count, offset);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(absl::StrCat("update log: writing ", path));
-    }
-    offset += static_cast<uint64_t>(n);
-    while (n > 0 && first < iov.size()) {
-      const size_t take = std::min<size_t>(n, iov[first].iov_len);
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
-      iov[first].iov_len -= take;
-      n -= static_cast<ssize_t>(take);
-      if (iov[first].iov_len == 0) ++first;
-    }
-  }
-  return absl::OkStatus();
+// Writes the file's magic at its start.
+absl::Status WriteMagic(int fd, const std::string& path) {
+  return WriteGathered(fd, {{const_cast<char*>(kMagic), kMagicBytes}},
+                       /*offset=*/0, "update log", path)
+      .status();
 }
 
 // Writes `records` as frames of `generation` with sequences first_sequence,
@@ -177,7 +160,8 @@ absl::Status WriteFrames(int fd, uint64_t offset, int64_t first_sequence,
     }
     bytes += kHeaderBytes + records[i].size();
   }
-  PS_RETURN_IF_ERROR(WriteAt(fd, std::move(iov), offset, path));
+  PS_RETURN_IF_ERROR(
+      WriteGathered(fd, std::move(iov), offset, "update log", path).status());
   *end = offset + bytes;
   return absl::OkStatus();
 }
@@ -186,8 +170,7 @@ absl::Status WriteFrames(int fd, uint64_t offset, int64_t first_sequence,
 absl::Status WriteFile(int fd, int64_t first_sequence,
                        std::span<const std::string> records,
                        const std::string& path, uint64_t* end) {
-  PS_RETURN_IF_ERROR(
-      WriteAt(fd, {{const_cast<char*>(kMagic), kMagicBytes}}, 0, path));
+  PS_RETURN_IF_ERROR(WriteMagic(fd, path));
   *end = kMagicBytes;
   if (!records.empty()) {
     PS_RETURN_IF_ERROR(WriteFrames(fd, kMagicBytes, first_sequence,
@@ -279,7 +262,7 @@ absl::Status UpdateLogFiles::OpenForAppend(const std::string& job_id,
   // follow the frames appended next, even where their sizes line up.
   const uint64_t end = std::max<uint64_t>(parsed.end, kMagicBytes);
   if (parsed.end < kMagicBytes) {
-    status = WriteAt(fd, {{const_cast<char*>(kMagic), kMagicBytes}}, 0, path);
+    status = WriteMagic(fd, path);
   }
   if (status.ok() && contents->size() != end) {
     if (ftruncate(fd, static_cast<off_t>(end)) != 0 ||

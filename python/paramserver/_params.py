@@ -339,52 +339,16 @@ class ParameterClient:
         min_clocks: Dict[int, int] = {}
         own_clocks: Dict[int, int] = {}
 
-        def start(s: int) -> _Call:
-            server_request = request
-            reply_bytes = self._max_reply_bytes[s]
-            if sparse is not None and sparse.requests(s):
-                server_request = v1.PullRequest()
-                server_request.CopyFrom(request)
-                server_request.sparse.extend(sparse.requests(s))
-                reply_bytes += sparse.reply_bytes(s)
-            if self._shared[s]:
-                region = self._region(reply_bytes, s, "pull from")
-                if region is not None:
-                    shared = v1.SharedPullRequest(pull=server_request)
-                    shared.reply.region = region.name
-                    shared.reply.length = region.size
-                    return _Call(self._stubs[s].PullShared.future(
-                        shared, timeout=self.pull_timeout,
-                        metadata=self._security.metadata), region)
-            return _Call(self._stubs[s].Pull.future(
-                server_request, timeout=self.pull_timeout,
-                metadata=self._security.metadata))
-
         def on_reply(s: int, reply, region: Optional[SharedRegion]) -> None:
-            if region is not None:
-                if reply.length > region.size:
-                    raise error_for(grpc.StatusCode.INTERNAL,
-                                    f"pull reply from {self.addresses[s]}: "
-                                    "not within its shared region")
-                # Parsed from the region itself (Protobuf copies what it
-                # keeps), the view released before the region is reused.
-                with memoryview(region.buffer) as view:
-                    reply = v1.PullResponse.FromString(view[:reply.length])
-            self._read_pull_reply(s, reply, out)
-            if sparse is not None:
-                sparse.on_reply(s, reply.sparse, self.addresses[s],
-                                reply.value_encoding)
-            elif len(reply.sparse):
-                raise error_for(grpc.StatusCode.INTERNAL,
-                                f"pull reply of server {self.addresses[s]} "
-                                "has rows no one asked for")
+            reply = self._take_pull_reply(s, reply, region, out, sparse)
             min_clocks[s] = reply.min_clock
             if self.worker < len(reply.worker_clocks):
                 own_clocks[s] = reply.worker_clocks[self.worker]
 
         self._for_all_servers(
             f"{'final pull' if final else 'pull'} of clock {clock}",
-            range(len(self._stubs)) if servers is None else servers, start,
+            range(len(self._stubs)) if servers is None else servers,
+            lambda s: self._start_pull(s, request, sparse),
             # A final read waits for the slowest worker for as long as the
             # job runs.
             None if final else self.retry_window, on_reply)
@@ -394,6 +358,55 @@ class ParameterClient:
             self._cache = out.copy()
             self._cached_min_clock = min_clock
         return min_clock, own_clock
+
+    def _start_pull(self, s: int, request: "v1.PullRequest",
+                    sparse: Optional[SparsePull]) -> _Call:
+        """Starts server s's part of a pull: `request` with the rows
+        `sparse` asks of s, its reply in a shared region where s shares
+        memory with this worker (else through the socket)."""
+        reply_bytes = self._max_reply_bytes[s]
+        if sparse is not None and sparse.requests(s):
+            server_request = v1.PullRequest()
+            server_request.CopyFrom(request)
+            server_request.sparse.extend(sparse.requests(s))
+            request = server_request
+            reply_bytes += sparse.reply_bytes(s)
+        if self._shared[s]:
+            region = self._region(reply_bytes, s, "pull from")
+            if region is not None:
+                shared = v1.SharedPullRequest(pull=request)
+                shared.reply.region = region.name
+                shared.reply.length = region.size
+                return _Call(self._stubs[s].PullShared.future(
+                    shared, timeout=self.pull_timeout,
+                    metadata=self._security.metadata), region)
+        return _Call(self._stubs[s].Pull.future(
+            request, timeout=self.pull_timeout,
+            metadata=self._security.metadata))
+
+    def _take_pull_reply(self, s: int, reply,
+                         region: Optional[SharedRegion], out: np.ndarray,
+                         sparse: Optional[SparsePull]) -> "v1.PullResponse":
+        """Reads server s's pull reply (from `region` when it came through
+        one) into `out` and `sparse`; returns the parsed reply."""
+        if region is not None:
+            if reply.length > region.size:
+                raise error_for(grpc.StatusCode.INTERNAL,
+                                f"pull reply from {self.addresses[s]}: "
+                                "not within its shared region")
+            # Parsed from the region itself (Protobuf copies what it
+            # keeps), the view released before the region is reused.
+            with memoryview(region.buffer) as view:
+                reply = v1.PullResponse.FromString(view[:reply.length])
+        self._read_pull_reply(s, reply, out)
+        if sparse is not None:
+            sparse.on_reply(s, reply.sparse, self.addresses[s],
+                            reply.value_encoding)
+        elif len(reply.sparse):
+            raise error_for(grpc.StatusCode.INTERNAL,
+                            f"pull reply of server {self.addresses[s]} "
+                            "has rows no one asked for")
+        return reply
 
     def _read_pull_reply(self, s: int, reply, out: np.ndarray) -> None:
         expected = self.blocks[s]

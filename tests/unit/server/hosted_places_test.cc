@@ -1,8 +1,9 @@
 // A lost server's place hosted by a surviving server (server/hosted_places.h,
 // server/parameter_manager_hosted.cc): the hosted place's store ids, the
-// store that renames the job's id, the import of a lost place into it (and
-// from a hosted id), and a ParameterManager serving two places of one job,
-// each with its own clocks, routed by the request's `place`.
+// store that renames the job's id (its drop is the base store's DropJob of
+// the place's id only), the import of a lost place into it (and from a
+// hosted id), and a ParameterManager serving two places of one job, each
+// with its own clocks, routed by the request's `place`.
 #include "server/hosted_places.h"
 
 #include <filesystem>
@@ -79,15 +80,6 @@ class HostedImportTest : public ::testing::Test {
     std::error_code error;
     std::filesystem::remove_all(dir_, error);
   }
-  static absl::StatusOr<std::unique_ptr<ShardStore>> Open(
-      const std::string& path) {
-    RocksDbShardStoreOptions options;
-    options.path = path;
-    options.create_if_missing = false;
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<RocksDbShardStore> store,
-                        RocksDbShardStore::Open(options));
-    return std::unique_ptr<ShardStore>(std::move(store));
-  }
   std::string dir_;
 };
 
@@ -122,7 +114,7 @@ TEST_F(HostedImportTest, ALostPlaceImportsIntoItsHostedIdAndFromOne) {
     rebuilt.set_hosted(true);
     auto base = MemoryShardStore::Create();
     HostedPlaceStore mine(base.get(), "job-7", 0);
-    ASSERT_TRUE(ImportRebuiltPlace(rebuilt, &mine, &Open).ok());
+    ASSERT_TRUE(ImportRebuiltPlace(rebuilt, &mine, &OpenLostStore).ok());
     auto got = base->Load("job-7~place0");
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->meta, StoredJobMeta(WithoutRebuild(rebuilt)));
@@ -130,6 +122,80 @@ TEST_F(HostedImportTest, ALostPlaceImportsIntoItsHostedIdAndFromOne) {
     EXPECT_EQ(got->log_sequence, 2);
     EXPECT_TRUE(absl::IsNotFound(base->Load("job-7").status()));
   }
+}
+
+// A real store that records which deletion each id reached it by, so a test
+// tells DropJob from the default's DeleteJob; everything else forwarded.
+class DeletionRecordingStore : public ShardStore {
+ public:
+  explicit DeletionRecordingStore(ShardStore* base) : base_(base) {}
+  absl::Status Write(const ShardWrite& write) override {
+    return base_->Write(write);
+  }
+  absl::Status AppendLog(const std::string& job_id, int64_t first_sequence,
+                         const std::vector<std::string>& records,
+                         bool sync) override {
+    return base_->AppendLog(job_id, first_sequence, records, sync);
+  }
+  absl::Status PutJobMeta(const std::string& job_id,
+                          const std::string& meta) override {
+    return base_->PutJobMeta(job_id, meta);
+  }
+  absl::StatusOr<StoredJob> Load(const std::string& job_id) override {
+    return base_->Load(job_id);
+  }
+  absl::StatusOr<std::vector<std::string>> ListJobs() override {
+    return base_->ListJobs();
+  }
+  absl::Status DeleteJob(const std::string& job_id) override {
+    deleted.push_back(job_id);
+    return base_->DeleteJob(job_id);
+  }
+  absl::Status DropJob(const std::string& job_id) override {
+    dropped.push_back(job_id);
+    return base_->DropJob(job_id);
+  }
+  std::vector<std::string> deleted;
+  std::vector<std::string> dropped;
+
+ private:
+  ShardStore* const base_;
+};
+
+TEST_F(HostedImportTest, ADropTakesTheHostedPlaceOnlyAndWaitsForNoCompaction) {
+  auto rocksdb = RocksDbShardStore::Open({.path = dir_ + "/store"});
+  ASSERT_TRUE(rocksdb.ok()) << rocksdb.status();
+  DeletionRecordingStore base(rocksdb->get());
+  HostedPlaceStore place1(&base, "job-3", 1);
+  HostedPlaceStore place2(&base, "job-3", 2);
+  // The server's own place (0) and two places it hosts, each with blocks,
+  // clocks, metadata and a log.
+  std::vector<ShardStore*> places = {&base, &place1, &place2};
+  for (int p = 0; p < 3; ++p) {
+    std::vector<float> values = {1.0f * p, 2.0f};
+    ShardWrite write{.job_id = "job-3", .log_sequence = 1};
+    write.blocks.push_back({.key = 4, .values = values});
+    write.worker_clocks = {{0, 5 + p}};
+    ASSERT_TRUE(places[p]->Write(write).ok());
+    ASSERT_TRUE(places[p]->PutJobMeta("job-3", absl::StrCat("m", p)).ok());
+    ASSERT_TRUE(places[p]->AppendLog("job-3", 2, {"r"}, false).ok());
+  }
+
+  ASSERT_TRUE(place1.DropJob("job-3").ok());
+  EXPECT_THAT(base.dropped, ElementsAre("job-3~place1"));
+  EXPECT_THAT(base.deleted, IsEmpty());
+  EXPECT_TRUE(absl::IsNotFound(place1.Load("job-3").status()));
+  EXPECT_THAT(*base.ListJobs(), ElementsAre("job-3", "job-3~place2"));
+  for (int p : {0, 2}) {
+    auto kept = places[p]->Load("job-3");
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(kept->meta, absl::StrCat("m", p));
+    ASSERT_EQ(kept->blocks.size(), 1u);
+    EXPECT_EQ(kept->blocks[0].values, (std::vector<float>{1.0f * p, 2.0f}));
+    EXPECT_EQ(kept->worker_clocks.at(0), 5 + p);
+    EXPECT_EQ(kept->log, std::vector<std::string>{"r"});
+  }
+  EXPECT_EQ(place1.DropJob("job-4").code(), absl::StatusCode::kInvalidArgument);
 }
 
 // A job on two places, both on this server: its own (0) and a hosted one.

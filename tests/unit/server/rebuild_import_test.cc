@@ -44,16 +44,6 @@ class RebuildImportTest : public ::testing::Test {
     std::filesystem::remove_all(dir_, error);
   }
 
-  static absl::StatusOr<std::unique_ptr<ShardStore>> Open(
-      const std::string& path) {
-    RocksDbShardStoreOptions options;
-    options.path = path;
-    options.create_if_missing = false;
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<RocksDbShardStore> store,
-                        RocksDbShardStore::Open(options));
-    return std::unique_ptr<ShardStore>(std::move(store));
-  }
-
   // The lost server's directory: a snapshot at record 3 and two records.
   std::unique_ptr<RocksDbShardStore> WriteLost() {
     auto store = RocksDbShardStore::Open({.path = dir_ + "/lost"});
@@ -82,7 +72,7 @@ TEST_F(RebuildImportTest, TheLostStateArrivesUnchangedUnderTheNewMap) {
   WriteLost().reset();  // Closed: the lost server is dead.
   std::unique_ptr<MemoryShardStore> owned = MemoryShardStore::Create();
   MemoryShardStore& mine = *owned;
-  ASSERT_TRUE(ImportRebuiltPlace(rebuilt_, &mine, &Open).ok());
+  ASSERT_TRUE(ImportRebuiltPlace(rebuilt_, &mine, &OpenLostStore).ok());
   auto got = mine.Load("job-7");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->meta, StoredJobMeta(WithoutRebuild(rebuilt_)));
@@ -108,11 +98,12 @@ TEST_F(RebuildImportTest, ADirectoryStillHeldOpenIsNotCopiedFrom) {
   ASSERT_NE(alive, nullptr);
   std::unique_ptr<MemoryShardStore> owned = MemoryShardStore::Create();
   MemoryShardStore& mine = *owned;
-  const absl::Status status = ImportRebuiltPlace(rebuilt_, &mine, &Open);
+  const absl::Status status =
+      ImportRebuiltPlace(rebuilt_, &mine, &OpenLostStore);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_TRUE(absl::IsNotFound(mine.Load("job-7").status()));
   alive.reset();  // It died: the next try imports.
-  EXPECT_TRUE(ImportRebuiltPlace(rebuilt_, &mine, &Open).ok());
+  EXPECT_TRUE(ImportRebuiltPlace(rebuilt_, &mine, &OpenLostStore).ok());
   EXPECT_TRUE(mine.Load("job-7").ok());
 }
 
@@ -121,14 +112,14 @@ TEST_F(RebuildImportTest, OtherUnitsOrNoStateAreRefused) {
   MemoryShardStore& mine = *owned;
   v1::Assignment other = rebuilt_;
   other.set_rebuild_from_data_dir(dir_ + "/none");
-  EXPECT_FALSE(ImportRebuiltPlace(other, &mine, &Open).ok());
+  EXPECT_FALSE(ImportRebuiltPlace(other, &mine, &OpenLostStore).ok());
   WriteLost().reset();
   other = rebuilt_;
   other.mutable_shard_map()->mutable_blocks(0)->set_num_elems(99);
-  const absl::Status status = ImportRebuiltPlace(other, &mine, &Open);
+  const absl::Status status = ImportRebuiltPlace(other, &mine, &OpenLostStore);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
   EXPECT_THAT(status.message(), HasSubstr("under other units"));
-  EXPECT_FALSE(ImportRebuiltPlace(rebuilt_, nullptr, &Open).ok());
+  EXPECT_FALSE(ImportRebuiltPlace(rebuilt_, nullptr, &OpenLostStore).ok());
 }
 
 TEST_F(RebuildImportTest, AnotherPlaceReaddressedKeepsThisPlacesState) {
