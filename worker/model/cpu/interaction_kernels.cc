@@ -1,6 +1,7 @@
 #include "worker/model/cpu/interaction_kernels.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -40,7 +41,7 @@ __attribute__((always_inline)) inline void DotGroups(const float* zi,
                                                      const float* columns,
                                                      int padded, int dim, int n,
                                                      float* out) {
-  constexpr int W = kLanes<V>;
+  constexpr std::ptrdiff_t W = kLanes<V>;
   V acc[G];
 #pragma GCC unroll 4
   for (int g = 0; g < G; ++g) acc[g] = V{};
@@ -72,7 +73,7 @@ __attribute__((always_inline)) inline void GradGroups(const float* sym,
                                                       int vectors,
                                                       const float* zb, int dim,
                                                       int m0, float* out) {
-  constexpr int W = kLanes<V>;
+  constexpr std::ptrdiff_t W = kLanes<V>;
   V acc[M][G];
 #pragma GCC unroll 4
   for (int r = 0; r < M; ++r) {
