@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 
 namespace ps {
 namespace {
@@ -75,11 +76,22 @@ absl::StatusOr<SparseRowInit> SparseRowInit::Create(const v1::SparseInit& init,
 
 SparseRowInit::SparseRowInit(v1::SparseInit::Kind kind, double scale,
                              uint64_t stream, int dim)
-    : kind_(kind), scale_(scale), stream_(stream) {
+    : kind_(kind),
+      scale_(scale),
+      stream_(stream),
+      path_(SparseFillBestPath()) {
   index_mix_.resize(static_cast<size_t>(dim > 0 ? dim : 0));
   for (size_t i = 0; i < index_mix_.size(); ++i) {
     index_mix_[i] = SparseMix64(i);
   }
+}
+
+SparseRowInit SparseRowInit::WithPath(SparseFillPath path) const {
+  PS_CHECK(SparseFillPathAvailable(path), "sparse init: path ",
+           SparseFillPathName(path), " is not available on this CPU");
+  SparseRowInit copy = *this;
+  copy.path_ = path;
+  return copy;
 }
 
 void SparseRowInit::Fill(uint64_t id, std::span<float> out) const {
@@ -88,12 +100,28 @@ void SparseRowInit::Fill(uint64_t id, std::span<float> out) const {
     return;
   }
   const uint64_t row = SparseHashCombine(stream_, id);
+  if (kind_ == v1::SparseInit::UNIFORM && out.size() <= index_mix_.size()) {
+    switch (path_) {
+      case SparseFillPath::kAvx512:
+        SparseUniformRowAvx512(row, index_mix_.data(), out.size(), scale_,
+                               out.data());
+        return;
+      case SparseFillPath::kAvx2:
+        SparseUniformRowAvx2(row, index_mix_.data(), out.size(), scale_,
+                             out.data());
+        return;
+      case SparseFillPath::kScalar:
+        break;
+    }
+  }
   // Equal to SparseHashCombine(row, i), with SparseMix64(i) precomputed.
   const auto hash = [this, row](size_t i) {
     return SparseMix64(
         row ^ (i < index_mix_.size() ? index_mix_[i] : SparseMix64(i)));
   };
   if (kind_ == v1::SparseInit::UNIFORM) {
+    // The reference the vector kernels (server/sparse_row_init_simd.h)
+    // equal bit for bit.
     for (size_t i = 0; i < out.size(); ++i) {
       out[i] =
           static_cast<float>((2.0 * SparseUnitDouble(hash(i)) - 1.0) * scale_);

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "ps/v1/job.pb.h"
+#include "server/sparse_row_init_simd.h"
 
 namespace ps {
 
@@ -27,8 +28,18 @@ class SparseRowInit {
                                               uint32_t table_index);
 
   // Writes row `id`'s dim initial values to out[0..dim). Value i is a
-  // function of (job_seed, table_index, id, i) alone.
+  // function of (job_seed, table_index, id, i) alone. UNIFORM rows are
+  // computed by path()'s kernel (vectorized where the CPU allows; the same
+  // bits on every path); NORMAL rows one value at a time.
   void Fill(uint64_t id, std::span<float> out) const;
+
+  // The kernel of UNIFORM rows: SparseFillBestPath() unless WithPath chose.
+  SparseFillPath path() const { return path_; }
+
+  // A copy that computes UNIFORM rows with `path` (for tests and
+  // benchmarks: every path gives the same bits). `path` must be available
+  // (SparseFillPathAvailable); aborts otherwise.
+  SparseRowInit WithPath(SparseFillPath path) const;
 
   // True when every row starts at zero (ZEROS, or a zero resolved scale).
   bool zeros() const { return kind_ == v1::SparseInit::ZEROS || scale_ == 0; }
@@ -40,6 +51,7 @@ class SparseRowInit {
   v1::SparseInit::Kind kind_;
   double scale_;
   uint64_t stream_;  // Mix of (job_seed, table_index).
+  SparseFillPath path_;
   // SparseMix64(i) for i < dim: value i's hash is SparseMix64(row ^ this),
   // which is SparseHashCombine(row, i) with its index half computed once.
   std::vector<uint64_t> index_mix_;
