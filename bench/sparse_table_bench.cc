@@ -206,6 +206,7 @@ std::vector<uint64_t> PullIds(int64_t millions, uint32_t seed) {
   const uint64_t rows = static_cast<uint64_t>(millions) * 1000000;
   std::uniform_int_distribution<uint64_t> held(0, rows - 1);
   std::vector<uint64_t> ids;
+  ids.reserve(12500);
   for (int i = 0; i < 12500; ++i) {
     ids.push_back(i % 10 < 7 ? held(rng) * 2654435761u + 1
                              : rng() | (uint64_t{1} << 63));
