@@ -143,8 +143,8 @@ void BM_Fill(benchmark::State& state) {
     state.SkipWithError("this CPU lacks the kernel");
     return;
   }
-  auto init = SparseRowInit::Create(v1::SparseInit(), static_cast<int>(dim),
-                                    42, 3);
+  auto init =
+      SparseRowInit::Create(v1::SparseInit(), static_cast<int>(dim), 42, 3);
   if (!init.ok()) {
     state.SkipWithError(std::string(init.status().message()).c_str());
     return;
@@ -161,9 +161,9 @@ void BM_Fill(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.SetLabel(SparseFillPathName(path));
-  state.counters["per_row"] = benchmark::Counter(
-      kRows, benchmark::Counter::kIsIterationInvariantRate |
-                 benchmark::Counter::kInvert);
+  state.counters["per_row"] =
+      benchmark::Counter(kRows, benchmark::Counter::kIsIterationInvariantRate |
+                                    benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_Fill)
     ->ArgNames({"dim", "path"})

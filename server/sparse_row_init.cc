@@ -76,10 +76,7 @@ absl::StatusOr<SparseRowInit> SparseRowInit::Create(const v1::SparseInit& init,
 
 SparseRowInit::SparseRowInit(v1::SparseInit::Kind kind, double scale,
                              uint64_t stream, int dim)
-    : kind_(kind),
-      scale_(scale),
-      stream_(stream),
-      path_(SparseFillBestPath()) {
+    : kind_(kind), scale_(scale), stream_(stream), path_(SparseFillBestPath()) {
   index_mix_.resize(static_cast<size_t>(dim > 0 ? dim : 0));
   for (size_t i = 0; i < index_mix_.size(); ++i) {
     index_mix_[i] = SparseMix64(i);

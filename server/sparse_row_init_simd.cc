@@ -23,7 +23,8 @@ constexpr uint64_t kMul2 = 0x94d049bb133111ebULL;
 // Vectors never cross a function boundary that is not inlined, so no
 // function's ABI depends on the target's registers.
 #define PS_AVX2 __attribute__((target("avx2"), always_inline)) inline
-#define PS_AVX512 __attribute__((target("avx512f,avx512dq"), always_inline)) inline
+#define PS_AVX512 \
+  __attribute__((target("avx512f,avx512dq"), always_inline)) inline
 
 // The low 64 bits of a * b per lane (AVX2 has no 64-bit product): a_lo b_lo
 // + (a_hi b_lo + a_lo b_hi) << 32, all modulo 2^64, as the scalar product.
@@ -54,16 +55,15 @@ PS_AVX2 __m128 UniformAvx2(__m256i row, __m256i x, __m256d scale) {
       bits, _mm256_set1_epi64x(0x4330000000000000LL), 0b10101010);
   const __m256i hi = _mm256_or_si256(_mm256_srli_epi64(bits, 32),
                                      _mm256_set1_epi64x(0x4530000000000000LL));
-  const __m256d v = _mm256_add_pd(
-      _mm256_sub_pd(_mm256_castsi256_pd(hi),
-                    _mm256_set1_pd(0x1.0p84 + 0x1.0p52)),
-      _mm256_castsi256_pd(lo));
+  const __m256d v =
+      _mm256_add_pd(_mm256_sub_pd(_mm256_castsi256_pd(hi),
+                                  _mm256_set1_pd(0x1.0p84 + 0x1.0p52)),
+                    _mm256_castsi256_pd(lo));
   // (2.0 * SparseUnitDouble(h) - 1.0) * scale, then to float: the scalar
   // operations in their order (round to nearest, as static_cast).
   const __m256d u = _mm256_mul_pd(v, _mm256_set1_pd(0x1.0p-53));
   const __m256d t = _mm256_mul_pd(
-      _mm256_sub_pd(_mm256_mul_pd(_mm256_set1_pd(2.0), u),
-                    _mm256_set1_pd(1.0)),
+      _mm256_sub_pd(_mm256_mul_pd(_mm256_set1_pd(2.0), u), _mm256_set1_pd(1.0)),
       scale);
   return _mm256_cvtpd_ps(t);
 }
@@ -108,12 +108,15 @@ bool SparseFillPathAvailable(SparseFillPath path) {
       return true;
 #ifdef PS_SPARSE_INIT_X86
     case SparseFillPath::kAvx2: {
-      static const bool avx2 = __builtin_cpu_supports("avx2");
+      // __builtin_cpu_init: safe even before libgcc's constructor has run.
+      static const bool avx2 =
+          (__builtin_cpu_init(), __builtin_cpu_supports("avx2"));
       return avx2;
     }
     case SparseFillPath::kAvx512: {
-      static const bool avx512 = __builtin_cpu_supports("avx512f") &&
-                                 __builtin_cpu_supports("avx512dq");
+      static const bool avx512 =
+          (__builtin_cpu_init(), __builtin_cpu_supports("avx512f") &&
+                                     __builtin_cpu_supports("avx512dq"));
       return avx512;
     }
 #endif
@@ -125,8 +128,9 @@ bool SparseFillPathAvailable(SparseFillPath path) {
 SparseFillPath SparseFillBestPath() {
   static const SparseFillPath best =
       SparseFillPathAvailable(SparseFillPath::kAvx512) ? SparseFillPath::kAvx512
-      : SparseFillPathAvailable(SparseFillPath::kAvx2) ? SparseFillPath::kAvx2
-                                                        : SparseFillPath::kScalar;
+      : SparseFillPathAvailable(SparseFillPath::kAvx2)
+          ? SparseFillPath::kAvx2
+          : SparseFillPath::kScalar;
   return best;
 }
 
@@ -180,8 +184,7 @@ void SparseUniformRowAvx2(uint64_t, const uint64_t*, size_t, double, float*) {
   PS_CHECK(false, "sparse init: no AVX2 kernel on this architecture");
 }
 
-void SparseUniformRowAvx512(uint64_t, const uint64_t*, size_t, double,
-                            float*) {
+void SparseUniformRowAvx512(uint64_t, const uint64_t*, size_t, double, float*) {
   PS_CHECK(false, "sparse init: no AVX-512 kernel on this architecture");
 }
 #endif  // PS_SPARSE_INIT_X86

@@ -98,8 +98,7 @@ TEST(SparseRowInitTest, EveryPathGivesTheScalarBitsForEveryDim) {
   // Dims 1 to 1024: every tail length of both vector widths, many times.
   const std::vector<uint64_t> ids = Ids(6);
   for (int dim = 1; dim <= 1024; ++dim) {
-    const SparseRowInit init =
-        MakeInit(v1::SparseInit::UNIFORM, 0, dim, 42, 3);
+    const SparseRowInit init = MakeInit(v1::SparseInit::UNIFORM, 0, dim, 42, 3);
     const std::vector<float> want =
         Rows(init.WithPath(SparseFillPath::kScalar), dim, ids);
     for (SparseFillPath path : AvailablePaths()) {
@@ -129,14 +128,13 @@ TEST(SparseRowInitTest, EveryPathGivesTheScalarBitsForKindsScalesAndSeeds) {
             const std::vector<float> want =
                 Rows(init.WithPath(SparseFillPath::kScalar), dim, ids);
             for (SparseFillPath path : AvailablePaths()) {
-              ExpectSameBits(
-                  Rows(init.WithPath(path), dim, ids), want,
-                  std::string(SparseFillPathName(path)) +
-                      " kind=" + std::to_string(kind) +
-                      " scale=" + std::to_string(scale) +
-                      " seed=" + std::to_string(seed) +
-                      " table=" + std::to_string(table) +
-                      " dim=" + std::to_string(dim));
+              ExpectSameBits(Rows(init.WithPath(path), dim, ids), want,
+                             std::string(SparseFillPathName(path)) +
+                                 " kind=" + std::to_string(kind) +
+                                 " scale=" + std::to_string(scale) +
+                                 " seed=" + std::to_string(seed) +
+                                 " table=" + std::to_string(table) +
+                                 " dim=" + std::to_string(dim));
             }
           }
         }
@@ -197,9 +195,8 @@ TEST(SparseRowInitTest, UniformRowsAreTheDefinitionsOnEveryPath) {
       const SparseRowInit with_path = init.WithPath(path);
       std::vector<float> rows(ids.size() * static_cast<size_t>(c.dim));
       for (size_t k = 0; k < ids.size(); ++k) {
-        with_path.Fill(ids[k],
-                       std::span<float>(rows.data() + k * c.dim,
-                                        static_cast<size_t>(c.dim)));
+        with_path.Fill(ids[k], std::span<float>(rows.data() + k * c.dim,
+                                                static_cast<size_t>(c.dim)));
       }
       EXPECT_EQ(Checksum(rows), c.checksum)
           << SparseFillPathName(path) << " dim " << c.dim;
