@@ -14,7 +14,11 @@
 #
 # BUILD_DIR: the build tree (default build). PERF=0 skips perf (CPU
 # seconds and the metrics only). JOB_ARGS: extra arguments for
-# bench/ctr_vs_pytorch.py job (e.g. "--durability MEMORY").
+# bench/ctr_vs_pytorch.py job (e.g. "--durability MEMORY"). PERF_FREQ
+# (default 199), PERF_WHO (default "server*|worker*") and PERF_CALL_GRAPH
+# (default -g: frame pointers, which these builds do not keep, so callers
+# are mostly lost; "--call-graph dwarf,8192" gives whole stacks, e.g. with
+# PERF_WHO=server0) choose what perf records.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-$(mktemp -d -t ps-ctr-profile.XXXXXX)}
@@ -40,7 +44,9 @@ watch_pid=$!
 profile_wait_first_step "$OUT" 0.2
 cluster_cpu_seconds >"$OUT/cpu_start.txt"
 if [ "$PERF" = 1 ]; then
-  profile_perf_record "$OUT" "$PERF_SECONDS" 199 "server*|worker*" -g
+  # shellcheck disable=SC2086  # PERF_CALL_GRAPH is meant to split
+  profile_perf_record "$OUT" "$PERF_SECONDS" "${PERF_FREQ:-199}" \
+    "${PERF_WHO:-server*|worker*}" ${PERF_CALL_GRAPH:--g}
 fi
 wait "$watch_pid" || { tail -n 5 "$OUT/watch.log" >&2; exit 1; }
 cluster_cpu_seconds >"$OUT/cpu_end.txt"

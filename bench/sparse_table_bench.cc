@@ -266,6 +266,21 @@ void BM_SnapshotLarge(benchmark::State& state) {
 }
 BENCHMARK(BM_SnapshotLarge)->Arg(1)->Unit(benchmark::kMillisecond);
 
+// The same snapshot encoded into the last one's blocks (SnapshotInto, as
+// ServerJob::SnapshotLocked does with the writer's spare blocks).
+void BM_SnapshotLargeReused(benchmark::State& state) {
+  std::unique_ptr<SparseTable> table = LargeTable(state.range(0), 1);
+  std::vector<StoredBlock> blocks;
+  for (auto _ : state) {
+    size_t next = 0;
+    table->SnapshotInto(&blocks, &next);
+    blocks.resize(next);
+    benchmark::DoNotOptimize(blocks.data());
+  }
+  state.SetItemsProcessed(state.iterations() * table->num_rows());
+}
+BENCHMARK(BM_SnapshotLargeReused)->Arg(1)->Unit(benchmark::kMillisecond);
+
 // The baseline: SGD over kPushRows * kDim contiguous floats.
 void BM_DenseSgdBaseline(benchmark::State& state) {
   std::vector<float> values(size_t{kPushRows} * kDim, 0.5f);

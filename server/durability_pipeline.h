@@ -58,6 +58,12 @@ class DurabilityPipeline {
   // Queues a snapshot of the whole state as of the last logged record
   // (blocks and clocks filled in by the caller; log_sequence set here).
   void Snapshot(ShardSnapshot snapshot);
+  // The blocks of the last snapshot written, for the next one to be encoded
+  // into (UpdateLogWriter::TakeSpareBlocks); empty without a writer.
+  std::vector<StoredBlock> TakeSpareBlocks() {
+    return writer_ == nullptr ? std::vector<StoredBlock>()
+                              : writer_->TakeSpareBlocks();
+  }
   // The writer's report: records up to `sequence` are durable.
   void MarkDurable(int64_t sequence);
 

@@ -377,10 +377,21 @@ void ServerJob::SnapshotLocked() {
   // A pipelined clock half applied: the snapshot would not say which blocks
   // are (the log does); taken once the clock completes.
   if (block_clock_ != nullptr && block_clock_->AnyApplied()) return;
-  std::vector<StoredBlock> blocks = table_->Snapshot();
-  for (StoredBlock& bucket : sparse_->Snapshot()) {
-    blocks.push_back(std::move(bucket));
+  // Encoded into the last snapshot's blocks, once written: the same
+  // buckets mostly, whose strings keep their memory (a large table's rows
+  // in fresh memory cost more than their encoding).
+  std::vector<StoredBlock> blocks = durability_.TakeSpareBlocks();
+  size_t next = 0;
+  for (StoredBlock& dense : table_->Snapshot()) {
+    if (next < blocks.size()) {
+      blocks[next] = std::move(dense);
+    } else {
+      blocks.push_back(std::move(dense));
+    }
+    ++next;
   }
+  sparse_->SnapshotInto(&blocks, &next);
+  blocks.resize(next);
   durability_.Snapshot(
       {.blocks = std::move(blocks), .clocks = clocks_.clocks()});
 }

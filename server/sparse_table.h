@@ -159,6 +159,11 @@ class SparseTable {
   // holds nothing now, so that writing the snapshot clears its stored rows.
   // Buckets ascending.
   std::vector<StoredBlock> Snapshot() const;
+  // Snapshot's blocks written over (*blocks)[*next], [*next + 1], ...
+  // (appended past the end), advancing *next: a block's strings keep their
+  // memory, so a snapshot encoded into the last one's blocks writes into
+  // memory already touched (server/sparse_table_snapshot.cc).
+  void SnapshotInto(std::vector<StoredBlock>* blocks, size_t* next) const;
 
   // Takes back one block of Snapshot (any order, one at a time) into this
   // table; a row or pending count of an id it already holds is replaced.

@@ -382,11 +382,15 @@ void SparseTableSet::LogRows(const std::vector<TableUpdate::SparseRows>& rows,
 
 std::vector<StoredBlock> SparseTableSet::Snapshot() const {
   std::vector<StoredBlock> out;
-  for (const Table& t : tables_) {
-    std::vector<StoredBlock> buckets = t.rows->Snapshot();
-    for (StoredBlock& b : buckets) out.push_back(std::move(b));
-  }
+  size_t next = 0;
+  SnapshotInto(&out, &next);
+  out.resize(next);
   return out;
+}
+
+void SparseTableSet::SnapshotInto(std::vector<StoredBlock>* blocks,
+                                  size_t* next) const {
+  for (const Table& t : tables_) t.rows->SnapshotInto(blocks, next);
 }
 
 absl::Status SparseTableSet::Restore(const StoredBlock& bucket) {

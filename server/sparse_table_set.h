@@ -136,6 +136,9 @@ class SparseTableSet {
 
   // Every bucket holding anything, keyed BucketKey(table, bucket).
   std::vector<StoredBlock> Snapshot() const;
+  // Snapshot's blocks written over (*blocks)[*next], ... (appended past the
+  // end), advancing *next (SparseTable::SnapshotInto).
+  void SnapshotInto(std::vector<StoredBlock>* blocks, size_t* next) const;
   // Restores one stored bucket. Errors: DATA_LOSS for a bucket of an
   // unknown table or one not held here, or malformed bytes.
   absl::Status Restore(const StoredBlock& bucket);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,24 +74,33 @@ std::vector<SparseTable::SnapshotEntry> SparseTable::EntriesByBucket(
     const std::vector<std::pair<uint64_t, std::string>>& cold,
     std::vector<uint32_t>* start) const {
   // Every row (hot, and cold from the tier) once, grouped by bucket with a
-  // counting sort, then ids ascending within each bucket.
+  // counting sort, then ids ascending within each. Each row's bucket is
+  // hashed once (the first pass keeps it, in the order the second visits
+  // the rows), and the rows go straight to their place: no copy of them
+  // in table order first.
   const size_t n = slots_.size() + cold.size();
-  std::vector<uint32_t> bucket_of(n);
+  const std::unique_ptr<uint32_t[]> bucket_of(new uint32_t[n]);
   start->assign(size_t{num_buckets_} + 1, 0);
-  std::vector<SnapshotEntry> unsorted;
-  unsorted.reserve(n);
-  for (const auto& [id, slot] : slots_) unsorted.push_back({id, slot, 0});
-  for (size_t i = 0; i < cold.size(); ++i) {
-    unsorted.push_back({cold[i].first, static_cast<uint32_t>(i), 1});
+  size_t i = 0;
+  for (const auto& [id, slot] : slots_) {
+    bucket_of[i] = BucketOfId(id, table_index_, num_buckets_);
+    ++(*start)[bucket_of[i++] + 1];
   }
-  for (size_t i = 0; i < n; ++i) {
-    bucket_of[i] = BucketOfId(unsorted[i].id, table_index_, num_buckets_);
-    ++(*start)[bucket_of[i] + 1];
+  for (const auto& [id, bytes] : cold) {
+    bucket_of[i] = BucketOfId(id, table_index_, num_buckets_);
+    ++(*start)[bucket_of[i++] + 1];
   }
   for (uint32_t b = 0; b < num_buckets_; ++b) (*start)[b + 1] += (*start)[b];
   std::vector<SnapshotEntry> entries(n);
   std::vector<uint32_t> next(start->begin(), start->end() - 1);
-  for (size_t i = 0; i < n; ++i) entries[next[bucket_of[i]]++] = unsorted[i];
+  i = 0;
+  for (const auto& [id, slot] : slots_) {
+    entries[next[bucket_of[i++]]++] = {id, slot, 0};
+  }
+  for (size_t c = 0; c < cold.size(); ++c) {
+    entries[next[bucket_of[i++]]++] = {cold[c].first,
+                                       static_cast<uint32_t>(c), 1};
+  }
   std::vector<SnapshotEntry> scratch;
   std::vector<uint32_t> count;
   for (uint32_t b = 0; b < num_buckets_; ++b) {
@@ -101,6 +111,14 @@ std::vector<SparseTable::SnapshotEntry> SparseTable::EntriesByBucket(
 }
 
 std::vector<StoredBlock> SparseTable::Snapshot() const {
+  std::vector<StoredBlock> blocks;
+  size_t next = 0;
+  SnapshotInto(&blocks, &next);
+  return blocks;
+}
+
+void SparseTable::SnapshotInto(std::vector<StoredBlock>* blocks,
+                               size_t* next) const {
   const std::vector<std::pair<uint64_t, std::string>> cold = ColdRows();
   std::vector<uint32_t> start;
   const std::vector<SnapshotEntry> entries = EntriesByBucket(cold, &start);
@@ -112,8 +130,8 @@ std::vector<StoredBlock> SparseTable::Snapshot() const {
   }
   std::sort(pending.begin(), pending.end());
 
-  std::vector<StoredBlock> blocks;
   std::vector<float> floats(stride());
+  std::string header;
   size_t p = 0;
   for (uint32_t b = 0; b < num_buckets_; ++b) {
     const size_t rows = start[b + 1] - start[b];
@@ -122,16 +140,29 @@ std::vector<StoredBlock> SparseTable::Snapshot() const {
       ++pending_end;
     }
     if (!held_[b] && rows == 0 && pending_end == p) continue;
-    StoredBlock& block = blocks.emplace_back();
+    // A block of the last snapshot taken over: every field set again, the
+    // rows resized (which fills only bytes past the old size) and then
+    // written whole.
+    StoredBlock& block = *next < blocks->size() ? (*blocks)[*next]
+                                                : blocks->emplace_back();
+    ++*next;
     block.key = BucketKey(table_index_, b);
-    if (rows == 0 && pending_end == p) continue;
+    block.values.clear();
+    block.optimizer_state.clear();
+    block.optimizer_step = 0;
+    if (rows == 0 && pending_end == p) {
+      block.rows.clear();
+      continue;
+    }
     const SnapshotEntry* first = entries.data() + start[b];
+    header.clear();
     AppendSparseBucketHeader(
         static_cast<uint8_t>(optimizer_.kind()), static_cast<uint32_t>(dim_),
         static_cast<uint32_t>(state_floats_), static_cast<uint32_t>(rows),
-        static_cast<uint32_t>(pending_end - p), &block.rows);
+        static_cast<uint32_t>(pending_end - p), &header);
     block.rows.resize(SparseBucketBytes(stride(), rows, pending_end - p));
-    char* at = block.rows.data() + kSparseBucketHeaderBytes;
+    std::memcpy(block.rows.data(), header.data(), header.size());
+    char* at = block.rows.data() + header.size();
     // Rows in id order are at random slots: each one's cache lines (a
     // slot spans two or three) fetched kAhead rows before it is copied.
     constexpr size_t kAhead = 8;
@@ -161,7 +192,6 @@ std::vector<StoredBlock> SparseTable::Snapshot() const {
                                   pending_.at(pending[p].second));
     }
   }
-  return blocks;
 }
 
 absl::Status SparseTable::CheckBucket(uint32_t bucket,

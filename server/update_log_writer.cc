@@ -79,10 +79,22 @@ void UpdateLogWriter::Run() {
     if (last_sequence > 0 || !failed_.ok()) {
       on_durable_(last_sequence, failed_);
     }
+    std::vector<StoredBlock> spare;
+    for (Item& item : items) {
+      if (auto* snapshot = std::get_if<ShardSnapshot>(&item)) {
+        spare = std::move(snapshot->blocks);
+      }
+    }
     absl::MutexLock lock(&mu_);
     written_ += static_cast<int64_t>(items.size());
     status_ = failed_;
+    if (!spare.empty()) spare_blocks_.swap(spare);
   }
+}
+
+std::vector<StoredBlock> UpdateLogWriter::TakeSpareBlocks() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(spare_blocks_, {});
 }
 
 absl::Status UpdateLogWriter::WriteItems(std::vector<Item>& items,

@@ -61,6 +61,12 @@ class UpdateLogWriter {
   // Waits until everything queued before the call is written; returns OK, or
   // the write error that stopped the writer.
   absl::Status Drain();
+  // The blocks of the last snapshot written, taken (empty if none, or
+  // taken already): their strings hold memory the next snapshot can be
+  // encoded into (SparseTable::SnapshotInto) instead of fresh memory, whose
+  // first touch costs more than the encoding (docs/durability.md, "Snapshot
+  // memory").
+  std::vector<StoredBlock> TakeSpareBlocks();
 
  private:
   using Item = std::variant<std::pair<int64_t, storage::v1::UpdateRecord>,
@@ -85,6 +91,8 @@ class UpdateLogWriter {
   int64_t written_ ABSL_GUARDED_BY(mu_) = 0;  // Items written (or failed).
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);  // failed_, for Drain.
+  // The last written snapshot's blocks, until taken.
+  std::vector<StoredBlock> spare_blocks_ ABSL_GUARDED_BY(mu_);
   absl::Status failed_;  // The first write error; the thread's own.
   // The records of the write being prepared, serialized; the thread's own,
   // kept from write to write so that their buffers are reused.

@@ -434,6 +434,46 @@ TEST_P(SparseTableTest, SnapshotRestoreContinuesBitForBit) {
   }
 }
 
+// ServerJob::SnapshotLocked encodes a snapshot into the blocks of the last
+// one written (SnapshotInto): whatever those held (other buckets' rows,
+// longer or shorter, a dense block's values, blocks to spare), the blocks
+// written are the snapshot's, byte for byte, and restore the same rows.
+TEST_P(SparseTableTest, SnapshotIntoTheLastSnapshotsBlocksIsTheSnapshot) {
+  auto live = Make(RichSpec());
+  RandomPushes(*live, 1, 4, 11);
+  std::vector<StoredBlock> reused = live->Snapshot();  // Fewer rows.
+  reused.insert(reused.begin(), StoredBlock{.key = 7,
+                                            .values = {1.0f, 2.0f},
+                                            .optimizer_state = {3.0f},
+                                            .optimizer_step = 5});
+  reused.push_back(StoredBlock{.key = 9, .rows = std::string(4096, 'x')});
+  for (int round = 0; round < 3; ++round) {
+    RandomPushes(*live, 5 + 20 * round, 20, 12 + round);  // Rows come, go.
+    const std::vector<StoredBlock> fresh = live->Snapshot();
+    size_t next = 1;  // After a dense block, as in SnapshotLocked.
+    live->SnapshotInto(&reused, &next);
+    ASSERT_EQ(next, 1 + fresh.size());
+    EXPECT_EQ(reused[0].key, 7u);  // Not written over.
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      const StoredBlock& got = reused[1 + i];
+      EXPECT_EQ(got.key, fresh[i].key);
+      EXPECT_EQ(got.rows, fresh[i].rows) << "block " << i;
+      EXPECT_TRUE(got.values.empty());
+      EXPECT_TRUE(got.optimizer_state.empty());
+      EXPECT_EQ(got.optimizer_step, 0);
+    }
+    auto restored = Make(RichSpec());
+    for (size_t i = 1; i < next; ++i) {
+      const absl::Status st = restored->Restore(reused[i]);
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    const std::vector<float> a = ReadRows(*live, AllIds());
+    const std::vector<float> b = ReadRows(*restored, AllIds());
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    reused.resize(next + round);  // Spare blocks past the end, or none.
+  }
+}
+
 TEST_P(SparseTableTest, EvictedBucketsSnapshotAsEmptyBlocks) {
   v1::SparseTableSpec spec = Spec(2, 4);
   spec.mutable_eviction()->set_max_idle_clocks(1);
