@@ -3,9 +3,7 @@
 #include "common/job_spec.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 
 #include "absl/status/status.h"
@@ -98,11 +96,10 @@ TEST(JobSpecFromJsonTest, ParsesDeployedFashionMnistJob) {
   if (const char* root = std::getenv("PS_SOURCE_DIR"); root != nullptr) {
     path = std::string(root) + "/" + path;
   }
-  std::ifstream in(path);
-  if (!in) GTEST_SKIP() << "cannot read " << path << " (set PS_SOURCE_DIR)";
-  std::stringstream content;
-  content << in.rdbuf();
-  auto spec = JobSpecFromJson(content.str());
+  auto spec = JobSpecFromFile(path);
+  if (absl::IsNotFound(spec.status())) {
+    GTEST_SKIP() << spec.status() << " (set PS_SOURCE_DIR)";
+  }
   ASSERT_TRUE(spec.ok()) << spec.status();
   ExpectFashionMnistMlp(*spec);
   ApplyJobSpecDefaults(&*spec);
