@@ -188,10 +188,8 @@ void ExpectEachServerServesItsBuckets(CtrServers& servers,
 }
 
 TEST_F(CtrJobTest, TrainsToNearTheTeachersAuc) {
-  std::filesystem::path script = "bench/criteo_gen.py";
-  if (const char* root = std::getenv("PS_SOURCE_DIR"); root != nullptr) {
-    script = std::filesystem::path(root) / script;
-  }
+  const std::filesystem::path script =
+      testing::SourcePath("bench/criteo_gen.py");
   if (!std::filesystem::exists(script)) {
     GTEST_SKIP() << "cannot find " << script << " (set PS_SOURCE_DIR)";
   }

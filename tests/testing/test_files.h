@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -44,6 +45,14 @@ inline std::string ReadFileBytes(const std::filesystem::path& path) {
   std::stringstream contents;
   contents << in.rdbuf();
   return contents.str();
+}
+
+// `relative`, a path in the source tree, under $PS_SOURCE_DIR (which ctest
+// sets); as given without it, so that a binary run from the source root
+// finds it too.
+inline std::string SourcePath(const std::string& relative) {
+  const char* root = std::getenv("PS_SOURCE_DIR");
+  return root == nullptr ? relative : std::string(root) + "/" + relative;
 }
 
 // Every regular file under `dir`, at any depth, by its path relative to

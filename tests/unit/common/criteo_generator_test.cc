@@ -28,15 +28,6 @@ constexpr int kTrainRows = 2000, kTestRows = 600;
 
 class CriteoGeneratorTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    // ctest sets PS_SOURCE_DIR; a binary run from the source root finds the
-    // script too.
-    script_ = "bench/criteo_gen.py";
-    if (const char* root = std::getenv("PS_SOURCE_DIR"); root != nullptr) {
-      script_ = std::filesystem::path(root) / script_;
-    }
-  }
-
   // The number teacher.json holds at `key` (a top-level key, or one inside
   // the object `parent`).
   double Number(const std::string& key, const std::string& parent = "") {
@@ -53,7 +44,8 @@ class CriteoGeneratorTest : public ::testing::Test {
     return out;
   }
 
-  std::filesystem::path script_;
+  const std::filesystem::path script_ =
+      testing::SourcePath("bench/criteo_gen.py");
   testing::ScopedTempDir dir_{"criteo_gen"};
   google::protobuf::Struct teacher_;
 };

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
@@ -91,12 +92,8 @@ TEST(JobSpecFromJsonTest, ParsesEmbeddedFashionMnistJob) {
 }
 
 TEST(JobSpecFromJsonTest, ParsesDeployedFashionMnistJob) {
-  // ctest sets PS_SOURCE_DIR; a binary run from the source root finds it too.
-  std::string path = "deploy/jobs/fashion-mnist-mlp.json";
-  if (const char* root = std::getenv("PS_SOURCE_DIR"); root != nullptr) {
-    path = std::string(root) + "/" + path;
-  }
-  auto spec = JobSpecFromFile(path);
+  auto spec = JobSpecFromFile(
+      testing::SourcePath("deploy/jobs/fashion-mnist-mlp.json"));
   if (absl::IsNotFound(spec.status())) {
     GTEST_SKIP() << spec.status() << " (set PS_SOURCE_DIR)";
   }

@@ -14,6 +14,7 @@
 #include "common/sparse_keys.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
@@ -523,12 +524,8 @@ TEST(SparseSpecTest, CriteoDataNeedsItsTwoFiles) {
 }
 
 TEST(SparseSpecTest, TheDeployedCtrJobIsTheExampleJob) {
-  // ctest sets PS_SOURCE_DIR; a binary run from the source root finds it too.
-  std::string path = "deploy/jobs/criteo-ctr.json";
-  if (const char* root = std::getenv("PS_SOURCE_DIR"); root != nullptr) {
-    path = std::string(root) + "/" + path;
-  }
-  auto spec = JobSpecFromFile(path);
+  auto spec =
+      JobSpecFromFile(testing::SourcePath("deploy/jobs/criteo-ctr.json"));
   if (absl::IsNotFound(spec.status())) {
     GTEST_SKIP() << spec.status() << " (set PS_SOURCE_DIR)";
   }
