@@ -45,7 +45,6 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -105,11 +104,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
 }
 
 absl::StatusOr<v1::JobSpec> ReadSpec(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  const std::string text((std::istreambuf_iterator<char>(in)),
-                         std::istreambuf_iterator<char>());
-  PS_ASSIGN_OR_RETURN(v1::JobSpec spec, JobSpecFromJson(text));
+  PS_ASSIGN_OR_RETURN(v1::JobSpec spec, JobSpecFromFile(path));
   ApplyJobSpecDefaults(&spec);
   PS_RETURN_IF_ERROR(ValidateJobSpec(spec));
   if (spec.model().kind() != v1::ModelSpec::CTR) {

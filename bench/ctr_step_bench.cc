@@ -1,24 +1,38 @@
 // ps-ctr-step-bench: the C++ worker's CTR step without the cluster
-// (docs/benchmarks.md, "CTR: where a step's time goes"): the model of
-// deploy/jobs/criteo-ctr.json (26 tables of dim 16, bottom MLP 13-64-16, DOT
-// interaction, top MLP 367-64-32-1) on one batch of 2048 samples whose ids
-// are Zipf-distributed per field, as bench/criteo_gen.py writes them (about
-// 45 % of a batch's ids distinct). Times the whole step (the batch's
+// (docs/benchmarks.md, "CTR: where a step's time goes"): the model and batch
+// size of a CTR job spec, by default deploy/jobs/criteo-ctr.json, the job
+// the cluster benchmarks run (26 tables of dim 16, bottom MLP 13-64-16, DOT
+// interaction, top MLP 367-64-32-1, batches of 2048), on one batch whose
+// ids are Zipf-distributed per field, as bench/criteo_gen.py writes them
+// (about 45 % of a batch's ids distinct). Times the whole step (the batch's
 // deduplication, SetParameters, forward and backward, the row gradients
 // copied out) and each CTR kernel on the CPU backend, one OpenBLAS thread.
 //
-//   build/bench/ps-ctr-step-bench [--benchmark_repetitions=5
-//                                  --benchmark_report_aggregates_only=true]
+//   build/bench/ps-ctr-step-bench [--job=JOB.json]
+//       [--benchmark_repetitions=5 --benchmark_report_aggregates_only=true]
+//
+// --job: the job spec (Protobuf's JSON mapping, read as psctl submit reads
+// it, the coordinator's defaults applied); its model must be CTR with
+// tables of one dim. Exit status 1 with the error on stderr otherwise.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "benchmark/benchmark.h"
+#include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/sparse_keys.h"
+#include "common/status_macros.h"
 #include "ps/v1/cluster.pb.h"
 #include "ps/v1/job.pb.h"
 #include "worker/model/cpu/cpu_backend.h"
@@ -28,63 +42,84 @@
 namespace ps {
 namespace {
 
-constexpr int kBatch = 2048;
-constexpr int kFields = 26;
-constexpr int kDim = 16;
-constexpr int kDense = 13;
+// The job the benchmarks run (main reads it before they run) and the
+// shapes they take from it.
+struct Job {
+  v1::JobSpec spec;
+  int batch = 0;   // batch_size
+  int fields = 0;  // model.ctr.num_fields
+  int dim = 0;     // Every table's dim.
+  int dense = 0;   // model.input_dim
+};
 
-v1::ModelSpec CriteoSpec() {
-  v1::ModelSpec model;
-  model.set_kind(v1::ModelSpec::CTR);
-  model.set_input_dim(kDense);
-  model.set_num_classes(2);
-  for (int t = 0; t < kFields; ++t) {
-    v1::SparseTableSpec* table = model.add_sparse_tables();
-    table->set_name("C" + std::to_string(t + 1));
-    table->set_dim(kDim);
+Job& TheJob() {
+  static Job* job = new Job();
+  return *job;
+}
+
+// Reads the job at `path`: its defaults applied, validated, a CTR model
+// whose tables all have one dim.
+absl::StatusOr<Job> ReadJob(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(v1::JobSpec spec, JobSpecFromFile(path));
+  ApplyJobSpecDefaults(&spec);
+  if (absl::Status s = ValidateJobSpec(spec); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
   }
-  v1::CtrModelSpec* ctr = model.mutable_ctr();
-  ctr->set_num_fields(kFields);
-  ctr->add_bottom_mlp(64);
-  ctr->add_bottom_mlp(kDim);
-  ctr->add_top_mlp(64);
-  ctr->add_top_mlp(32);
-  ctr->set_pooling(v1::CtrModelSpec::SUM);
-  ctr->set_interaction(v1::CtrModelSpec::DOT);
-  return model;
+  const v1::ModelSpec& model = spec.model();
+  if (model.kind() != v1::ModelSpec::CTR || model.sparse_tables().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a CTR model with sparse tables"));
+  }
+  for (const v1::SparseTableSpec& table : model.sparse_tables()) {
+    if (table.dim() != model.sparse_tables(0).dim()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": the tables' dims differ"));
+    }
+  }
+  Job job;
+  job.batch = spec.batch_size();
+  job.fields = model.ctr().num_fields();
+  job.dim = model.sparse_tables(0).dim();
+  job.dense = model.input_dim();
+  job.spec = std::move(spec);
+  return job;
 }
 
 // One batch and its storage: dense values in [0, 3] (log1p of counts),
 // ids of field f drawn from Zipf(0.9) over a cardinality that grows with f
 // (10 to 10 million, as criteo_gen.py's defaults), labels about 25 % ones.
 struct Batch {
+  int size = 0;
   std::vector<float> dense;
   std::vector<uint64_t> ids;
   std::vector<int32_t> labels;
   CtrBatch view() const {
-    return {kBatch, dense.data(), ids.data(), labels.data()};
+    return {size, dense.data(), ids.data(), labels.data()};
   }
 };
 
-Batch MakeBatch(uint64_t seed) {
+Batch MakeBatch(const Job& job, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const int fields = job.fields;
   Batch b;
-  b.dense.resize(kBatch * kDense);
+  b.size = job.batch;
+  b.dense.resize(static_cast<size_t>(b.size) * job.dense);
   for (float& v : b.dense) v = 3.0f * unit(rng);
-  b.ids.resize(kBatch * kFields);
-  for (int f = 0; f < kFields; ++f) {
-    const double card = std::pow(10.0, 1.0 + 6.0 * f / (kFields - 1));
-    for (int i = 0; i < kBatch; ++i) {
+  b.ids.resize(static_cast<size_t>(b.size) * fields);
+  for (int f = 0; f < fields; ++f) {
+    const double card = std::pow(10.0, 1.0 + 6.0 * f / std::max(1, fields - 1));
+    for (int i = 0; i < b.size; ++i) {
       // Inverse CDF of a continuous power law with exponent 0.9 on
       // [1, card + 1): rank = ((card + 1)^0.1 - 1) u + 1)^10.
       const double u = unit(rng);
       const double rank = std::pow((std::pow(card + 1, 0.1) - 1) * u + 1, 10.0);
-      b.ids[i * kFields + f] = (uint64_t{static_cast<uint32_t>(f)} << 40) |
-                               static_cast<uint64_t>(rank);
+      b.ids[static_cast<size_t>(i) * fields + f] =
+          (uint64_t{static_cast<uint32_t>(f)} << 40) |
+          static_cast<uint64_t>(rank);
     }
   }
-  for (int i = 0; i < kBatch; ++i) b.labels.push_back(unit(rng) < 0.25f);
+  for (int i = 0; i < b.size; ++i) b.labels.push_back(unit(rng) < 0.25f);
   return b;
 }
 
@@ -97,11 +132,12 @@ std::vector<float> Random(int64_t n, float scale, std::mt19937* rng) {
 
 // The model, a prepared batch, its rows and the parameters.
 struct Fixture {
-  Fixture() : backend(CpuBackend::Create({.num_threads = 1})) {
-    auto created = CtrModel::Create(CriteoSpec(), backend.get());
+  explicit Fixture(const Job& job)
+      : job(job), backend(CpuBackend::Create({.num_threads = 1})) {
+    auto created = CtrModel::Create(job.spec.model(), backend.get());
     PS_CHECK(created.ok(), created.status().ToString());
     model = *std::move(created);
-    batch = MakeBatch(1);
+    batch = MakeBatch(job, 1);
     std::mt19937 rng(2);
     for (const TensorSpec& t : model->tensors()) {
       params.push_back(Random(t.num_elems(), 0.1f, &rng));
@@ -109,11 +145,12 @@ struct Fixture {
     const SparseBatch& sparse = model->Prepare(batch.view());
     for (int t = 0; t < model->num_tables(); ++t) {
       rows.push_back(
-          Random(static_cast<int64_t>(sparse.unique_ids(t).size()) * kDim,
+          Random(static_cast<int64_t>(sparse.unique_ids(t).size()) * job.dim,
                  0.05f, &rng));
       ids.push_back(sparse.unique_ids(t));
     }
   }
+  const Job& job;
   std::unique_ptr<CpuBackend> backend;
   std::unique_ptr<CtrModel> model;
   Batch batch;
@@ -122,7 +159,7 @@ struct Fixture {
 };
 
 Fixture& TheFixture() {
-  static Fixture* fixture = new Fixture();
+  static Fixture* fixture = new Fixture(TheJob());
   return *fixture;
 }
 
@@ -144,7 +181,7 @@ BENCHMARK(BM_Step)->Unit(benchmark::kMillisecond);
 // The forward pass alone (Predict).
 void BM_Predict(benchmark::State& state) {
   Fixture& f = TheFixture();
-  std::vector<float> probabilities(kBatch);
+  std::vector<float> probabilities(f.job.batch);
   for (auto _ : state) {
     PS_CHECK(
         f.model->Predict(f.batch.view(), f.rows, probabilities.data()).ok());
@@ -164,18 +201,31 @@ void BM_Prepare(benchmark::State& state) {
 }
 BENCHMARK(BM_Prepare)->Unit(benchmark::kMillisecond);
 
-// The kernels on the step's shapes: z is [batch x 27 x 16].
+// The DOT interaction's shapes: z is [batch x (fields + 1) x dim] (the
+// fields' vectors and the bottom MLP's), its output row the bottom MLP's
+// dim values followed by the pairs' dot products.
+struct Interaction {
+  explicit Interaction(const Job& job)
+      : batch(job.batch),
+        dim(job.dim),
+        vectors(job.fields + 1),
+        pairs(vectors * (vectors - 1) / 2),
+        width(pairs + dim) {}
+  const int batch, dim, vectors, pairs;
+  const int width;  // Of an output row.
+};
+
+// The kernels on the step's shapes.
 void BM_PairwiseDots(benchmark::State& state) {
   Fixture& f = TheFixture();
+  const Interaction x(f.job);
   std::mt19937 rng(3);
-  const int vectors = kFields + 1;
   const std::vector<float> z =
-      Random(int64_t{kBatch} * vectors * kDim, 1, &rng);
-  const int pairs = vectors * (vectors - 1) / 2;
-  std::vector<float> out(int64_t{kBatch} * (pairs + kDim));
+      Random(int64_t{x.batch} * x.vectors * x.dim, 1, &rng);
+  std::vector<float> out(int64_t{x.batch} * x.width);
   for (auto _ : state) {
-    f.backend->PairwiseDots(z.data(), kBatch, vectors, kDim, out.data() + kDim,
-                            pairs + kDim);
+    f.backend->PairwiseDots(z.data(), x.batch, x.vectors, x.dim,
+                            out.data() + x.dim, x.width);
     benchmark::DoNotOptimize(out.data());
   }
 }
@@ -183,34 +233,33 @@ BENCHMARK(BM_PairwiseDots)->Unit(benchmark::kMillisecond);
 
 void BM_PairwiseDotsGrad(benchmark::State& state) {
   Fixture& f = TheFixture();
+  const Interaction x(f.job);
   std::mt19937 rng(4);
-  const int vectors = kFields + 1;
-  const int pairs = vectors * (vectors - 1) / 2;
   const std::vector<float> z =
-      Random(int64_t{kBatch} * vectors * kDim, 1, &rng);
-  const std::vector<float> g =
-      Random(int64_t{kBatch} * (pairs + kDim), 1, &rng);
+      Random(int64_t{x.batch} * x.vectors * x.dim, 1, &rng);
+  const std::vector<float> g = Random(int64_t{x.batch} * x.width, 1, &rng);
   std::vector<float> grad_z(z.size());
   for (auto _ : state) {
-    f.backend->PairwiseDotsGrad(z.data(), g.data() + kDim, pairs + kDim, kBatch,
-                                vectors, kDim, grad_z.data());
+    f.backend->PairwiseDotsGrad(z.data(), g.data() + x.dim, x.width, x.batch,
+                                x.vectors, x.dim, grad_z.data());
     benchmark::DoNotOptimize(grad_z.data());
   }
 }
 BENCHMARK(BM_PairwiseDotsGrad)->Unit(benchmark::kMillisecond);
 
-// Cutting a step's unique ids per server (SparseRouter::Route), 2 servers.
+// Cutting a step's unique ids per server (SparseRouter::Route), 2 servers,
+// 64 buckets a table placed on them alternately.
 void BM_Route(benchmark::State& state) {
   Fixture& f = TheFixture();
   v1::Assignment assignment;
-  *assignment.mutable_spec()->mutable_model() = CriteoSpec();
+  *assignment.mutable_spec()->mutable_model() = f.job.spec.model();
   for (auto& table :
        *assignment.mutable_spec()->mutable_model()->mutable_sparse_tables()) {
     table.set_num_buckets(64);
   }
   assignment.mutable_shard_map()->add_servers("127.0.0.1:1");
   assignment.mutable_shard_map()->add_servers("127.0.0.1:2");
-  for (uint32_t t = 0; t < kFields; ++t) {
+  for (uint32_t t = 0; t < static_cast<uint32_t>(f.model->num_tables()); ++t) {
     for (uint32_t b = 0; b < 64; ++b) {
       v1::BlockPlacement* p = assignment.mutable_shard_map()->add_blocks();
       p->set_key(BucketKey(t, b));
@@ -227,7 +276,40 @@ void BM_Route(benchmark::State& state) {
 }
 BENCHMARK(BM_Route)->Unit(benchmark::kMillisecond);
 
+// Google Benchmark's flags, then --job.
+void PrintHelp() {
+  benchmark::PrintDefaultHelp();
+  std::fprintf(stdout,
+               "  [--job=JOB.json]  the CTR job whose model and batch size "
+               "are timed\n                    (default %s)\n",
+               PS_CTR_STEP_BENCH_JOB);
+}
+
 }  // namespace
 }  // namespace ps
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv, ps::PrintHelp);
+  std::string path = PS_CTR_STEP_BENCH_JOB;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (absl::StartsWith(arg, "--job=")) {
+      path = std::string(arg.substr(6));
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  absl::StatusOr<ps::Job> job = ps::ReadJob(path);
+  if (!job.ok()) {
+    std::fprintf(stderr, "ps-ctr-step-bench: %s\n",
+                 std::string(job.status().message()).c_str());
+    return 1;
+  }
+  ps::TheJob() = *std::move(job);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,8 +1,5 @@
 #include "client/estimate_cli.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/sparse_memory.h"
@@ -13,15 +10,8 @@ absl::StatusOr<std::string> EstimateSpecFile(const std::string& path,
                                              int64_t total_rows,
                                              int64_t budget_bytes,
                                              int num_servers) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<v1::JobSpec> spec = JobSpecFromJson(text.str());
-  if (!spec.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", spec.status().message()));
-  }
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFile(path);
+  if (!spec.ok()) return spec.status();
   if (num_servers > 0) spec->set_num_servers(num_servers);
   ApplyJobSpecDefaults(&*spec);
   if (absl::Status s = ValidateJobSpec(*spec); !s.ok()) {

@@ -13,10 +13,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <optional>
-#include <sstream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -223,15 +221,8 @@ int Health(const std::string& address, absl::Duration timeout,
 }
 
 int Submit(ps::JobClient& client, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot read ", path)));
-  std::stringstream text;
-  text << in.rdbuf();
-  auto spec = ps::JobSpecFromJson(text.str());
-  if (!spec.ok()) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", spec.status().message())));
-  }
+  auto spec = ps::JobSpecFromFile(path);
+  if (!spec.ok()) return Fail(spec.status());
   // Validate here too, so that a bad spec is refused before it is sent.
   ps::v1::JobSpec checked = *spec;
   ps::ApplyJobSpecDefaults(&checked);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -198,6 +200,19 @@ absl::Status MessageFromJson(const std::string& json, absl::string_view what,
 absl::StatusOr<v1::JobSpec> JobSpecFromJson(const std::string& json) {
   v1::JobSpec spec;
   PS_RETURN_IF_ERROR(MessageFromJson(json, "job spec", &spec));
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> JobSpecFromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromJson(text.str());
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", spec.status().message()));
+  }
   return spec;
 }
 

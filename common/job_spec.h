@@ -61,6 +61,12 @@ absl::Status MessageFromJson(const std::string& json, absl::string_view what,
 // message.
 absl::StatusOr<v1::JobSpec> JobSpecFromJson(const std::string& json);
 
+// Reads a JobSpec from the JSON file at `path` (JobSpecFromJson), as psctl
+// submit reads one; no defaults applied, nothing validated. Thread-safe.
+// Errors: NOT_FOUND "cannot read <path>"; INVALID_ARGUMENT "<path>: " and
+// JobSpecFromJson's message.
+absl::StatusOr<v1::JobSpec> JobSpecFromFile(const std::string& path);
+
 // Renders a spec as JSON (for psctl and logs).
 std::string JobSpecToJson(const v1::JobSpec& spec);
 

@@ -245,6 +245,24 @@ class ServerJob {
   ServerJob(const v1::Assignment& assignment, ShardStore* store,
             ServerMetrics* metrics, const ServerJobOptions& options,
             std::unique_ptr<Optimizer> optimizer, int64_t staleness);
+  // Open's steps (server/server_job_open.cc). Build: the spec checked and
+  // the job's tables made (dense, the sparse tier, sparse), empty; `store`
+  // is null for a MEMORY job. Errors: INVALID_ARGUMENT naming the field.
+  static absl::StatusOr<std::unique_ptr<ServerJob>> Build(
+      const v1::Assignment& assignment, ShardStore* store,
+      ServerMetrics* metrics, const ServerJobOptions& options);
+  // A MEMORY job's start: `initial` restored if given, else the model file
+  // of spec.init_from loaded if any.
+  absl::Status StartInMemory(StoredJob* initial);
+  // Starts the update log's writer on `store`, reporting to OnDurable.
+  void StartLogWriter(ShardStore* store);
+  // Reopens the job `store` held (its identity checked: FAILED_PRECONDITION
+  // if the store holds it under another spec or shard map) and logs what
+  // was reloaded.
+  absl::Status Reload(StoredJob stored);
+  // A first open (nothing stored): the initial values (spec.init_from's, if
+  // any), the job's identity and the first snapshot written, and flushed.
+  absl::Status StoreFirstSnapshot(ShardStore* store);
   // Loads a snapshot and replays the update log that follows it.
   absl::Status Restore(StoredJob stored);
   // Open's end for a server move: the store's copy of the job is replaced

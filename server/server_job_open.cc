@@ -50,6 +50,31 @@ std::string StoredJobMeta(const v1::Assignment& assignment) {
 absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
     const v1::Assignment& assignment, ShardStore* store, ServerMetrics* metrics,
     const ServerJobOptions& options, StoredJob* initial) {
+  if (assignment.spec().durability() == v1::MEMORY) store = nullptr;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ServerJob> job,
+                      Build(assignment, store, metrics, options));
+  if (store == nullptr) {
+    PS_RETURN_IF_ERROR(job->StartInMemory(initial));
+    return job;
+  }
+  job->StartLogWriter(store);
+  if (initial != nullptr) {
+    return AdoptMoved(std::move(job), store, std::move(*initial));
+  }
+  auto stored = store->Load(assignment.job_id());
+  if (stored.ok()) {
+    PS_RETURN_IF_ERROR(job->Reload(*std::move(stored)));
+  } else if (absl::IsNotFound(stored.status())) {
+    PS_RETURN_IF_ERROR(job->StoreFirstSnapshot(store));
+  } else {
+    return stored.status();
+  }
+  return job;
+}
+
+absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Build(
+    const v1::Assignment& assignment, ShardStore* store, ServerMetrics* metrics,
+    const ServerJobOptions& options) {
   const v1::JobSpec& spec = assignment.spec();
   if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
   if (assignment.num_workers() < 1) {
@@ -57,16 +82,14 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
   }
   PS_ASSIGN_OR_RETURN(auto tensors, ModelTensors(spec.model()));
   PS_ASSIGN_OR_RETURN(auto optimizer, Optimizer::Create(spec.optimizer()));
-  if (spec.durability() == v1::MEMORY) store = nullptr;
-
+  const bool accumulate =
+      spec.consistency().model() == v1::ConsistencySpec::BSP;
   std::unique_ptr<ServerJob> job(
       new ServerJob(assignment, store, metrics, options, std::move(optimizer),
                     EffectiveStaleness(spec.consistency())));
-  PS_ASSIGN_OR_RETURN(
-      job->table_,
-      DenseTable::Create(assignment, tensors, job->optimizer_.get(),
-                         /*accumulate=*/spec.consistency().model() ==
-                             v1::ConsistencySpec::BSP));
+  PS_ASSIGN_OR_RETURN(job->table_,
+                      DenseTable::Create(assignment, tensors,
+                                         job->optimizer_.get(), accumulate));
   {
     absl::MutexLock lock(&job->mu_);
     job->StartBlockClockLocked();
@@ -74,61 +97,56 @@ absl::StatusOr<std::unique_ptr<ServerJob>> ServerJob::Open(
   if (auto s = job->OpenTier(options); !s.ok()) return s;
   PS_ASSIGN_OR_RETURN(
       job->sparse_,
-      SparseTableSet::Create(
-          assignment,
-          /*accumulate=*/spec.consistency().model() == v1::ConsistencySpec::BSP,
-          {.tier = job->tier_.get(),
-           .budget_bytes = options.sparse_memory_bytes,
-           .server_budget = options.sparse_budget}));
-  const bool from_file = !spec.init_from().empty();
-  if (store == nullptr) {
-    if (initial != nullptr) {
-      PS_RETURN_IF_ERROR(job->Restore(std::move(*initial)));
-    } else if (from_file) {
-      PS_RETURN_IF_ERROR(job->LoadInitialModel());
-    }
-    return job;
-  }
-  ServerJob* const raw = job.get();
-  ABSL_TS_UNCHECKED_READ(job->durability_)
-      .StartWriter(std::make_unique<UpdateLogWriter>(
-          store, assignment.job_id(), spec.durability() == v1::SYNC, metrics,
-          [raw](int64_t sequence, const absl::Status& status) {
-            raw->OnDurable(sequence, status);
-          }));
+      SparseTableSet::Create(assignment, accumulate,
+                             {.tier = job->tier_.get(),
+                              .budget_bytes = options.sparse_memory_bytes,
+                              .server_budget = options.sparse_budget}));
+  return job;
+}
 
-  if (initial != nullptr) {
-    return AdoptMoved(std::move(job), store, std::move(*initial));
-  }
-  auto stored = store->Load(assignment.job_id());
-  if (stored.ok()) {
-    PS_RETURN_IF_ERROR(CheckStoredIdentity(*stored, assignment));
-    const int64_t snapshot = stored->log_sequence;
-    const size_t replayed = stored->log.size();
-    if (auto s = job->Restore(*std::move(stored)); !s.ok()) return s;
-    // The rows too, for a job with sparse tables (the chaos run reads them).
-    const std::string rows =
-        job->sparse_->size() == 0
-            ? std::string()
-            : absl::StrCat(" and ", job->SparseRowCount(), " sparse rows");
-    PS_LOG_INFO("job ", assignment.job_id(), ": reloaded ", job->table_->size(),
-                " blocks", rows, " from the snapshot at update ", snapshot,
-                " and ", replayed, " logged updates after it, ",
-                "worker clocks ", job->ClocksString());
-    return job;
-  }
-  if (!absl::IsNotFound(stored.status())) return stored.status();
+absl::Status ServerJob::StartInMemory(StoredJob* initial) {
+  if (initial != nullptr) return Restore(std::move(*initial));
+  if (!assignment_.spec().init_from().empty()) return LoadInitialModel();
+  return absl::OkStatus();
+}
+
+void ServerJob::StartLogWriter(ShardStore* store) {
+  ABSL_TS_UNCHECKED_READ(durability_)
+      .StartWriter(std::make_unique<UpdateLogWriter>(
+          store, job_id_, assignment_.spec().durability() == v1::SYNC, metrics_,
+          [this](int64_t sequence, const absl::Status& status) {
+            OnDurable(sequence, status);
+          }));
+}
+
+absl::Status ServerJob::Reload(StoredJob stored) {
+  PS_RETURN_IF_ERROR(CheckStoredIdentity(stored, assignment_));
+  const int64_t snapshot = stored.log_sequence;
+  const size_t replayed = stored.log.size();
+  PS_RETURN_IF_ERROR(Restore(std::move(stored)));
+  // The rows too, for a job with sparse tables (the chaos run reads them).
+  const std::string rows =
+      sparse_->size() == 0
+          ? std::string()
+          : absl::StrCat(" and ", SparseRowCount(), " sparse rows");
+  PS_LOG_INFO("job ", job_id_, ": reloaded ", table_->size(), " blocks", rows,
+              " from the snapshot at update ", snapshot, " and ", replayed,
+              " logged updates after it, worker clocks ", ClocksString());
+  return absl::OkStatus();
+}
+
+absl::Status ServerJob::StoreFirstSnapshot(ShardStore* store) {
   // Loaded before anything is stored: a crash during the load leaves no
   // stored job, and the next open loads again.
-  if (from_file) PS_RETURN_IF_ERROR(job->LoadInitialModel());
-  PS_RETURN_IF_ERROR(
-      store->PutJobMeta(assignment.job_id(), JobMeta(assignment)));
-  {
-    absl::MutexLock lock(&job->mu_);
-    job->SnapshotLocked();  // The initial values, as the first snapshot.
+  if (!assignment_.spec().init_from().empty()) {
+    PS_RETURN_IF_ERROR(LoadInitialModel());
   }
-  if (absl::Status s = job->Flush(); !s.ok()) return s;
-  return job;
+  PS_RETURN_IF_ERROR(store->PutJobMeta(job_id_, JobMeta(assignment_)));
+  {
+    absl::MutexLock lock(&mu_);
+    SnapshotLocked();  // The initial values, as the first snapshot.
+  }
+  return Flush();
 }
 
 absl::Status ServerJob::Restore(StoredJob stored) {

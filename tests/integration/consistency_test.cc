@@ -27,6 +27,7 @@
 #include "server/parameter_server.h"
 #include "tests/testing/bsp_training.h"
 #include "tests/testing/parameter_server_test_peer.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/server_group.h"
 #include "tests/testing/tiny_assignment.h"
 #include "worker/batcher.h"
@@ -40,12 +41,6 @@ namespace ps {
 namespace {
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist/";
-
-std::string TempDir() {
-  char pattern[] = "/tmp/ps-consistency-XXXXXX";
-  PS_CHECK(mkdtemp(pattern) != nullptr);
-  return pattern;
-}
 
 v1::Assignment ForWorker(v1::Assignment a, int worker) {
   a.set_index(worker);
@@ -402,7 +397,8 @@ class ExactlyOnceTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ExactlyOnceTest, RetriedPushesAreAppliedOnce) {
   const bool rocksdb = GetParam();
-  const std::string dir = rocksdb ? TempDir() : "";
+  const testing::ScopedTempDir temp{"ps-consistency"};
+  const std::string dir = rocksdb ? temp.path() : "";
   std::atomic<int> dropped{0}, delayed{0};
   {
     absl::Mutex mu;
@@ -459,7 +455,6 @@ TEST_P(ExactlyOnceTest, RetriedPushesAreAppliedOnce) {
   }
   EXPECT_GT(dropped.load(), 0);
   EXPECT_GT(delayed.load(), 0);
-  if (!dir.empty()) std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, ExactlyOnceTest, ::testing::Bool(),

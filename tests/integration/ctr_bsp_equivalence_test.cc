@@ -6,12 +6,10 @@
 // one clock of SGD equals its double-precision reference: the initial row
 // minus the rate times the two workers' row gradients summed and divided by
 // the number of workers (a row only one worker read included).
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +19,7 @@
 #include "common/criteo_reader.h"
 #include "gtest/gtest.h"
 #include "tests/testing/ctr_training.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "worker/batcher.h"
 
 namespace ps {
@@ -73,11 +72,7 @@ v1::OptimizerSpec DenseSgd(float rate) {
 
 class CtrBspFixture {
  protected:
-  void MakeDir() {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           absl::StrCat("ctr_bsp_", ::getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+  void WriteData() {
     lines_ = testing::SyntheticCriteoLines(kRows, 31);
     testing::WriteLines(Path("train2.tsv"), lines_);
     testing::WriteLines(Path("test.tsv"),
@@ -87,9 +82,7 @@ class CtrBspFixture {
     train_ = *std::move(data);
     ids_ = testing::DistinctIds(train_);
   }
-  std::string Path(const std::string& name) const {
-    return (dir_ / name).string();
-  }
+  std::string Path(const std::string& name) const { return dir_.File(name); }
 
   // Writes the lines for one worker of batch 2b: its epoch order (of its
   // DataPartition) meets, at clock c, worker 0's batch c and then worker
@@ -134,7 +127,7 @@ class CtrBspFixture {
     return out;
   }
 
-  std::filesystem::path dir_;
+  testing::ScopedTempDir dir_{"ctr_bsp"};
   std::vector<std::string> lines_;
   CtrDataset train_;
   std::vector<std::vector<uint64_t>> ids_;
@@ -163,8 +156,7 @@ Differences Compare(const std::vector<std::vector<float>>& a,
 class SparseBspEquivalenceTest : public CtrBspFixture,
                                  public ::testing::TestWithParam<const char*> {
  protected:
-  void SetUp() override { MakeDir(); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { WriteData(); }
 };
 
 // Tolerance. The two runs differ only in float summation order: worker w's
@@ -231,8 +223,7 @@ INSTANTIATE_TEST_SUITE_P(SparseOptimizers, SparseBspEquivalenceTest,
 
 class CtrPipelineTest : public CtrBspFixture, public ::testing::Test {
  protected:
-  void SetUp() override { MakeDir(); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { WriteData(); }
 };
 
 // The CTR step's pipeline (the next step's pull made before this step
@@ -264,8 +255,7 @@ TEST_F(CtrPipelineTest, PipelinedStepsEqualStepsInTurnBitForBit) {
 
 class SparseBspReferenceTest : public CtrBspFixture, public ::testing::Test {
  protected:
-  void SetUp() override { MakeDir(); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { WriteData(); }
 };
 
 // Per id: the row gradient a worker pushed.

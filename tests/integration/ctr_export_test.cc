@@ -6,7 +6,6 @@
 // after a server of the new job restarts from a crash image of its store.
 // The rows read the same from a loaded job and from an ended one's store; a
 // file that does not fit the new job is refused, naming the mismatch.
-#include <stdlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -26,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/ctr_training.h"
+#include "tests/testing/scoped_temp_dir.h"
 
 namespace ps {
 namespace {
@@ -42,18 +42,12 @@ constexpr int64_t kClocks = kTrainRows / (2 * kBatch);  // 1 epoch, 2 workers.
 class CtrExportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/ps-ctr-export-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
     testing::WriteLines(Path("train.tsv"),
                         testing::SyntheticCriteoLines(kTrainRows, 5));
     testing::WriteLines(Path("test.tsv"),
                         testing::SyntheticCriteoLines(kTestRows, 6));
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string Path(const std::string& name) const {
-    return absl::StrCat(dir_, "/", name);
-  }
+  std::string Path(const std::string& name) const { return dir_.File(name); }
 
   // The trained model as worker 0 uploads it: the dense tensors of a final
   // pull, named and shaped as ModelTensors says.
@@ -94,7 +88,7 @@ class CtrExportTest : public ::testing::Test {
     return a;
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"ps-ctr-export"};
 };
 
 // Per table, (id, row) pairs sorted by id.

@@ -6,7 +6,6 @@
 // crash image of its store, or a clean stop) loses no acknowledged row
 // update: the rows come back bit for bit and the job ends exactly where an
 // uninterrupted twin ends.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -32,6 +31,8 @@
 #include "ps/v1/parameter.grpc.pb.h"
 #include "tests/testing/ctr_training.h"
 #include "tests/testing/metrics_scrape.h"
+#include "tests/testing/scoped_temp_dir.h"
+#include "tests/testing/test_files.h"
 #include "worker/batcher.h"
 
 namespace ps {
@@ -42,13 +43,6 @@ using testing::CtrJobOptions;
 using testing::CtrServers;
 using testing::CtrTestWorker;
 using ::testing::HasSubstr;
-
-std::string Slurp(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
 
 // Per table: the server that holds each bucket, from the shard map.
 std::vector<std::vector<int>> BucketServers(const v1::Assignment& a) {
@@ -105,19 +99,9 @@ bool SameBits(const std::vector<std::vector<float>>& a,
 
 class CtrJobTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           absl::StrCat("ctr_job_", ::getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return dir_.File(name); }
 
-  std::string Path(const std::string& name) const {
-    return (dir_ / name).string();
-  }
-
-  std::filesystem::path dir_;
+  testing::ScopedTempDir dir_{"ctr_job"};
 };
 
 // The generator's data (102,400 training rows, 5,000 test rows, 3 to 100
@@ -204,10 +188,8 @@ void ExpectEachServerServesItsBuckets(CtrServers& servers,
 }
 
 TEST_F(CtrJobTest, TrainsToNearTheTeachersAuc) {
-  std::filesystem::path script = "bench/criteo_gen.py";
-  if (const char* root = std::getenv("PS_SOURCE_DIR"); root != nullptr) {
-    script = std::filesystem::path(root) / script;
-  }
+  const std::filesystem::path script =
+      testing::SourcePath("bench/criteo_gen.py");
   if (!std::filesystem::exists(script)) {
     GTEST_SKIP() << "cannot find " << script << " (set PS_SOURCE_DIR)";
   }
@@ -215,15 +197,16 @@ TEST_F(CtrJobTest, TrainsToNearTheTeachersAuc) {
     GTEST_SKIP() << "no /usr/bin/python3 with numpy";
   }
   const std::string command = absl::StrCat(
-      "/usr/bin/python3 ", script.string(), " --out ", dir_.string(),
+      "/usr/bin/python3 ", script.string(), " --out ", dir_.path(),
       " --train_rows ", kTrainRows,
       " --test_rows 5000 --seed 3 --min_cardinality 3 --max_cardinality 100"
       " > ",
       Path("gen.log"), " 2>&1");
-  ASSERT_EQ(std::system(command.c_str()), 0) << Slurp(Path("gen.log"));
+  ASSERT_EQ(std::system(command.c_str()), 0)
+      << testing::ReadFileBytes(Path("gen.log"));
   google::protobuf::Struct teacher;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
-                  Slurp(Path("teacher.json")), &teacher)
+                  testing::ReadFileBytes(Path("teacher.json")), &teacher)
                   .ok());
   const double best_auc = teacher.fields().at("best_test_auc").number_value();
   const double constant_log_loss =

@@ -79,7 +79,7 @@ TEST_F(ExportTest, ExportedModelEvaluatesToTheJobsAccuracy) {
   EXPECT_EQ(model->tensors(0).data().size(), size_t{784} * 32 * sizeof(float));
 
   // Through a model file, as `psctl export` and `psctl eval` do.
-  const std::string path = dir_ + "/model.bin";
+  const std::string path = dir_->File("model.bin");
   ASSERT_TRUE(WriteModelFile(*model, path).ok());
   auto read = ReadModelFile(path);
   ASSERT_TRUE(read.ok()) << read.status();

@@ -4,7 +4,6 @@
 // off); each method of the coordinator takes at most the request size it
 // needs, so that an oversized SubmitJob is refused while normal ones work.
 #include <cstdint>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +22,9 @@
 #include "ps/v1/cluster.grpc.pb.h"
 #include "ps/v1/job_service.grpc.pb.h"
 #include "server/parameter_server.h"
+#include "tests/testing/raw_grpc.h"
+#include "tests/testing/scoped_temp_dir.h"
+#include "tests/testing/tiny_assignment.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
@@ -31,38 +33,6 @@ namespace {
 
 using ::testing::StartsWith;
 using ::testing::UnorderedElementsAre;
-
-std::string ToString(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!buffer.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
-
-// A unary call of `method` with raw request bytes; the reply's bytes go to
-// `reply`.
-grpc::Status RawUnary(const std::shared_ptr<grpc::Channel>& channel,
-                      const std::string& method, const std::string& bytes,
-                      std::string* reply) {
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, absl::Seconds(5));
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer request(&slice, 1), response;
-  absl::Notification done;
-  grpc::Status status;
-  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   status = std::move(s);
-                   done.Notify();
-                 });
-  done.WaitForNotification();
-  *reply = ToString(response);
-  return status;
-}
 
 // grpc.health.v1.Health/Check for `service`: the ServingStatus number
 // (1 SERVING), or -1 with the call's error in `status`.
@@ -76,7 +46,8 @@ int HealthCheck(const std::shared_ptr<grpc::Channel>& channel,
         "\x0a", std::string(1, static_cast<char>(service.size())), service);
   }
   std::string reply;
-  *status = RawUnary(channel, "/grpc.health.v1.Health/Check", request, &reply);
+  *status = testing::RawUnaryCall(channel, "/grpc.health.v1.Health/Check",
+                                  request, &reply);
   if (!status->ok()) return -1;
   google::protobuf::UnknownFieldSet fields;
   if (!fields.ParseFromString(reply)) return -1;
@@ -111,7 +82,7 @@ class ListServices final
     if (ok) StartWritesDone();
   }
   void OnReadDone(bool ok) override {
-    if (ok) reply_ = ToString(response_);
+    if (ok) reply_ = testing::ByteBufferBytes(response_);
   }
   void OnDone(const grpc::Status& status) override {
     status_ = status;
@@ -161,19 +132,8 @@ class ListServices final
 };
 
 v1::JobSpec Spec() {
-  v1::JobSpec spec;
+  v1::JobSpec spec = testing::TinySpec(3, 2);
   spec.set_name("surface");
-  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
-  spec.mutable_model()->set_input_dim(3);
-  spec.mutable_model()->set_num_classes(2);
-  auto* d = spec.mutable_dataset();
-  d->set_format(v1::DatasetSpec::IDX);
-  d->set_train_images("a");
-  d->set_train_labels("b");
-  d->set_test_images("c");
-  d->set_test_labels("d");
-  spec.set_epochs(1);
-  spec.set_batch_size(1);
   spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
   spec.set_num_workers(1);
   spec.set_num_servers(1);
@@ -182,27 +142,21 @@ v1::JobSpec Spec() {
 
 class GrpcSurfaceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/ps-surface-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
   void TearDown() override {
     if (coordinator_) coordinator_->Stop();
-    std::filesystem::remove_all(dir_);
   }
 
   // A coordinator with default options but for `reflection`.
   std::shared_ptr<grpc::Channel> StartCoordinator(bool reflection = true) {
     CoordinatorOptions options;
-    options.data_dir = dir_ + "/coordinator";
+    options.data_dir = dir_.File("coordinator");
     options.reflection = reflection;
     coordinator_ = std::make_unique<Coordinator>(options);
     EXPECT_TRUE(coordinator_->Start().ok());
     return CreateChannel(absl::StrCat("127.0.0.1:", coordinator_->port()));
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"ps-surface"};
   std::unique_ptr<Coordinator> coordinator_;
 };
 
@@ -258,7 +212,7 @@ TEST_F(GrpcSurfaceTest, OversizedSubmitJobIsRefusedWhileNormalOnesWork) {
 // serves on.
 TEST_F(GrpcSurfaceTest, MemoryQuotaBoundsWhatCallsInFlightHold) {
   CoordinatorOptions options;
-  options.data_dir = dir_ + "/coordinator";
+  options.data_dir = dir_.File("coordinator");
   options.server_limits.memory_quota_bytes = 16 << 20;
   coordinator_ = std::make_unique<Coordinator>(options);
   ASSERT_TRUE(coordinator_->Start().ok());
@@ -319,8 +273,9 @@ TEST_F(GrpcSurfaceTest, HealthAnswersForEachServedService) {
   }
   // A worker takes only small requests.
   std::string reply;
-  status = RawUnary(worker_channel, "/ps.v1.WorkerService/GetWorkerStatus",
-                    std::string(128 << 10, '\0'), &reply);
+  status = testing::RawUnaryCall(worker_channel,
+                                 "/ps.v1.WorkerService/GetWorkerStatus",
+                                 std::string(128 << 10, '\0'), &reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << status.error_message();
   worker.Stop();

@@ -2,7 +2,6 @@
 // watches and lists at once. Every acknowledged id must exist exactly once
 // with its own spec, before and after a coordinator restart.
 #include <atomic>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -16,6 +15,7 @@
 #include "client/job_client.h"
 #include "coordinator/coordinator.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/tiny_assignment.h"
 
 namespace ps {
@@ -35,28 +35,22 @@ v1::JobSpec ConcurrencySpec() {
 
 class JobApiConcurrencyTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/ps-job-api-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    StartCoordinator();
-  }
+  void SetUp() override { StartCoordinator(); }
 
   void TearDown() override {
     if (coordinator_) coordinator_->Stop();
-    std::filesystem::remove_all(dir_);
   }
 
   void StartCoordinator() {
     CoordinatorOptions options;
-    options.data_dir = dir_ + "/coordinator";
+    options.data_dir = dir_.File("coordinator");
     options.job_limits.max_jobs = kSubmitters * kJobsEach;
     coordinator_ = std::make_unique<Coordinator>(options);
     ASSERT_TRUE(coordinator_->Start().ok());
     address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"ps-job-api"};
   std::string address_;
   std::unique_ptr<Coordinator> coordinator_;
 };

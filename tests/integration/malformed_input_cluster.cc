@@ -2,23 +2,13 @@
 // and the order of the refusal cases.
 #include "tests/integration/malformed_input_cluster.h"
 
+#include "tests/testing/tiny_assignment.h"
 namespace ps {
 namespace malformed_input {
 
 v1::JobSpec Spec() {
-  v1::JobSpec spec;
+  v1::JobSpec spec = testing::TinySpec(3, 2);
   spec.set_name("malformed");
-  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
-  spec.mutable_model()->set_input_dim(3);
-  spec.mutable_model()->set_num_classes(2);
-  auto* d = spec.mutable_dataset();
-  d->set_format(v1::DatasetSpec::IDX);
-  d->set_train_images("a");
-  d->set_train_labels("b");
-  d->set_test_images("c");
-  d->set_test_labels("d");
-  spec.set_epochs(1);
-  spec.set_batch_size(1);
   spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
   spec.mutable_consistency()->set_model(v1::ConsistencySpec::SSP);
   spec.set_num_workers(2);

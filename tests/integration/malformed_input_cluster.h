@@ -5,7 +5,6 @@
 #define PS_TESTS_INTEGRATION_MALFORMED_INPUT_CLUSTER_H_
 
 #include <cstdlib>
-#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -32,6 +31,8 @@
 #include "ps/v1/job_service.grpc.pb.h"
 #include "ps/v1/parameter.grpc.pb.h"
 #include "server/parameter_server.h"
+#include "tests/testing/raw_grpc.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/test_certs.h"
 
 namespace ps {
@@ -82,21 +83,18 @@ class MalformedInputCluster {
  public:
   // Starts both processes (fatal test failures if they do not start).
   void Start() {
-    char pattern[] = "/tmp/ps-malformed-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    WriteTestFile(dir_ + "/tokens", kToken);
-    WriteTestFile(dir_ + "/secret", kSecret);
+    WriteTestFile(dir_.File("tokens"), kToken);
+    WriteTestFile(dir_.File("secret"), kSecret);
     CoordinatorOptions coordinator;
-    coordinator.data_dir = dir_ + "/coordinator";
-    coordinator.auth_token_file = dir_ + "/tokens";
-    coordinator.security.cluster_secret_file = dir_ + "/secret";
+    coordinator.data_dir = dir_.File("coordinator");
+    coordinator.auth_token_file = dir_.File("tokens");
+    coordinator.security.cluster_secret_file = dir_.File("secret");
     coordinator.job_limits.max_model_bytes = 1 << 20;
     coordinator.server_limits.max_receive_message_bytes = 1 << 20;
     coordinator_ = std::make_unique<Coordinator>(coordinator);
     ASSERT_TRUE(coordinator_->Start().ok());
     ParameterServerOptions server;
-    server.security.cluster_secret_file = dir_ + "/secret";
+    server.security.cluster_secret_file = dir_.File("secret");
     server.limits.max_receive_message_bytes = 1 << 20;
     server_ = std::make_unique<ParameterServer>(server);
     ASSERT_TRUE(server_->Start().ok());
@@ -125,7 +123,6 @@ class MalformedInputCluster {
   void Stop() {
     if (server_) server_->Stop();
     if (coordinator_) coordinator_->Stop();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   template <typename Stub, typename Request, typename Response>
@@ -172,20 +169,8 @@ class MalformedInputCluster {
   grpc::Status RawCall(
       const std::string& method, const std::string& bytes,
       const std::shared_ptr<grpc::Channel>& channel = nullptr) {
-    grpc::GenericStub stub(channel ? channel : coordinator_channel_);
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, absl::Seconds(5));
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer request(&slice, 1), response;
-    absl::Notification done;
-    grpc::Status status;
-    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
-                   [&](grpc::Status s) {
-                     status = std::move(s);
-                     done.Notify();
-                   });
-    done.WaitForNotification();
-    return status;
+    return testing::RawUnaryCall(channel ? channel : coordinator_channel_,
+                                 method, bytes);
   }
 
   static v1::PullRequest GoodPull() {
@@ -208,7 +193,7 @@ class MalformedInputCluster {
     return r;
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"ps-malformed"};
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<ParameterServer> server_;
   std::shared_ptr<grpc::Channel> coordinator_channel_;

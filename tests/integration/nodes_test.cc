@@ -4,7 +4,6 @@
 // reads.
 #include "client/nodes.h"
 
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
 #include "tests/testing/fashion_mnist.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/test_certs.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
@@ -32,13 +32,10 @@ constexpr char kToken[] = "nodes-token-0123456789abcdef";
 class NodesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/ps-nodes-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    testing::WriteTestFile(dir_ + "/tokens", kToken);
+    testing::WriteTestFile(dir_.File("tokens"), kToken);
     CoordinatorOptions coordinator;
-    coordinator.data_dir = dir_ + "/coordinator";
-    coordinator.auth_token_file = dir_ + "/tokens";
+    coordinator.data_dir = dir_.File("coordinator");
+    coordinator.auth_token_file = dir_.File("tokens");
     coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
     coordinator_ = std::make_unique<Coordinator>(coordinator);
     ASSERT_TRUE(coordinator_->Start().ok());
@@ -63,7 +60,6 @@ class NodesTest : public ::testing::Test {
     for (auto& worker : workers_) worker->Stop();
     if (server_) server_->Stop();
     if (coordinator_) coordinator_->Stop();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   // ListNodes until `done(nodes)` holds or 20 s pass; the last list.
@@ -82,7 +78,7 @@ class NodesTest : public ::testing::Test {
     return nodes;
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"ps-nodes"};
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<ParameterServer> server_;
   std::vector<std::unique_ptr<WorkerNode>> workers_;

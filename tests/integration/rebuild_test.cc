@@ -57,18 +57,9 @@ class RebuildTest : public testing::ClusterFixture {
  protected:
   void SetUp() override {
     if (!testing::HaveFashionMnist()) GTEST_SKIP() << "no Fashion-MNIST";
-    std::string pattern = "/tmp/ps-rebuild-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    CoordinatorOptions coordinator;
-    coordinator.data_dir = dir_ + "/coordinator";
-    coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
-    coordinator.timing.lease = absl::Seconds(1);
-    coordinator.timing.recovery_grace = absl::Seconds(1);
-    coordinator_ = std::make_unique<Coordinator>(coordinator);
-    ASSERT_TRUE(coordinator_->Start().ok());
-    address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
-    client_ = std::make_unique<JobClient>(JobClientOptions{address_});
+    coordinator_timing_.lease = absl::Seconds(1);
+    coordinator_timing_.recovery_grace = absl::Seconds(1);
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator("rebuild"));
     // Both servers note when they have applied (and logged) the second
     // job's clock kStopClock (server 1 answered both pushes, server 0 is
     // answering); server 0 then holds its replies until server 1 is
@@ -104,10 +95,10 @@ class RebuildTest : public testing::ClusterFixture {
   ParameterServerOptions Options(int i) const {
     ParameterServerOptions options;
     options.coordinator = address_;
-    options.shared_data_root = dir_;
+    options.shared_data_root = dir_->path();
     // Pushes through the socket, where the test's reply hook sees them all.
     options.shared_payloads = false;
-    options.data_dir = absl::StrCat(dir_, "/server", i);
+    options.data_dir = absl::StrCat(dir_->path(), "/server", i);
     return options;
   }
 
@@ -210,7 +201,7 @@ TEST_F(RebuildTest, ALostServerIsRebuiltOnAFreeOneAndTheRunIsUndisturbed) {
   EXPECT_FALSE(status.map_moves(0).rebuilt_onto_survivor());
   EXPECT_EQ(status.map_moves(0).rebuilt_server(), 1);
   EXPECT_EQ(status.map_moves(0).rebuilt_from_address(), lost_address);
-  EXPECT_EQ(status.map_moves(0).rebuilt_from_data_dir(), dir_ + "/server1");
+  EXPECT_EQ(status.map_moves(0).rebuilt_from_data_dir(), dir_->File("server1"));
   EXPECT_EQ(status.shard_map().servers(1), spare_address);
   ExpectUndisturbed(id, undisturbed, expected);
 }
@@ -231,11 +222,11 @@ TEST_F(RebuildTest, WithoutAFreeServerTheSurvivorHostsTheLostPlace) {
   EXPECT_TRUE(status.map_moves(0).rebuild());
   EXPECT_TRUE(status.map_moves(0).rebuilt_onto_survivor());
   EXPECT_EQ(status.map_moves(0).rebuilt_server(), 1);
-  EXPECT_EQ(status.map_moves(0).rebuilt_from_data_dir(), dir_ + "/server1");
+  EXPECT_EQ(status.map_moves(0).rebuilt_from_data_dir(), dir_->File("server1"));
   // One process serves both places.
   ASSERT_EQ(status.shard_map().servers_size(), 2);
   EXPECT_EQ(status.shard_map().servers(1), survivor);
-  EXPECT_EQ(status.server_storage(1).data_dir(), dir_ + "/server0");
+  EXPECT_EQ(status.server_storage(1).data_dir(), dir_->File("server0"));
   ExpectUndisturbed(id, undisturbed, expected);
 }
 

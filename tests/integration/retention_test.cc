@@ -4,7 +4,6 @@
 // job's shards, and after a clean stop its data directory holds neither table
 // files nor write-ahead log of the job. Also DeleteJob and ListJobs paging
 // through the client.
-#include <stdlib.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -21,6 +20,7 @@
 #include "server/parameter_server.h"
 #include "server/rocksdb_shard_store.h"
 #include "tests/testing/fashion_mnist.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
@@ -48,12 +48,9 @@ class RetentionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed";
-    char pattern[] = "/tmp/ps-retention-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
 
     CoordinatorOptions coordinator;
-    coordinator.data_dir = dir_ + "/coordinator";
+    coordinator.data_dir = dir_.File("coordinator");
     coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
     coordinator_ = std::make_unique<Coordinator>(coordinator);
     ASSERT_TRUE(coordinator_->Start().ok());
@@ -62,7 +59,7 @@ class RetentionTest : public ::testing::Test {
 
     ParameterServerOptions server;
     server.coordinator = address;
-    server.data_dir = dir_ + "/server0";
+    server.data_dir = dir_.File("server0");
     server_ = std::make_unique<ParameterServer>(server);
     ASSERT_TRUE(server_->Start().ok());
 
@@ -79,7 +76,6 @@ class RetentionTest : public ::testing::Test {
     if (worker_) worker_->Stop();
     if (server_) server_->Stop();
     if (coordinator_) coordinator_->Stop();
-    if (!dir_.empty()) fs::remove_all(dir_);
   }
 
   // Submits a short job and waits for it to end.
@@ -104,7 +100,7 @@ class RetentionTest : public ::testing::Test {
     return false;
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"ps-retention"};
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<ParameterServer> server_;
   std::unique_ptr<WorkerNode> worker_;
@@ -120,7 +116,7 @@ TEST_F(RetentionTest, AnEndedJobsShardsAreDeletedFromTheServersDisk) {
   EXPECT_TRUE(WaitForEmptyStore())
       << "the server still stores the ended job " << job.job_id();
   server_->Stop();
-  const std::string data_dir = dir_ + "/server0";
+  const std::string data_dir = dir_.File("server0");
   const uint64_t bytes = DataBytes(data_dir);
   RecordProperty("server_data_bytes_after_exit", absl::StrCat(bytes));
   // The job's state alone is 600 KiB (values and Adam's two slots), and 30+

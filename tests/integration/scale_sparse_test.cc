@@ -68,9 +68,7 @@ class ScaleSparseTest : public testing::ClusterFixture,
     ASSERT_NO_FATAL_FAILURE(StartWorkers(2));
   }
 
-  std::string Path(const std::string& name) const {
-    return absl::StrCat(dir_, "/", name);
-  }
+  std::string Path(const std::string& name) const { return dir_->File(name); }
 
   // A BSP CTR job of 5 epochs (320 clocks, long enough for both moves): ids
   // admitted at their second clock, rows idle for 40 clocks evicted.

@@ -2,7 +2,6 @@
 // mutual TLS with certificates made by openssl at test time, bearer tokens on
 // the job API, the cluster secret on internal RPCs, and the resource limits.
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "ps/v1/parameter.grpc.pb.h"
 #include "server/parameter_server.h"
 #include "tests/testing/fashion_mnist.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/test_certs.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
@@ -45,16 +45,13 @@ v1::JobSpec ValidSpec() {
 class SecurityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/ps-security-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    auto certs = GenerateTestCerts(dir_);
+    auto certs = GenerateTestCerts(dir_.path());
     if (!certs.has_value()) GTEST_SKIP() << "openssl could not make certs";
     certs_ = *certs;
-    token_file_ = dir_ + "/tokens";
+    token_file_ = dir_.File("tokens");
     WriteTestFile(token_file_,
                   absl::StrCat("# job API tokens\n", kToken, "\n"));
-    secret_file_ = dir_ + "/secret";
+    secret_file_ = dir_.File("secret");
     WriteTestFile(secret_file_, absl::StrCat(kSecret, "\n"));
   }
 
@@ -64,11 +61,10 @@ class SecurityTest : public ::testing::Test {
     // Destroyed before their directory is: the job table flushes at close.
     coordinator_.reset();
     server_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   void StartCoordinator(CoordinatorOptions options) {
-    options.data_dir = dir_ + "/coordinator";
+    options.data_dir = dir_.File("coordinator");
     coordinator_ = std::make_unique<Coordinator>(options);
     ASSERT_TRUE(coordinator_->Start().ok());
     coordinator_address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
@@ -135,7 +131,7 @@ class SecurityTest : public ::testing::Test {
     return stub->Pull(&ctx, request, &response);
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"ps-security"};
   TestCerts certs_;
   std::string token_file_;
   std::string secret_file_;
@@ -411,7 +407,7 @@ TEST_F(SecurityTest, ClusterTrainsUnderMutualTlsSecretAndToken) {
   StartCoordinator(coordinator);
   ParameterServerOptions server;
   server.coordinator = coordinator_address_;
-  server.data_dir = dir_ + "/server";  // The job is durable (WAL).
+  server.data_dir = dir_.File("server");  // The job is durable (WAL).
   server.security = security;
   server.security.tls.require_client_cert = true;
   StartServer(server);

@@ -6,9 +6,7 @@
 // clock applies once, with exactly both workers' gradients. Real gRPC on
 // loopback, RocksDB in a temporary directory. tests/system/
 // server_sigterm_test.sh does the same to real processes with SIGTERM.
-#include <stdlib.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +22,7 @@
 #include "server/parameter_manager.h"
 #include "server/parameter_server.h"
 #include "tests/testing/metrics_scrape.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/tiny_assignment.h"
 #include "worker/parameter_client.h"
 
@@ -75,18 +74,11 @@ double DuplicatePushes(const ParameterServer& server) {
 
 class ServerStopTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "server_stop_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   // A server on dir_ at `listen`, holding the job.
   std::unique_ptr<ParameterServer> StartServer(const std::string& listen) {
     ParameterServerOptions options;
     options.listen_address = listen;
-    options.data_dir = dir_;
+    options.data_dir = dir_.path();
     auto server = std::make_unique<ParameterServer>(options);
     EXPECT_TRUE(server->Start().ok());
     EXPECT_TRUE(server->manager()
@@ -95,7 +87,7 @@ class ServerStopTest : public ::testing::Test {
     return server;
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"server_stop"};
 };
 
 TEST_F(ServerStopTest, HeldPushIsAnsweredUnavailableAndRetriedAfterARestart) {

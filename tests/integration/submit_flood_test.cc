@@ -7,7 +7,6 @@
 // keep their leases throughout. Also: a job table that fails a write turns
 // the coordinator's health NOT_SERVING.
 #include <atomic>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "ps/v1/cluster.grpc.pb.h"
 #include "tests/testing/failing_file_system.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/tiny_assignment.h"
 
 namespace ps {
@@ -46,20 +46,14 @@ v1::JobSpec FloodSpec(const std::string& name) {
 
 class SubmitFloodTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/ps-submit-flood-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
   void TearDown() override {
     if (coordinator_) coordinator_->Stop();
     coordinator_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   void StartCoordinator(JobTableOptions table = {}) {
     CoordinatorOptions options;
-    options.data_dir = dir_ + "/coordinator";
+    options.data_dir = dir_.File("coordinator");
     options.table = std::move(table);
     options.job_limits.max_jobs = kFlood + kCancelled + 50;
     coordinator_ = std::make_unique<Coordinator>(options);
@@ -80,7 +74,7 @@ class SubmitFloodTest : public ::testing::Test {
     return by_name;
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"ps-submit-flood"};
   std::string address_;
   std::unique_ptr<Coordinator> coordinator_;
 };

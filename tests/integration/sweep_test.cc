@@ -4,7 +4,6 @@
 // a coordinator restart without running a trial twice; an invalid sweep is
 // refused naming the field.
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -19,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
 #include "tests/testing/fashion_mnist.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/worker_node.h"
 
@@ -48,13 +48,10 @@ class SweepTest : public ::testing::Test {
     if (!testing::HaveFashionMnist()) {
       GTEST_SKIP() << "Fashion-MNIST not installed";
     }
-    char pattern[] = "/tmp/ps-sweep-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
     StartCoordinator("127.0.0.1:0");
     ParameterServerOptions server;
     server.coordinator = address_;
-    server.data_dir = dir_ + "/server";
+    server.data_dir = dir_.File("server");
     server_ = std::make_unique<ParameterServer>(server);
     ASSERT_TRUE(server_->Start().ok());
     WorkerNodeOptions worker;
@@ -73,13 +70,12 @@ class SweepTest : public ::testing::Test {
     worker_.reset();
     server_.reset();
     coordinator_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   void StartCoordinator(const std::string& listen) {
     CoordinatorOptions options;
     options.listen_address = listen;
-    options.data_dir = dir_ + "/coordinator";
+    options.data_dir = dir_.File("coordinator");
     options.timing.heartbeat_interval = absl::Milliseconds(50);
     options.timing.lease = absl::Seconds(5);
     coordinator_ = std::make_unique<Coordinator>(options);
@@ -96,7 +92,7 @@ class SweepTest : public ::testing::Test {
     return status.ok() ? *status : v1::SweepStatus();
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"ps-sweep"};
   std::string address_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<ParameterServer> server_;
@@ -197,10 +193,10 @@ TEST_F(SweepTest, AnInvalidSweepIsRefusedNamingTheField) {
 
 // The sweep API takes the job API's tokens: nothing without one.
 TEST_F(SweepTest, NeedsTheJobApiTokenWhenTheCoordinatorHasOne) {
-  const std::string tokens = dir_ + "/tokens";
+  const std::string tokens = dir_.File("tokens");
   std::ofstream(tokens) << "sweep-token-0123456789abcdef\n";
   CoordinatorOptions options;
-  options.data_dir = dir_ + "/secured";
+  options.data_dir = dir_.File("secured");
   options.auth_token_file = tokens;
   Coordinator secured(options);
   ASSERT_TRUE(secured.Start().ok());

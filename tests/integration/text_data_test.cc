@@ -4,7 +4,6 @@
 // the same test accuracy and parameters to the last bit. A malformed text
 // file fails the worker with the file and line named.
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
 #include "tests/testing/fashion_mnist.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/parameter_client.h"
 #include "worker/trainer.h"
@@ -96,14 +96,8 @@ class TextDataTest : public ::testing::Test {
     if (!testing::HaveFashionMnist()) {
       GTEST_SKIP() << "Fashion-MNIST not installed";
     }
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           absl::StrCat("text_data_", ::getpid());
-    std::filesystem::create_directories(dir_);
     idx_ = testing::FashionMnistMlpJob("text-data", 32, kTrain, kTest);
     idx_.set_epochs(2);
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   // Writes the samples `idx_` reads (train or test) as CSV or libsvm.
@@ -113,9 +107,8 @@ class TextDataTest : public ::testing::Test {
                                train ? d.train_labels() : d.test_labels(),
                                train ? kTrain : kTest);
     PS_CHECK(data.ok());
-    const std::string path =
-        (dir_ / absl::StrCat(train ? "train" : "test", csv ? ".csv" : ".svm"))
-            .string();
+    const std::string path = dir_.File(
+        absl::StrCat(train ? "train" : "test", csv ? ".csv" : ".svm"));
     FILE* f = std::fopen(path.c_str(), "w");
     PS_CHECK(f != nullptr);
     if (csv) std::fprintf(f, "label,values...\n");
@@ -149,7 +142,7 @@ class TextDataTest : public ::testing::Test {
     return spec;
   }
 
-  std::filesystem::path dir_;
+  testing::ScopedTempDir dir_{"text_data"};
   v1::JobSpec idx_;
 };
 
@@ -168,7 +161,7 @@ TEST_F(TextDataTest, CsvAndLibsvmCopiesTrainExactlyAsIdx) {
 
 TEST_F(TextDataTest, AMalformedFileFailsTheWorkerNamingFileAndLine) {
   v1::JobSpec spec = TextJob(/*csv=*/true);
-  const std::string bad = (dir_ / "bad.csv").string();
+  const std::string bad = dir_.File("bad.csv");
   FILE* f = std::fopen(bad.c_str(), "w");
   ASSERT_NE(f, nullptr);
   std::fprintf(f, "label,values...\n1,abc\n");

@@ -7,11 +7,9 @@
 #ifndef PS_TESTS_TESTING_CLUSTER_FIXTURE_H_
 #define PS_TESTS_TESTING_CLUSTER_FIXTURE_H_
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +20,7 @@
 #include "coordinator/coordinator.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "worker/model/cpu/cpu_backend.h"
 #include "worker/trainer.h"
 #include "worker/worker_node.h"
@@ -32,16 +31,14 @@ namespace ps::testing {
 // ASSERT_NO_FATAL_FAILURE. TearDown stops what was started.
 class ClusterFixture : public ::testing::Test {
  protected:
-  // Makes dir_ (/tmp/ps-<name>-XXXXXX), starts the coordinator with its data
-  // in dir_/coordinator, and makes client_.
+  // Makes dir_ (ps-<name>-XXXXXX in the temporary directory), starts the
+  // coordinator with its data in dir_/coordinator and coordinator_timing_,
+  // and makes client_.
   void StartCoordinator(const std::string& name) {
-    std::string pattern = absl::StrCat("/tmp/ps-", name, "-XXXXXX");
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    dir_.emplace("ps-" + name);
     CoordinatorOptions coordinator;
-    coordinator.data_dir = dir_ + "/coordinator";
-    coordinator.timing.heartbeat_interval = absl::Milliseconds(50);
-    coordinator.timing.lease = absl::Seconds(5);
+    coordinator.data_dir = dir_->File("coordinator");
+    coordinator.timing = coordinator_timing_;
     coordinator_ = std::make_unique<Coordinator>(coordinator);
     ASSERT_TRUE(coordinator_->Start().ok());
     address_ = absl::StrCat("127.0.0.1:", coordinator_->port());
@@ -55,7 +52,7 @@ class ClusterFixture : public ::testing::Test {
     for (int i = 0; i < count; ++i) {
       ParameterServerOptions server = base;
       server.coordinator = address_;
-      server.data_dir = absl::StrCat(dir_, "/server", i);
+      server.data_dir = absl::StrCat(dir_->path(), "/server", i);
       servers_.push_back(std::make_unique<ParameterServer>(server));
       ASSERT_TRUE(servers_.back()->Start().ok());
     }
@@ -113,11 +110,19 @@ class ClusterFixture : public ::testing::Test {
   void StopServersAndCoordinator() {
     for (auto& s : servers_) s->Stop();
     if (coordinator_) coordinator_->Stop();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    dir_.reset();
   }
 
-  std::string dir_;
-  std::string address_;  // The coordinator's.
+  // The coordinator's timing (StartCoordinator): a heartbeat every 50 ms, a
+  // 5 s lease.
+  MembershipTiming coordinator_timing_ = [] {
+    MembershipTiming timing;
+    timing.heartbeat_interval = absl::Milliseconds(50);
+    timing.lease = absl::Seconds(5);
+    return timing;
+  }();
+  std::optional<ScopedTempDir> dir_;  // Made by StartCoordinator.
+  std::string address_;               // The coordinator's.
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<std::unique_ptr<ParameterServer>> servers_;
   std::vector<std::unique_ptr<WorkerNode>> workers_;

@@ -4,9 +4,6 @@
 #ifndef PS_TESTS_TESTING_JOB_MANAGER_FIXTURE_H_
 #define PS_TESTS_TESTING_JOB_MANAGER_FIXTURE_H_
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -15,6 +12,7 @@
 #include "coordinator/job_table.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/tiny_assignment.h"
 
 namespace ps::testing {
@@ -35,10 +33,7 @@ inline v1::JobSpec TinyJobSpec(int servers, int workers) {
 class JobManagerFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "job_manager_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    auto table = JobTable::Open(dir_ + "/table");
+    auto table = JobTable::Open(dir_.File("table"));
     ASSERT_TRUE(table.ok()) << table.status();
     table_ = *std::move(table);
     CreateManager();
@@ -47,8 +42,6 @@ class JobManagerFixture : public ::testing::Test {
   void TearDown() override {
     manager_.reset();
     table_.reset();
-    std::error_code error;
-    std::filesystem::remove_all(dir_, error);
   }
 
   // A new manager on the same table (a coordinator restart), with timing_.
@@ -84,7 +77,7 @@ class JobManagerFixture : public ::testing::Test {
     return id;
   }
 
-  std::string dir_;
+  ScopedTempDir dir_{"job_manager"};
   std::unique_ptr<JobTable> table_;
   prometheus::Registry registry_;
   CoordinatorMetrics metrics_{registry_};

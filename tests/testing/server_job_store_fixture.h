@@ -4,12 +4,8 @@
 #ifndef PS_TESTS_TESTING_SERVER_JOB_STORE_FIXTURE_H_
 #define PS_TESTS_TESTING_SERVER_JOB_STORE_FIXTURE_H_
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <memory>
 #include <string>
-#include <system_error>
 
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
@@ -17,6 +13,7 @@
 #include "server/rocksdb_shard_store.h"
 #include "server/server_metrics.h"
 #include "server/shard_store.h"
+#include "tests/testing/scoped_temp_dir.h"
 
 namespace ps::testing {
 
@@ -30,22 +27,9 @@ inline std::string StoreKindName(
 
 class ServerJobStoreFixture : public ::testing::TestWithParam<StoreKind> {
  protected:
-  void SetUp() override {
-    if (GetParam() == StoreKind::kRocksDb) {
-      std::string pattern = ::testing::TempDir() + "server_job_XXXXXX";
-      ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-      dir_ = pattern;
-    }
-    OpenStore();
-  }
+  void SetUp() override { OpenStore(); }
 
-  void TearDown() override {
-    store_.reset();
-    if (!dir_.empty()) {
-      std::error_code error;
-      std::filesystem::remove_all(dir_, error);
-    }
-  }
+  void TearDown() override { store_.reset(); }
 
   // Opens the store (a memory store only once: it lives in the process).
   void OpenStore() {
@@ -53,7 +37,7 @@ class ServerJobStoreFixture : public ::testing::TestWithParam<StoreKind> {
       if (store_ == nullptr) store_ = MemoryShardStore::Create();
       return;
     }
-    auto store = RocksDbShardStore::Open({.path = dir_ + "/db"});
+    auto store = RocksDbShardStore::Open({.path = dir_.File("db")});
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
   }
@@ -67,9 +51,9 @@ class ServerJobStoreFixture : public ::testing::TestWithParam<StoreKind> {
     }
   }
 
+  ScopedTempDir dir_{"server_job"};  // RocksDB stores' (unused for memory).
   prometheus::Registry registry_;
   ServerMetrics metrics_{registry_};
-  std::string dir_;
   std::unique_ptr<ShardStore> store_;
 };
 

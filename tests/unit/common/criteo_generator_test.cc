@@ -2,7 +2,6 @@
 // (gzip) read by ReadCriteoFile has the row counts, the id encoding and the
 // distinct ids teacher.json reports, and BinaryAuc / BinaryLogLoss of the
 // teacher's written test probabilities equal teacher.json's best figures.
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -19,34 +18,16 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_temp_dir.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
 
 constexpr int kTrainRows = 2000, kTestRows = 600;
 
-std::string Slurp(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
-
 class CriteoGeneratorTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    // ctest sets PS_SOURCE_DIR; a binary run from the source root finds the
-    // script too.
-    script_ = "bench/criteo_gen.py";
-    if (const char* root = std::getenv("PS_SOURCE_DIR"); root != nullptr) {
-      script_ = std::filesystem::path(root) / script_;
-    }
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("criteo_gen_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   // The number teacher.json holds at `key` (a top-level key, or one inside
   // the object `parent`).
   double Number(const std::string& key, const std::string& parent = "") {
@@ -63,7 +44,9 @@ class CriteoGeneratorTest : public ::testing::Test {
     return out;
   }
 
-  std::filesystem::path script_, dir_;
+  const std::filesystem::path script_ =
+      testing::SourcePath("bench/criteo_gen.py");
+  testing::ScopedTempDir dir_{"criteo_gen"};
   google::protobuf::Struct teacher_;
 };
 
@@ -75,19 +58,20 @@ TEST_F(CriteoGeneratorTest, FilesMatchTheReaderAndTheTeachersFigures) {
     GTEST_SKIP() << "cannot find " << script_ << " (set PS_SOURCE_DIR)";
   }
   const std::string command = absl::StrCat(
-      "/usr/bin/python3 ", script_.string(), " --out ", dir_.string(),
+      "/usr/bin/python3 ", script_.string(), " --out ", dir_.path(),
       " --train_rows ", kTrainRows, " --test_rows ", kTestRows,
       " --seed 5 --min_cardinality 3 --max_cardinality 3000 --drift 0.5"
       " --gzip --write_test_probabilities > ",
-      (dir_ / "log").string(), " 2>&1");
-  ASSERT_EQ(std::system(command.c_str()), 0) << Slurp(dir_ / "log");
+      dir_.File("log"), " 2>&1");
+  ASSERT_EQ(std::system(command.c_str()), 0)
+      << testing::ReadFileBytes(dir_.File("log"));
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
-                  Slurp(dir_ / "teacher.json"), &teacher_)
+                  testing::ReadFileBytes(dir_.File("teacher.json")), &teacher_)
                   .ok());
 
-  auto train = ReadCriteoFile((dir_ / "train.tsv.gz").string());
+  auto train = ReadCriteoFile(dir_.File("train.tsv.gz"));
   ASSERT_TRUE(train.ok()) << train.status();
-  auto test = ReadCriteoFile((dir_ / "test.tsv.gz").string());
+  auto test = ReadCriteoFile(dir_.File("test.tsv.gz"));
   ASSERT_TRUE(test.ok()) << test.status();
   ASSERT_EQ(train->size(), kTrainRows);
   ASSERT_EQ(test->size(), kTestRows);
@@ -134,7 +118,7 @@ TEST_F(CriteoGeneratorTest, FilesMatchTheReaderAndTheTeachersFigures) {
 
   // The teacher's probabilities give teacher.json's best AUC and log loss.
   std::vector<float> probabilities;
-  std::ifstream in(dir_ / "test_probabilities.txt");
+  std::ifstream in(dir_.File("test_probabilities.txt"));
   for (std::string line; std::getline(in, line);) {
     float p = 0;
     ASSERT_TRUE(absl::SimpleAtof(line, &p)) << line;

@@ -3,15 +3,11 @@
 // the file, the line and the field for each kind of malformed input.
 #include "common/criteo_reader.h"
 
-#include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 #include <random>
 #include <string>
@@ -25,6 +21,8 @@
 #include "common/text_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_temp_dir.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
@@ -255,32 +253,14 @@ TEST(CriteoReaderTest, AgreesWithAReferenceParserOnMutatedLines) {
 
 class CriteoFilesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("criteo_reader_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   std::string Write(const std::string& name, const std::string& text,
                     bool gzip) {
-    std::string path = (dir_ / name).string();
-    if (gzip) {
-      gzFile f = gzopen(path.c_str(), "wb1");
-      EXPECT_NE(f, nullptr);
-      EXPECT_EQ(gzwrite(f, text.data(), text.size()),
-                static_cast<int>(text.size()));
-      gzclose(f);
-    } else {
-      FILE* f = std::fopen(path.c_str(), "wb");
-      EXPECT_NE(f, nullptr);
-      std::fwrite(text.data(), 1, text.size(), f);
-      std::fclose(f);
-    }
+    std::string path = dir_.File(name);
+    testing::WriteDataFile(path, text, gzip);
     return path;
   }
 
-  std::filesystem::path dir_;
+  testing::ScopedTempDir dir_{"criteo_reader"};
 };
 
 TEST_F(CriteoFilesTest, ReadsPlainAndGzipFilesAcrossChunks) {
@@ -371,12 +351,12 @@ TEST_F(CriteoFilesTest, StreamGivesTheShardsSamplesInPieces) {
       EXPECT_EQ(piece.size(), 0);
     }
   }
-  EXPECT_EQ(CriteoStream::Open((dir_ / "absent.tsv").string()).status().code(),
+  EXPECT_EQ(CriteoStream::Open(dir_.File("absent.tsv")).status().code(),
             absl::StatusCode::kNotFound);
 }
 
 TEST_F(CriteoFilesTest, FileErrorsNameThePathAndTheLine) {
-  auto missing = ReadCriteoFile((dir_ / "absent.tsv").string());
+  auto missing = ReadCriteoFile(dir_.File("absent.tsv"));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("absent.tsv"));
 

@@ -1,8 +1,5 @@
 #include "common/idx_reader.h"
 
-#include <stdlib.h>
-#include <zlib.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -11,6 +8,8 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_temp_dir.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
@@ -38,33 +37,15 @@ std::vector<uint8_t> Concat(std::vector<uint8_t> a,
 
 class IdxReaderTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "idx_reader_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    for (const std::string& path : files_) std::remove(path.c_str());
-    std::remove(dir_.c_str());
-  }
-
   // Writes `bytes` to dir/name, gzip-compressed when `gzip`; returns the path.
   std::string Write(const std::string& name, const std::vector<uint8_t>& bytes,
                     bool gzip) {
-    const std::string path = dir_ + "/" + name;
-    files_.push_back(path);
-    if (gzip) {
-      gzFile f = gzopen(path.c_str(), "wb");
-      EXPECT_NE(f, nullptr);
-      EXPECT_EQ(gzwrite(f, bytes.data(), bytes.size()),
-                static_cast<int>(bytes.size()));
-      EXPECT_EQ(gzclose(f), Z_OK);
-    } else {
-      FILE* f = std::fopen(path.c_str(), "wb");
-      EXPECT_NE(f, nullptr);
-      EXPECT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
-      EXPECT_EQ(std::fclose(f), 0);
-    }
+    const std::string path = dir_.File(name);
+    testing::WriteDataFile(
+        path,
+        absl::string_view(reinterpret_cast<const char*>(bytes.data()),
+                          bytes.size()),
+        gzip);
     return path;
   }
 
@@ -77,8 +58,7 @@ class IdxReaderTest : public ::testing::Test {
   }
   std::vector<uint8_t> Labels() { return Concat(Header(0x08, {3}), {7, 0, 9}); }
 
-  std::string dir_;
-  std::vector<std::string> files_;
+  testing::ScopedTempDir dir_{"idx_reader_test"};
 };
 
 void ExpectSmallDataset(const Dataset& data, int64_t n) {
@@ -136,13 +116,13 @@ TEST_F(IdxReaderTest, MaxSamplesKeepsTheFirstSamples) {
 
 TEST_F(IdxReaderTest, MissingFileIsNotFound) {
   const std::string labels = Write("labels", Labels(), /*gzip=*/false);
-  const std::string missing = dir_ + "/no-such-images.gz";
+  const std::string missing = dir_.File("no-such-images.gz");
   absl::StatusOr<Dataset> data = ReadIdxDataset(missing, labels, 0);
   EXPECT_EQ(data.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(data.status().message(), HasSubstr(missing));
 
   const std::string images = Write("images", Images(), /*gzip=*/false);
-  data = ReadIdxDataset(images, dir_ + "/no-such-labels", 0);
+  data = ReadIdxDataset(images, dir_.File("no-such-labels"), 0);
   EXPECT_EQ(data.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(data.status().message(), HasSubstr("no-such-labels"));
 }

@@ -8,6 +8,7 @@
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/tiny_assignment.h"
 
 namespace ps {
 namespace {
@@ -16,18 +17,9 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 v1::JobSpec Valid() {
-  v1::JobSpec spec;
+  v1::JobSpec spec = testing::TinySpec(784, 10);
   spec.mutable_model()->set_kind(v1::ModelSpec::MLP);
-  spec.mutable_model()->set_input_dim(784);
-  spec.mutable_model()->set_num_classes(10);
   spec.mutable_model()->add_hidden_layers(64);
-  auto* d = spec.mutable_dataset();
-  d->set_format(v1::DatasetSpec::IDX);
-  d->set_train_images("a");
-  d->set_train_labels("b");
-  d->set_test_images("c");
-  d->set_test_labels("d");
-  spec.set_epochs(1);
   spec.set_batch_size(32);
   spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
   spec.set_num_workers(2);

@@ -3,14 +3,13 @@
 #include "common/job_spec.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
@@ -93,16 +92,11 @@ TEST(JobSpecFromJsonTest, ParsesEmbeddedFashionMnistJob) {
 }
 
 TEST(JobSpecFromJsonTest, ParsesDeployedFashionMnistJob) {
-  // ctest sets PS_SOURCE_DIR; a binary run from the source root finds it too.
-  std::string path = "deploy/jobs/fashion-mnist-mlp.json";
-  if (const char* root = std::getenv("PS_SOURCE_DIR"); root != nullptr) {
-    path = std::string(root) + "/" + path;
+  auto spec = JobSpecFromFile(
+      testing::SourcePath("deploy/jobs/fashion-mnist-mlp.json"));
+  if (absl::IsNotFound(spec.status())) {
+    GTEST_SKIP() << spec.status() << " (set PS_SOURCE_DIR)";
   }
-  std::ifstream in(path);
-  if (!in) GTEST_SKIP() << "cannot read " << path << " (set PS_SOURCE_DIR)";
-  std::stringstream content;
-  content << in.rdbuf();
-  auto spec = JobSpecFromJson(content.str());
   ASSERT_TRUE(spec.ok()) << spec.status();
   ExpectFashionMnistMlp(*spec);
   ApplyJobSpecDefaults(&*spec);

@@ -2,8 +2,6 @@
 // damaged files: truncated, bad magic, shapes that do not match the data.
 #include "common/model_file.h"
 
-#include <stdlib.h>
-
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +16,8 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_temp_dir.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
@@ -50,39 +50,16 @@ v1::TrainedModel SmallModel() {
   return model;
 }
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
-
 class ModelFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "model_file_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    path_ = dir_ + "/model.bin";
-  }
-  void TearDown() override {
-    std::error_code error;
-    fs::remove_all(dir_, error);
-  }
-
   // Writes SmallModel() and returns the file's bytes.
   std::string WrittenBytes() {
     EXPECT_TRUE(WriteModelFile(SmallModel(), path_).ok());
-    return ReadBytes(path_);
+    return testing::ReadFileBytes(path_);
   }
 
-  std::string dir_;
-  std::string path_;
+  testing::ScopedTempDir dir_{"model_file_test"};
+  const std::string path_ = dir_.File("model.bin");
 };
 
 TEST_F(ModelFileTest, RoundTripKeepsEverything) {
@@ -118,23 +95,24 @@ TEST_F(ModelFileTest, LayoutIsMagicLengthJsonHeaderThenFloats) {
 }
 
 TEST_F(ModelFileTest, MissingFileIsNotFoundNamingThePath) {
-  auto read = ReadModelFile(dir_ + "/nope.bin");
+  auto read = ReadModelFile(dir_.File("nope.bin"));
   EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(read.status().message()),
-              HasSubstr(dir_ + "/nope.bin"));
+              HasSubstr(dir_.File("nope.bin")));
 }
 
 TEST_F(ModelFileTest, WriteIntoAMissingDirectoryFails) {
-  absl::Status s = WriteModelFile(SmallModel(), dir_ + "/no/such/model.bin");
+  absl::Status s = WriteModelFile(SmallModel(), dir_.File("no/such/model.bin"));
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(s.message()), HasSubstr(dir_ + "/no/such/model.bin"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(dir_.File("no/such/model.bin")));
 }
 
 TEST_F(ModelFileTest, EveryTruncationIsDataLoss) {
   const std::string bytes = WrittenBytes();
   // Every prefix: inside the magic, the length, the header and the data.
   for (size_t n = 0; n < bytes.size(); ++n) {
-    WriteBytes(path_, bytes.substr(0, n));
+    testing::WriteDataFile(path_, bytes.substr(0, n));
     auto read = ReadModelFile(path_);
     ASSERT_EQ(read.status().code(), absl::StatusCode::kDataLoss)
         << "prefix of " << n << " bytes: " << read.status();
@@ -143,7 +121,7 @@ TEST_F(ModelFileTest, EveryTruncationIsDataLoss) {
 }
 
 TEST_F(ModelFileTest, TrailingBytesAreDataLoss) {
-  WriteBytes(path_, WrittenBytes() + "xyzw");
+  testing::WriteDataFile(path_, WrittenBytes() + "xyzw");
   auto read = ReadModelFile(path_);
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(read.status().message()),
@@ -154,7 +132,7 @@ TEST_F(ModelFileTest, BadMagicIsDataLoss) {
   std::string bytes = WrittenBytes();
   bytes[6] = 'L';
   bytes[7] = '2';
-  WriteBytes(path_, bytes);
+  testing::WriteDataFile(path_, bytes);
   auto read = ReadModelFile(path_);
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(read.status().message()), HasSubstr("PSMODEL1"));
@@ -164,14 +142,14 @@ TEST_F(ModelFileTest, BadMagicIsDataLoss) {
 TEST_F(ModelFileTest, HeaderLengthBeyondTheFileIsDataLoss) {
   std::string bytes = WrittenBytes();
   bytes[11] = '\x7f';
-  WriteBytes(path_, bytes);
+  testing::WriteDataFile(path_, bytes);
   EXPECT_EQ(ReadModelFile(path_).status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST_F(ModelFileTest, UnreadableHeaderIsDataLoss) {
   std::string bytes = WrittenBytes();
   bytes[12] = '[';  // The JSON object's "{".
-  WriteBytes(path_, bytes);
+  testing::WriteDataFile(path_, bytes);
   auto read = ReadModelFile(path_);
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(read.status().message()), HasSubstr("header"));
@@ -187,7 +165,7 @@ TEST_F(ModelFileTest, ShapesInconsistentWithTheDataAreDataLoss) {
   std::string bad_json = json;
   bad_json.replace(at, 3, "\"3\"");
   bytes.replace(12, json.size(), bad_json);
-  WriteBytes(path_, bytes);
+  testing::WriteDataFile(path_, bytes);
   auto read = ReadModelFile(path_);
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(read.status().message()), HasSubstr("dense0.weight"));
@@ -199,7 +177,7 @@ TEST_F(ModelFileTest, ShapesInconsistentWithTheDataAreDataLoss) {
   bytes.replace(8, 4 + json.size(), std::string(4, '\0') + bad_json);
   const uint32_t n = bad_json.size();
   for (int i = 0; i < 4; ++i) bytes[8 + i] = static_cast<char>(n >> (8 * i));
-  WriteBytes(path_, bytes);
+  testing::WriteDataFile(path_, bytes);
   EXPECT_EQ(ReadModelFile(path_).status().code(), absl::StatusCode::kDataLoss);
 }
 

@@ -4,8 +4,6 @@
 // against the job a new job would start from it.
 #include "common/model_tables.h"
 
-#include <stdlib.h>
-
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +17,8 @@
 #include "common/model_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_temp_dir.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
@@ -53,22 +53,9 @@ v1::TrainedModel SmallModel() {
 
 class ModelTablesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/ps-model-tables-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    path_ = dir_ + "/model.bin";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string Bytes() const {
-    std::ifstream in(path_, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  std::string Bytes() const { return testing::ReadFileBytes(path_); }
   void SetBytes(const std::string& bytes) const {
-    std::ofstream(path_, std::ios::binary | std::ios::trunc) << bytes;
+    testing::WriteDataFile(path_, bytes);
   }
   // Writes SmallModel with rows: table 1 ids {7, 9}, table 0 ids 0..n-1.
   void WriteSmall(int n) const {
@@ -90,8 +77,8 @@ class ModelTablesTest : public ::testing::Test {
     ASSERT_TRUE((*writer)->Finish().ok());
   }
 
-  std::string dir_;
-  std::string path_;
+  testing::ScopedTempDir dir_{"ps-model-tables"};
+  const std::string path_ = dir_.File("model.bin");
 };
 
 TEST_F(ModelTablesTest, RoundTripOfDenseTensorsAndRows) {

@@ -5,7 +5,6 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
-#include <filesystem>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -13,6 +12,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_temp_dir.h"
 
 namespace ps {
 namespace {
@@ -92,24 +92,19 @@ TEST(RocksDbStatusTest, OkStaysOk) {
 }
 
 TEST(RocksDbStatusTest, ADatabaseOpenElsewhereIsUnavailable) {
-  namespace fs = std::filesystem;
-  const fs::path path = fs::temp_directory_path() /
-                        ("rocksdb_status_test_" + std::to_string(::getpid()));
-  fs::remove_all(path);
+  const testing::ScopedTempDir dir{"rocksdb_status_test"};
+  const std::string path = dir.File("db");
   rocksdb::Options options;
   options.create_if_missing = true;
   rocksdb::DB* first = nullptr;
-  ASSERT_TRUE(rocksdb::DB::Open(options, path.string(), &first).ok());
+  ASSERT_TRUE(rocksdb::DB::Open(options, path, &first).ok());
   std::unique_ptr<rocksdb::DB> closer(first);
   rocksdb::DB* second = nullptr;
-  const rocksdb::Status refused =
-      rocksdb::DB::Open(options, path.string(), &second);
+  const rocksdb::Status refused = rocksdb::DB::Open(options, path, &second);
   ASSERT_FALSE(refused.ok());
   const absl::Status converted = RocksDbStatusToAbsl(refused, "open");
   EXPECT_EQ(converted.code(), absl::StatusCode::kUnavailable) << converted;
   EXPECT_THAT(std::string(converted.message()), HasSubstr("in use"));
-  closer.reset();
-  fs::remove_all(path);
 }
 
 }  // namespace

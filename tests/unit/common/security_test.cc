@@ -2,15 +2,13 @@
 // comparison, loading TLS material, and the Authorizer's checks.
 #include "common/security.h"
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <map>
 #include <string>
 
 #include "common/authorizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/test_certs.h"
 
 namespace ps {
@@ -24,21 +22,6 @@ using ::testing::Not;
 constexpr char kToken[] = "token-0123456789abcdef";
 constexpr char kOtherToken[] = "token-fedcba9876543210";
 constexpr char kSecret[] = "secret-0123456789abcdef";
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = ::testing::TempDir() + "security_test_XXXXXX";
-    EXPECT_NE(::mkdtemp(pattern.data()), nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 TEST(ConstantTimeEqualsTest, ComparesWholeStrings) {
   EXPECT_TRUE(ConstantTimeEquals("abcdef", "abcdef"));
@@ -84,7 +67,7 @@ TEST(ParseTokensTest, RefusesWeakOrMalformedTokensWithoutEchoingThem) {
 }
 
 TEST(ReadSecretFileTest, TrimsWhiteSpaceAndNamesMissingFiles) {
-  TempDir dir;
+  testing::ScopedTempDir dir{"security_test"};
   WriteTestFile(dir.File("secret"), absl::StrCat("  ", kSecret, "\n"));
   auto secret = ReadSecretFile(dir.File("secret"));
   ASSERT_TRUE(secret.ok()) << secret.status();
@@ -99,7 +82,7 @@ TEST(ReadSecretFileTest, TrimsWhiteSpaceAndNamesMissingFiles) {
 }
 
 TEST(ReadTokenFileTest, ReadsTheTokens) {
-  TempDir dir;
+  testing::ScopedTempDir dir{"security_test"};
   WriteTestFile(dir.File("tokens"), absl::StrCat(kToken, "\n"));
   auto tokens = ReadTokenFile(dir.File("tokens"));
   ASSERT_TRUE(tokens.ok()) << tokens.status();
@@ -121,7 +104,7 @@ TEST(CredentialsTest, DefaultIsPlaintextWithoutSecret) {
 }
 
 TEST(CredentialsTest, TheSecretGoesIntoMemberChannelsOnly) {
-  TempDir dir;
+  testing::ScopedTempDir dir{"security_test"};
   WriteTestFile(dir.File("secret"), kSecret);
   SecurityOptions options;
   options.cluster_secret_file = dir.File("secret");
@@ -135,7 +118,7 @@ TEST(CredentialsTest, TheSecretGoesIntoMemberChannelsOnly) {
 }
 
 TEST(CredentialsTest, LoadsTlsAndRefusesIncompleteOrMismatchedFiles) {
-  TempDir dir;
+  testing::ScopedTempDir dir{"security_test"};
   auto certs = ::ps::testing::GenerateTestCerts(dir.path());
   if (!certs.has_value()) GTEST_SKIP() << "openssl could not make certs";
   SecurityOptions good;

@@ -5,9 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +14,7 @@
 #include "common/sparse_keys.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
@@ -525,16 +524,11 @@ TEST(SparseSpecTest, CriteoDataNeedsItsTwoFiles) {
 }
 
 TEST(SparseSpecTest, TheDeployedCtrJobIsTheExampleJob) {
-  // ctest sets PS_SOURCE_DIR; a binary run from the source root finds it too.
-  std::string path = "deploy/jobs/criteo-ctr.json";
-  if (const char* root = std::getenv("PS_SOURCE_DIR"); root != nullptr) {
-    path = std::string(root) + "/" + path;
+  auto spec =
+      JobSpecFromFile(testing::SourcePath("deploy/jobs/criteo-ctr.json"));
+  if (absl::IsNotFound(spec.status())) {
+    GTEST_SKIP() << spec.status() << " (set PS_SOURCE_DIR)";
   }
-  std::ifstream in(path);
-  if (!in) GTEST_SKIP() << "cannot read " << path << " (set PS_SOURCE_DIR)";
-  std::stringstream json;
-  json << in.rdbuf();
-  auto spec = JobSpecFromJson(json.str());
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->DebugString(), CtrSpec().DebugString());
   ApplyJobSpecDefaults(&*spec);

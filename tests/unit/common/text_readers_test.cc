@@ -1,9 +1,6 @@
 // The CSV and libsvm readers: what they read, and clear errors naming the
 // file and line for malformed input; files plain and gzip-compressed.
-#include <zlib.h>
 
-#include <cstdio>
-#include <filesystem>
 #include <string>
 
 #include "common/csv_reader.h"
@@ -11,6 +8,8 @@
 #include "common/libsvm_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_temp_dir.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
@@ -117,32 +116,14 @@ TEST(LibsvmReaderTest, MalformedInputNamesTheLineAndTheProblem) {
 
 class TextFilesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("text_readers_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   std::string Write(const std::string& name, const std::string& text,
                     bool gzip) {
-    const std::string path = (dir_ / name).string();
-    if (gzip) {
-      gzFile f = gzopen(path.c_str(), "wb");
-      EXPECT_NE(f, nullptr);
-      EXPECT_EQ(gzwrite(f, text.data(), text.size()),
-                static_cast<int>(text.size()));
-      gzclose(f);
-    } else {
-      FILE* f = std::fopen(path.c_str(), "wb");
-      EXPECT_NE(f, nullptr);
-      std::fwrite(text.data(), 1, text.size(), f);
-      std::fclose(f);
-    }
+    const std::string path = dir_.File(name);
+    testing::WriteDataFile(path, text, gzip);
     return path;
   }
 
-  std::filesystem::path dir_;
+  testing::ScopedTempDir dir_{"text_readers"};
 };
 
 TEST_F(TextFilesTest, ReadsPlainAndGzipFilesThroughTheSpec) {
@@ -167,7 +148,7 @@ TEST_F(TextFilesTest, ReadsPlainAndGzipFilesThroughTheSpec) {
   ASSERT_TRUE(sparse.ok()) << sparse.status();
   EXPECT_THAT(sparse->features, ElementsAre(0.0f, 1.5f));
 
-  svm.set_test_file((dir_ / "missing.svm").string());
+  svm.set_test_file(dir_.File("missing.svm"));
   auto missing = ReadDataset(svm, false, 2);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(Message(missing.status()), HasSubstr("missing.svm"));

@@ -96,7 +96,7 @@ TEST_F(JobRetentionTest, DeleteGivesTheModelsSpaceBackAndACloseLeavesNoLog) {
   model.set_job_id(id);
   model.add_tensors()->set_data(std::string(size_t{8} << 20, 'x'));
   ASSERT_TRUE(table_->PutModel(model).ok());
-  const std::string path = dir_ + "/table";
+  const std::string path = dir_.File("table");
   const uint64_t before = TableDataBytes(path);
   EXPECT_GE(before, uint64_t{8} << 20);
   ASSERT_TRUE(manager_->Delete(id).ok());

@@ -5,9 +5,6 @@
 // ids, also across a restart.
 #include "coordinator/job_store_writer.h"
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -169,13 +166,10 @@ TEST_F(JobStoreWriterTest, RequestIdNamesOneJobAcrossARestart) {
 class StoreFailureTest : public testing::JobManagerFixture {
  protected:
   void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "job_store_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
     fs_ = std::make_shared<testing::FailingFileSystem>();
     JobTableOptions options;
     options.env = testing::FailingFileSystem::EnvOver(fs_);
-    auto table = JobTable::Open(dir_ + "/table", options);
+    auto table = JobTable::Open(dir_.File("table"), options);
     ASSERT_TRUE(table.ok()) << table.status();
     table_ = *std::move(table);
     CreateManager();

@@ -5,7 +5,6 @@
 // 1: with the kind marker, and the first tables without it), written here
 // with RocksDB directly, opens, upgrades and keeps its jobs.
 #include <rocksdb/db.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -20,6 +19,8 @@
 #include "coordinator/job_table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_temp_dir.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
@@ -31,15 +32,6 @@ constexpr char kCurrentRecord[] = "ps-coordinator-job-table 2\n";
 
 class JobTableFormatTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern =
-        (fs::temp_directory_path() / "ps_job_table_format_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    path_ = dir_ + "/table";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Writes `puts` into a RocksDB database at path_ with RocksDB directly, as
   // the job table of an earlier layout did.
   void WriteRaw(const std::vector<std::pair<std::string, std::string>>& puts) {
@@ -55,24 +47,8 @@ class JobTableFormatTest : public ::testing::Test {
     delete db;
   }
 
-  static std::string ReadFile(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    std::stringstream contents;
-    contents << in.rdbuf();
-    return contents.str();
-  }
   std::string FormatRecord() const {
-    return ReadFile(path_ + "/" + kDataDirFormatFile);
-  }
-  // Every file under path_ (but RocksDB's informational LOG) and its bytes.
-  std::map<std::string, std::string> Contents() const {
-    std::map<std::string, std::string> files;
-    for (const auto& entry : fs::directory_iterator(path_)) {
-      const std::string name = entry.path().filename().string();
-      if (!entry.is_regular_file() || name.rfind("LOG", 0) == 0) continue;
-      files[name] = ReadFile(entry.path().string());
-    }
-    return files;
+    return testing::ReadFileBytes(path_ + "/" + kDataDirFormatFile);
   }
 
   // One ended job with a model, under the keys every layout used.
@@ -109,8 +85,8 @@ class JobTableFormatTest : public ::testing::Test {
     ASSERT_TRUE((*table)->Delete(next.job_id()).ok());
   }
 
-  std::string dir_;
-  std::string path_;
+  testing::ScopedTempDir dir_{"ps_job_table_format"};
+  const std::string path_ = dir_.File("table");
 };
 
 TEST_F(JobTableFormatTest, ANewTableRecordsTheCurrentVersion) {
@@ -155,13 +131,13 @@ TEST_F(JobTableFormatTest, UpgradesATableFromBeforeTheKindMarker) {
 
 TEST_F(JobTableFormatTest, AnUnmarkedDatabaseOfOtherKeysIsRefusedUnchanged) {
   WriteRaw({{"job/job-000001", ""}, {"something/else", "x"}});
-  const auto before = Contents();
+  const auto before = testing::FilesUnder(path_);
   auto table = JobTable::Open(path_);
   ASSERT_FALSE(table.ok());
   EXPECT_EQ(table.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(table.status().message(),
               HasSubstr("not a coordinator job table"));
-  EXPECT_EQ(Contents(), before);
+  EXPECT_EQ(testing::FilesUnder(path_), before);
 }
 
 TEST_F(JobTableFormatTest, ALaterVersionIsRefusedNamingBothUnchanged) {
@@ -171,7 +147,7 @@ TEST_F(JobTableFormatTest, ALaterVersionIsRefusedNamingBothUnchanged) {
                                         .description = "",
                                         .current_version = 7})
           .ok());
-  const auto before = Contents();
+  const auto before = testing::FilesUnder(path_);
   auto table = JobTable::Open(path_);
   ASSERT_FALSE(table.ok());
   EXPECT_EQ(table.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -179,14 +155,14 @@ TEST_F(JobTableFormatTest, ALaterVersionIsRefusedNamingBothUnchanged) {
   EXPECT_THAT(table.status().message(),
               HasSubstr("has format version 7; this build reads versions 1 "
                         "to 2"));
-  EXPECT_EQ(Contents(), before);
+  EXPECT_EQ(testing::FilesUnder(path_), before);
 }
 
 TEST_F(JobTableFormatTest, AnotherKindOfDirectoryIsRefusedUnchanged) {
   fs::create_directories(path_);
   std::ofstream(path_ + "/" + kDataDirFormatFile)
       << "ps-server-shard-store 2\n";
-  const auto before = Contents();
+  const auto before = testing::FilesUnder(path_);
   auto table = JobTable::Open(path_);
   ASSERT_FALSE(table.ok());
   EXPECT_EQ(table.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -194,7 +170,7 @@ TEST_F(JobTableFormatTest, AnotherKindOfDirectoryIsRefusedUnchanged) {
               HasSubstr(absl::StrCat("job table at ", path_)));
   EXPECT_THAT(table.status().message(),
               HasSubstr("not a coordinator job table"));
-  EXPECT_EQ(Contents(), before);
+  EXPECT_EQ(testing::FilesUnder(path_), before);
 }
 
 }  // namespace

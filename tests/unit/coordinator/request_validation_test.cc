@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "gtest/gtest.h"
+#include "tests/testing/tiny_assignment.h"
 
 namespace ps {
 namespace {
@@ -153,18 +154,7 @@ TEST(ValidateUploadModelRequestTest, IdsAndCounts) {
 }
 
 TEST(ValidateSubmittedSpecTest, ModelSizeAgainstTheLimit) {
-  v1::JobSpec spec;
-  spec.mutable_model()->set_kind(v1::ModelSpec::SOFTMAX_REGRESSION);
-  spec.mutable_model()->set_input_dim(1000);
-  spec.mutable_model()->set_num_classes(10);
-  auto* d = spec.mutable_dataset();
-  d->set_format(v1::DatasetSpec::IDX);
-  d->set_train_images("a");
-  d->set_train_labels("b");
-  d->set_test_images("c");
-  d->set_test_labels("d");
-  spec.set_epochs(1);
-  spec.set_batch_size(1);
+  v1::JobSpec spec = testing::TinySpec(1000, 10);
   spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1f);
   spec.set_num_workers(1);
   spec.set_num_servers(1);

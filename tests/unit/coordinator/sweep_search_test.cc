@@ -20,6 +20,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/testing/job_manager_fixture.h"
+#include "tests/testing/test_files.h"
 
 namespace ps {
 namespace {
@@ -291,11 +292,7 @@ TEST(SweepValidationTest, AcceptsAValidSweepAndFillsDefaults) {
 // Every sweep deploy/ ships parses (unknown fields are errors) and passes
 // the coordinator's checks, trials included.
 TEST(SweepValidationTest, ShippedSweepsAreValid) {
-  // ctest sets PS_SOURCE_DIR; a binary run from the source root finds it too.
-  std::filesystem::path dir = "deploy/sweeps";
-  if (const char* root = std::getenv("PS_SOURCE_DIR"); root != nullptr) {
-    dir = std::filesystem::path(root) / dir;
-  }
+  const std::filesystem::path dir = testing::SourcePath("deploy/sweeps");
   if (!std::filesystem::is_directory(dir)) {
     GTEST_SKIP() << "no " << dir << " (set PS_SOURCE_DIR)";
   }

@@ -9,22 +9,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/clock_table.h"
+#include "tests/unit/server/clock_table_push.h"
 
 namespace ps {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Checks and records a push that must be applied; returns RecordPush's result.
-bool Push(ClockTable& table, int worker, int64_t clock) {
-  auto disposition = table.CheckPush(worker, clock);
-  EXPECT_TRUE(disposition.ok()) << disposition.status();
-  if (!disposition.ok() || *disposition != PushDisposition::kApply) {
-    ADD_FAILURE() << "worker " << worker << " clock " << clock;
-    return false;
-  }
-  return table.RecordPush(worker, clock);
-}
 
 // A history: version 0 with `initial` places, then one change.
 MembershipHistory History(int initial, int64_t clock,

@@ -8,22 +8,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/clock_table.h"
+#include "tests/unit/server/clock_table_push.h"
 
 namespace ps {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Checks and records a push that must be applied; returns RecordPush's result.
-bool Push(ClockTable& table, int worker, int64_t clock) {
-  auto disposition = table.CheckPush(worker, clock);
-  EXPECT_TRUE(disposition.ok()) << disposition.status();
-  if (!disposition.ok() || *disposition != PushDisposition::kApply) {
-    ADD_FAILURE() << "worker " << worker << " clock " << clock;
-    return false;
-  }
-  return table.RecordPush(worker, clock);
-}
 
 void ExpectRefused(const ClockTable& table, int worker, int64_t clock) {
   auto disposition = table.CheckPush(worker, clock);

@@ -9,25 +9,13 @@
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/server/clock_table_push.h"
 
 namespace ps {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// Checks and records a push that must be applied; returns RecordPush's result.
-bool Push(ClockTable& table, int worker, int64_t clock) {
-  auto disposition = table.CheckPush(worker, clock);
-  EXPECT_TRUE(disposition.ok()) << disposition.status();
-  EXPECT_EQ(disposition.value_or(PushDisposition::kDuplicate),
-            PushDisposition::kApply)
-      << "worker " << worker << " clock " << clock;
-  if (!disposition.ok() || *disposition != PushDisposition::kApply) {
-    return false;
-  }
-  return table.RecordPush(worker, clock);
-}
 
 TEST(ClockTableTest, StartsAtZero) {
   ClockTable table(3, 1, false);

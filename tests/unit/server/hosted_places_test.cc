@@ -6,7 +6,6 @@
 // with its own clocks, routed by the request's `place`.
 #include "server/hosted_places.h"
 
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +24,7 @@
 #include "server/rocksdb_shard_store.h"
 #include "server/server_job.h"
 #include "server/server_metrics.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/tiny_assignment.h"
 
 namespace ps {
@@ -71,16 +71,7 @@ TEST(HostedPlacesTest, TheStoreRenamesTheJobsIdOnly) {
 
 class HostedImportTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "hosted_import_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code error;
-    std::filesystem::remove_all(dir_, error);
-  }
-  std::string dir_;
+  testing::ScopedTempDir dir_{"hosted_import"};
 };
 
 TEST_F(HostedImportTest, ALostPlaceImportsIntoItsHostedIdAndFromOne) {
@@ -91,7 +82,7 @@ TEST_F(HostedImportTest, ALostPlaceImportsIntoItsHostedIdAndFromOne) {
   for (const bool from_hosted : {false, true}) {
     SCOPED_TRACE(from_hosted);
     const std::string lost_dir =
-        absl::StrCat(dir_, "/lost", from_hosted ? "h" : "");
+        absl::StrCat(dir_.path(), "/lost", from_hosted ? "h" : "");
     {
       auto lost = RocksDbShardStore::Open({.path = lost_dir});
       ASSERT_TRUE(lost.ok()) << lost.status();
@@ -163,7 +154,7 @@ class DeletionRecordingStore : public ShardStore {
 };
 
 TEST_F(HostedImportTest, ADropTakesTheHostedPlaceOnlyAndWaitsForNoCompaction) {
-  auto rocksdb = RocksDbShardStore::Open({.path = dir_ + "/store"});
+  auto rocksdb = RocksDbShardStore::Open({.path = dir_.File("store")});
   ASSERT_TRUE(rocksdb.ok()) << rocksdb.status();
   DeletionRecordingStore base(rocksdb->get());
   HostedPlaceStore place1(&base, "job-3", 1);

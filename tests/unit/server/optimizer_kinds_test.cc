@@ -64,19 +64,6 @@ v1::OptimizerSpec Lamb(float lr, float wd = 0, float beta1 = 0, float beta2 = 0,
   return spec;
 }
 
-// Deterministic test data in [-1, 1), no two equal.
-std::vector<float> Data(size_t n, int seed) {
-  std::vector<float> out(n);
-  uint32_t x = 2463534242u + seed;
-  for (float& value : out) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    value = static_cast<float>(x % 20000) / 10000.0f - 1.0f;
-  }
-  return out;
-}
-
 // --- Double-precision references. ---
 
 struct RefAdamW {
@@ -163,19 +150,19 @@ void ExpectMatchesReference(const v1::OptimizerSpec& spec, Ref reference,
   SCOPED_TRACE(spec.ShortDebugString());
   std::unique_ptr<Optimizer> opt = MustCreate(spec);
   ASSERT_NE(opt, nullptr);
-  std::vector<float> p = Data(n, 1);
+  std::vector<float> p = testing::OptimizerTestData(n, 1);
   std::vector<double> expected(p.begin(), p.end());
   std::vector<float> state(opt->state_slots() * n, 0.0f);
   int64_t step = 0;
   for (int i = 0; i < 5; ++i) {
-    const std::vector<float> g = Data(n, 100 + i);
+    const std::vector<float> g = testing::OptimizerTestData(n, 100 + i);
     const float lr = opt->learning_rate() * (1.0f - 0.15f * i);
     opt->Apply(p, g, state, &step, lr);
     reference.Step(expected, g, lr);
   }
   EXPECT_EQ(step, 5);
   double largest_move = 0;
-  const std::vector<float> initial = Data(n, 1);
+  const std::vector<float> initial = testing::OptimizerTestData(n, 1);
   for (size_t i = 0; i < n; ++i) {
     ASSERT_NEAR(p[i], expected[i], tolerance) << "at " << i;
     largest_move = std::max(largest_move, std::abs(expected[i] - initial[i]));
@@ -320,12 +307,12 @@ TEST(OptimizerKindsTest, DefaultsAreTheDocumentedOnes) {
     std::unique_ptr<Optimizer> b = MustCreate(explicit_values);
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
-    std::vector<float> pa = Data(50, 7), pb = pa;
+    std::vector<float> pa = testing::OptimizerTestData(50, 7), pb = pa;
     std::vector<float> sa(a->state_slots() * 50, 0.0f), sb = sa;
     int64_t ta = 0, tb = 0;
     for (int i = 0; i < 3; ++i) {
-      a->Apply(pa, Data(50, 8 + i), sa, &ta);
-      b->Apply(pb, Data(50, 8 + i), sb, &tb);
+      a->Apply(pa, testing::OptimizerTestData(50, 8 + i), sa, &ta);
+      b->Apply(pb, testing::OptimizerTestData(50, 8 + i), sb, &tb);
     }
     EXPECT_EQ(pa, pb) << implicit.ShortDebugString();
   }
@@ -359,12 +346,13 @@ TEST(OptimizerKindsTest, RangeByRangeEqualsOneApply) {
     std::unique_ptr<Optimizer> opt = MustCreate(spec);
     ASSERT_NE(opt, nullptr);
     ASSERT_TRUE(opt->range_wise());
-    std::vector<float> whole = Data(n, 1), ranged = whole;
+    std::vector<float> whole = testing::OptimizerTestData(n, 1), ranged = whole;
     std::vector<float> whole_state(n * opt->state_slots(), 0.0f);
     std::vector<float> ranged_state = whole_state;
     int64_t whole_step = 0, ranged_step = 0;
     for (int update = 0; update < 3; ++update) {
-      const std::vector<float> grad = Data(n, 10 + update);
+      const std::vector<float> grad =
+          testing::OptimizerTestData(n, 10 + update);
       opt->Apply(whole, grad, whole_state, &whole_step, 0.003f);
       for (size_t c = 0; c + 1 < cuts.size(); ++c) {
         opt->ApplyRange(ranged,

@@ -39,19 +39,6 @@ v1::OptimizerSpec Adam(float lr, float beta1 = 0, float beta2 = 0,
 
 using testing::MustCreate;
 
-// Deterministic test data in [-1, 1), no two equal.
-std::vector<float> Data(size_t n, int seed) {
-  std::vector<float> out(n);
-  uint32_t x = 2463534242u + seed;
-  for (float& value : out) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    value = static_cast<float>(x % 20000) / 10000.0f - 1.0f;
-  }
-  return out;
-}
-
 // Reference optimizers in double precision, written straight from the
 // formulas (no shared code with server/optimizer.cc).
 struct ReferenceSgd {
@@ -147,14 +134,14 @@ TEST(OptimizerTest, SgdMatchesReferenceOnLongBlocks) {
   for (float momentum : {0.0f, 0.5f}) {
     std::unique_ptr<Optimizer> sgd = MustCreate(Sgd(0.05f, momentum, 0.1f));
     ASSERT_NE(sgd, nullptr);
-    std::vector<float> p = Data(1000, 1);
+    std::vector<float> p = testing::OptimizerTestData(1000, 1);
     std::vector<double> expected(p.begin(), p.end());
     std::vector<float> state(sgd->state_slots() * p.size(), 0.0f);
     ReferenceSgd reference{
         .lr = 0.05, .momentum = momentum, .weight_decay = 0.1};
     int64_t step = 0;
     for (int i = 0; i < 3; ++i) {
-      const std::vector<float> g = Data(p.size(), 10 + i);
+      const std::vector<float> g = testing::OptimizerTestData(p.size(), 10 + i);
       sgd->Apply(p, g, state, &step);
       reference.Step(expected, g);
     }
@@ -215,7 +202,7 @@ TEST(OptimizerTest, AdamMatchesReferenceOnLongBlocks) {
   std::unique_ptr<Optimizer> adam =
       MustCreate(Adam(0.001f, 0.8f, 0.99f, 1e-6f, 0.01f));
   ASSERT_NE(adam, nullptr);
-  std::vector<float> p = Data(1000, 2);
+  std::vector<float> p = testing::OptimizerTestData(1000, 2);
   std::vector<double> expected(p.begin(), p.end());
   std::vector<float> state(2 * p.size(), 0.0f);
   ReferenceAdam reference{.lr = 0.001,
@@ -225,7 +212,7 @@ TEST(OptimizerTest, AdamMatchesReferenceOnLongBlocks) {
                           .weight_decay = 0.01};
   int64_t step = 0;
   for (int i = 0; i < 3; ++i) {
-    const std::vector<float> g = Data(p.size(), 20 + i);
+    const std::vector<float> g = testing::OptimizerTestData(p.size(), 20 + i);
     adam->Apply(p, g, state, &step);
     reference.Step(expected, g);
   }
@@ -240,7 +227,7 @@ TEST(OptimizerTest, AdamMatchesReferenceOnLongBlocks) {
 TEST(OptimizerTest, AdamDefaultsBetasAndEpsilon) {
   std::unique_ptr<Optimizer> adam = MustCreate(Adam(0.1f));
   ASSERT_NE(adam, nullptr);
-  std::vector<float> p = Data(37, 3);
+  std::vector<float> p = testing::OptimizerTestData(37, 3);
   std::vector<double> expected(p.begin(), p.end());
   std::vector<float> state(2 * p.size(), 0.0f);
   ReferenceAdam reference{.lr = 0.1,
@@ -250,7 +237,7 @@ TEST(OptimizerTest, AdamDefaultsBetasAndEpsilon) {
                           .weight_decay = 0};
   int64_t step = 0;
   for (int i = 0; i < 2; ++i) {
-    const std::vector<float> g = Data(p.size(), 30 + i);
+    const std::vector<float> g = testing::OptimizerTestData(p.size(), 30 + i);
     adam->Apply(p, g, state, &step);
     reference.Step(expected, g);
   }
@@ -271,15 +258,17 @@ TEST(OptimizerTest, AdamResumesFromAStoredStep) {
   // two steps continues exactly as an uninterrupted run.
   std::unique_ptr<Optimizer> adam = MustCreate(Adam(0.05f));
   ASSERT_NE(adam, nullptr);
-  std::vector<float> p = Data(20, 4);
+  std::vector<float> p = testing::OptimizerTestData(20, 4);
   std::vector<float> state(2 * p.size(), 0.0f);
   int64_t step = 0;
-  for (int i = 0; i < 2; ++i) adam->Apply(p, Data(20, 40 + i), state, &step);
+  for (int i = 0; i < 2; ++i)
+    adam->Apply(p, testing::OptimizerTestData(20, 40 + i), state, &step);
   std::vector<float> resumed_p = p;
   std::vector<float> resumed_state = state;
   int64_t resumed_step = 2;
-  adam->Apply(p, Data(20, 42), state, &step);
-  adam->Apply(resumed_p, Data(20, 42), resumed_state, &resumed_step);
+  adam->Apply(p, testing::OptimizerTestData(20, 42), state, &step);
+  adam->Apply(resumed_p, testing::OptimizerTestData(20, 42), resumed_state,
+              &resumed_step);
   EXPECT_EQ(p, resumed_p);
   EXPECT_EQ(resumed_step, 3);
 }
@@ -332,11 +321,12 @@ TEST(OptimizerTest, ApplyIsSafeFromManyThreadsOnDifferentBlocks) {
   std::unique_ptr<Optimizer> adam = MustCreate(Adam(0.01f));
   ASSERT_NE(adam, nullptr);
   constexpr int kBlocks = 4;
-  std::vector<std::vector<float>> params(kBlocks, Data(64, 5));
+  std::vector<std::vector<float>> params(kBlocks,
+                                         testing::OptimizerTestData(64, 5));
   std::vector<std::vector<float>> states(kBlocks,
                                          std::vector<float>(128, 0.0f));
   std::vector<int64_t> steps(kBlocks, 0);
-  const std::vector<float> g = Data(64, 6);
+  const std::vector<float> g = testing::OptimizerTestData(64, 6);
   std::vector<std::thread> threads;
   for (int b = 0; b < kBlocks; ++b) {
     threads.emplace_back([&, b] {
@@ -362,12 +352,13 @@ TEST(OptimizerTest, ApplyRangeByRangeEqualsOneApply) {
     SCOPED_TRACE(spec.ShortDebugString());
     std::unique_ptr<Optimizer> opt = MustCreate(spec);
     ASSERT_NE(opt, nullptr);
-    std::vector<float> whole = Data(n, 1), ranged = whole;
+    std::vector<float> whole = testing::OptimizerTestData(n, 1), ranged = whole;
     std::vector<float> whole_state(n * opt->state_slots(), 0.0f);
     std::vector<float> ranged_state = whole_state;
     int64_t whole_step = 0, ranged_step = 0;
     for (int update = 0; update < 3; ++update) {
-      const std::vector<float> grad = Data(n, 10 + update);
+      const std::vector<float> grad =
+          testing::OptimizerTestData(n, 10 + update);
       opt->Apply(whole, grad, whole_state, &whole_step);
       for (size_t c = 0; c + 1 < cuts.size(); ++c) {
         opt->ApplyRange(ranged,

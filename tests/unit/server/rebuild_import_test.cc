@@ -7,7 +7,6 @@
 // place's address keeps its state.
 #include "server/rebuild_import.h"
 
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "server/memory_shard_store.h"
 #include "server/rocksdb_shard_store.h"
 #include "server/server_job.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/tiny_assignment.h"
 
 namespace ps {
@@ -28,25 +28,18 @@ using ::testing::HasSubstr;
 class RebuildImportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "rebuild_import_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
     old_ = testing::TinyAssignment("job-7", 4, 3, 5, 2, "10.0.0.1:7000",
                                    [](v1::JobSpec*) {});
     rebuilt_ = old_;
     rebuilt_.mutable_shard_map()->set_version(2);
     rebuilt_.mutable_shard_map()->set_servers(0, "10.0.0.9:7000");
-    rebuilt_.set_rebuild_from_data_dir(dir_ + "/lost");
+    rebuilt_.set_rebuild_from_data_dir(dir_.File("lost"));
     rebuilt_.set_rebuild_map_version(2);
-  }
-  void TearDown() override {
-    std::error_code error;
-    std::filesystem::remove_all(dir_, error);
   }
 
   // The lost server's directory: a snapshot at record 3 and two records.
   std::unique_ptr<RocksDbShardStore> WriteLost() {
-    auto store = RocksDbShardStore::Open({.path = dir_ + "/lost"});
+    auto store = RocksDbShardStore::Open({.path = dir_.File("lost")});
     EXPECT_TRUE(store.ok()) << store.status();
     if (!store.ok()) return nullptr;
     std::vector<float> values = {1.5f, -2.0f, 3.25f};
@@ -63,7 +56,7 @@ class RebuildImportTest : public ::testing::Test {
     return *std::move(store);
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"rebuild_import"};
   v1::Assignment old_;
   v1::Assignment rebuilt_;
 };
@@ -111,7 +104,7 @@ TEST_F(RebuildImportTest, OtherUnitsOrNoStateAreRefused) {
   std::unique_ptr<MemoryShardStore> owned = MemoryShardStore::Create();
   MemoryShardStore& mine = *owned;
   v1::Assignment other = rebuilt_;
-  other.set_rebuild_from_data_dir(dir_ + "/none");
+  other.set_rebuild_from_data_dir(dir_.File("none"));
   EXPECT_FALSE(ImportRebuiltPlace(other, &mine, &OpenLostStore).ok());
   WriteLost().reset();
   other = rebuilt_;

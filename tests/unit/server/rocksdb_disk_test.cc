@@ -1,7 +1,6 @@
 // What a RocksDbShardStore leaves on disk: a clean close leaves no write-ahead
 // log behind, and DeleteJob gives a job's space back (its SST files and its
 // share of the log), not only hides its keys.
-#include <stdlib.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -13,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/rocksdb_shard_store.h"
+#include "tests/testing/scoped_temp_dir.h"
 
 namespace ps {
 namespace {
@@ -24,19 +24,8 @@ constexpr size_t kBlockElems = 262144;  // 1 MiB of float32.
 
 class RocksDbDiskTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern =
-        (fs::temp_directory_path() / "ps_rocksdb_disk_test_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code error;
-    fs::remove_all(dir_, error);
-  }
-
   std::unique_ptr<RocksDbShardStore> Open() {
-    auto store = RocksDbShardStore::Open({.path = dir_ + "/db"});
+    auto store = RocksDbShardStore::Open({.path = dir_.File("db")});
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? *std::move(store) : nullptr;
   }
@@ -46,7 +35,7 @@ class RocksDbDiskTest : public ::testing::Test {
   // the info LOG).
   uint64_t Bytes(const std::string& extension) const {
     uint64_t total = 0;
-    for (const auto& entry : fs::directory_iterator(dir_ + "/db")) {
+    for (const auto& entry : fs::directory_iterator(dir_.File("db"))) {
       if (entry.is_regular_file() && entry.path().extension() == extension) {
         total += entry.file_size();
       }
@@ -74,7 +63,7 @@ class RocksDbDiskTest : public ::testing::Test {
     }
   }
 
-  std::string dir_;
+  testing::ScopedTempDir dir_{"ps_rocksdb_disk_test"};
 };
 
 TEST_F(RocksDbDiskTest, CleanCloseLeavesNoWriteAheadLog) {

@@ -7,13 +7,11 @@
 #define PS_TESTS_UNIT_SERVER_SHARD_STORE_FIXTURE_H_
 
 #include <rocksdb/db.h>
-#include <stdlib.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <system_error>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -22,33 +20,11 @@
 #include "server/memory_shard_store.h"
 #include "server/rocksdb_shard_store.h"
 #include "server/shard_store.h"
+#include "tests/testing/scoped_temp_dir.h"
 
 namespace ps::shard_store_test {
 
 namespace fs = std::filesystem;
-// A fresh directory, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (fs::temp_directory_path() / "ps_shard_store_test_XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp failed for " << pattern;
-    }
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Makes MemoryShardStores for the typed suite.
 class MemoryFactory {
@@ -66,7 +42,7 @@ class RocksDbFactory {
   }
 
  private:
-  TempDir dir_;
+  testing::ScopedTempDir dir_{"ps_shard_store_test"};
 };
 
 // Block keys: (tensor_index << 32) | block_index.
@@ -161,7 +137,7 @@ class RocksDbShardStoreTest : public ::testing::Test {
     ASSERT_TRUE(store->Write(write).ok());
   }
 
-  TempDir dir_;
+  testing::ScopedTempDir dir_{"ps_shard_store_test"};
 };
 
 }  // namespace ps::shard_store_test

@@ -7,7 +7,6 @@
 // commit protocol's crash window between its two parts.
 #include <rocksdb/db.h>
 #include <rocksdb/iterator.h>
-#include <stdlib.h>
 
 #include <cstdint>
 #include <cstring>
@@ -28,6 +27,8 @@
 #include "server/rocksdb_shard_store.h"
 #include "server/state_store.h"
 #include "server/update_log_files.h"
+#include "tests/testing/scoped_temp_dir.h"
+#include "tests/testing/test_files.h"
 #include "xxhash.h"
 
 namespace ps {
@@ -91,15 +92,6 @@ std::string FirstFormatFrame(int64_t sequence, const std::string& payload) {
 
 class ShardStoreFormatTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern =
-        (fs::temp_directory_path() / "ps_shard_store_format_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    path_ = dir_ + "/data";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   absl::StatusOr<std::unique_ptr<RocksDbShardStore>> Open() {
     return RocksDbShardStore::Open({.path = path_});
   }
@@ -171,25 +163,8 @@ class ShardStoreFormatTest : public ::testing::Test {
     fs::create_directories(fs::path(file).parent_path());
     std::ofstream(file, std::ios::binary | std::ios::trunc) << contents;
   }
-  static std::string ReadFile(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    std::stringstream contents;
-    contents << in.rdbuf();
-    return contents.str();
-  }
   std::string FormatRecord() const {
-    return ReadFile(path_ + "/" + kDataDirFormatFile);
-  }
-
-  // Every file under path_ (but RocksDB's informational LOG) and its bytes.
-  std::map<std::string, std::string> Contents() const {
-    std::map<std::string, std::string> files;
-    for (const auto& entry : fs::recursive_directory_iterator(path_)) {
-      const std::string name = entry.path().filename().string();
-      if (!entry.is_regular_file() || name.rfind("LOG", 0) == 0) continue;
-      files[entry.path().string()] = ReadFile(entry.path().string());
-    }
-    return files;
+    return testing::ReadFileBytes(path_ + "/" + kDataDirFormatFile);
   }
 
   // The raw records of one job's snapshot in the layout every format shares:
@@ -211,8 +186,8 @@ class ShardStoreFormatTest : public ::testing::Test {
     EXPECT_THAT(job.worker_clocks, ElementsAre(Pair(1, 7)));
   }
 
-  std::string dir_;
-  std::string path_;
+  testing::ScopedTempDir dir_{"ps_shard_store_format"};
+  const std::string path_ = dir_.File("data");
 };
 
 const std::vector<std::string> kFamiliesBeforeTheLog = {
@@ -240,7 +215,7 @@ TEST_F(ShardStoreFormatTest, ALaterVersionIsRefusedNamingBothUnchanged) {
                                         .description = "",
                                         .current_version = 3})
           .ok());
-  const auto before = Contents();
+  const auto before = testing::FilesUnder(path_);
   auto store = Open();
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -248,18 +223,18 @@ TEST_F(ShardStoreFormatTest, ALaterVersionIsRefusedNamingBothUnchanged) {
   EXPECT_THAT(store.status().message(),
               HasSubstr("has format version 3; this build reads versions 1 "
                         "to 2"));
-  EXPECT_EQ(Contents(), before);
+  EXPECT_EQ(testing::FilesUnder(path_), before);
 }
 
 TEST_F(ShardStoreFormatTest, AnotherKindOfDirectoryIsRefusedUnchanged) {
   WriteFile(path_ + "/" + kDataDirFormatFile, "ps-coordinator-job-table 2\n");
-  const auto before = Contents();
+  const auto before = testing::FilesUnder(path_);
   auto store = Open();
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(store.status().message(),
               HasSubstr("not a parameter-server shard store"));
-  EXPECT_EQ(Contents(), before);
+  EXPECT_EQ(testing::FilesUnder(path_), before);
 
   WriteFile(path_ + "/" + kDataDirFormatFile, "two words 2\n");
   store = Open();
@@ -309,7 +284,7 @@ TEST_F(ShardStoreFormatTest, UpgradesAStoreWithItsLogInRocksDb) {
   }
   // The records moved to the files; the family keeps the marker.
   EXPECT_THAT(LogFamilyKeys(), ElementsAre(Prefix("job")));
-  EXPECT_EQ(ReadFile(LogFile("job")).substr(0, 6), "PSULOG");
+  EXPECT_EQ(testing::ReadFileBytes(LogFile("job")).substr(0, 6), "PSULOG");
   auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE((*store)->AppendLog("job", 5, {"r5"}, false).ok());
@@ -348,7 +323,8 @@ TEST_F(ShardStoreFormatTest, UpgradesAStoreWithFirstFormatLogFiles) {
   }
   EXPECT_THAT(LogFamilyKeys(), ElementsAre(Prefix("job"), Prefix("other")));
   for (const char* job : {"job", "other"}) {
-    EXPECT_EQ(ReadFile(LogFile(job)).substr(0, 6), "PSULOG") << job;
+    EXPECT_EQ(testing::ReadFileBytes(LogFile(job)).substr(0, 6), "PSULOG")
+        << job;
   }
 }
 
@@ -363,11 +339,12 @@ TEST_F(ShardStoreFormatTest, UpgradesAStoreWithCurrentLogFiles) {
     ASSERT_TRUE(log.ok()) << log.status();
     ASSERT_TRUE((*log)->Append("job", 1, {"r1", "r2", "r3"}, true).ok());
   }
-  const std::string file = ReadFile(LogFile("job"));
+  const std::string file = testing::ReadFileBytes(LogFile("job"));
   auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ(FormatRecord(), kCurrentRecord);
-  EXPECT_EQ(ReadFile(LogFile("job")), file);  // Nothing to convert.
+  EXPECT_EQ(testing::ReadFileBytes(LogFile("job")),
+            file);  // Nothing to convert.
   absl::StatusOr<StoredJob> job = (*store)->Load("job");
   ASSERT_TRUE(job.ok()) << job.status();
   ExpectSnapshot(*job);

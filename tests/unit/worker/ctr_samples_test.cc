@@ -3,19 +3,16 @@
 // that is a pure function of (seed, epoch), and resumes anywhere.
 #include "worker/ctr_samples.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_temp_dir.h"
 #include "worker/batcher.h"
 
 namespace ps {
@@ -27,9 +24,6 @@ constexpr uint64_t kSeed = 5;
 class CtrSamplesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = (std::filesystem::path(::testing::TempDir()) /
-             absl::StrCat("ctr_samples_", ::getpid(), ".tsv"))
-                .string();
     std::ofstream out(path_);
     // Line i: C1 = i, so a sample's C1 id names its line.
     for (int i = 0; i < kLines; ++i) {
@@ -40,7 +34,6 @@ class CtrSamplesTest : public ::testing::Test {
       out << '\n';
     }
   }
-  void TearDown() override { std::filesystem::remove(path_); }
 
   // The lines of the next `count` samples.
   static std::vector<int64_t> Lines(CtrSampleStream& stream, int64_t count) {
@@ -73,7 +66,8 @@ class CtrSamplesTest : public ::testing::Test {
     return all;
   }
 
-  std::string path_;
+  testing::ScopedTempDir dir_{"ctr_samples"};
+  const std::string path_ = dir_.File("samples.tsv");
 };
 
 TEST_F(CtrSamplesTest, EachEpochTrainsEveryShardSampleOnceWindowByWindow) {
