@@ -83,7 +83,9 @@ int64_t StatusKib(const std::string& key) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1));
+    if (line.rfind(key + ":", 0) == 0) {
+      return std::stoll(line.substr(key.size() + 1));
+    }
   }
   return -1;
 }
@@ -128,8 +130,8 @@ int Main() {
   std::vector<uint64_t> keys(static_cast<size_t>(most));
   std::vector<float> grads(static_cast<size_t>(most) * 16, 0.0f);
   for (size_t i = 0; i < grads.size(); ++i) {
-    grads[i] = static_cast<float>(static_cast<int>(Mix(i) % 2001) - 1000) /
-               1000.0f;
+    grads[i] =
+        static_cast<float>(static_cast<int>(Mix(i) % 2001) - 1000) / 1000.0f;
   }
   const int64_t thp_before = ThpFaults();
   const Usage before = Now();
@@ -144,7 +146,8 @@ int Main() {
             Mix((static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(i));
       }
       std::sort(keys.begin(), keys.end());
-      tables[t]->Apply(keys, std::span<const float>(grads.data(), keys.size() * 16),
+      tables[t]->Apply(keys,
+                       std::span<const float>(grads.data(), keys.size() * 16),
                        step + 1, 1.0f);
       rows += to - from;
     }
@@ -168,8 +171,10 @@ int Main() {
                 static_cast<double>(faults) * 4096 / static_cast<double>(rows));
   }
   if (absl::GetFlag(FLAGS_thp)) {
-    std::printf(", of which about %lld huge pages (the machine's "
-                "thp_fault_alloc)", static_cast<long long>(thp_faults));
+    std::printf(
+        ", of which about %lld huge pages (the machine's "
+        "thp_fault_alloc)",
+        static_cast<long long>(thp_faults));
   }
   std::printf("\ntables' memory_bytes %.1f MiB (%.1f bytes per row)\n",
               static_cast<double>(memory) / (1 << 20),

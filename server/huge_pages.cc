@@ -111,8 +111,7 @@ bool HugePagePool::HasWork() const {
   return stop_ || !dirty_.empty() || HeldUnits() < TargetUnits();
 }
 
-std::vector<HugePagePool::Unit> HugePagePool::Take(size_t units,
-                                                   size_t bytes) {
+std::vector<HugePagePool::Unit> HugePagePool::Take(size_t units, size_t bytes) {
   std::vector<Unit> taken;
   if (max_units_ == 0 && max_recycled_units_ == 0) return taken;
   if (!mu_.TryLock()) return taken;
@@ -174,8 +173,7 @@ void HugePagePool::Run() {
       dirty_.pop_front();
       ++zeroing_;
     }
-    const size_t missing =
-        TargetUnits() - std::min(TargetUnits(), HeldUnits());
+    const size_t missing = TargetUnits() - std::min(TargetUnits(), HeldUnits());
     mu_.Unlock();
     if (stop) return;
     if (recycled != nullptr) {

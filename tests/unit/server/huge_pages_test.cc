@@ -280,8 +280,8 @@ TEST(HugePagesTest, APoolMovesRecycledUnitsApartIntoOneRange) {
 }
 
 TEST(HugePagesTest, APoolsThreadZeroesRecycledUnits) {
-  HugePagePool pool(
-      {.max_ready_bytes = kHugePageBytes, .max_recycled_bytes = 4 * kHugePageBytes});
+  HugePagePool pool({.max_ready_bytes = kHugePageBytes,
+                     .max_recycled_bytes = 4 * kHugePageBytes});
   // Starts the thread.
   CheckAndUnmap(pool.Map(kHugePageBytes), kHugePageBytes);
   // Unmap only tries the lock (never waits behind the thread): a block it
