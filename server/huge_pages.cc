@@ -56,7 +56,13 @@ void UnmapHugePages(void* memory, size_t bytes) {
 }
 
 HugePageArena::~HugePageArena() {
-  for (const Mapping& m : mappings_) UnmapHugePages(m.memory, m.bytes);
+  for (const Mapping& m : mappings_) {
+    if (pool_ != nullptr) {
+      pool_->Unmap(m.memory, m.bytes);
+    } else {
+      UnmapHugePages(m.memory, m.bytes);
+    }
+  }
 }
 
 float* HugePageArena::Allocate(size_t floats) {
@@ -73,7 +79,8 @@ float* HugePageArena::Allocate(size_t floats) {
 }
 
 HugePagePool::HugePagePool(const HugePagePoolOptions& options)
-    : max_units_(options.max_ready_bytes / kHugePageBytes) {}
+    : max_units_(options.max_ready_bytes / kHugePageBytes),
+      max_recycled_units_(options.max_recycled_bytes / kHugePageBytes) {}
 
 HugePagePool::~HugePagePool() {
   {
@@ -82,8 +89,12 @@ HugePagePool::~HugePagePool() {
   }
   if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
-  for (void* unit : ready_) UnmapHugePages(unit, kHugePageBytes);
+  for (const std::deque<void*>* held : {&ready_, &clean_, &dirty_}) {
+    for (void* unit : *held) UnmapHugePages(unit, kHugePageBytes);
+  }
   ready_.clear();
+  clean_.clear();
+  dirty_.clear();
 }
 
 size_t HugePagePool::TargetUnits() const {
@@ -92,42 +103,88 @@ size_t HugePagePool::TargetUnits() const {
   return std::min(max_units_, std::max<size_t>(1, mapped_units / 2));
 }
 
-bool HugePagePool::NeedsUnit() const {
-  return stop_ || ready_.size() < TargetUnits();
+size_t HugePagePool::HeldUnits() const {
+  return ready_.size() + clean_.size() + dirty_.size() + zeroing_;
 }
 
-std::vector<void*> HugePagePool::Take(size_t units, size_t bytes) {
-  std::vector<void*> taken;
-  if (max_units_ == 0) return taken;
+bool HugePagePool::HasWork() const {
+  return stop_ || !dirty_.empty() || HeldUnits() < TargetUnits();
+}
+
+std::vector<HugePagePool::Unit> HugePagePool::Take(size_t units, size_t bytes) {
+  std::vector<Unit> taken;
+  if (max_units_ == 0 && max_recycled_units_ == 0) return taken;
   if (!mu_.TryLock()) return taken;
   counts_.bytes_mapped += static_cast<int64_t>(bytes);
-  while (taken.size() < units && !ready_.empty()) {
-    taken.push_back(ready_.front());
-    ready_.pop_front();
+  // Recycled units first (in the order they were freed: a block's units
+  // stay one range), then those faulted ahead, which the thread replaces.
+  for (std::deque<void*>* held : {&clean_, &dirty_, &ready_}) {
+    while (taken.size() < units && !held->empty()) {
+      taken.push_back({held->front(), held == &dirty_});
+      held->pop_front();
+    }
   }
   counts_.units_taken += static_cast<int64_t>(taken.size());
-  counts_.units_ready = static_cast<int64_t>(ready_.size());
-  const bool start = !started_;
-  started_ = true;
+  counts_.units_ready = static_cast<int64_t>(HeldUnits());
+  // No thread without units to fault ahead: Map zeroes recycled units.
+  const bool start = !started_ && max_units_ > 0;
+  started_ = started_ || start;
   // The thread is started under the lock (once); it waits for the lock.
   if (start) thread_ = std::thread([this] { Run(); });
   mu_.Unlock();
   return taken;
 }
 
+void HugePagePool::Unmap(void* memory, size_t bytes) {
+  if (memory == nullptr) return;
+  const size_t size = RoundUp(bytes == 0 ? 1 : bytes, kHugePageBytes);
+  char* const base = static_cast<char*>(memory);
+  size_t kept = 0;
+  if (max_recycled_units_ > 0 &&
+      reinterpret_cast<uintptr_t>(memory) % kHugePageBytes == 0 &&
+      mu_.TryLock()) {
+    const size_t recycled = clean_.size() + dirty_.size() + zeroing_;
+    const size_t room =
+        max_recycled_units_ - std::min(max_recycled_units_, recycled);
+    kept = std::min(size / kHugePageBytes, room);
+    for (size_t u = 0; u < kept; ++u) {
+      dirty_.push_back(base + u * kHugePageBytes);
+    }
+    counts_.units_recycled += static_cast<int64_t>(kept);
+    counts_.units_ready = static_cast<int64_t>(HeldUnits());
+    mu_.Unlock();
+  }
+  const size_t kept_bytes = kept * kHugePageBytes;
+  if (kept_bytes < size) ::munmap(base + kept_bytes, size - kept_bytes);
+}
+
 void HugePagePool::Run() {
   // The lowest priority: the thread runs on a core only when nothing else
-  // wants it. It never holds mu_ across a system call, so that Map (which
-  // only tries mu_) is never held up by it.
+  // wants it. It never holds mu_ across a system call or a unit's zeroing,
+  // so that Map and Unmap (which only try mu_) are never held up by it.
   sched_param param{};
   (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);
   while (true) {
-    mu_.LockWhen(absl::Condition(this, &HugePagePool::NeedsUnit));
+    mu_.LockWhen(absl::Condition(this, &HugePagePool::HasWork));
     const bool stop = stop_;
-    const size_t missing =
-        TargetUnits() - std::min(TargetUnits(), ready_.size());
+    void* recycled = nullptr;
+    if (!stop && !dirty_.empty()) {
+      recycled = dirty_.front();
+      dirty_.pop_front();
+      ++zeroing_;
+    }
+    const size_t missing = TargetUnits() - std::min(TargetUnits(), HeldUnits());
     mu_.Unlock();
     if (stop) return;
+    if (recycled != nullptr) {
+      // Touched before: zeroing it costs a memset, not new pages.
+      std::memset(recycled, 0, kHugePageBytes);
+      absl::MutexLock lock(&mu_);
+      --zeroing_;
+      clean_.push_back(recycled);
+      ++counts_.units_zeroed;
+      continue;
+    }
     // The units missing in one mapping (at most kBatchUnits), so that the
     // units stay in few memory areas of the kernel (one per mapping until
     // unmapped in pieces) and consecutive ones can be handed out together.
@@ -145,7 +202,7 @@ void HugePagePool::Run() {
       absl::MutexLock lock(&mu_);
       ready_.push_back(unit);
       ++counts_.units_faulted;
-      counts_.units_ready = static_cast<int64_t>(ready_.size());
+      counts_.units_ready = static_cast<int64_t>(HeldUnits());
     }
   }
 }
@@ -153,21 +210,26 @@ void HugePagePool::Run() {
 void* HugePagePool::Map(size_t bytes) {
   const size_t size = RoundUp(bytes == 0 ? 1 : bytes, kHugePageBytes);
   const size_t units = size / kHugePageBytes;
-  std::vector<void*> taken = Take(units, size);
+  std::vector<Unit> taken = Take(units, size);
   if (taken.empty()) return MapHugePages(size);
-  // Units faulted in one batch, in order, are one range already.
+  // Recycled units the thread has not zeroed yet: a memset (their pages
+  // are there already).
+  for (const Unit& unit : taken) {
+    if (unit.dirty) std::memset(unit.memory, 0, kHugePageBytes);
+  }
+  // Units taken in order from one batch or one freed block are one range.
   bool contiguous = taken.size() == units;
   for (size_t i = 1; contiguous && i < taken.size(); ++i) {
-    contiguous = static_cast<char*>(taken[i]) ==
-                 static_cast<char*>(taken[0]) + i * kHugePageBytes;
+    contiguous = static_cast<char*>(taken[i].memory) ==
+                 static_cast<char*>(taken[0].memory) + i * kHugePageBytes;
   }
-  if (contiguous) return taken[0];
-  // Several units: an aligned range reserved, the ready units moved to its
-  // start (page tables moved, no copy), the rest made ordinary memory.
+  if (contiguous) return taken[0].memory;
+  // Several units: an aligned range reserved, the units moved to its start
+  // (page tables moved, no copy), the rest made ordinary memory.
   char* memory = MapAligned(size, PROT_NONE);
   for (size_t i = 0; i < taken.size(); ++i) {
     void* moved =
-        ::mremap(taken[i], kHugePageBytes, kHugePageBytes,
+        ::mremap(taken[i].memory, kHugePageBytes, kHugePageBytes,
                  MREMAP_MAYMOVE | MREMAP_FIXED, memory + i * kHugePageBytes);
     PS_CHECK(moved != MAP_FAILED, "huge pages: mremap: ", std::strerror(errno));
   }

@@ -34,8 +34,13 @@ void UnmapHugePages(void* memory, size_t bytes);
 // Options of a HugePagePool.
 struct HugePagePoolOptions {
   // Most bytes of pre-faulted huge pages kept ready (rounded down to whole
-  // kHugePageBytes); 0: none kept (Map is MapHugePages). Default 32 MiB.
+  // kHugePageBytes); 0: none faulted ahead, and no thread (Map zeroes the
+  // recycled units it takes). Default 32 MiB.
   size_t max_ready_bytes = size_t{32} << 20;
+  // Most bytes of freed blocks (Unmap) kept for reuse beside those, rounded
+  // down to whole kHugePageBytes; 0: Unmap unmaps. Default 32 MiB. With
+  // both 0, Map is MapHugePages and Unmap is UnmapHugePages.
+  size_t max_recycled_bytes = size_t{32} << 20;
 };
 
 // Huge pages faulted in ahead of use by a background thread of the lowest
@@ -47,44 +52,76 @@ struct HugePagePoolOptions {
 // MADV_HUGEPAGE and written once per 4 KiB page. The
 // thread starts with the first Map and keeps at most max_ready_bytes ready,
 // and no more than half the bytes mapped through the pool so far (a pool
-// whose owner maps little holds little). Values are the same with or
-// without it: a mapping is zeroed either way. Thread-safe; Map never waits
-// for the background thread (with its lock held elsewhere, Map maps as
-// MapHugePages does).
+// whose owner maps little holds little). Blocks its owner frees (Unmap: a
+// hash map's old array when it grows) are kept for reuse, up to
+// max_recycled_bytes: memory the process has touched costs nothing to touch
+// again, where a new page costs the kernel's zeroing (and, in a virtual
+// machine, often far more: the host's backing of it). The thread zeroes
+// them while idle; Map zeroes those it takes before the thread did. Values
+// are the same with or without the pool: a mapping is zeroed either way.
+// Thread-safe; Map and Unmap never wait for the background thread (with its
+// lock held elsewhere, they map and unmap as MapHugePages and
+// UnmapHugePages do).
 class HugePagePool {
  public:
   explicit HugePagePool(const HugePagePoolOptions& options = {});
-  // Stops the thread (waits for the unit it is faulting in) and unmaps the
-  // ready units. Memory handed out stays valid (UnmapHugePages frees it).
+  // Stops the thread (waits for the unit it is faulting in or zeroing) and
+  // unmaps the units held. Memory handed out stays valid (UnmapHugePages
+  // frees it).
   ~HugePagePool();
   HugePagePool(const HugePagePool&) = delete;
   HugePagePool& operator=(const HugePagePool&) = delete;
 
-  // As MapHugePages(bytes): ready units first (handed out as they are when
-  // they are one range already, else moved into one aligned range with
-  // mremap, no copy), the rest faulted by first writes.
+  // As MapHugePages(bytes): units held first, recycled ones before those
+  // faulted ahead (handed out as they are when they are one range already,
+  // else moved into one aligned range with mremap, no copy), the rest
+  // faulted by first writes. Zeroed.
   void* Map(size_t bytes);
+
+  // As UnmapHugePages(memory, bytes), for memory from Map or MapHugePages
+  // (kHugePageBytes-aligned, read-write): its units are kept for reuse
+  // while the pool holds fewer than max_recycled_bytes of them, the rest
+  // unmapped. The memory must not be used after.
+  void Unmap(void* memory, size_t bytes);
 
   // Counters since construction.
   struct Counts {
-    int64_t units_faulted = 0;  // Units the thread faulted in.
-    int64_t units_taken = 0;    // Ready units Map handed out.
-    int64_t units_ready = 0;    // Ready now.
-    int64_t bytes_mapped = 0;   // Bytes Map handed out (rounded up).
+    int64_t units_faulted = 0;   // Units the thread faulted in.
+    int64_t units_recycled = 0;  // Units of freed blocks kept for reuse.
+    int64_t units_zeroed = 0;    // Of those, zeroed by the thread (the
+                                 // others by Map, or never taken).
+    int64_t units_taken = 0;     // Units held (faulted or recycled) that
+                                 // Map handed out.
+    int64_t units_ready = 0;     // Held now (faulted or recycled).
+    int64_t bytes_mapped = 0;    // Bytes Map handed out (rounded up).
   };
   Counts counts() const;
 
  private:
-  // The thread's loop: faults units in while fewer than Target() are ready.
+  // A unit Take handed out; `dirty`: a recycled unit not zeroed yet.
+  struct Unit {
+    void* memory;
+    bool dirty;
+  };
+  // The thread's loop: zeroes recycled units, and faults units in while
+  // fewer than TargetUnits() are held.
   void Run();
-  bool NeedsUnit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t TargetUnits() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Up to `units` ready units (without waiting for mu_); starts the thread.
-  std::vector<void*> Take(size_t units, size_t bytes);
+  size_t HeldUnits() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Up to `units` held units, in the order Map prefers them (without
+  // waiting for mu_); starts the thread.
+  std::vector<Unit> Take(size_t units, size_t bytes);
 
   const size_t max_units_;
+  const size_t max_recycled_units_;
   mutable absl::Mutex mu_;
-  std::deque<void*> ready_ ABSL_GUARDED_BY(mu_);
+  std::deque<void*> ready_ ABSL_GUARDED_BY(mu_);  // Faulted ahead, zeroed.
+  // Recycled: zeroed by the thread, and not zeroed yet (the thread takes
+  // them in order, so that a freed block's units stay in order).
+  std::deque<void*> clean_ ABSL_GUARDED_BY(mu_);
+  std::deque<void*> dirty_ ABSL_GUARDED_BY(mu_);
+  size_t zeroing_ ABSL_GUARDED_BY(mu_) = 0;  // Units the thread is zeroing.
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   Counts counts_ ABSL_GUARDED_BY(mu_);
@@ -92,7 +129,8 @@ class HugePagePool {
 };
 
 // A standard allocator that takes blocks of kHugePageBytes or more from
-// MapHugePages (or, given one, a HugePagePool) and smaller ones from
+// MapHugePages (or, given one, a HugePagePool, which gets them back) and
+// smaller ones from
 // std::allocator (for a hash map's arrays: only a large table's come from
 // huge pages). Copies share the pool; the pool must outlive every block.
 // Thread-safe as the pool is.
@@ -110,9 +148,12 @@ struct HugePageAllocator {
     return static_cast<T*>(pool != nullptr ? pool->Map(n * sizeof(T))
                                            : MapHugePages(n * sizeof(T)));
   }
+  // A large block goes back to the pool (kept for reuse) when there is one.
   void deallocate(T* p, size_t n) {
     if (n * sizeof(T) < kHugePageBytes) {
       std::allocator<T>().deallocate(p, n);
+    } else if (pool != nullptr) {
+      pool->Unmap(p, n * sizeof(T));
     } else {
       UnmapHugePages(p, n * sizeof(T));
     }
@@ -126,7 +167,8 @@ struct HugePageAllocator {
 };
 
 // Zeroed blocks carved in order from MapHugePages mappings of at least
-// kHugePageBytes each, all unmapped with the arena (never one by one).
+// kHugePageBytes each, all unmapped with the arena (never one by one; given
+// to the pool, when it has one).
 // Thread-compatible.
 class HugePageArena {
  public:

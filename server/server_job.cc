@@ -415,6 +415,8 @@ void ServerJob::ExportSparseCountsLocked() {
   const HugePagePool::Counts pages = sparse_->PageCounts();
   metrics_->sparse_prefault_units.Add({{"state", "faulted"}})
       .Set(static_cast<double>(pages.units_faulted));
+  metrics_->sparse_prefault_units.Add({{"state", "recycled"}})
+      .Set(static_cast<double>(pages.units_recycled));
   metrics_->sparse_prefault_units.Add({{"state", "taken"}})
       .Set(static_cast<double>(pages.units_taken));
   metrics_->sparse_prefault_units.Add({{"state", "ready"}})

@@ -130,7 +130,8 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
               .Name("ps_sparse_prefault_units")
               .Help("2 MiB units of the job's pool of pre-faulted huge pages "
                     "since its sparse tables were made, by state: faulted "
-                    "ahead of use, taken by the tables, ready now.")
+                    "ahead of use, recycled (freed by the tables and kept "
+                    "for reuse), taken by the tables, ready now (held).")
               .Register(registry)),
       sparse_pull_keys(KeysHistogram(registry, "pull")),
       sparse_push_keys(KeysHistogram(registry, "push")) {}

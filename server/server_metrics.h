@@ -47,7 +47,8 @@ struct ServerMetrics {
   prometheus::Family<prometheus::Counter>& sparse_tier_disk_reads;
   // The job's pool of pre-faulted huge pages (server/huge_pages.h), 2 MiB
   // units since the job's tables were made, by state: "faulted" by the
-  // pool's thread ahead of use, "taken" by the tables, "ready" now.
+  // pool's thread ahead of use, "recycled" (freed by the tables, kept for
+  // reuse), "taken" by the tables, "ready" (held) now.
   prometheus::Family<prometheus::Gauge>& sparse_prefault_units;
   // Sparse ids per request, by rpc ("pull", "push").
   prometheus::Histogram& sparse_pull_keys;

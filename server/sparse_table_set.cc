@@ -161,7 +161,9 @@ absl::StatusOr<std::unique_ptr<SparseTableSet>> SparseTableSet::Create(
   const std::vector<int64_t> shares =
       memory.tier != nullptr ? Shares(spec, *held, memory.budget_bytes)
                              : std::vector<int64_t>(specs.size(), 0);
-  if (!specs.empty() && memory.pages.max_ready_bytes >= kHugePageBytes) {
+  if (!specs.empty() &&
+      std::max(memory.pages.max_ready_bytes, memory.pages.max_recycled_bytes) >=
+          kHugePageBytes) {
     set->pages_ = std::make_unique<HugePagePool>(memory.pages);
   }
   for (int t = 0; t < specs.size(); ++t) {

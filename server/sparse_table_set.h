@@ -55,8 +55,10 @@ struct SparseSetMemory {
   // when the set is destroyed. Null: the job's shares are not shared.
   SparseMemoryBudget* server_budget = nullptr;
   // The set's pool of huge pages faulted in ahead of its tables' growth by
-  // a background thread of the lowest priority (server/huge_pages.h;
-  // docs/sparse.md, "Speed"), shared by its tables; max_ready_bytes 0: none.
+  // a background thread of the lowest priority, and of the blocks they free
+  // kept for reuse (server/huge_pages.h; docs/sparse.md, "Row layout and
+  // memory"), shared by its tables; max_ready_bytes and max_recycled_bytes
+  // both 0: none.
   HugePagePoolOptions pages{};
 };
 
