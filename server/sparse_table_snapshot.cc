@@ -98,8 +98,8 @@ std::vector<SparseTable::SnapshotEntry> SparseTable::EntriesByBucket(
     entries[next[bucket_of[i++]]++] = {id, slot, 0};
   }
   for (size_t c = 0; c < cold.size(); ++c) {
-    entries[next[bucket_of[i++]]++] = {cold[c].first,
-                                       static_cast<uint32_t>(c), 1};
+    entries[next[bucket_of[i++]]++] = {cold[c].first, static_cast<uint32_t>(c),
+                                       1};
   }
   std::vector<SnapshotEntry> scratch;
   std::vector<uint32_t> count;
@@ -143,8 +143,8 @@ void SparseTable::SnapshotInto(std::vector<StoredBlock>* blocks,
     // A block of the last snapshot taken over: every field set again, the
     // rows resized (which fills only bytes past the old size) and then
     // written whole.
-    StoredBlock& block = *next < blocks->size() ? (*blocks)[*next]
-                                                : blocks->emplace_back();
+    StoredBlock& block =
+        *next < blocks->size() ? (*blocks)[*next] : blocks->emplace_back();
     ++*next;
     block.key = BucketKey(table_index_, b);
     block.values.clear();
