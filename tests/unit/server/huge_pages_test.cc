@@ -156,6 +156,22 @@ TEST(HugePagesTest, APoolOfNoBytesMapsAsMapHugePages) {
   EXPECT_EQ(counts.units_taken, 0);
 }
 
+// The contents the pool tests write: map[i * 2654435761] == i for i below
+// `entries`, and block i of `floats` floats filled with i.
+template <typename Map>
+void ExpectContents(const Map& map, uint32_t entries,
+                    const std::vector<float*>& blocks, size_t floats) {
+  for (uint32_t i = 0; i < entries; ++i) {
+    auto it = map.find(static_cast<uint64_t>(i * 2654435761u));
+    ASSERT_NE(it, map.end());
+    ASSERT_EQ(it->second, i);
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(blocks[i][0], static_cast<float>(i));
+    EXPECT_EQ(blocks[i][floats - 1], static_cast<float>(i));
+  }
+}
+
 TEST(HugePagesTest, AHashMapAndAnArenaOnAPoolKeepTheirContents) {
   HugePagePool pool({.max_ready_bytes = 8 * kHugePageBytes});
   using Alloc = HugePageAllocator<std::pair<const uint64_t, uint32_t>>;
@@ -179,15 +195,7 @@ TEST(HugePagesTest, AHashMapAndAnArenaOnAPoolKeepTheirContents) {
     }
   }
   ASSERT_EQ(map.size(), kEntries);
-  for (uint32_t i = 0; i < kEntries; ++i) {
-    auto it = map.find(static_cast<uint64_t>(i * 2654435761u));
-    ASSERT_NE(it, map.end());
-    ASSERT_EQ(it->second, i);
-  }
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    EXPECT_EQ(blocks[i][0], static_cast<float>(i));
-    EXPECT_EQ(blocks[i][kFloats - 1], static_cast<float>(i));
-  }
+  ExpectContents(map, kEntries, blocks, kFloats);
   EXPECT_GT(pool.counts().units_taken, 0);
   map.clear();
   map.rehash(0);
@@ -342,15 +350,7 @@ TEST(HugePagesTest, AHashMapsOldArraysGoToAnArenaOnItsPool) {
   }
   EXPECT_EQ(pool.counts().units_taken, 10);
   EXPECT_EQ(pool.counts().units_ready, 0);
-  for (uint32_t i = 0; i < kEntries; ++i) {
-    auto it = map.find(static_cast<uint64_t>(i * 2654435761u));
-    ASSERT_NE(it, map.end());
-    ASSERT_EQ(it->second, i);
-  }
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    EXPECT_EQ(blocks[i][0], static_cast<float>(i));
-    EXPECT_EQ(blocks[i][kFloats - 1], static_cast<float>(i));
-  }
+  ExpectContents(map, kEntries, blocks, kFloats);
 }
 
 }  // namespace
