@@ -56,6 +56,25 @@ void Push(SparseTable& table, int64_t clock) {
   table.Apply(keys, grads, clock, 1.0f);
 }
 
+// Bit for bit the same rows and snapshot, and the same reads, from `a` and
+// `b`.
+void ExpectSameRows(SparseTable& a, SparseTable& b) {
+  ASSERT_EQ(a.num_rows(), b.num_rows());
+  const std::vector<StoredBlock> sa = a.Snapshot();
+  const std::vector<StoredBlock> sb = b.Snapshot();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i].key, sb[i].key);
+    ASSERT_EQ(sa[i].rows, sb[i].rows) << "bucket block " << i;
+  }
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 0; id < 210'000; id += 7) ids.push_back(id);
+  std::vector<float> ra(ids.size() * 16), rb(ids.size() * 16);
+  a.Read(ids, ra.data());
+  b.Read(ids, rb.data());
+  EXPECT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)), 0);
+}
+
 TEST(SparseTablePagesTest, PrefaultedPagesHoldTheSameRows) {
   HugePagePool pool({.max_ready_bytes = 16 * kHugePageBytes});
   auto plain = Make(nullptr);
@@ -77,39 +96,7 @@ TEST(SparseTablePagesTest, PrefaultedPagesHoldTheSameRows) {
   EXPECT_GT(pool.counts().units_taken, 0);
   EXPECT_GT(pooled->evictions(), 0);
   EXPECT_EQ(pooled->evictions(), plain->evictions());
-  ASSERT_EQ(pooled->num_rows(), plain->num_rows());
-  const std::vector<StoredBlock> a = plain->Snapshot();
-  const std::vector<StoredBlock> b = pooled->Snapshot();
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].key, b[i].key);
-    ASSERT_EQ(a[i].rows, b[i].rows) << "bucket block " << i;
-  }
-  std::vector<uint64_t> ids;
-  for (uint64_t id = 0; id < 210'000; id += 7) ids.push_back(id);
-  std::vector<float> ra(ids.size() * 16), rb(ids.size() * 16);
-  plain->Read(ids, ra.data());
-  pooled->Read(ids, rb.data());
-  EXPECT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)), 0);
-}
-
-// Bit for bit the same rows and snapshot, and the same reads, from `a` and
-// `b`.
-void ExpectSameRows(SparseTable& a, SparseTable& b) {
-  ASSERT_EQ(a.num_rows(), b.num_rows());
-  const std::vector<StoredBlock> sa = a.Snapshot();
-  const std::vector<StoredBlock> sb = b.Snapshot();
-  ASSERT_EQ(sa.size(), sb.size());
-  for (size_t i = 0; i < sa.size(); ++i) {
-    EXPECT_EQ(sa[i].key, sb[i].key);
-    ASSERT_EQ(sa[i].rows, sb[i].rows) << "bucket block " << i;
-  }
-  std::vector<uint64_t> ids;
-  for (uint64_t id = 0; id < 210'000; id += 7) ids.push_back(id);
-  std::vector<float> ra(ids.size() * 16), rb(ids.size() * 16);
-  a.Read(ids, ra.data());
-  b.Read(ids, rb.data());
-  EXPECT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)), 0);
+  ExpectSameRows(*plain, *pooled);
 }
 
 // Two tables growing in turn on one pool that keeps freed blocks (no
