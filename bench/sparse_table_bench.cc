@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sparse_keys.h"
 #include "server/sparse_row_init.h"
 #include "server/sparse_table.h"
 
@@ -280,6 +281,19 @@ void BM_SnapshotLargeReused(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * table->num_rows());
 }
 BENCHMARK(BM_SnapshotLargeReused)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// The bucket of one id (every key of a pull, a push, a new row and a
+// snapshot's row is hashed once or more): kPushRows ids in a row.
+void BM_BucketOfId(benchmark::State& state) {
+  const Push push = MakePush(7);
+  for (auto _ : state) {
+    uint32_t sum = 0;
+    for (uint64_t id : push.keys) sum += BucketOfId(id, 3, 1024);
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetItemsProcessed(state.iterations() * kPushRows);
+}
+BENCHMARK(BM_BucketOfId)->Unit(benchmark::kMicrosecond);
 
 // The baseline: SGD over kPushRows * kDim contiguous floats.
 void BM_DenseSgdBaseline(benchmark::State& state) {
