@@ -232,8 +232,7 @@ bool SparseTable::Admit(uint64_t id, int64_t clock) {
                                probability_);
   }
   if (min_count_ <= 1) return true;
-  auto [it, inserted] = pending_.try_emplace(id, 0);
-  if (inserted) MarkHeld(id);
+  auto it = pending_.try_emplace(id, 0).first;
   if (++it->second < min_count_) return false;
   pending_.erase(it);
   return true;
@@ -269,7 +268,6 @@ void SparseTable::InitRow(uint32_t slot, uint64_t id, int64_t clock) {
   init_.Fill(id, std::span<float>(row, static_cast<size_t>(dim_)));
   std::fill(row + dim_, row + stride(), 0.0f);
   SetMeta(slot, {.clock = clock, .updates = 0});
-  MarkHeld(id);
 }
 
 uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
@@ -286,6 +284,7 @@ uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
 
 void SparseTable::Evict(uint64_t id) {
   ++evictions_;
+  MarkHeld(id);
   auto it = slots_.find(id);
   if (it == slots_.end()) {  // A cold row (LiveCandidatesTiered found it).
     TierDelete(id);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <set>
@@ -488,6 +489,114 @@ TEST_P(SparseTableTest, EvictedBucketsSnapshotAsEmptyBlocks) {
   auto restored = Make(spec);
   EXPECT_TRUE(restored->Restore(blocks[0]).ok());
   EXPECT_EQ(restored->num_rows(), 0);
+}
+
+// A bucket whose rows a Restore brought emptied by eviction: its block is
+// empty (the store holds the restored rows); a Restore of an empty block
+// brings nothing to clear.
+TEST_P(SparseTableTest, RestoredBucketsEmptiedByEvictionSnapshotAsEmpty) {
+  v1::SparseTableSpec spec = Spec(2, 4);
+  spec.mutable_eviction()->set_max_idle_clocks(1);
+  auto source = Make(spec);
+  ApplyConst(*source, {77}, 1);
+  const std::vector<StoredBlock> stored = source->Snapshot();
+  ASSERT_EQ(stored.size(), 1u);
+  ASSERT_FALSE(stored[0].rows.empty());
+  auto table = Make(spec);
+  ASSERT_TRUE(table->Restore(stored[0]).ok());
+  const uint32_t other = (BucketIndex(stored[0].key) + 1) % 4;
+  ASSERT_TRUE(table->Restore(StoredBlock{.key = BucketKey(3, other)}).ok());
+  EXPECT_EQ(table->Snapshot().size(), 1u);  // The row; nothing for `other`.
+  ApplyConst(*table, {}, 5);                // Row 77 idle: evicted.
+  EXPECT_EQ(table->num_rows(), 0);
+  const std::vector<StoredBlock> blocks = table->Snapshot();
+  ASSERT_EQ(blocks.size(), 1u);
+  EXPECT_EQ(blocks[0].key, stored[0].key);
+  EXPECT_EQ(blocks[0].rows, "");
+}
+
+// Snapshot's empty blocks are exactly the buckets that held something (a
+// row or an admission count) since Create and hold nothing now, whatever
+// emptied them (idle or capacity eviction of rows pushed or restored, hot or
+// cold) and whenever (before the last snapshot or since); a bucket that only
+// took empty blocks in Restores has none. Each snapshot written over the
+// last in a store restores the live table: its empty blocks clear what the
+// store held.
+TEST_P(SparseTableTest, EmptyBlocksAreTheBucketsThatHeldSomethingAndNoLonger) {
+  constexpr uint32_t kBuckets = 16;
+  for (const int min_count : {0, 3}) {
+    SCOPED_TRACE(min_count);
+    v1::SparseTableSpec spec = Spec(2, kBuckets);
+    spec.mutable_admission()->set_min_count(min_count);
+    spec.mutable_eviction()->set_max_idle_clocks(4);
+    spec.mutable_eviction()->set_max_rows_per_server(10);
+    auto live = Make(spec);
+    auto other = Make(spec);  // Its blocks are restored into `live`.
+    auto store = MemoryShardStore::Create();
+    std::set<uint32_t> held;  // The buckets of every id and block taken.
+    std::mt19937 rng(static_cast<uint32_t>(5 + min_count));
+    const auto random_ids = [&rng] {
+      std::vector<uint64_t> ids(1 + rng() % 5);
+      for (uint64_t& id : ids) id = (rng() % 41) * 0x9e3779b97f4a7c15ULL;
+      return ids;
+    };
+    int64_t clock = 0;
+    for (int step = 0; step < 80; ++step) {
+      const uint32_t op = rng() % 8;
+      if (op < 5) {  // A push: each id enters as a row or a count.
+        const std::vector<uint64_t> ids = random_ids();
+        for (uint64_t id : ids) held.insert(BucketOfId(id, 3, kBuckets));
+        ApplyConst(*live, ids, ++clock);
+      } else if (op == 5) {  // Every row idle: evicted.
+        clock += 5;
+        ApplyConst(*live, {}, clock);
+      } else {  // A block of the other table's, often of old rows.
+        ApplyConst(
+            *other, random_ids(),
+            std::max<int64_t>(0, clock - static_cast<int64_t>(rng() % 6)));
+        const std::vector<StoredBlock> blocks = other->Snapshot();
+        const StoredBlock& block = blocks[rng() % blocks.size()];
+        ASSERT_TRUE(live->Restore(block).ok());
+        if (!block.rows.empty()) held.insert(BucketIndex(block.key));
+      }
+      const std::vector<StoredBlock> blocks = live->Snapshot();
+      std::set<uint32_t> empty;
+      std::set<uint32_t> full;
+      for (const StoredBlock& block : blocks) {
+        (block.rows.empty() ? empty : full).insert(BucketIndex(block.key));
+      }
+      ASSERT_EQ(empty.size() + full.size(), blocks.size());
+      ASSERT_TRUE(
+          std::includes(held.begin(), held.end(), full.begin(), full.end()));
+      std::set<uint32_t> expected;
+      std::set_difference(held.begin(), held.end(), full.begin(), full.end(),
+                          std::inserter(expected, expected.end()));
+      ASSERT_EQ(empty, expected) << "step " << step;
+      ShardWrite write{.job_id = "job"};
+      for (const StoredBlock& block : blocks) {
+        write.blocks.push_back({.key = block.key, .rows = block.rows});
+      }
+      ASSERT_TRUE(store->Write(write).ok());
+      if (step % 10 != 9) continue;
+      absl::StatusOr<StoredJob> stored = store->Load("job");
+      ASSERT_TRUE(stored.ok()) << stored.status();
+      auto restored = Make(spec);
+      for (const StoredBlock& block : stored->blocks) {
+        ASSERT_TRUE(restored->Restore(block).ok());
+      }
+      const std::vector<StoredBlock> again = restored->Snapshot();
+      std::vector<StoredBlock> live_full;
+      for (const StoredBlock& block : blocks) {
+        if (!block.rows.empty()) live_full.push_back(block);
+      }
+      ASSERT_EQ(again.size(), live_full.size()) << "step " << step;
+      for (size_t i = 0; i < again.size(); ++i) {
+        EXPECT_EQ(again[i].key, live_full[i].key);
+        EXPECT_EQ(again[i].rows, live_full[i].rows);
+      }
+    }
+    EXPECT_GT(live->evictions(), 10);
+  }
 }
 
 TEST_P(SparseTableTest, MalformedBucketsAreDataLoss) {
