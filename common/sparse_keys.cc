@@ -1,7 +1,10 @@
 #include "common/sparse_keys.h"
 
-#include <cstring>
-
+// XXH3 compiled into this file (XXH_INLINE_ALL: libxxhash's own functions,
+// static here): an id's 8 bytes hash in a few inlined instructions instead
+// of a call into the shared library, which dispatches on the length at run
+// time. A server hashes every id it checks, and every row of every snapshot.
+#define XXH_INLINE_ALL
 #include "xxhash.h"
 
 namespace ps {
