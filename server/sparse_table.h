@@ -421,7 +421,8 @@ class SparseTable {
   EvictionOrder by_count_;  // Used for LFU.
   size_t order_entries_ = 0;
 
-  // BSP sums: key -> index into acc_keys_ (rows of acc_sums_).
+  // BSP sums: key -> index into acc_keys_ (rows of acc_sums_; the rows past
+  // acc_keys_.size() are room kept from earlier clocks, not zeroed).
   absl::flat_hash_map<uint64_t, uint32_t> acc_index_;
   std::vector<uint64_t> acc_keys_;
   std::vector<float> acc_sums_;

@@ -365,6 +365,41 @@ TEST_P(SparseTableTest, AveragedRowsAreSumsOverWorkersKeysAscending) {
   EXPECT_EQ(table->num_rows(), 0);  // Accumulating changes no rows.
 }
 
+// Each clock's sums start from zero (0 + g: a -0 gradient sums to +0),
+// whatever the last clock summed; many keys (spread and clustered) come out
+// ascending.
+TEST_P(SparseTableTest, AveragedRowsStartEachClockFromZero) {
+  auto table = Make(Spec(2));
+  table->Accumulate(std::vector<uint64_t>{3, 9},
+                    std::vector<float>{5, 6, 7, 8});
+  EXPECT_EQ(table->AveragedRows(1).keys.size(), 2u);
+  table->ClearAccumulated();
+  table->Accumulate(std::vector<uint64_t>{4}, std::vector<float>{1, -0.0f});
+  SparseTable::RowsView view = table->AveragedRows(1);
+  EXPECT_THAT(view.keys, ElementsAre(4u));
+  ASSERT_EQ(view.values.size(), 2u);
+  EXPECT_EQ(view.values[0], 1.0f);
+  EXPECT_FALSE(std::signbit(view.values[1]));
+  table->ClearAccumulated();
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 3000; ++i) {
+    keys.push_back(i % 2 == 0 ? i * 0x9e3779b97f4a7c15ULL : 1000 + i);
+  }
+  table->Accumulate(keys, std::vector<float>(keys.size() * 2, 1.0f));
+  table->Accumulate(std::vector<uint64_t>(keys.begin(), keys.begin() + 10),
+                    std::vector<float>(20, 2.0f));
+  view = table->AveragedRows(2);
+  std::vector<uint64_t> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  ASSERT_TRUE(std::equal(view.keys.begin(), view.keys.end(), sorted.begin(),
+                         sorted.end()));
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const bool twice = std::find(keys.begin(), keys.begin() + 10, sorted[i]) !=
+                       keys.begin() + 10;
+    EXPECT_EQ(view.values[i * 2], twice ? 1.5f : 0.5f) << sorted[i];
+  }
+}
+
 // A table with every kind of state: Adagrad, admission counts pending, LFU
 // capacity and idle eviction.
 v1::SparseTableSpec RichSpec() {
