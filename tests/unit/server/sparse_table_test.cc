@@ -550,6 +550,100 @@ TEST_P(SparseTableTest, RestoredBucketsEmptiedByEvictionSnapshotAsEmpty) {
   EXPECT_EQ(blocks[0].rows, "");
 }
 
+// The empty blocks of snapshot `blocks` are the buckets of `held` that hold
+// nothing, and every bucket with rows is one of `held`.
+void ExpectEmptyBlocksAre(const std::vector<StoredBlock>& blocks,
+                          const std::set<uint32_t>& held) {
+  std::set<uint32_t> empty;
+  std::set<uint32_t> full;
+  for (const StoredBlock& block : blocks) {
+    (block.rows.empty() ? empty : full).insert(BucketIndex(block.key));
+  }
+  EXPECT_EQ(empty.size() + full.size(), blocks.size());
+  EXPECT_TRUE(
+      std::includes(held.begin(), held.end(), full.begin(), full.end()));
+  std::set<uint32_t> expected;
+  std::set_difference(held.begin(), held.end(), full.begin(), full.end(),
+                      std::inserter(expected, expected.end()));
+  EXPECT_EQ(empty, expected);
+}
+
+// Writes snapshot `blocks` over what `store` holds of job "job"; with
+// `check`, the store's blocks then restore a table of `spec` whose snapshot
+// is the blocks with rows of `blocks`, byte for byte.
+void WriteAndCheckStore(ShardStore& store, const v1::SparseTableSpec& spec,
+                        const std::vector<StoredBlock>& blocks, bool check) {
+  ShardWrite write{.job_id = "job"};
+  for (const StoredBlock& block : blocks) {
+    write.blocks.push_back({.key = block.key, .rows = block.rows});
+  }
+  ASSERT_TRUE(store.Write(write).ok());
+  if (!check) return;
+  absl::StatusOr<StoredJob> stored = store.Load("job");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  auto restored = Make(spec);
+  for (const StoredBlock& block : stored->blocks) {
+    ASSERT_TRUE(restored->Restore(block).ok());
+  }
+  std::vector<StoredBlock> full;
+  for (const StoredBlock& block : blocks) {
+    if (!block.rows.empty()) full.push_back(block);
+  }
+  const std::vector<StoredBlock> again = restored->Snapshot();
+  ASSERT_EQ(again.size(), full.size());
+  for (size_t i = 0; i < again.size(); ++i) {
+    EXPECT_EQ(again[i].key, full[i].key);
+    EXPECT_EQ(again[i].rows, full[i].rows);
+  }
+}
+
+// Random changes of a table for the test below, and the buckets it was
+// given anything in: ids of a pool of 41 pushed (each enters as a row or an
+// admission count), every row made idle (evicted), or a block of another
+// table's snapshot restored (often old rows, sometimes an empty block).
+class HeldScenario {
+ public:
+  HeldScenario(const v1::SparseTableSpec& spec, uint32_t seed)
+      : live_(Make(spec)), other_(Make(spec)), rng_(seed) {}
+
+  SparseTable& live() { return *live_; }
+  const std::set<uint32_t>& held() const { return held_; }
+
+  void Step() {
+    const uint32_t op = rng_() % 8;
+    if (op < 5) {
+      const std::vector<uint64_t> ids = RandomIds();
+      for (uint64_t id : ids) {
+        held_.insert(BucketOfId(id, 3, live_->num_buckets()));
+      }
+      ApplyConst(*live_, ids, ++clock_);
+    } else if (op == 5) {
+      clock_ += 5;
+      ApplyConst(*live_, {}, clock_);
+    } else {
+      const auto back = static_cast<int64_t>(rng_() % 6);
+      ApplyConst(*other_, RandomIds(), std::max<int64_t>(0, clock_ - back));
+      const std::vector<StoredBlock> blocks = other_->Snapshot();
+      const StoredBlock& block = blocks[rng_() % blocks.size()];
+      ASSERT_TRUE(live_->Restore(block).ok());
+      if (!block.rows.empty()) held_.insert(BucketIndex(block.key));
+    }
+  }
+
+ private:
+  std::vector<uint64_t> RandomIds() {
+    std::vector<uint64_t> ids(1 + rng_() % 5);
+    for (uint64_t& id : ids) id = (rng_() % 41) * 0x9e3779b97f4a7c15ULL;
+    return ids;
+  }
+
+  std::unique_ptr<SparseTable> live_;
+  std::unique_ptr<SparseTable> other_;
+  std::mt19937 rng_;
+  std::set<uint32_t> held_;
+  int64_t clock_ = 0;
+};
+
 // Snapshot's empty blocks are exactly the buckets that held something (a
 // row or an admission count) since Create and hold nothing now, whatever
 // emptied them (idle or capacity eviction of rows pushed or restored, hot or
@@ -558,79 +652,23 @@ TEST_P(SparseTableTest, RestoredBucketsEmptiedByEvictionSnapshotAsEmpty) {
 // last in a store restores the live table: its empty blocks clear what the
 // store held.
 TEST_P(SparseTableTest, EmptyBlocksAreTheBucketsThatHeldSomethingAndNoLonger) {
-  constexpr uint32_t kBuckets = 16;
   for (const int min_count : {0, 3}) {
     SCOPED_TRACE(min_count);
-    v1::SparseTableSpec spec = Spec(2, kBuckets);
+    v1::SparseTableSpec spec = Spec(2, 16);
     spec.mutable_admission()->set_min_count(min_count);
     spec.mutable_eviction()->set_max_idle_clocks(4);
     spec.mutable_eviction()->set_max_rows_per_server(10);
-    auto live = Make(spec);
-    auto other = Make(spec);  // Its blocks are restored into `live`.
+    HeldScenario scenario(spec, static_cast<uint32_t>(5 + min_count));
     auto store = MemoryShardStore::Create();
-    std::set<uint32_t> held;  // The buckets of every id and block taken.
-    std::mt19937 rng(static_cast<uint32_t>(5 + min_count));
-    const auto random_ids = [&rng] {
-      std::vector<uint64_t> ids(1 + rng() % 5);
-      for (uint64_t& id : ids) id = (rng() % 41) * 0x9e3779b97f4a7c15ULL;
-      return ids;
-    };
-    int64_t clock = 0;
     for (int step = 0; step < 80; ++step) {
-      const uint32_t op = rng() % 8;
-      if (op < 5) {  // A push: each id enters as a row or a count.
-        const std::vector<uint64_t> ids = random_ids();
-        for (uint64_t id : ids) held.insert(BucketOfId(id, 3, kBuckets));
-        ApplyConst(*live, ids, ++clock);
-      } else if (op == 5) {  // Every row idle: evicted.
-        clock += 5;
-        ApplyConst(*live, {}, clock);
-      } else {  // A block of the other table's, often of old rows.
-        ApplyConst(
-            *other, random_ids(),
-            std::max<int64_t>(0, clock - static_cast<int64_t>(rng() % 6)));
-        const std::vector<StoredBlock> blocks = other->Snapshot();
-        const StoredBlock& block = blocks[rng() % blocks.size()];
-        ASSERT_TRUE(live->Restore(block).ok());
-        if (!block.rows.empty()) held.insert(BucketIndex(block.key));
-      }
-      const std::vector<StoredBlock> blocks = live->Snapshot();
-      std::set<uint32_t> empty;
-      std::set<uint32_t> full;
-      for (const StoredBlock& block : blocks) {
-        (block.rows.empty() ? empty : full).insert(BucketIndex(block.key));
-      }
-      ASSERT_EQ(empty.size() + full.size(), blocks.size());
-      ASSERT_TRUE(
-          std::includes(held.begin(), held.end(), full.begin(), full.end()));
-      std::set<uint32_t> expected;
-      std::set_difference(held.begin(), held.end(), full.begin(), full.end(),
-                          std::inserter(expected, expected.end()));
-      ASSERT_EQ(empty, expected) << "step " << step;
-      ShardWrite write{.job_id = "job"};
-      for (const StoredBlock& block : blocks) {
-        write.blocks.push_back({.key = block.key, .rows = block.rows});
-      }
-      ASSERT_TRUE(store->Write(write).ok());
-      if (step % 10 != 9) continue;
-      absl::StatusOr<StoredJob> stored = store->Load("job");
-      ASSERT_TRUE(stored.ok()) << stored.status();
-      auto restored = Make(spec);
-      for (const StoredBlock& block : stored->blocks) {
-        ASSERT_TRUE(restored->Restore(block).ok());
-      }
-      const std::vector<StoredBlock> again = restored->Snapshot();
-      std::vector<StoredBlock> live_full;
-      for (const StoredBlock& block : blocks) {
-        if (!block.rows.empty()) live_full.push_back(block);
-      }
-      ASSERT_EQ(again.size(), live_full.size()) << "step " << step;
-      for (size_t i = 0; i < again.size(); ++i) {
-        EXPECT_EQ(again[i].key, live_full[i].key);
-        EXPECT_EQ(again[i].rows, live_full[i].rows);
-      }
+      SCOPED_TRACE(step);
+      scenario.Step();
+      const std::vector<StoredBlock> blocks = scenario.live().Snapshot();
+      ExpectEmptyBlocksAre(blocks, scenario.held());
+      WriteAndCheckStore(*store, spec, blocks, step % 10 == 9);
+      ASSERT_FALSE(HasFailure());
     }
-    EXPECT_GT(live->evictions(), 10);
+    EXPECT_GT(scenario.live().evictions(), 10);
   }
 }
 
