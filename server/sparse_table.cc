@@ -11,6 +11,7 @@
 #include "common/sparse_keys.h"
 #include "common/sparse_memory.h"
 #include "common/status_macros.h"
+#include "server/sort_by_key.h"
 #include "server/sparse_bucket_codec.h"
 
 namespace ps {
@@ -179,12 +180,19 @@ void SparseTable::Accumulate(std::span<const uint64_t> keys,
   for (size_t i = 0; i < keys.size(); ++i) {
     auto [it, inserted] = acc_index_.try_emplace(
         keys[i], static_cast<uint32_t>(acc_keys_.size()));
+    const float* g = grads.data() + i * dim;
     if (inserted) {
       acc_keys_.push_back(keys[i]);
-      acc_sums_.resize(acc_sums_.size() + dim, 0.0f);
+      const size_t end = acc_keys_.size() * dim;
+      if (acc_sums_.size() < end) {
+        acc_sums_.resize(std::max(end, 2 * acc_sums_.size()));
+      }
+      // A first sum, 0 + g (which makes a -0 +0), without zeroing first.
+      float* sum = acc_sums_.data() + (end - dim);
+      for (size_t j = 0; j < dim; ++j) sum[j] = 0.0f + g[j];
+      continue;
     }
     float* sum = acc_sums_.data() + size_t{it->second} * dim;
-    const float* g = grads.data() + i * dim;
     for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
   }
 }
@@ -198,8 +206,12 @@ void SparseTable::AveragedRowsInto(int num_workers, std::vector<uint64_t>* keys,
   for (size_t i = 0; i < order_.size(); ++i) {
     order_[i] = {acc_keys_[i], static_cast<uint32_t>(i)};
   }
-  std::sort(order_.begin(), order_.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<uint64_t, uint32_t>> scratch;
+  std::vector<uint32_t> count;
+  SortByKey(
+      order_.data(), order_.data() + order_.size(),
+      [](const std::pair<uint64_t, uint32_t>& e) { return e.first; }, &scratch,
+      &count);
   keys->resize(order_.size());
   values->resize(order_.size() * dim);
   const auto n = static_cast<float>(num_workers);
@@ -222,8 +234,7 @@ void SparseTable::ClearAccumulated() {
   const size_t used = acc_keys_.size();
   acc_index_.clear();
   if (used > 0) acc_index_.reserve(used);
-  acc_keys_.clear();
-  acc_sums_.clear();
+  acc_keys_.clear();  // acc_sums_ keeps its floats: room for the next.
 }
 
 bool SparseTable::Admit(uint64_t id, int64_t clock) {
@@ -232,8 +243,7 @@ bool SparseTable::Admit(uint64_t id, int64_t clock) {
                                probability_);
   }
   if (min_count_ <= 1) return true;
-  auto [it, inserted] = pending_.try_emplace(id, 0);
-  if (inserted) MarkHeld(id);
+  auto it = pending_.try_emplace(id, 0).first;
   if (++it->second < min_count_) return false;
   pending_.erase(it);
   return true;
@@ -269,7 +279,6 @@ void SparseTable::InitRow(uint32_t slot, uint64_t id, int64_t clock) {
   init_.Fill(id, std::span<float>(row, static_cast<size_t>(dim_)));
   std::fill(row + dim_, row + stride(), 0.0f);
   SetMeta(slot, {.clock = clock, .updates = 0});
-  MarkHeld(id);
 }
 
 uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
@@ -286,6 +295,7 @@ uint32_t SparseTable::NewRow(uint64_t id, int64_t clock) {
 
 void SparseTable::Evict(uint64_t id) {
   ++evictions_;
+  MarkHeld(id);
   auto it = slots_.find(id);
   if (it == slots_.end()) {  // A cold row (LiveCandidatesTiered found it).
     TierDelete(id);
@@ -322,15 +332,31 @@ void SparseTable::Apply(std::span<const uint64_t> keys,
     ApplyTiered(keys, grads, clock, lr_factor);
     return;
   }
-  // Two passes, for memory-level parallelism over a large table: the slots
-  // of the rows that exist, then the steps in key order, fetching rows ahead.
-  // Slots found stay valid: nothing is evicted before the steps end.
+  // Two passes, for memory-level parallelism over a large table: the keys'
+  // slots, then the steps in key order, fetching rows ahead. The first pass
+  // probes the index once per key: an id without a row is admitted (or not)
+  // there and its row made (a repeated id finds the row made for its first
+  // occurrence), in key order as the steps would meet them. Slots found
+  // stay valid: nothing is evicted before the steps end.
   constexpr size_t kAhead = 8;
   found_.resize(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i + kAhead < keys.size()) slots_.prefetch(keys[i + kAhead]);
-    auto it = slots_.find(keys[i]);
-    found_[i] = it == slots_.end() ? kNoSlot : it->second;
+    const uint64_t id = keys[i];
+    auto [it, inserted] = slots_.try_emplace(id, kNoSlot);
+    if (!inserted) {
+      found_[i] = it->second;
+    } else if (Admit(id, clock)) {
+      const uint32_t slot = AllocateSlot();
+      InitRow(slot, id, clock);
+      it->second = slot;
+      found_[i] = slot;
+      ++admissions_;
+    } else {
+      slots_.erase(it);
+      found_[i] = kNoSlot;
+      ++rejections_;
+    }
   }
   const bool tracked = max_idle_clocks_ > 0 || max_rows_ > 0;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -340,24 +366,8 @@ void SparseTable::Apply(std::span<const uint64_t> keys,
       __builtin_prefetch(ahead + slot_floats() - 1, 1);
     }
     const uint64_t id = keys[i];
-    uint32_t slot = found_[i];
-    if (slot == kNoSlot) {
-      // One probe of the index: the row created earlier in this call (a
-      // repeated id), or the new row's entry.
-      auto [it, inserted] = slots_.try_emplace(id, kNoSlot);
-      if (!inserted) {
-        slot = it->second;
-      } else if (Admit(id, clock)) {
-        slot = AllocateSlot();
-        InitRow(slot, id, clock);
-        it->second = slot;
-        ++admissions_;
-      } else {
-        slots_.erase(it);
-        ++rejections_;
-        continue;
-      }
-    }
+    const uint32_t slot = found_[i];
+    if (slot == kNoSlot) continue;  // Not admitted.
     float* row = RowAt(slot);
     RowMeta meta = Meta(slot);
     ++meta.updates;

@@ -234,8 +234,9 @@ class SparseTable {
   // A new row for `id`: the initializer's values, zero state, no updates.
   uint32_t NewRow(uint64_t id, int64_t clock);
   // NewRow's contents in `slot` (not indexed: the caller adds slots_'s
-  // entry), its bucket marked held.
+  // entry).
   void InitRow(uint32_t slot, uint64_t id, int64_t clock);
+  // Deletes row `id` (hot or cold), its bucket marked held.
   void Evict(uint64_t id);
   // Records the row's current (clock, count) in the eviction orders.
   void Track(uint64_t id, const RowMeta& meta);
@@ -359,6 +360,7 @@ class SparseTable {
   void EvictOverCapacity();
   // Rebuilds the orders from the rows when stale entries pile up.
   void MaybeCompactOrders();
+  // Sets held_ for `id`'s bucket.
   void MarkHeld(uint64_t id);
   // Restore's checks of a decoded bucket against this table; the error
   // message (without the bucket's name) for the first problem.
@@ -407,14 +409,20 @@ class SparseTable {
   uint32_t next_slot_ = 0;
   // Admission by count: updates seen of ids not admitted yet.
   absl::flat_hash_map<uint64_t, int64_t> pending_;
-  // Per bucket: held something since Create or a Restore.
+  // Per bucket: lost a row to eviction, or took a non-empty block in a
+  // Restore, since Create. A bucket empties only by eviction (a row's
+  // admission, Restore's replacements and demotions keep an entry in its
+  // bucket), so of the buckets empty now, those marked are exactly those
+  // that held something since Create or a Restore: Snapshot's empty blocks.
+  // Marked per eviction, not per new row: a table that grows pays nothing.
   std::vector<bool> held_;
 
   EvictionOrder by_clock_;  // Used for idle eviction and LRU.
   EvictionOrder by_count_;  // Used for LFU.
   size_t order_entries_ = 0;
 
-  // BSP sums: key -> index into acc_keys_ (rows of acc_sums_).
+  // BSP sums: key -> index into acc_keys_ (rows of acc_sums_; the rows past
+  // acc_keys_.size() are room kept from earlier clocks, not zeroed).
   absl::flat_hash_map<uint64_t, uint32_t> acc_index_;
   std::vector<uint64_t> acc_keys_;
   std::vector<float> acc_sums_;

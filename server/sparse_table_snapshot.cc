@@ -2,7 +2,6 @@
 // format"): every bucket's rows encoded in id order into a string of its
 // exact size, and a stored bucket checked and taken back.
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -11,64 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/sparse_keys.h"
+#include "server/sort_by_key.h"
 #include "server/sparse_bucket_codec.h"
 #include "server/sparse_table.h"
 
 namespace ps {
-namespace {
-
-// Sorts [first, last) by `id` (distinct): the entries grouped by the
-// leading bits of id - min (about four a group for ids spread over their
-// range, as hashed ids are) with a counting sort through `scratch`, then
-// each group sorted on its own (insertion for a few, std::sort for more,
-// so that clustered ids cost no more than a plain sort).
-template <typename Entry>
-void SortById(Entry* first, Entry* last, std::vector<Entry>* scratch,
-              std::vector<uint32_t>* count) {
-  const auto by_id = [](const Entry& x, const Entry& y) { return x.id < y.id; };
-  const auto n = static_cast<size_t>(last - first);
-  if (n < 64) {
-    std::sort(first, last, by_id);
-    return;
-  }
-  uint64_t lo = first->id;
-  uint64_t hi = first->id;
-  for (const Entry* e = first; e != last; ++e) {
-    lo = std::min(lo, e->id);
-    hi = std::max(hi, e->id);
-  }
-  const int bits = std::bit_width(n) - 2;
-  const int span_bits = std::bit_width(hi - lo);
-  const int shift = span_bits > bits ? span_bits - bits : 0;
-  const size_t groups = static_cast<size_t>((hi - lo) >> shift) + 1;
-  count->assign(groups + 1, 0);
-  for (const Entry* e = first; e != last; ++e) {
-    ++(*count)[((e->id - lo) >> shift) + 1];
-  }
-  for (size_t g = 0; g < groups; ++g) (*count)[g + 1] += (*count)[g];
-  scratch->resize(n);
-  std::vector<uint32_t> next(count->begin(), count->end() - 1);
-  for (const Entry* e = first; e != last; ++e) {
-    (*scratch)[next[(e->id - lo) >> shift]++] = *e;
-  }
-  for (size_t g = 0; g < groups; ++g) {
-    Entry* begin = scratch->data() + (*count)[g];
-    Entry* end = scratch->data() + (*count)[g + 1];
-    if (end - begin > 16) {
-      std::sort(begin, end, by_id);
-      continue;
-    }
-    for (Entry* i = begin + 1; i < end; ++i) {
-      const Entry moved = *i;
-      Entry* j = i;
-      for (; j > begin && moved.id < (j - 1)->id; --j) *j = *(j - 1);
-      *j = moved;
-    }
-  }
-  std::copy(scratch->begin(), scratch->end(), first);
-}
-
-}  // namespace
 
 std::vector<SparseTable::SnapshotEntry> SparseTable::EntriesByBucket(
     const std::vector<std::pair<uint64_t, std::string>>& cold,
@@ -104,8 +50,9 @@ std::vector<SparseTable::SnapshotEntry> SparseTable::EntriesByBucket(
   std::vector<SnapshotEntry> scratch;
   std::vector<uint32_t> count;
   for (uint32_t b = 0; b < num_buckets_; ++b) {
-    SortById(entries.data() + (*start)[b], entries.data() + (*start)[b + 1],
-             &scratch, &count);
+    SortByKey(
+        entries.data() + (*start)[b], entries.data() + (*start)[b + 1],
+        [](const SnapshotEntry& e) { return e.id; }, &scratch, &count);
   }
   return entries;
 }

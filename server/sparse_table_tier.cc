@@ -402,7 +402,6 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
           float* row =
               AddScratch(id, {.clock = clock, .updates = 0}, /*created=*/true);
           init_.Fill(id, std::span<float>(row, dim));
-          MarkHeld(id);
         }
       } else {
         ++rejections_;

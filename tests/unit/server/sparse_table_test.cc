@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <set>
@@ -364,6 +365,41 @@ TEST_P(SparseTableTest, AveragedRowsAreSumsOverWorkersKeysAscending) {
   EXPECT_EQ(table->num_rows(), 0);  // Accumulating changes no rows.
 }
 
+// Each clock's sums start from zero (0 + g: a -0 gradient sums to +0),
+// whatever the last clock summed; many keys (spread and clustered) come out
+// ascending.
+TEST_P(SparseTableTest, AveragedRowsStartEachClockFromZero) {
+  auto table = Make(Spec(2));
+  table->Accumulate(std::vector<uint64_t>{3, 9},
+                    std::vector<float>{5, 6, 7, 8});
+  EXPECT_EQ(table->AveragedRows(1).keys.size(), 2u);
+  table->ClearAccumulated();
+  table->Accumulate(std::vector<uint64_t>{4}, std::vector<float>{1, -0.0f});
+  SparseTable::RowsView view = table->AveragedRows(1);
+  EXPECT_THAT(view.keys, ElementsAre(4u));
+  ASSERT_EQ(view.values.size(), 2u);
+  EXPECT_EQ(view.values[0], 1.0f);
+  EXPECT_FALSE(std::signbit(view.values[1]));
+  table->ClearAccumulated();
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 3000; ++i) {
+    keys.push_back(i % 2 == 0 ? i * 0x9e3779b97f4a7c15ULL : 1000 + i);
+  }
+  table->Accumulate(keys, std::vector<float>(keys.size() * 2, 1.0f));
+  table->Accumulate(std::vector<uint64_t>(keys.begin(), keys.begin() + 10),
+                    std::vector<float>(20, 2.0f));
+  view = table->AveragedRows(2);
+  std::vector<uint64_t> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  ASSERT_TRUE(std::equal(view.keys.begin(), view.keys.end(), sorted.begin(),
+                         sorted.end()));
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const bool twice = std::find(keys.begin(), keys.begin() + 10, sorted[i]) !=
+                       keys.begin() + 10;
+    EXPECT_EQ(view.values[i * 2], twice ? 1.5f : 0.5f) << sorted[i];
+  }
+}
+
 // A table with every kind of state: Adagrad, admission counts pending, LFU
 // capacity and idle eviction.
 v1::SparseTableSpec RichSpec() {
@@ -488,6 +524,152 @@ TEST_P(SparseTableTest, EvictedBucketsSnapshotAsEmptyBlocks) {
   auto restored = Make(spec);
   EXPECT_TRUE(restored->Restore(blocks[0]).ok());
   EXPECT_EQ(restored->num_rows(), 0);
+}
+
+// A bucket whose rows a Restore brought emptied by eviction: its block is
+// empty (the store holds the restored rows); a Restore of an empty block
+// brings nothing to clear.
+TEST_P(SparseTableTest, RestoredBucketsEmptiedByEvictionSnapshotAsEmpty) {
+  v1::SparseTableSpec spec = Spec(2, 4);
+  spec.mutable_eviction()->set_max_idle_clocks(1);
+  auto source = Make(spec);
+  ApplyConst(*source, {77}, 1);
+  const std::vector<StoredBlock> stored = source->Snapshot();
+  ASSERT_EQ(stored.size(), 1u);
+  ASSERT_FALSE(stored[0].rows.empty());
+  auto table = Make(spec);
+  ASSERT_TRUE(table->Restore(stored[0]).ok());
+  const uint32_t other = (BucketIndex(stored[0].key) + 1) % 4;
+  ASSERT_TRUE(table->Restore(StoredBlock{.key = BucketKey(3, other)}).ok());
+  EXPECT_EQ(table->Snapshot().size(), 1u);  // The row; nothing for `other`.
+  ApplyConst(*table, {}, 5);                // Row 77 idle: evicted.
+  EXPECT_EQ(table->num_rows(), 0);
+  const std::vector<StoredBlock> blocks = table->Snapshot();
+  ASSERT_EQ(blocks.size(), 1u);
+  EXPECT_EQ(blocks[0].key, stored[0].key);
+  EXPECT_EQ(blocks[0].rows, "");
+}
+
+// The empty blocks of snapshot `blocks` are the buckets of `held` that hold
+// nothing, and every bucket with rows is one of `held`.
+void ExpectEmptyBlocksAre(const std::vector<StoredBlock>& blocks,
+                          const std::set<uint32_t>& held) {
+  std::set<uint32_t> empty;
+  std::set<uint32_t> full;
+  for (const StoredBlock& block : blocks) {
+    (block.rows.empty() ? empty : full).insert(BucketIndex(block.key));
+  }
+  EXPECT_EQ(empty.size() + full.size(), blocks.size());
+  EXPECT_TRUE(
+      std::includes(held.begin(), held.end(), full.begin(), full.end()));
+  std::set<uint32_t> expected;
+  std::set_difference(held.begin(), held.end(), full.begin(), full.end(),
+                      std::inserter(expected, expected.end()));
+  EXPECT_EQ(empty, expected);
+}
+
+// Writes snapshot `blocks` over what `store` holds of job "job"; with
+// `check`, the store's blocks then restore a table of `spec` whose snapshot
+// is the blocks with rows of `blocks`, byte for byte.
+void WriteAndCheckStore(ShardStore& store, const v1::SparseTableSpec& spec,
+                        const std::vector<StoredBlock>& blocks, bool check) {
+  ShardWrite write{.job_id = "job"};
+  for (const StoredBlock& block : blocks) {
+    write.blocks.push_back({.key = block.key, .rows = block.rows});
+  }
+  ASSERT_TRUE(store.Write(write).ok());
+  if (!check) return;
+  absl::StatusOr<StoredJob> stored = store.Load("job");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  auto restored = Make(spec);
+  for (const StoredBlock& block : stored->blocks) {
+    ASSERT_TRUE(restored->Restore(block).ok());
+  }
+  std::vector<StoredBlock> full;
+  for (const StoredBlock& block : blocks) {
+    if (!block.rows.empty()) full.push_back(block);
+  }
+  const std::vector<StoredBlock> again = restored->Snapshot();
+  ASSERT_EQ(again.size(), full.size());
+  for (size_t i = 0; i < again.size(); ++i) {
+    EXPECT_EQ(again[i].key, full[i].key);
+    EXPECT_EQ(again[i].rows, full[i].rows);
+  }
+}
+
+// Random changes of a table for the test below, and the buckets it was
+// given anything in: ids of a pool of 41 pushed (each enters as a row or an
+// admission count), every row made idle (evicted), or a block of another
+// table's snapshot restored (often old rows, sometimes an empty block).
+class HeldScenario {
+ public:
+  HeldScenario(const v1::SparseTableSpec& spec, uint32_t seed)
+      : live_(Make(spec)), other_(Make(spec)), rng_(seed) {}
+
+  SparseTable& live() { return *live_; }
+  const std::set<uint32_t>& held() const { return held_; }
+
+  void Step() {
+    const uint32_t op = rng_() % 8;
+    if (op < 5) {
+      const std::vector<uint64_t> ids = RandomIds();
+      for (uint64_t id : ids) {
+        held_.insert(BucketOfId(id, 3, live_->num_buckets()));
+      }
+      ApplyConst(*live_, ids, ++clock_);
+    } else if (op == 5) {
+      clock_ += 5;
+      ApplyConst(*live_, {}, clock_);
+    } else {
+      const auto back = static_cast<int64_t>(rng_() % 6);
+      ApplyConst(*other_, RandomIds(), std::max<int64_t>(0, clock_ - back));
+      const std::vector<StoredBlock> blocks = other_->Snapshot();
+      const StoredBlock& block = blocks[rng_() % blocks.size()];
+      ASSERT_TRUE(live_->Restore(block).ok());
+      if (!block.rows.empty()) held_.insert(BucketIndex(block.key));
+    }
+  }
+
+ private:
+  std::vector<uint64_t> RandomIds() {
+    std::vector<uint64_t> ids(1 + rng_() % 5);
+    for (uint64_t& id : ids) id = (rng_() % 41) * 0x9e3779b97f4a7c15ULL;
+    return ids;
+  }
+
+  std::unique_ptr<SparseTable> live_;
+  std::unique_ptr<SparseTable> other_;
+  std::mt19937 rng_;
+  std::set<uint32_t> held_;
+  int64_t clock_ = 0;
+};
+
+// Snapshot's empty blocks are exactly the buckets that held something (a
+// row or an admission count) since Create and hold nothing now, whatever
+// emptied them (idle or capacity eviction of rows pushed or restored, hot or
+// cold) and whenever (before the last snapshot or since); a bucket that only
+// took empty blocks in Restores has none. Each snapshot written over the
+// last in a store restores the live table: its empty blocks clear what the
+// store held.
+TEST_P(SparseTableTest, EmptyBlocksAreTheBucketsThatHeldSomethingAndNoLonger) {
+  for (const int min_count : {0, 3}) {
+    SCOPED_TRACE(min_count);
+    v1::SparseTableSpec spec = Spec(2, 16);
+    spec.mutable_admission()->set_min_count(min_count);
+    spec.mutable_eviction()->set_max_idle_clocks(4);
+    spec.mutable_eviction()->set_max_rows_per_server(10);
+    HeldScenario scenario(spec, static_cast<uint32_t>(5 + min_count));
+    auto store = MemoryShardStore::Create();
+    for (int step = 0; step < 80; ++step) {
+      SCOPED_TRACE(step);
+      scenario.Step();
+      const std::vector<StoredBlock> blocks = scenario.live().Snapshot();
+      ExpectEmptyBlocksAre(blocks, scenario.held());
+      WriteAndCheckStore(*store, spec, blocks, step % 10 == 9);
+      ASSERT_FALSE(HasFailure());
+    }
+    EXPECT_GT(scenario.live().evictions(), 10);
+  }
 }
 
 TEST_P(SparseTableTest, MalformedBucketsAreDataLoss) {
