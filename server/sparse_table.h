@@ -385,15 +385,18 @@ class SparseTable {
   std::vector<uint64_t> LiveCandidatesTiered(const OrderKey& key,
                                              std::vector<uint64_t>& group,
                                              bool by_count) const;
-  // A row of a snapshot: its id and slot.
+  // A row of a snapshot: a hot row's slot or a cold row's index.
   struct SnapshotEntry {
     uint64_t id;
-    uint32_t slot;
+    uint32_t ref;   // Slot of a hot row, index into the cold rows else.
+    uint32_t cold;  // 1: a cold row.
   };
-  // Snapshot's grouping (server/sparse_table_snapshot.cc): every row in
-  // memory by bucket (bucket b's at [start[b], start[b + 1])), ids
-  // ascending within each.
+  // Snapshot's grouping (server/sparse_table_snapshot.cc): every hot row and
+  // every row of `cold` (empty: a snapshot's cold rows are merged from the
+  // tier's view, SparseTableCut), by bucket (bucket b's at [start[b],
+  // start[b + 1])), ids ascending within each.
   std::vector<SnapshotEntry> EntriesByBucket(
+      const std::vector<std::pair<uint64_t, std::string>>& cold,
       std::vector<uint32_t>* start) const;
   // Pending ids (admission counts) as (bucket, id), sorted.
   std::vector<std::pair<uint32_t, uint64_t>> PendingByBucket() const;

@@ -73,16 +73,22 @@ void SortById(Entry* first, Entry* last, std::vector<Entry>* scratch,
 }  // namespace
 
 std::vector<SparseTable::SnapshotEntry> SparseTable::EntriesByBucket(
+    const std::vector<std::pair<uint64_t, std::string>>& cold,
     std::vector<uint32_t>* start) const {
-  // Every row in memory once, grouped by bucket with a counting sort, then
-  // ids ascending within each. Each row's bucket is hashed once (the first
-  // pass keeps it, in the order the second visits the rows), and the rows
-  // go straight to their place: no copy of them in table order first.
-  const size_t n = slots_.size();
+  // Every row (hot, and cold from the tier) once, grouped by bucket with a
+  // counting sort, then ids ascending within each. Each row's bucket is
+  // hashed once (the first pass keeps it, in the order the second visits
+  // the rows), and the rows go straight to their place: no copy of them
+  // in table order first.
+  const size_t n = slots_.size() + cold.size();
   const std::unique_ptr<uint32_t[]> bucket_of(new uint32_t[n]);
   start->assign(size_t{num_buckets_} + 1, 0);
   size_t i = 0;
   for (const auto& [id, slot] : slots_) {
+    bucket_of[i] = BucketOfId(id, table_index_, num_buckets_);
+    ++(*start)[bucket_of[i++] + 1];
+  }
+  for (const auto& [id, bytes] : cold) {
     bucket_of[i] = BucketOfId(id, table_index_, num_buckets_);
     ++(*start)[bucket_of[i++] + 1];
   }
@@ -91,7 +97,11 @@ std::vector<SparseTable::SnapshotEntry> SparseTable::EntriesByBucket(
   std::vector<uint32_t> next(start->begin(), start->end() - 1);
   i = 0;
   for (const auto& [id, slot] : slots_) {
-    entries[next[bucket_of[i++]]++] = {id, slot};
+    entries[next[bucket_of[i++]]++] = {id, slot, 0};
+  }
+  for (size_t c = 0; c < cold.size(); ++c) {
+    entries[next[bucket_of[i++]]++] = {cold[c].first, static_cast<uint32_t>(c),
+                                       1};
   }
   std::vector<SnapshotEntry> scratch;
   std::vector<uint32_t> count;
@@ -133,11 +143,20 @@ void SparseTable::SnapshotInto(std::vector<StoredBlock>* blocks,
     }
     return;
   }
+  // Without a tier every row is in memory (the cold rows' branches below
+  // never run); kept as it is measured (bench/sparse_table_bench.cc).
+  const std::vector<std::pair<uint64_t, std::string>> cold;
   std::vector<uint32_t> start;
-  const std::vector<SnapshotEntry> entries = EntriesByBucket(&start);
+  const std::vector<SnapshotEntry> entries = EntriesByBucket(cold, &start);
   // Pending ids (admission counts), by bucket then id.
-  const std::vector<std::pair<uint32_t, uint64_t>> pending = PendingByBucket();
+  std::vector<std::pair<uint32_t, uint64_t>> pending;
+  pending.reserve(pending_.size());
+  for (const auto& [id, count] : pending_) {
+    pending.emplace_back(BucketOfId(id, table_index_, num_buckets_), id);
+  }
+  std::sort(pending.begin(), pending.end());
 
+  std::vector<float> floats(stride());
   std::string header;
   size_t p = 0;
   for (uint32_t b = 0; b < num_buckets_; ++b) {
@@ -174,17 +193,25 @@ void SparseTable::SnapshotInto(std::vector<StoredBlock>* blocks,
     // slot spans two or three) fetched kAhead rows before it is copied.
     constexpr size_t kAhead = 8;
     for (size_t i = 0; i < rows; ++i) {
-      if (i + kAhead < rows) {
-        const float* slot = RowAt(first[i + kAhead].slot) - kMetaFloats;
+      if (i + kAhead < rows && first[i + kAhead].cold == 0) {
+        const float* slot = RowAt(first[i + kAhead].ref) - kMetaFloats;
         for (size_t f = 0; f < slot_floats(); f += 16) {
           __builtin_prefetch(slot + f);
         }
         __builtin_prefetch(slot + slot_floats() - 1);
       }
       const SnapshotEntry& e = first[i];
-      const RowMeta meta = Meta(e.slot);
-      at = PutSparseBucketRow(at, e.id, meta.clock, meta.updates, RowAt(e.slot),
-                              stride());
+      RowMeta meta;
+      const float* row = floats.data();
+      if (e.cold == 0) {
+        meta = Meta(e.ref);
+        row = RowAt(e.ref);
+      } else {
+        SparseTier::Decode(cold[e.ref].second, stride(), &meta.clock,
+                           &meta.updates, floats.data());
+      }
+      at =
+          PutSparseBucketRow(at, e.id, meta.clock, meta.updates, row, stride());
     }
     for (; p < pending_end; ++p) {
       at = PutSparseBucketPending(at, pending[p].second,
@@ -203,7 +230,8 @@ SparseTableCut SparseTable::Cut() const {
   cut.state_floats_ = static_cast<uint32_t>(state_floats_);
   cut.held_ = held_;
   cut.cold_ = cold_in_bucket_;
-  const std::vector<SnapshotEntry> entries = EntriesByBucket(&cut.hot_start_);
+  const std::vector<SnapshotEntry> entries =
+      EntriesByBucket({}, &cut.hot_start_);
   // The hot rows as a bucket holds them, in the snapshot's order.
   const size_t row_bytes =
       SparseBucketBytes(stride(), 1, 0) - SparseBucketBytes(stride(), 0, 0);
@@ -212,14 +240,14 @@ SparseTableCut SparseTable::Cut() const {
   constexpr size_t kAhead = 8;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (i + kAhead < entries.size()) {
-      const float* slot = RowAt(entries[i + kAhead].slot) - kMetaFloats;
+      const float* slot = RowAt(entries[i + kAhead].ref) - kMetaFloats;
       for (size_t f = 0; f < slot_floats(); f += 16)
         __builtin_prefetch(slot + f);
       __builtin_prefetch(slot + slot_floats() - 1);
     }
-    const RowMeta meta = Meta(entries[i].slot);
+    const RowMeta meta = Meta(entries[i].ref);
     at = PutSparseBucketRow(at, entries[i].id, meta.clock, meta.updates,
-                            RowAt(entries[i].slot), stride());
+                            RowAt(entries[i].ref), stride());
   }
   const std::vector<std::pair<uint32_t, uint64_t>> pending = PendingByBucket();
   cut.pending_start_.assign(size_t{num_buckets_} + 1, 0);
