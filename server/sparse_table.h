@@ -81,6 +81,11 @@ class SparseTableCut {
 
  private:
   friend class SparseTable;
+  // EncodeInto's blocks, laid out as SparseTable::SnapshotInto lays them
+  // out, each of its size and with its header; per bucket, where its first
+  // row goes (null: a bucket without a block, or an empty one).
+  std::vector<char*> LayOut(std::vector<StoredBlock>* blocks,
+                            size_t* next) const;
   uint32_t table_index_ = 0;
   uint32_t num_buckets_ = 0;
   uint8_t optimizer_kind_ = 0;
@@ -398,6 +403,9 @@ class SparseTable {
   std::vector<SnapshotEntry> EntriesByBucket(
       const std::vector<std::pair<uint64_t, std::string>>& cold,
       std::vector<uint32_t>* start) const;
+  // SnapshotInto of a table under a budget: its Cut encoded from the
+  // tier's view, waited for here.
+  void SnapshotTieredInto(std::vector<StoredBlock>* blocks, size_t* next) const;
   // Pending ids (admission counts) as (bucket, id), sorted.
   std::vector<std::pair<uint32_t, uint64_t>> PendingByBucket() const;
   // Counts `delta` (+1, -1) rows of id's bucket in the tier only.

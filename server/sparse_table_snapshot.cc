@@ -133,19 +133,10 @@ std::vector<StoredBlock> SparseTable::Snapshot() const {
 void SparseTable::SnapshotInto(std::vector<StoredBlock>* blocks,
                                size_t* next) const {
   if (tier_ != nullptr) {
-    // The one encoding of a tiered table's snapshot, here waiting for the
-    // tier's view (a durable snapshot waits off the job's lock instead:
-    // SparseTableSet::CutTiered).
-    const SparseTableCut cut = Cut();
-    const std::unique_ptr<SparseTier::View> view = tier_->ViewNow();
-    if (absl::Status s = cut.EncodeInto(*view, blocks, next); !s.ok()) {
-      TierFailed(s);
-    }
+    SnapshotTieredInto(blocks, next);
     return;
   }
-  // Without a tier every row is in memory (the cold rows' branches below
-  // never run); kept as it is measured (bench/sparse_table_bench.cc).
-  const std::vector<std::pair<uint64_t, std::string>> cold;
+  const std::vector<std::pair<uint64_t, std::string>> cold;  // No tier: none.
   std::vector<uint32_t> start;
   const std::vector<SnapshotEntry> entries = EntriesByBucket(cold, &start);
   // Pending ids (admission counts), by bucket then id.
@@ -220,6 +211,18 @@ void SparseTable::SnapshotInto(std::vector<StoredBlock>* blocks,
   }
 }
 
+void SparseTable::SnapshotTieredInto(std::vector<StoredBlock>* blocks,
+                                     size_t* next) const {
+  // The one encoding of a tiered table's snapshot, here waiting for the
+  // tier's view (a durable snapshot waits off the job's lock instead:
+  // SparseTableSet::CutTiered).
+  const SparseTableCut cut = Cut();
+  const std::unique_ptr<SparseTier::View> view = tier_->ViewNow();
+  if (absl::Status s = cut.EncodeInto(*view, blocks, next); !s.ok()) {
+    TierFailed(s);
+  }
+}
+
 SparseTableCut SparseTable::Cut() const {
   PS_CHECK(tier_ != nullptr);
   SparseTableCut cut;
@@ -271,18 +274,9 @@ SparseTableCut SparseTable::Cut() const {
   return cut;
 }
 
-absl::Status SparseTableCut::EncodeInto(const SparseTier::View& view,
-                                        std::vector<StoredBlock>* blocks,
-                                        size_t* next) const {
+std::vector<char*> SparseTableCut::LayOut(std::vector<StoredBlock>* blocks,
+                                          size_t* next) const {
   const size_t stride = size_t{dim_} + state_floats_;
-  const size_t row_bytes =
-      SparseBucketBytes(stride, 1, 0) - SparseBucketBytes(stride, 0, 0);
-  const size_t value_bytes = SparseTier::kRowHeaderBytes + stride * 4;
-  const std::string context = absl::StrCat("sparse table ", table_index_,
-                                           ": the snapshot's cold rows: ");
-  // The blocks first, each of its exact size (the counts at the cut), as
-  // SparseTable::SnapshotInto lays them out; then the tier's rows, ids
-  // ascending, each merged into its bucket between the hot rows around it.
   constexpr uint32_t kNone = ~uint32_t{0};
   std::vector<uint32_t> block_of(num_buckets_, kNone);
   std::string header;
@@ -310,16 +304,30 @@ absl::Status SparseTableCut::EncodeInto(const SparseTier::View& view,
     block_of[b] = static_cast<uint32_t>(*next);
     ++*next;
   }
-  // Per bucket: where its next row goes, its next hot row, and the cold
-  // rows still to come.
+  // Once every block is in place (appending may move the others).
   std::vector<char*> at(num_buckets_, nullptr);
-  std::vector<uint32_t> hot_next(hot_start_.begin(), hot_start_.end() - 1);
-  std::vector<uint32_t> cold_left = cold_;
   for (uint32_t b = 0; b < num_buckets_; ++b) {
     if (block_of[b] != kNone) {
       at[b] = (*blocks)[block_of[b]].rows.data() + kSparseBucketHeaderBytes;
     }
   }
+  return at;
+}
+
+absl::Status SparseTableCut::EncodeInto(const SparseTier::View& view,
+                                        std::vector<StoredBlock>* blocks,
+                                        size_t* next) const {
+  const size_t stride = size_t{dim_} + state_floats_;
+  const size_t row_bytes =
+      SparseBucketBytes(stride, 1, 0) - SparseBucketBytes(stride, 0, 0);
+  const size_t value_bytes = SparseTier::kRowHeaderBytes + stride * 4;
+  // The blocks first, each of its exact size (the counts at the cut); then
+  // the tier's rows, ids ascending, each merged into its bucket between the
+  // hot rows around it. Per bucket: where its next row goes, its next hot
+  // row, and the cold rows still to come.
+  std::vector<char*> at = LayOut(blocks, next);
+  std::vector<uint32_t> hot_next(hot_start_.begin(), hot_start_.end() - 1);
+  std::vector<uint32_t> cold_left = cold_;
   const auto hot_id = [&](uint32_t i) {
     uint64_t id;
     std::memcpy(&id, hot_.data() + size_t{i} * row_bytes, 8);
@@ -350,7 +358,8 @@ absl::Status SparseTableCut::EncodeInto(const SparseTier::View& view,
         }
         if (cold_left[b] == 0 || value.size() != value_bytes) {
           bad = absl::InternalError(absl::StrCat(
-              context, "row ", id, " (", value.size(), " bytes) of bucket ", b,
+              "sparse table ", table_index_, ": the snapshot's tier row ", id,
+              " (", value.size(), " bytes) of bucket ", b,
               " is not one the cut counted"));
           return;
         }
@@ -363,9 +372,9 @@ absl::Status SparseTableCut::EncodeInto(const SparseTier::View& view,
   for (uint32_t b = 0; b < num_buckets_; ++b) {
     if (at[b] == nullptr) continue;
     if (cold_left[b] != 0) {
-      return absl::InternalError(absl::StrCat(context, "bucket ", b, " lacks ",
-                                              cold_left[b], " of its ",
-                                              cold_[b], " cold rows"));
+      return absl::InternalError(absl::StrCat(
+          "sparse table ", table_index_, ": the snapshot's bucket ", b,
+          " lacks ", cold_left[b], " of its ", cold_[b], " cold rows"));
     }
     hot_until(b, 0, true);
     for (uint32_t p = pending_start_[b]; p < pending_start_[b + 1]; ++p) {
