@@ -46,8 +46,8 @@ void BM_PullPush(benchmark::State& state) {
   std::mt19937_64 rng(1);
   std::uniform_real_distribution<double> u(0, 1);
   std::vector<uint64_t> ids;
-  std::vector<float> rows(kBatch * kDim);
-  const std::vector<float> grads(kBatch * kDim, 0.01f);
+  std::vector<float> rows(size_t{kBatch} * kDim);
+  const std::vector<float> grads(size_t{kBatch} * kDim, 0.01f);
   int64_t clock = 0;
   for (auto _ : state) {
     state.PauseTiming();

@@ -91,12 +91,13 @@ std::vector<uint64_t> Ids(int n) {
 // reach the admission count, some not), gradients a function of both.
 v1::PushRequest MakePush(int worker, int64_t clock) {
   const std::vector<uint64_t> all = Ids(12);
-  const size_t from = static_cast<size_t>(worker * 2 + clock % 4);
+  const size_t from = static_cast<size_t>(int64_t{worker} * 2 + clock % 4);
   const std::vector<uint64_t> ids(all.begin() + from, all.begin() + from + 6);
   Rows grads(ids.size() * kDim);
   for (size_t i = 0; i < grads.size(); ++i) {
-    grads[i] = 0.25f * std::sin(static_cast<float>(clock * 31 + worker * 7 +
-                                                   static_cast<int64_t>(i)));
+    grads[i] =
+        0.25f * std::sin(static_cast<float>(clock * 31 + int64_t{worker} * 7 +
+                                            static_cast<int64_t>(i)));
   }
   v1::PushRequest push;
   push.set_job_id(kJobId);
@@ -118,7 +119,7 @@ bool PushClocks(ServerJob& job, int64_t from, int64_t to) {
     std::vector<absl::Status> answers;
     for (int worker = 0; worker < 2; ++worker) {
       job.Push(MakePush(worker, clock),
-               [&answers](absl::StatusOr<v1::PushResponse> reply) {
+               [&answers](const absl::StatusOr<v1::PushResponse>& reply) {
                  answers.push_back(reply.status());
                });
     }
