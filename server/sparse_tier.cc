@@ -196,7 +196,7 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
   std::vector<rocksdb::Status> statuses(rest.size());
   rocksdb::ReadOptions options;
   // A cache of this process's own writes: the blocks are not checksummed
-  // again on every read (a snapshot's scan, ForEach, still checks them).
+  // again on every read (scans, ForEach and View::ForEach, still check them).
   options.verify_checksums = false;
   // A data block holds about ten rows of ids spread over the whole range:
   // the next read of it is rarely soon. Not cached, it is not inserted (and

@@ -88,8 +88,9 @@ struct SparseTierOptions {
 
 // One job's cold rows on one server. Thread-safe: its own mutex guards the
 // write queue (RocksDB is thread-safe); a table calls it under its job's
-// lock, but for a pull's reads of cold rows, made without it
-// (docs/sparse.md, "Threading").
+// lock, but for a pull's reads of cold rows and a snapshot's read of a
+// View, made without it (docs/sparse.md, "Threading", "Snapshots of a
+// tiered table").
 //
 // Writes are asynchronous: Write queues a batch for the tier's writer
 // thread, which, once half the queue's bound is queued, merges every queued
