@@ -2,10 +2,14 @@
 // budget against the same table without one (docs/sparse.md, "Memory: the
 // budget and the estimate"): a pull of 2,048 ids, most of them new (a
 // power-law stream over 4 million ids), then their push, dim 16, row-wise
-// Adagrad. Arg: the cap in MiB (0: no budget, no tier).
+// Adagrad. Arg: the cap in MiB (0: no budget, no tier). And a snapshot of a
+// table ten times its budget: the whole, and the part a job's lock holds
+// (the cut; docs/sparse.md, "Snapshots of a tiered table").
 #include <benchmark/benchmark.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -42,8 +46,8 @@ void BM_PullPush(benchmark::State& state) {
   std::mt19937_64 rng(1);
   std::uniform_real_distribution<double> u(0, 1);
   std::vector<uint64_t> ids;
-  std::vector<float> rows(kBatch * kDim);
-  const std::vector<float> grads(kBatch * kDim, 0.01f);
+  std::vector<float> rows(size_t{kBatch} * kDim);
+  const std::vector<float> grads(size_t{kBatch} * kDim, 0.01f);
   int64_t clock = 0;
   for (auto _ : state) {
     state.PauseTiming();
@@ -74,6 +78,84 @@ BENCHMARK(BM_PullPush)
     ->Arg(16)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(400);
+
+// A table of 1,000,000 rows (dim 16, row-wise Adagrad, 1,024 buckets)
+// whose budget (14 MiB) holds about a tenth of them, its tier drained.
+std::unique_ptr<SparseTable> TenTimesItsBudget(
+    std::unique_ptr<SparseTier>* tier) {
+  constexpr int64_t kRows = 1000000;
+  v1::SparseTableSpec spec;
+  spec.set_name("bench");
+  spec.set_dim(kDim);
+  spec.set_num_buckets(1024);
+  spec.mutable_optimizer()->mutable_rowwise_adagrad()->set_learning_rate(0.01f);
+  spec.mutable_optimizer()->mutable_rowwise_adagrad()->set_epsilon(1e-8f);
+  std::string dir = "/tmp/ps-sparse-tier-bench-XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) std::abort();
+  *tier = *SparseTier::Open({.path = dir});
+  auto table = *SparseTable::Create(
+      spec, 0, 1, false, {.tier = tier->get(), .cap_bytes = int64_t{14} << 20});
+  std::vector<uint64_t> ids(8192);
+  const std::vector<float> grads(ids.size() * kDim, 0.01f);
+  for (int64_t done = 0, clock = 0; done < kRows; ++clock) {
+    for (uint64_t& id : ids) {
+      id = static_cast<uint64_t>(done++) * 0x9e3779b97f4a7c15ULL;
+    }
+    table->Apply(ids, grads, clock, 1.0f);
+  }
+  if (!(*tier)->Drain().ok()) std::abort();
+  return table;
+}
+
+void Report(benchmark::State& state, const SparseTable& table) {
+  state.counters["hot"] = static_cast<double>(table.tier_counts().hot_rows);
+  state.counters["rows"] = static_cast<double>(table.num_rows());
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  state.counters["peak_rss_mib"] = static_cast<double>(usage.ru_maxrss) / 1024;
+}
+
+// The whole snapshot of that table, encoded at once (SparseTable::Snapshot;
+// the last build's durable snapshot did all of it under the job's lock).
+// Run alone for its peak RSS (the table's build included).
+void BM_TieredSnapshotWhole(benchmark::State& state) {
+  std::unique_ptr<SparseTier> tier;
+  const std::unique_ptr<SparseTable> table = TenTimesItsBudget(&tier);
+  for (auto _ : state) {
+    std::vector<StoredBlock> blocks = table->Snapshot();
+    benchmark::DoNotOptimize(blocks.data());
+  }
+  Report(state, *table);
+}
+BENCHMARK(BM_TieredSnapshotWhole)->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// The same snapshot as a durable job takes it: the cut under the job's lock
+// (hot rows copied, the tier's view taken: lock_ms), then the encoding off
+// the lock (the cold rows read from the view and merged: encode_ms).
+void BM_TieredSnapshotCut(benchmark::State& state) {
+  std::unique_ptr<SparseTier> tier;
+  const std::unique_ptr<SparseTable> table = TenTimesItsBudget(&tier);
+  double lock_s = 0;
+  double encode_s = 0;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto start = Clock::now();
+    const SparseTableCut cut = table->Cut();
+    const std::unique_ptr<SparseTier::View> view = tier->ViewNow();
+    const auto cut_end = Clock::now();
+    std::vector<StoredBlock> blocks;
+    size_t next = 0;
+    if (!cut.EncodeInto(*view, &blocks, &next).ok()) std::abort();
+    benchmark::DoNotOptimize(blocks.data());
+    lock_s += std::chrono::duration<double>(cut_end - start).count();
+    encode_s += std::chrono::duration<double>(Clock::now() - cut_end).count();
+  }
+  const auto n = static_cast<double>(state.iterations());
+  state.counters["lock_ms"] = 1e3 * lock_s / n;
+  state.counters["encode_ms"] = 1e3 * encode_s / n;
+  Report(state, *table);
+}
+BENCHMARK(BM_TieredSnapshotCut)->Unit(benchmark::kMillisecond)->Iterations(5);
 
 }  // namespace
 }  // namespace ps

@@ -8,6 +8,7 @@
 #   scripts/chaos.sh [--ctr] [--faults N] [--seed S] [--build DIR] [--epochs E]
 #                    [--samples N] [--victims "worker1 server0 coordinator"]
 #                    [--pipeline_parts P] [--scales K]
+#                    [--sparse_memory_bytes B]
 #
 # The job is an MLP on Fashion-MNIST, or with --ctr a CTR model on sparse
 # embedding tables (docs/sparse.md) trained on Criteo-format data that
@@ -24,6 +25,12 @@
 # or a vacancy in progress) is tried again for a few seconds. The checks
 # are the same: the job succeeds, nothing acknowledged is lost, the final
 # accuracy is the uninterrupted run's.
+#
+# With --sparse_memory_bytes B (--ctr), every server runs under that sparse
+# memory budget (docs/sparse.md, "Memory: the budget and the estimate"): most
+# rows live in the servers' disk tiers, and every snapshot reads them back
+# from there (docs/sparse.md, "Snapshots of a tiered table"); the checks are
+# the same, both runs under the budget.
 #
 # Exit status 0 only if every fault was survived, no acknowledged update was
 # lost, the job SUCCEEDED with every worker's last clock acknowledged, and its
@@ -50,6 +57,7 @@ VICTIMS=()
 MODE=dense
 PIPELINE_PARTS=0  # The MLP job's consistency.pipeline_parts (docs/consistency.md).
 SCALES=0
+SPARSE_MEMORY_BYTES=0
 while [ $# -gt 0 ]; do
   case $1 in
     --ctr) MODE=ctr; shift ;;
@@ -61,7 +69,8 @@ while [ $# -gt 0 ]; do
     --victims) read -r -a VICTIMS <<<"$2"; shift 2 ;;
     --pipeline_parts) PIPELINE_PARTS=$2; shift 2 ;;
     --scales) SCALES=$2; shift 2 ;;
-    *) echo "usage: $0 [--ctr] [--faults N] [--seed S] [--build DIR] [--epochs E] [--samples N] [--victims LIST] [--pipeline_parts P] [--scales K]" >&2; exit 64 ;;
+    --sparse_memory_bytes) SPARSE_MEMORY_BYTES=$2; shift 2 ;;
+    *) echo "usage: $0 [--ctr] [--faults N] [--seed S] [--build DIR] [--epochs E] [--samples N] [--victims LIST] [--pipeline_parts P] [--scales K] [--sparse_memory_bytes B]" >&2; exit 64 ;;
   esac
 done
 if [ $MODE = ctr ]; then
@@ -154,6 +163,8 @@ CLUSTER_WORKER_ARGS=([0]="--ack_log=$RUN_DIR/acks.log" [1]="--ack_log=$RUN_DIR/a
 # log after it; every snapshot's rows in a rows file of their own.
 # shellcheck disable=SC2034  # read by cluster_start
 [ $MODE = ctr ] && CLUSTER_SERVER_ARGS="--snapshot_log_mib=1 --snapshot_rows_file_kib=0"
+[ "$SPARSE_MEMORY_BYTES" -gt 0 ] &&
+  CLUSTER_SERVER_ARGS="${CLUSTER_SERVER_ARGS:-} --sparse_memory_bytes=$SPARSE_MEMORY_BYTES"
 # A third server, free, for the moves (--scales): the job runs on two.
 cluster_start "$BUILD_DIR" "$RUN_DIR" $((SCALES > 0 ? 3 : 2)) 2 >/dev/null || { echo "chaos: cluster did not start"; exit 1; }
 trap 'cluster_stop >/dev/null 2>&1' EXIT

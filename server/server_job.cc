@@ -390,6 +390,17 @@ void ServerJob::SnapshotLocked() {
     }
     ++next;
   }
+  if (sparse_->tiered()) {
+    // Cold rows are on the disk: the tables' hot rows and the tier's view
+    // are taken now, the buckets encoded on the writer's thread, off the
+    // lock, into the spare blocks past `next` (docs/durability.md,
+    // "Snapshots of tiered tables").
+    durability_.Snapshot({.blocks = std::move(blocks),
+                          .clocks = clocks_.clocks(),
+                          .deferred = sparse_->CutTiered(),
+                          .ready = next});
+    return;
+  }
   sparse_->SnapshotInto(&blocks, &next);
   blocks.resize(next);
   durability_.Snapshot(

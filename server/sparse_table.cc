@@ -101,6 +101,7 @@ SparseTable::SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
       chunk_arena_(memory.pages),
       held_(num_buckets_, false) {
   if (tier_ == nullptr) return;
+  cold_in_bucket_.assign(num_buckets_, 0);
   // The whole plan is allocated as rows arrive, never more: the index and
   // the free list reserved now, the chunks one by one up to max_hot_.
   const SparseHotPlan plan =
@@ -299,7 +300,7 @@ void SparseTable::Evict(uint64_t id) {
   auto it = slots_.find(id);
   if (it == slots_.end()) {  // A cold row (LiveCandidatesTiered found it).
     TierDelete(id);
-    --cold_rows_;
+    CountCold(id, -1);
     return;
   }
   if (tier_ != nullptr) {

@@ -59,6 +59,51 @@ struct SparseTierCounts {
                                 // copy in the tier was still their value.
 };
 
+// A table's snapshot as of one moment (its cut), taken under the job's lock
+// by SparseTable::Cut for a table under a budget (docs/sparse.md,
+// "Snapshots of a tiered table"): a copy of its hot rows, its admission
+// counts, and per bucket how many rows the tier holds; the cold rows
+// themselves are read later, off the lock, from the tier's view of the same
+// moment (SparseTier::View). Immutable once taken: thread-safe.
+class SparseTableCut {
+ public:
+  // The bytes of the blocks' rows that EncodeInto writes (what a snapshot's
+  // schedule counts, DurabilityPipeline::SnapshotDue).
+  int64_t rows_bytes() const { return rows_bytes_; }
+  // Writes the table's snapshot at the cut, exactly SparseTable::Snapshot's
+  // blocks then, over (*blocks)[*next], [*next + 1], ... (appended past the
+  // end), advancing *next; the cold rows read from `view`, taken at the
+  // same cut. Any thread, no lock: it reads the disk. Errors: the view's;
+  // INTERNAL when the view's rows are not those the cut counted (the
+  // blocks are then partly written).
+  absl::Status EncodeInto(const SparseTier::View& view,
+                          std::vector<StoredBlock>* blocks, size_t* next) const;
+
+ private:
+  friend class SparseTable;
+  // EncodeInto's blocks, laid out as SparseTable::SnapshotInto lays them
+  // out, each of its size and with its header; per bucket, where its first
+  // row goes (null: a bucket without a block, or an empty one).
+  std::vector<char*> LayOut(std::vector<StoredBlock>* blocks,
+                            size_t* next) const;
+  uint32_t table_index_ = 0;
+  uint32_t num_buckets_ = 0;
+  uint8_t optimizer_kind_ = 0;
+  uint32_t dim_ = 0;
+  uint32_t state_floats_ = 0;
+  int64_t rows_bytes_ = 0;
+  // Bucket b's hot rows: [hot_start_[b], hot_start_[b + 1]) of hot_, each
+  // encoded as in a bucket (sparse_bucket_codec.h: id first), ids
+  // ascending.
+  std::vector<uint32_t> hot_start_;
+  std::vector<char> hot_;
+  std::vector<uint32_t> cold_;  // Per bucket: rows in the tier only.
+  // Bucket b's admission counts (id, count): [pending_start_[b], ...).
+  std::vector<uint32_t> pending_start_;
+  std::vector<std::pair<uint64_t, int64_t>> pending_;
+  std::vector<bool> held_;  // SparseTable's, at the cut.
+};
+
 // Thread-compatible: the owning ServerJob calls everything under its lock,
 // but ReadCold (thread-safe).
 class SparseTable {
@@ -164,6 +209,13 @@ class SparseTable {
   // memory, so a snapshot encoded into the last one's blocks writes into
   // memory already touched (server/sparse_table_snapshot.cc).
   void SnapshotInto(std::vector<StoredBlock>* blocks, size_t* next) const;
+  // Under a budget (a tier): the snapshot as of now, for
+  // SparseTableCut::EncodeInto with the tier's view taken now (no other
+  // call between the two), which a snapshot encodes off the job's lock.
+  // Reads only memory. Requires a tier (PS_CHECK).
+  SparseTableCut Cut() const;
+  // True under a budget (the table's cold rows are in a tier).
+  bool tiered() const { return tier_ != nullptr; }
 
   // Takes back one block of Snapshot (any order, one at a time) into this
   // table; a row or pending count of an id it already holds is replaced.
@@ -346,13 +398,19 @@ class SparseTable {
     uint32_t cold;  // 1: a cold row.
   };
   // Snapshot's grouping (server/sparse_table_snapshot.cc): every hot row and
-  // every row of `cold`, by bucket (bucket b's at [start[b], start[b + 1])),
-  // ids ascending within each.
+  // every row of `cold` (empty: a snapshot's cold rows are merged from the
+  // tier's view, SparseTableCut), by bucket (bucket b's at [start[b],
+  // start[b + 1])), ids ascending within each.
   std::vector<SnapshotEntry> EntriesByBucket(
       const std::vector<std::pair<uint64_t, std::string>>& cold,
       std::vector<uint32_t>* start) const;
-  // Cold rows' (id, stored bytes), ids ascending.
-  std::vector<std::pair<uint64_t, std::string>> ColdRows() const;
+  // SnapshotInto of a table under a budget: its Cut encoded from the
+  // tier's view, waited for here.
+  void SnapshotTieredInto(std::vector<StoredBlock>* blocks, size_t* next) const;
+  // Pending ids (admission counts) as (bucket, id), sorted.
+  std::vector<std::pair<uint32_t, uint64_t>> PendingByBucket() const;
+  // Counts `delta` (+1, -1) rows of id's bucket in the tier only.
+  void CountCold(uint64_t id, int delta);
   // Restore's placement of checked contents under a tier.
   void RestoreTiered(const SparseBucket& contents);
   void CommitTier();
@@ -439,6 +497,7 @@ class SparseTable {
   uint64_t tick_ = 0;  // Apply calls; rows touched by this one are pinned.
   uint32_t hand_ = 0;  // The victim search's random state.
   int64_t cold_rows_ = 0;
+  std::vector<uint32_t> cold_in_bucket_;  // cold_rows_ by bucket.
   int64_t demotions_ = 0;
   int64_t clean_demotions_ = 0;
   mutable int64_t hits_ = 0;

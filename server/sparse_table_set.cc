@@ -3,14 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/sparse_keys.h"
 #include "common/sparse_memory.h"
 #include "common/sparse_spec.h"
+#include "common/status_macros.h"
+#include "server/update_log_writer.h"
 
 namespace ps {
 namespace {
@@ -393,6 +397,42 @@ std::vector<StoredBlock> SparseTableSet::Snapshot() const {
 void SparseTableSet::SnapshotInto(std::vector<StoredBlock>* blocks,
                                   size_t* next) const {
   for (const Table& t : tables_) t.rows->SnapshotInto(blocks, next);
+}
+
+namespace {
+
+// The tables' cuts and the tier's view of the same moment.
+class TieredSnapshot final : public DeferredBlocks {
+ public:
+  TieredSnapshot(std::unique_ptr<SparseTier::View> view,
+                 std::vector<SparseTableCut> cuts)
+      : view_(std::move(view)), cuts_(std::move(cuts)) {}
+  int64_t rows_bytes() const override {
+    int64_t bytes = 0;
+    for (const SparseTableCut& cut : cuts_) bytes += cut.rows_bytes();
+    return bytes;
+  }
+  absl::Status EncodeInto(std::vector<StoredBlock>* blocks,
+                          size_t* next) const override {
+    for (const SparseTableCut& cut : cuts_) {
+      PS_RETURN_IF_ERROR(cut.EncodeInto(*view_, blocks, next));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::unique_ptr<SparseTier::View> view_;
+  const std::vector<SparseTableCut> cuts_;
+};
+
+}  // namespace
+
+std::unique_ptr<const DeferredBlocks> SparseTableSet::CutTiered() const {
+  PS_CHECK(tier_ != nullptr);
+  std::vector<SparseTableCut> cuts;
+  cuts.reserve(tables_.size());
+  for (const Table& t : tables_) cuts.push_back(t.rows->Cut());
+  return std::make_unique<TieredSnapshot>(tier_->ViewNow(), std::move(cuts));
 }
 
 absl::Status SparseTableSet::Restore(const StoredBlock& bucket) {

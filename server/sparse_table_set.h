@@ -24,6 +24,8 @@
 
 namespace ps {
 
+class DeferredBlocks;  // server/update_log_writer.h
+
 // The sparse part of a push, checked before any lock is taken.
 struct SparsePushCheck {
   absl::Status invalid{};  // Unknown table, bad sizes, repeated or foreign id.
@@ -141,6 +143,14 @@ class SparseTableSet {
   // Snapshot's blocks written over (*blocks)[*next], ... (appended past the
   // end), advancing *next (SparseTable::SnapshotInto).
   void SnapshotInto(std::vector<StoredBlock>* blocks, size_t* next) const;
+  // Under a budget (a tier; PS_CHECK): the snapshot as of now, to be
+  // encoded later off the job's lock (on the update log's writer thread):
+  // the tables' hot rows copied, the tier's view taken (SparseTable::Cut,
+  // SparseTier::ViewNow). Reads only memory. The result must not outlive
+  // the tier.
+  std::unique_ptr<const DeferredBlocks> CutTiered() const;
+  // True under a budget.
+  bool tiered() const { return tier_ != nullptr; }
   // Restores one stored bucket. Errors: DATA_LOSS for a bucket of an
   // unknown table or one not held here, or malformed bytes.
   absl::Status Restore(const StoredBlock& bucket);

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/sparse_keys.h"
+#include "common/status_macros.h"
 #include "server/sort_by_key.h"
 #include "server/sparse_bucket_codec.h"
 #include "server/sparse_table.h"
@@ -57,6 +59,17 @@ std::vector<SparseTable::SnapshotEntry> SparseTable::EntriesByBucket(
   return entries;
 }
 
+std::vector<std::pair<uint32_t, uint64_t>> SparseTable::PendingByBucket()
+    const {
+  std::vector<std::pair<uint32_t, uint64_t>> pending;
+  pending.reserve(pending_.size());
+  for (const auto& [id, count] : pending_) {
+    pending.emplace_back(BucketOfId(id, table_index_, num_buckets_), id);
+  }
+  std::sort(pending.begin(), pending.end());
+  return pending;
+}
+
 std::vector<StoredBlock> SparseTable::Snapshot() const {
   std::vector<StoredBlock> blocks;
   size_t next = 0;
@@ -66,7 +79,11 @@ std::vector<StoredBlock> SparseTable::Snapshot() const {
 
 void SparseTable::SnapshotInto(std::vector<StoredBlock>* blocks,
                                size_t* next) const {
-  const std::vector<std::pair<uint64_t, std::string>> cold = ColdRows();
+  if (tier_ != nullptr) {
+    SnapshotTieredInto(blocks, next);
+    return;
+  }
+  const std::vector<std::pair<uint64_t, std::string>> cold;  // No tier: none.
   std::vector<uint32_t> start;
   const std::vector<SnapshotEntry> entries = EntriesByBucket(cold, &start);
   // Pending ids (admission counts), by bucket then id.
@@ -139,6 +156,180 @@ void SparseTable::SnapshotInto(std::vector<StoredBlock>* blocks,
                                   pending_.at(pending[p].second));
     }
   }
+}
+
+void SparseTable::SnapshotTieredInto(std::vector<StoredBlock>* blocks,
+                                     size_t* next) const {
+  // The one encoding of a tiered table's snapshot, here waiting for the
+  // tier's view (a durable snapshot waits off the job's lock instead:
+  // SparseTableSet::CutTiered).
+  const SparseTableCut cut = Cut();
+  const std::unique_ptr<SparseTier::View> view = tier_->ViewNow();
+  if (absl::Status s = cut.EncodeInto(*view, blocks, next); !s.ok()) {
+    TierFailed(s);
+  }
+}
+
+SparseTableCut SparseTable::Cut() const {
+  PS_CHECK(tier_ != nullptr);
+  SparseTableCut cut;
+  cut.table_index_ = table_index_;
+  cut.num_buckets_ = num_buckets_;
+  cut.optimizer_kind_ = static_cast<uint8_t>(optimizer_.kind());
+  cut.dim_ = static_cast<uint32_t>(dim_);
+  cut.state_floats_ = static_cast<uint32_t>(state_floats_);
+  cut.held_ = held_;
+  cut.cold_ = cold_in_bucket_;
+  const std::vector<SnapshotEntry> entries =
+      EntriesByBucket({}, &cut.hot_start_);
+  // The hot rows as a bucket holds them, in the snapshot's order.
+  const size_t row_bytes =
+      SparseBucketBytes(stride(), 1, 0) - SparseBucketBytes(stride(), 0, 0);
+  cut.hot_.resize(entries.size() * row_bytes);
+  char* at = cut.hot_.data();
+  constexpr size_t kAhead = 8;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (i + kAhead < entries.size()) {
+      const float* slot = RowAt(entries[i + kAhead].ref) - kMetaFloats;
+      for (size_t f = 0; f < slot_floats(); f += 16)
+        __builtin_prefetch(slot + f);
+      __builtin_prefetch(slot + slot_floats() - 1);
+    }
+    const RowMeta meta = Meta(entries[i].ref);
+    at = PutSparseBucketRow(at, entries[i].id, meta.clock, meta.updates,
+                            RowAt(entries[i].ref), stride());
+  }
+  const std::vector<std::pair<uint32_t, uint64_t>> pending = PendingByBucket();
+  cut.pending_start_.assign(size_t{num_buckets_} + 1, 0);
+  cut.pending_.reserve(pending.size());
+  for (const auto& [bucket, id] : pending) {
+    ++cut.pending_start_[bucket + 1];
+    cut.pending_.emplace_back(id, pending_.at(id));
+  }
+  for (uint32_t b = 0; b < num_buckets_; ++b) {
+    cut.pending_start_[b + 1] += cut.pending_start_[b];
+  }
+  for (uint32_t b = 0; b < num_buckets_; ++b) {
+    const size_t rows =
+        cut.hot_start_[b + 1] - cut.hot_start_[b] + size_t{cut.cold_[b]};
+    const size_t pend = cut.pending_start_[b + 1] - cut.pending_start_[b];
+    if (rows > 0 || pend > 0) {
+      cut.rows_bytes_ +=
+          static_cast<int64_t>(SparseBucketBytes(stride(), rows, pend));
+    }
+  }
+  return cut;
+}
+
+std::vector<char*> SparseTableCut::LayOut(std::vector<StoredBlock>* blocks,
+                                          size_t* next) const {
+  const size_t stride = size_t{dim_} + state_floats_;
+  constexpr uint32_t kNone = ~uint32_t{0};
+  std::vector<uint32_t> block_of(num_buckets_, kNone);
+  std::string header;
+  for (uint32_t b = 0; b < num_buckets_; ++b) {
+    const size_t rows = hot_start_[b + 1] - hot_start_[b] + size_t{cold_[b]};
+    const size_t pend = pending_start_[b + 1] - pending_start_[b];
+    if (!held_[b] && rows == 0 && pend == 0) continue;
+    StoredBlock& block =
+        *next < blocks->size() ? (*blocks)[*next] : blocks->emplace_back();
+    block.key = BucketKey(table_index_, b);
+    block.values.clear();
+    block.optimizer_state.clear();
+    block.optimizer_step = 0;
+    if (rows == 0 && pend == 0) {
+      block.rows.clear();
+      ++*next;
+      continue;
+    }
+    header.clear();
+    AppendSparseBucketHeader(optimizer_kind_, dim_, state_floats_,
+                             static_cast<uint32_t>(rows),
+                             static_cast<uint32_t>(pend), &header);
+    block.rows.resize(SparseBucketBytes(stride, rows, pend));
+    std::memcpy(block.rows.data(), header.data(), header.size());
+    block_of[b] = static_cast<uint32_t>(*next);
+    ++*next;
+  }
+  // Once every block is in place (appending may move the others).
+  std::vector<char*> at(num_buckets_, nullptr);
+  for (uint32_t b = 0; b < num_buckets_; ++b) {
+    if (block_of[b] != kNone) {
+      at[b] = (*blocks)[block_of[b]].rows.data() + kSparseBucketHeaderBytes;
+    }
+  }
+  return at;
+}
+
+absl::Status SparseTableCut::EncodeInto(const SparseTier::View& view,
+                                        std::vector<StoredBlock>* blocks,
+                                        size_t* next) const {
+  const size_t stride = size_t{dim_} + state_floats_;
+  const size_t row_bytes =
+      SparseBucketBytes(stride, 1, 0) - SparseBucketBytes(stride, 0, 0);
+  const size_t value_bytes = SparseTier::kRowHeaderBytes + stride * 4;
+  // The blocks first, each of its exact size (the counts at the cut); then
+  // the tier's rows, ids ascending, each merged into its bucket between the
+  // hot rows around it. Per bucket: where its next row goes, its next hot
+  // row, and the cold rows still to come.
+  std::vector<char*> at = LayOut(blocks, next);
+  std::vector<uint32_t> hot_next(hot_start_.begin(), hot_start_.end() - 1);
+  std::vector<uint32_t> cold_left = cold_;
+  const auto hot_id = [&](uint32_t i) {
+    uint64_t id;
+    std::memcpy(&id, hot_.data() + size_t{i} * row_bytes, 8);
+    return id;
+  };
+  // Bucket b's hot rows with ids below `id` (all of them with `all`).
+  const auto hot_until = [&](uint32_t b, uint64_t id, bool all) {
+    const uint32_t first = hot_next[b];
+    uint32_t end = first;
+    while (end < hot_start_[b + 1] && (all || hot_id(end) < id)) ++end;
+    const size_t bytes = size_t{end - first} * row_bytes;
+    if (bytes > 0) {
+      std::memcpy(at[b], hot_.data() + size_t{first} * row_bytes, bytes);
+      at[b] += bytes;
+    }
+    hot_next[b] = end;
+  };
+  absl::Status bad;
+  PS_RETURN_IF_ERROR(
+      view.ForEach(table_index_, [&](uint64_t id, std::string_view value) {
+        if (!bad.ok()) return;
+        const uint32_t b = BucketOfId(id, table_index_, num_buckets_);
+        if (at[b] != nullptr) hot_until(b, id, false);
+        // A promoted row's copy in the tier: the row in memory is its value.
+        if (at[b] != nullptr && hot_next[b] < hot_start_[b + 1] &&
+            hot_id(hot_next[b]) == id) {
+          return;
+        }
+        if (cold_left[b] == 0 || value.size() != value_bytes) {
+          bad = absl::InternalError(absl::StrCat(
+              "sparse table ", table_index_, ": the snapshot's tier row ", id,
+              " (", value.size(), " bytes) of bucket ", b,
+              " is not one the cut counted"));
+          return;
+        }
+        --cold_left[b];
+        std::memcpy(at[b], &id, 8);
+        std::memcpy(at[b] + 8, value.data(), value_bytes);
+        at[b] += row_bytes;
+      }));
+  PS_RETURN_IF_ERROR(bad);
+  for (uint32_t b = 0; b < num_buckets_; ++b) {
+    if (at[b] == nullptr) continue;
+    if (cold_left[b] != 0) {
+      return absl::InternalError(absl::StrCat(
+          "sparse table ", table_index_, ": the snapshot's bucket ", b,
+          " lacks ", cold_left[b], " of its ", cold_[b], " cold rows"));
+    }
+    hot_until(b, 0, true);
+    for (uint32_t p = pending_start_[b]; p < pending_start_[b + 1]; ++p) {
+      at[b] =
+          PutSparseBucketPending(at[b], pending_[p].first, pending_[p].second);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SparseTable::CheckBucket(uint32_t bucket,

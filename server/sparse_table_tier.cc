@@ -27,6 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/sparse_keys.h"
 #include "common/sparse_memory.h"
 #include "server/sparse_table.h"
 
@@ -138,7 +139,7 @@ void SparseTable::Demote(uint32_t slot) {
   }
   slots_.erase(id);
   SlotTick(slot) = kFreeTick;
-  ++cold_rows_;
+  CountCold(id, 1);
   ++demotions_;
 }
 
@@ -290,7 +291,7 @@ void SparseTable::Promote(uint64_t id, std::string_view value) {
   SlotTick(slot) = kFreeTick;
   Touch(slot, /*clean=*/true);
   TickUpdates(slot, meta.updates);
-  --cold_rows_;
+  CountCold(id, -1);
 }
 
 void SparseTable::PinHot(std::span<const uint64_t> keys,
@@ -349,7 +350,7 @@ bool SparseTable::PromoteMisses(std::span<const uint64_t> miss_ids,
       SlotId(slot) = id;
       SlotTick(slot) = kFreeTick;
       Touch(slot, /*clean=*/false);  // Stepped below.
-      --cold_rows_;
+      CountCold(id, -1);
       found_[miss_at[j]] = slot;
     } else {
       floats = AddScratch(id, {}, /*created=*/false);
@@ -428,7 +429,7 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
     const ScratchRow& r = scratch_rows_[k];
     FilterAdd(r.id);
     TierPut(r.id, r.meta, scratch_floats_.data() + k * stride());
-    if (r.created) ++cold_rows_;
+    if (r.created) CountCold(r.id, 1);
   }
   CommitTier();
   EvictIdle(clock);
@@ -471,18 +472,11 @@ std::vector<uint64_t> SparseTable::LiveCandidatesTiered(
   return live;
 }
 
-std::vector<std::pair<uint64_t, std::string>> SparseTable::ColdRows() const {
-  std::vector<std::pair<uint64_t, std::string>> rows;
-  if (tier_ == nullptr || cold_rows_ == 0) return rows;
-  rows.reserve(static_cast<size_t>(cold_rows_));
-  // Without the stale copies the tier keeps of rows promoted since (a hot
-  // row's memory is its value).
-  absl::Status s = tier_->ForEach(
-      table_index_, [this, &rows](uint64_t id, std::string_view value) {
-        if (!slots_.contains(id)) rows.emplace_back(id, std::string(value));
-      });
-  if (!s.ok()) TierFailed(s);
-  return rows;
+void SparseTable::CountCold(uint64_t id, int delta) {
+  cold_rows_ += delta;
+  uint32_t& bucket =
+      cold_in_bucket_[BucketOfId(id, table_index_, num_buckets_)];
+  bucket = delta > 0 ? bucket + 1 : bucket - 1;
 }
 
 void SparseTable::RestoreTiered(const SparseBucket& contents) {
@@ -527,7 +521,7 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
         SlotId(slot) = id;
         SlotTick(slot) = kFreeTick;
         // A copy left in the tier is stale; the row is not clean.
-        if (cold) --cold_rows_;
+        if (cold) CountCold(id, -1);
       }
       Touch(slot, /*clean=*/false);
       std::memcpy(RowAt(slot), floats, stride() * sizeof(float));
@@ -536,7 +530,7 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
     } else {
       FilterAdd(id);
       TierPut(id, meta, floats);
-      if (!cold) ++cold_rows_;
+      if (!cold) CountCold(id, 1);
     }
     Track(id, meta);
   }
@@ -550,7 +544,7 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
       if (MaybeCold(id)) TierDelete(id);
     } else if (was_cold[id]) {
       TierDelete(id);
-      --cold_rows_;
+      CountCold(id, -1);
     }
     pending_[id] = contents.pending_counts[i];
   }

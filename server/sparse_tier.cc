@@ -196,7 +196,7 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
   std::vector<rocksdb::Status> statuses(rest.size());
   rocksdb::ReadOptions options;
   // A cache of this process's own writes: the blocks are not checksummed
-  // again on every read (a snapshot's scan, ForEach, still checks them).
+  // again on every read (scans, ForEach and View::ForEach, still check them).
   options.verify_checksums = false;
   // A data block holds about ten rows of ids spread over the whole range:
   // the next read of it is rarely soon. Not cached, it is not inserted (and
@@ -410,6 +410,7 @@ absl::Status SparseTier::Write(Batch& batch) {
     return s;
   }
   queue_bytes_ += bytes;
+  ++batches_queued_;
   queue_.push_back(std::move(queued));
   const Batch* in = &queue_.back();
   for (const Batch::Op& op : in->ops_) {
@@ -443,7 +444,7 @@ bool SparseTier::WriterShouldWrite() const {
   if (queue_.empty()) return false;
   if (stop_) return true;  // Closing: even while paused.
   if (paused_) return false;
-  return waiters_ > 0 || 2 * queue_bytes_ >= queue_limit_;
+  return waiters_ > 0 || !cuts_.empty() || 2 * queue_bytes_ >= queue_limit_;
 }
 
 void SparseTier::WriterLoop() {
@@ -454,9 +455,14 @@ void SparseTier::WriterLoop() {
     // The queued batches stay readable while they are written; Write only
     // appends, and a deque's elements do not move, so the pointers stay
     // valid without the lock.
+    // Up to the oldest view's marker: its snapshot sees no later batch.
+    size_t take = queue_.size();
+    if (!cuts_.empty()) {
+      take = std::min<size_t>(take, cuts_.front().first - batches_written_);
+    }
     std::vector<const Batch*> batches;
-    batches.reserve(queue_.size());
-    for (const Batch& b : queue_) batches.push_back(&b);
+    batches.reserve(take);
+    for (size_t i = 0; i < take; ++i) batches.push_back(&queue_[i]);
     absl::Status s = writer_status_;
     if (s.ok()) {
       mu_.Unlock();
@@ -472,6 +478,8 @@ void SparseTier::WriterLoop() {
       queue_bytes_ -= queue_.front().bytes();
       queue_.pop_front();
     }
+    batches_written_ += batches.size();
+    TakeViews();
     changed_.SignalAll();
   }
 }
@@ -499,12 +507,20 @@ absl::Status SparseTier::ForEach(
     const std::function<void(uint64_t id, std::string_view value)>& visit)
     const {
   PS_RETURN_IF_ERROR(Drain());
+  return Scan(nullptr, table, visit);
+}
+
+absl::Status SparseTier::Scan(
+    const rocksdb::Snapshot* snapshot, uint32_t table,
+    const std::function<void(uint64_t id, std::string_view value)>& visit)
+    const {
   std::string begin(4, '\0');
   PutBigEndian(table, 4, begin.data());
   std::string end(4, '\0');
   PutBigEndian(uint64_t{table} + 1, 4, end.data());
   rocksdb::ReadOptions options;
   options.fill_cache = false;  // One pass over everything: keep the cache.
+  options.snapshot = snapshot;
   const rocksdb::Slice upper(end);
   if (table != ~uint32_t{0}) options.iterate_upper_bound = &upper;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
@@ -517,6 +533,56 @@ absl::Status SparseTier::ForEach(
   return it->status().ok()
              ? absl::OkStatus()
              : RocksDbStatusToAbsl(it->status(), "sparse tier: scan");
+}
+
+// A view's state, guarded by its tier's mu_.
+struct SparseTier::View::Cut {
+  bool done = false;       // Taken (or failed): the writer is past it.
+  bool abandoned = false;  // The View went first: nothing to take.
+  const rocksdb::Snapshot* snapshot = nullptr;  // Once done, OK.
+  absl::Status status;                          // Once done.
+};
+
+std::unique_ptr<SparseTier::View> SparseTier::ViewNow() const {
+  auto cut = std::make_shared<View::Cut>();
+  absl::MutexLock lock(&mu_);
+  cuts_.emplace_back(batches_queued_, cut);
+  TakeViews();  // At once when nothing is queued.
+  if (!cut->done) changed_.SignalAll();
+  return std::unique_ptr<View>(new View(this, std::move(cut)));
+}
+
+void SparseTier::TakeViews() const {
+  while (!cuts_.empty() && cuts_.front().first <= batches_written_) {
+    View::Cut& cut = *cuts_.front().second;
+    cut.status = writer_status_;
+    if (cut.status.ok() && !cut.abandoned) cut.snapshot = db_->GetSnapshot();
+    cut.done = true;
+    cuts_.pop_front();
+  }
+}
+
+SparseTier::View::~View() {
+  absl::MutexLock lock(&tier_->mu_);
+  if (!cut_->done) {
+    cut_->abandoned = true;
+  } else if (cut_->snapshot != nullptr) {
+    tier_->db_->ReleaseSnapshot(cut_->snapshot);
+  }
+}
+
+absl::Status SparseTier::View::Wait() const {
+  absl::MutexLock lock(&tier_->mu_);
+  while (!cut_->done) tier_->changed_.Wait(&tier_->mu_);
+  return cut_->status;
+}
+
+absl::Status SparseTier::View::ForEach(
+    uint32_t table,
+    const std::function<void(uint64_t id, std::string_view value)>& visit)
+    const {
+  PS_RETURN_IF_ERROR(Wait());
+  return tier_->Scan(cut_->snapshot, table, visit);
 }
 
 int64_t SparseTier::ApproximateBytes(uint32_t table) const {

@@ -88,8 +88,9 @@ struct SparseTierOptions {
 
 // One job's cold rows on one server. Thread-safe: its own mutex guards the
 // write queue (RocksDB is thread-safe); a table calls it under its job's
-// lock, but for a pull's reads of cold rows, made without it
-// (docs/sparse.md, "Threading").
+// lock, but for a pull's reads of cold rows and a snapshot's read of a
+// View, made without it (docs/sparse.md, "Threading", "Snapshots of a
+// tiered table").
 //
 // Writes are asynchronous: Write queues a batch for the tier's writer
 // thread, which, once half the queue's bound is queued, merges every queued
@@ -165,6 +166,42 @@ class SparseTier {
       const std::function<void(uint64_t id, std::string_view value)>& visit)
       const;
 
+  // The tier as it is at one moment (a snapshot's cut, docs/sparse.md,
+  // "Snapshots of a tiered table"): every batch written before View was
+  // called, none written after. Taking it does not wait: it queues a marker
+  // behind the batches queued now; the writer thread, once it has ingested
+  // those (and no later one), takes a RocksDB snapshot (with the queue
+  // empty, View takes it at once). Thread-safe; must not outlive the tier.
+  class View {
+   public:
+    // Releases the RocksDB snapshot (or, still queued, lets the writer
+    // release it when it comes to it).
+    ~View();
+    View(const View&) = delete;
+    View& operator=(const View&) = delete;
+    // Waits until the writer has taken the snapshot (it ingests the batches
+    // queued before the view first). Errors: the writer's.
+    absl::Status Wait() const;
+    // Calls `visit(id, value)` for every row of `table` in the view, ids
+    // ascending; after Wait. Reads the disk: call it with no lock held.
+    // Errors: Wait's, the iterator's.
+    absl::Status ForEach(
+        uint32_t table,
+        const std::function<void(uint64_t id, std::string_view value)>& visit)
+        const;
+
+   private:
+    friend class SparseTier;
+    struct Cut;
+    View(const SparseTier* tier, std::shared_ptr<Cut> cut)
+        : tier_(tier), cut_(std::move(cut)) {}
+    const SparseTier* const tier_;
+    const std::shared_ptr<Cut> cut_;
+  };
+  // The view of every write queued before this call (see View). Never
+  // waits on the disk: callable under a job's lock.
+  std::unique_ptr<View> ViewNow() const;
+
   // Ids looked up by MultiGet since Open (all tables), for tests and
   // benchmarks.
   int64_t keys_looked_up() const { return keys_looked_up_.load(); }
@@ -201,6 +238,12 @@ class SparseTier {
   // order, into `writer` (open). Errors: the writer's.
   static rocksdb::Status WriteMerged(std::span<const Batch* const> batches,
                                      rocksdb::SstFileWriter& writer);
+  // ForEach's and View::ForEach's scan of `table`'s rows, as of `snapshot`
+  // (null: now).
+  absl::Status Scan(
+      const rocksdb::Snapshot* snapshot, uint32_t table,
+      const std::function<void(uint64_t id, std::string_view value)>& visit)
+      const;
   // The writer thread: ingests the queued batches, oldest first.
   void WriterLoop();
   // Whether the writer should write the queue now (guarded by mu_).
@@ -242,6 +285,15 @@ class SparseTier {
   // Callers waiting for the writer (Drain, a Write that needs room): it
   // writes the queue without waiting for it to fill.
   mutable int waiters_ ABSL_GUARDED_BY(mu_) = 0;
+  // Views not taken yet, oldest first: each with the count of batches ever
+  // queued before it (the writer ingests up to that many, then takes it).
+  mutable std::deque<std::pair<uint64_t, std::shared_ptr<View::Cut>>> cuts_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t batches_queued_ ABSL_GUARDED_BY(mu_) = 0;   // Ever, by Write.
+  uint64_t batches_written_ ABSL_GUARDED_BY(mu_) = 0;  // Ever, by the writer.
+  // Takes the views whose batches are all in RocksDB now (the writer's, or
+  // ViewNow's with the queue empty).
+  void TakeViews() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status writer_status_ ABSL_GUARDED_BY(mu_);

@@ -139,7 +139,15 @@ absl::Status UpdateLogWriter::WriteRecords(
   return status;
 }
 
-absl::Status UpdateLogWriter::WriteSnapshot(const ShardSnapshot& snapshot) {
+absl::Status UpdateLogWriter::WriteSnapshot(ShardSnapshot& snapshot) {
+  if (snapshot.deferred != nullptr) {
+    size_t next = snapshot.ready;
+    absl::Status encoded =
+        snapshot.deferred->EncodeInto(&snapshot.blocks, &next);
+    snapshot.blocks.resize(next);
+    snapshot.deferred.reset();
+    if (!encoded.ok()) return encoded;
+  }
   ShardWrite write;
   write.job_id = job_id_;
   write.sync = sync_;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <variant>
@@ -21,12 +22,32 @@
 
 namespace ps {
 
+// Blocks of a snapshot that the writer's thread encodes, from a state taken
+// at the snapshot's cut: a tiered sparse table's, whose cold rows are read
+// from the disk off the job's lock (docs/durability.md, "Snapshots of
+// tiered tables").
+class DeferredBlocks {
+ public:
+  virtual ~DeferredBlocks() = default;
+  // The bytes of the blocks' rows EncodeInto writes.
+  virtual int64_t rows_bytes() const = 0;
+  // Writes the blocks over (*blocks)[*next], [*next + 1], ... (appended
+  // past the end), advancing *next. Reads the disk. Errors: its reads'.
+  virtual absl::Status EncodeInto(std::vector<StoredBlock>* blocks,
+                                  size_t* next) const = 0;
+};
+
 // A job's whole state at one log position, owned (the writer stores it after
 // the caller has moved on).
 struct ShardSnapshot {
-  std::vector<StoredBlock> blocks;  // Values, optimizer state and steps.
-  std::vector<int64_t> clocks;      // Every worker's clock.
-  int64_t log_sequence = 0;         // The last record the state includes.
+  // Values, optimizer state and steps. With `deferred`, blocks[0, ready)
+  // only; the rest are spare blocks for it to be encoded into.
+  std::vector<StoredBlock> blocks;
+  std::vector<int64_t> clocks;  // Every worker's clock.
+  int64_t log_sequence = 0;     // The last record the state includes.
+  // Null, or the blocks after blocks[0, ready), encoded by the writer.
+  std::unique_ptr<const DeferredBlocks> deferred = nullptr;
+  size_t ready = 0;
 };
 
 // Thread-safe. Records and snapshots are written in the order they are
@@ -77,7 +98,9 @@ class UpdateLogWriter {
   absl::Status WriteItems(std::vector<Item>& items, int64_t* last_sequence);
   absl::Status WriteRecords(int64_t first_sequence,
                             const std::vector<std::string>& records);
-  absl::Status WriteSnapshot(const ShardSnapshot& snapshot);
+  // Encodes the snapshot's deferred blocks (then drops them: a tier's
+  // view goes), and writes it.
+  absl::Status WriteSnapshot(ShardSnapshot& snapshot);
 
   ShardStore* const store_;
   const std::string job_id_;
