@@ -6,8 +6,6 @@
 // holds at that moment, bit for bit. First each move on its own, then real
 // threads: readers planning and reading beside a writer and beside each
 // other, over the same rows, with a mutex standing for the job's lock.
-#include <stdlib.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -23,20 +21,12 @@
 #include "gtest/gtest.h"
 #include "server/sparse_table.h"
 #include "server/sparse_tier.h"
+#include "tests/testing/test_tier.h"
 
 namespace ps {
 namespace {
 
 constexpr int kDim = 4;
-
-std::unique_ptr<SparseTier> OpenTier() {
-  std::string dir = testing::TempDir() + "sparse_cold_read_test_XXXXXX";
-  EXPECT_NE(mkdtemp(dir.data()), nullptr);
-  // A small queue: reads go to the queue and to ingested files alike.
-  auto tier = SparseTier::Open({.path = dir, .queue_bytes = 16 << 10});
-  EXPECT_TRUE(tier.ok()) << tier.status();
-  return tier.ok() ? *std::move(tier) : nullptr;
-}
 
 v1::SparseTableSpec Spec(int64_t max_idle_clocks = 0) {
   v1::SparseTableSpec spec;
@@ -56,7 +46,9 @@ struct Twins {
   std::unique_ptr<SparseTable> tiered;
   std::unique_ptr<SparseTable> plain;
 
-  explicit Twins(int64_t max_idle_clocks = 0) : tier(OpenTier()) {
+  // A small queue: reads go to the queue and to ingested files alike.
+  explicit Twins(int64_t max_idle_clocks = 0)
+      : tier(testing::OpenTestTier({.queue_bytes = 16 << 10})) {
     const v1::SparseTableSpec spec = Spec(max_idle_clocks);
     auto a = SparseTable::Create(spec, 0, 5, false,
                                  {.tier = tier.get(), .cap_bytes = 4096});

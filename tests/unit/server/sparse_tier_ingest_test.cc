@@ -5,8 +5,6 @@
 // hides the row's older copies in earlier files, and a table under a budget
 // whose demotions go through many such files reads, pushes and snapshots the
 // same bits as a table without a budget.
-#include <stdlib.h>
-
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -20,17 +18,10 @@
 #include "gtest/gtest.h"
 #include "server/sparse_table.h"
 #include "server/sparse_tier.h"
+#include "tests/testing/test_tier.h"
 
 namespace ps {
 namespace {
-
-std::unique_ptr<SparseTier> OpenTier(size_t queue_bytes) {
-  std::string dir = testing::TempDir() + "sparse_tier_ingest_test_XXXXXX";
-  EXPECT_NE(mkdtemp(dir.data()), nullptr);
-  auto tier = SparseTier::Open({.path = dir, .queue_bytes = queue_bytes});
-  EXPECT_TRUE(tier.ok()) << tier.status();
-  return tier.ok() ? *std::move(tier) : nullptr;
-}
 
 void Put(SparseTier::Batch& batch, uint64_t id, float value) {
   const float row[2] = {value, -value};
@@ -78,7 +69,8 @@ void ExpectTier(const SparseTier& tier, const std::vector<uint64_t>& ids,
 // in an earlier batch of the same file, earlier in the same batch, or in a
 // file ingested before; a deletion hides the row's copy in an earlier file.
 TEST(SparseTierIngestTest, NewestChangeWinsAcrossBatchesAndFiles) {
-  std::unique_ptr<SparseTier> tier = OpenTier(size_t{1} << 20);
+  std::unique_ptr<SparseTier> tier =
+      testing::OpenTestTier({.queue_bytes = size_t{1} << 20});
   ASSERT_NE(tier, nullptr);
   std::vector<uint64_t> ids;
   for (uint64_t id = 0; id < 100; ++id) ids.push_back(id * 7919);
@@ -145,7 +137,8 @@ TEST(SparseTierIngestTest, NewestChangeWinsAcrossBatchesAndFiles) {
 // read back right after each write match a model, and so does a scan.
 TEST(SparseTierIngestTest, FilesAreHalfTheQueueAndReadsSeeEveryWrite) {
   const size_t queue = size_t{64} << 10;
-  std::unique_ptr<SparseTier> tier = OpenTier(queue);
+  std::unique_ptr<SparseTier> tier =
+      testing::OpenTestTier({.queue_bytes = queue});
   ASSERT_NE(tier, nullptr);
   std::mt19937_64 rng(11);
   std::vector<uint64_t> ids(300);
@@ -196,7 +189,8 @@ TEST(SparseTierIngestTest, FilesAreHalfTheQueueAndReadsSeeEveryWrite) {
 // forgets in pieces after ingesting it: reads from another thread meanwhile
 // find every row's newest value, whether it is still queued or in RocksDB.
 TEST(SparseTierIngestTest, ReadsFindTheNewestRowAmongThousandsOfBatches) {
-  std::unique_ptr<SparseTier> tier = OpenTier(size_t{256} << 20);
+  std::unique_ptr<SparseTier> tier =
+      testing::OpenTestTier({.queue_bytes = size_t{256} << 20});
   ASSERT_NE(tier, nullptr);
   std::vector<uint64_t> ids(20000);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 104729 + 7;
@@ -258,7 +252,8 @@ v1::SparseTableSpec Spec(int64_t max_idle_clocks) {
 // twin's, and the tier wrote many files.
 TEST(SparseTierIngestTest, TableUnderBudgetMatchesTwinThroughManyFiles) {
   for (const int64_t idle : {int64_t{0}, int64_t{6}}) {
-    std::unique_ptr<SparseTier> tier = OpenTier(size_t{16} << 10);
+    std::unique_ptr<SparseTier> tier =
+        testing::OpenTestTier({.queue_bytes = size_t{16} << 10});
     ASSERT_NE(tier, nullptr);
     const v1::SparseTableSpec spec = Spec(idle);
     auto tiered = SparseTable::Create(spec, 0, 9, false,

@@ -3,8 +3,6 @@
 // holds a table's rows, the segmented LRU that keeps rows updated more than
 // once ahead of a stream of new ids, and the cold-id filter that spares new
 // ids a lookup in the tier.
-#include <stdlib.h>
-
 #include <cstdint>
 #include <memory>
 #include <numeric>
@@ -15,17 +13,10 @@
 #include "gtest/gtest.h"
 #include "server/sparse_table.h"
 #include "server/sparse_tier.h"
+#include "tests/testing/test_tier.h"
 
 namespace ps {
 namespace {
-
-std::unique_ptr<SparseTier> OpenTier() {
-  std::string dir = testing::TempDir() + "sparse_tier_policy_test_XXXXXX";
-  EXPECT_NE(mkdtemp(dir.data()), nullptr);
-  auto tier = SparseTier::Open({.path = dir});
-  EXPECT_TRUE(tier.ok()) << tier.status();
-  return tier.ok() ? *std::move(tier) : nullptr;
-}
 
 v1::SparseTableSpec Spec(v1::EvictionSpec::Policy policy) {
   v1::SparseTableSpec spec;
@@ -78,7 +69,7 @@ TEST(SparseBudgetSharesTest, NeedHoldsTheRows) {
 // bound test in sparse_tier_test.cc compares bit for bit.
 TEST(SparseTierPolicyTest, FrequentRowsOutliveAStreamOfNewIds) {
   for (auto policy : {v1::EvictionSpec::LRU, v1::EvictionSpec::LFU}) {
-    std::unique_ptr<SparseTier> tier = OpenTier();
+    std::unique_ptr<SparseTier> tier = testing::OpenTestTier();
     ASSERT_NE(tier, nullptr);
     auto table = SparseTable::Create(
         Spec(policy), 0, 1, false, {.tier = tier.get(), .cap_bytes = 64 << 10});
@@ -115,7 +106,7 @@ TEST(SparseTierPolicyTest, FrequentRowsOutliveAStreamOfNewIds) {
 // A pull of ids never written to the tier does not look them up there;
 // ids that were demoted are looked up and read back.
 TEST(SparseTierPolicyTest, NewIdsSkipTheTier) {
-  std::unique_ptr<SparseTier> tier = OpenTier();
+  std::unique_ptr<SparseTier> tier = testing::OpenTestTier();
   ASSERT_NE(tier, nullptr);
   auto table = SparseTable::Create(Spec(v1::EvictionSpec::LRU), 0, 1, false,
                                    {.tier = tier.get(), .cap_bytes = 32 << 10});

@@ -4,8 +4,6 @@
 // bound, a snapshot taken with demotions still queued holds every row, a
 // row read from the tier and demoted unchanged is not written again, and a
 // row promoted and then evicted leaves nothing in the tier.
-#include <stdlib.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -18,17 +16,10 @@
 #include "gtest/gtest.h"
 #include "server/sparse_table.h"
 #include "server/sparse_tier.h"
+#include "tests/testing/test_tier.h"
 
 namespace ps {
 namespace {
-
-std::unique_ptr<SparseTier> OpenTier(size_t queue_bytes) {
-  std::string dir = testing::TempDir() + "sparse_tier_queue_test_XXXXXX";
-  EXPECT_NE(mkdtemp(dir.data()), nullptr);
-  auto tier = SparseTier::Open({.path = dir, .queue_bytes = queue_bytes});
-  EXPECT_TRUE(tier.ok()) << tier.status();
-  return tier.ok() ? *std::move(tier) : nullptr;
-}
 
 v1::SparseTableSpec Spec() {
   v1::SparseTableSpec spec;
@@ -47,7 +38,8 @@ v1::SparseTableSpec Spec() {
 // queue drains) lists exactly the model's rows.
 TEST(SparseTierQueueTest, ReadsSeeEveryEarlierWrite) {
   for (const size_t queue : {size_t{8} << 20, size_t{2048}}) {
-    std::unique_ptr<SparseTier> tier = OpenTier(queue);
+    std::unique_ptr<SparseTier> tier =
+        testing::OpenTestTier({.queue_bytes = queue});
     ASSERT_NE(tier, nullptr);
     std::map<uint64_t, float> model;  // id -> its row's first float.
     std::mt19937_64 rng(queue);
@@ -112,7 +104,8 @@ TEST(SparseTierQueueTest, ReadsSeeEveryEarlierWrite) {
 // demoted a push ago read them from the queue, the same bits as the twin;
 // the snapshot, taken as the writer resumes, is byte for byte the twin's.
 TEST(SparseTierQueueTest, PullsReadQueuedDemotionsAndSnapshotsHoldThem) {
-  std::unique_ptr<SparseTier> tier = OpenTier(size_t{64} << 20);
+  std::unique_ptr<SparseTier> tier =
+      testing::OpenTestTier({.queue_bytes = size_t{64} << 20});
   ASSERT_NE(tier, nullptr);
   const v1::SparseTableSpec spec = Spec();
   auto tiered = SparseTable::Create(spec, 0, 5, false,
@@ -162,7 +155,8 @@ TEST(SparseTierQueueTest, PullsReadQueuedDemotionsAndSnapshotsHoldThem) {
 // again (their copy in the tier is still their value); reads stay those of
 // the twin without a budget.
 TEST(SparseTierQueueTest, CleanRowsAreNotWrittenAgain) {
-  std::unique_ptr<SparseTier> tier = OpenTier(size_t{8} << 20);
+  std::unique_ptr<SparseTier> tier =
+      testing::OpenTestTier({.queue_bytes = size_t{8} << 20});
   ASSERT_NE(tier, nullptr);
   const v1::SparseTableSpec spec = Spec();
   auto tiered = SparseTable::Create(spec, 0, 5, false,
@@ -200,7 +194,8 @@ TEST(SparseTierQueueTest, CleanRowsAreNotWrittenAgain) {
 // evicted (idle too long) the copy goes too: the table no longer holds it,
 // as the twin without a budget, and a snapshot lists the same rows.
 TEST(SparseTierQueueTest, EvictingAPromotedRowLeavesNothingInTheTier) {
-  std::unique_ptr<SparseTier> tier = OpenTier(size_t{8} << 20);
+  std::unique_ptr<SparseTier> tier =
+      testing::OpenTestTier({.queue_bytes = size_t{8} << 20});
   ASSERT_NE(tier, nullptr);
   v1::SparseTableSpec spec = Spec();
   spec.mutable_eviction()->set_max_idle_clocks(2);

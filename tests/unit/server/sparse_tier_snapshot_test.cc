@@ -3,8 +3,6 @@
 // whatever is written after, queued or ingested; and a table's cut, encoded
 // later from the view of the same moment while the table goes on changing,
 // is byte for byte the snapshot a twin without a budget takes at the cut.
-#include <stdlib.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -18,17 +16,10 @@
 #include "gtest/gtest.h"
 #include "server/sparse_table.h"
 #include "server/sparse_tier.h"
+#include "tests/testing/test_tier.h"
 
 namespace ps {
 namespace {
-
-std::unique_ptr<SparseTier> OpenTier(size_t queue_bytes) {
-  std::string dir = testing::TempDir() + "sparse_tier_snapshot_test_XXXXXX";
-  EXPECT_NE(mkdtemp(dir.data()), nullptr);
-  auto tier = SparseTier::Open({.path = dir, .queue_bytes = queue_bytes});
-  EXPECT_TRUE(tier.ok()) << tier.status();
-  return tier.ok() ? *std::move(tier) : nullptr;
-}
 
 // id -> the first float of its row.
 using Model = std::map<uint64_t, float>;
@@ -55,7 +46,8 @@ Model Listed(const SparseTier::View& view, uint32_t table) {
 // more writes are in RocksDB; another table's rows are not listed.
 TEST(SparseTierViewTest, AViewListsTheRowsWrittenBeforeItOnly) {
   for (const size_t queue : {size_t{8} << 20, size_t{2048}}) {
-    std::unique_ptr<SparseTier> tier = OpenTier(queue);
+    std::unique_ptr<SparseTier> tier =
+        testing::OpenTestTier({.queue_bytes = queue});
     ASSERT_NE(tier, nullptr);
     Model model;
     std::vector<std::pair<std::unique_ptr<SparseTier::View>, Model>> views;
@@ -143,7 +135,8 @@ void ExpectSameBlocks(const std::vector<StoredBlock>& got,
 // contents, is the twin's snapshot at the cut byte for byte, and its
 // rows_bytes those blocks' rows. The tables' own snapshots agree too.
 TEST(SparseTableCutTest, ACutEncodedLaterIsTheTableAtTheCut) {
-  std::unique_ptr<SparseTier> tier = OpenTier(size_t{64} << 20);
+  std::unique_ptr<SparseTier> tier =
+      testing::OpenTestTier({.queue_bytes = size_t{64} << 20});
   ASSERT_NE(tier, nullptr);
   auto tiered = SparseTable::Create(Spec(), 3, 5, false,
                                     {.tier = tier.get(), .cap_bytes = 4096});

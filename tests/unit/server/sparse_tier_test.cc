@@ -21,20 +21,15 @@
 #include "gtest/gtest.h"
 #include "server/sparse_table.h"
 #include "server/sparse_table_set.h"
+#include "tests/testing/test_tier.h"
 
 namespace ps {
 namespace {
 
 std::string TempDir() {
-  std::string dir = testing::TempDir() + "sparse_tier_test_XXXXXX";
+  std::string dir = ::testing::TempDir() + "sparse_tier_test_XXXXXX";
   EXPECT_NE(mkdtemp(dir.data()), nullptr);
   return dir;
-}
-
-std::unique_ptr<SparseTier> OpenTier() {
-  auto tier = SparseTier::Open({.path = TempDir()});
-  EXPECT_TRUE(tier.ok()) << tier.status();
-  return tier.ok() ? *std::move(tier) : nullptr;
 }
 
 v1::SparseTableSpec CtrSpec(v1::EvictionSpec::Policy policy) {
@@ -65,7 +60,7 @@ std::vector<uint64_t> ZipfBatch(std::mt19937_64& rng, int n, uint64_t range) {
 }
 
 class SparseTierBoundTest
-    : public testing::TestWithParam<v1::EvictionSpec::Policy> {};
+    : public ::testing::TestWithParam<v1::EvictionSpec::Policy> {};
 
 // Far more rows than the budget holds: the table's accounted memory never
 // exceeds the cap, every row reads the same bits as without a budget, and
@@ -73,7 +68,7 @@ class SparseTierBoundTest
 TEST_P(SparseTierBoundTest, BudgetIsAHardBoundAndRowsAreUnchanged) {
   constexpr int64_t kCap = 64 << 10;  // 64 KiB: about 450 rows of dim 16.
   const v1::SparseTableSpec spec = CtrSpec(GetParam());
-  std::unique_ptr<SparseTier> tier = OpenTier();
+  std::unique_ptr<SparseTier> tier = testing::OpenTestTier();
   ASSERT_NE(tier, nullptr);
   auto tiered = SparseTable::Create(spec, 2, 9, false,
                                     {.tier = tier.get(), .cap_bytes = kCap});
@@ -127,8 +122,8 @@ TEST_P(SparseTierBoundTest, BudgetIsAHardBoundAndRowsAreUnchanged) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, SparseTierBoundTest,
-                         testing::Values(v1::EvictionSpec::LRU,
-                                         v1::EvictionSpec::LFU));
+                         ::testing::Values(v1::EvictionSpec::LRU,
+                                           v1::EvictionSpec::LFU));
 
 // The plan fits its cap and is the largest that does, for small and large
 // caps and rows.
@@ -173,7 +168,7 @@ TEST(SparseMemoryBudgetTest, JobsShareTheServersBudget) {
       p->set_server(0);
     }
   }
-  std::unique_ptr<SparseTier> tier = OpenTier();
+  std::unique_ptr<SparseTier> tier = testing::OpenTestTier();
   {
     auto first = SparseTableSet::Create(
         assignment, false,
@@ -210,7 +205,8 @@ TEST(SparseEstimateTest, MemoryIsWhatTheTableAllocates) {
   for (int64_t budget : {int64_t{0}, int64_t{256} << 10}) {
     const SparseServerEstimate estimate = EstimateSparseServer(spec, 0, budget);
     ASSERT_EQ(estimate.tables.size(), 1u);
-    std::unique_ptr<SparseTier> tier = budget > 0 ? OpenTier() : nullptr;
+    std::unique_ptr<SparseTier> tier =
+        budget > 0 ? testing::OpenTestTier() : nullptr;
     auto table = SparseTable::Create(spec.model().sparse_tables(0), 0, 1, false,
                                      {.tier = tier.get(), .cap_bytes = budget});
     ASSERT_TRUE(table.ok());
