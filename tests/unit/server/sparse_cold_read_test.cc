@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
@@ -76,8 +77,8 @@ struct Twins {
 };
 
 std::vector<uint64_t> Range(uint64_t first, int n) {
-  std::vector<uint64_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(first + static_cast<uint64_t>(i));
+  std::vector<uint64_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), first);
   return ids;
 }
 
@@ -212,6 +213,7 @@ TEST(SparseColdReadTest, ThreadsReadingBesideAPushAgreeWithTheTwin) {
     return ids;
   };
   std::vector<std::thread> readers;
+  readers.reserve(3);
   for (int r = 0; r < 3; ++r) {
     readers.emplace_back([&, r] {
       std::mt19937_64 rng(100 + static_cast<uint64_t>(r));

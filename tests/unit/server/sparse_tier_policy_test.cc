@@ -87,8 +87,9 @@ TEST(SparseTierPolicyTest, FrequentRowsOutliveAStreamOfNewIds) {
     uint64_t next = 1;
     int64_t clock = 3;
     while (next < static_cast<uint64_t>(3 * max_hot)) {
-      std::vector<uint64_t> fresh;
-      for (int i = 0; i < 64; ++i) fresh.push_back(next++);
+      std::vector<uint64_t> fresh(64);
+      std::iota(fresh.begin(), fresh.end(), next);
+      next += fresh.size();
       std::vector<float> g(fresh.size() * 16, 0.25f);
       (*table)->Apply(fresh, g, clock++, 1.0f);
     }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -240,7 +241,11 @@ TEST(SparseTierStoreTest, RowsRoundTripAndTheDirectoryGoes) {
     ASSERT_TRUE(SparseTier::Decode(values[0], 3, &clock, &updates, back));
     EXPECT_EQ(clock, 7);
     EXPECT_EQ(updates, 3);
-    EXPECT_EQ(std::memcmp(back, row, sizeof(row)), 0);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(back[i]),
+                std::bit_cast<uint32_t>(row[i]))
+          << i;
+    }
     EXPECT_TRUE(values[1].empty());
     std::vector<uint64_t> seen;
     ASSERT_TRUE(
