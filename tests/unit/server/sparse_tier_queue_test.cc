@@ -41,27 +41,15 @@ TEST(SparseTierQueueTest, ReadsSeeEveryEarlierWrite) {
     std::unique_ptr<SparseTier> tier =
         testing::OpenTestTier({.queue_bytes = queue});
     ASSERT_NE(tier, nullptr);
-    std::map<uint64_t, float> model;  // id -> its row's first float.
+    testing::TierModel model;
     std::mt19937_64 rng(queue);
-    std::vector<uint64_t> ids(64);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 977 + 3;
+    const std::vector<uint64_t> ids = testing::TestTierIds();
     for (int round = 0; round < 60; ++round) {
       // Paused for the first rounds with the large queue only (the small
       // one would wait for room forever).
       tier->PauseWriterForTest(queue > 4096 && round < 20);
-      SparseTier::Batch batch;
-      const int ops = 1 + static_cast<int>(rng() % (round % 7 == 6 ? 80 : 8));
-      for (int k = 0; k < ops; ++k) {
-        const uint64_t id = ids[rng() % ids.size()];
-        if (rng() % 4 == 0) {
-          batch.Delete(1, id);
-          model.erase(id);
-        } else {
-          const float row[3] = {static_cast<float>(round * 100 + k), 2, 3};
-          batch.Put(1, id, round, k, row, 3);
-          model[id] = row[0];
-        }
-      }
+      SparseTier::Batch batch =
+          testing::RandomTierBatch(rng, ids, round, &model);
       ASSERT_TRUE(tier->Write(batch).ok());
       EXPECT_TRUE(batch.empty());
       EXPECT_LE(tier->queued_bytes(), queue);

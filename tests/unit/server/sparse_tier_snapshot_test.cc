@@ -21,8 +21,7 @@
 namespace ps {
 namespace {
 
-// id -> the first float of its row.
-using Model = std::map<uint64_t, float>;
+using Model = testing::TierModel;
 
 Model Listed(const SparseTier::View& view, uint32_t table) {
   Model listed;
@@ -52,25 +51,11 @@ TEST(SparseTierViewTest, AViewListsTheRowsWrittenBeforeItOnly) {
     Model model;
     std::vector<std::pair<std::unique_ptr<SparseTier::View>, Model>> views;
     std::mt19937_64 rng(queue + 1);
-    std::vector<uint64_t> ids(64);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 977 + 3;
+    const std::vector<uint64_t> ids = testing::TestTierIds();
     for (int round = 0; round < 60; ++round) {
       tier->PauseWriterForTest(queue > 4096 && round >= 10 && round < 30);
-      SparseTier::Batch batch;
-      const int ops = 1 + static_cast<int>(rng() % (round % 7 == 6 ? 80 : 8));
-      for (int k = 0; k < ops; ++k) {
-        const uint64_t id = ids[rng() % ids.size()];
-        if (rng() % 4 == 0) {
-          batch.Delete(1, id);
-          model.erase(id);
-        } else {
-          const float row[3] = {static_cast<float>(round * 100 + k), 2, 3};
-          batch.Put(1, id, round, k, row, 3);
-          model[id] = row[0];
-        }
-        const float other[3] = {-1, -1, -1};
-        batch.Put(2, id, round, k, other, 3);
-      }
+      SparseTier::Batch batch =
+          testing::RandomTierBatch(rng, ids, round, &model, /*other_table=*/2);
       ASSERT_TRUE(tier->Write(batch).ok());
       if (round % 3 == 0) views.emplace_back(tier->ViewNow(), model);
       // A view dropped before the writer comes to it takes nothing.
