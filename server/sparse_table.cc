@@ -207,12 +207,10 @@ void SparseTable::AveragedRowsInto(int num_workers, std::vector<uint64_t>* keys,
   for (size_t i = 0; i < order_.size(); ++i) {
     order_[i] = {acc_keys_[i], static_cast<uint32_t>(i)};
   }
-  std::vector<std::pair<uint64_t, uint32_t>> scratch;
-  std::vector<uint32_t> count;
   SortByKey(
       order_.data(), order_.data() + order_.size(),
-      [](const std::pair<uint64_t, uint32_t>& e) { return e.first; }, &scratch,
-      &count);
+      [](const std::pair<uint64_t, uint32_t>& e) { return e.first; },
+      &order_scratch_, &order_count_);
   keys->resize(order_.size());
   values->resize(order_.size() * dim);
   const auto n = static_cast<float>(num_workers);

@@ -486,7 +486,11 @@ class SparseTable {
   std::vector<float> acc_sums_;
   std::vector<uint64_t> avg_keys_;
   std::vector<float> avg_values_;
-  std::vector<std::pair<uint64_t, uint32_t>> order_;  // AveragedRows' sort.
+  // AveragedRows' sort: the (id, index) pairs and SortByKey's working
+  // memory, kept from one clock to the next.
+  std::vector<std::pair<uint64_t, uint32_t>> order_;
+  std::vector<std::pair<uint64_t, uint32_t>> order_scratch_;
+  std::vector<uint32_t> order_count_;
 
   int64_t admissions_ = 0;
   int64_t rejections_ = 0;
