@@ -111,7 +111,10 @@ class FreezableProxy {
           return;
         }
         for (ssize_t sent = 0; sent < n;) {
-          const ssize_t w = write(to, buffer + sent, n - sent);
+          // MSG_NOSIGNAL: a peer that closed its end (the client giving up
+          // on a dead connection) fails the send, not the test process
+          // (SIGPIPE).
+          const ssize_t w = send(to, buffer + sent, n - sent, MSG_NOSIGNAL);
           if (w <= 0) return;
           sent += w;
         }
