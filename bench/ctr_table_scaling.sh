@@ -27,7 +27,8 @@
 #
 #   ROUNDS=3 bench/ctr_table_scaling.sh [OUT_DIR]
 #
-# BUILD_DIR as for ctr_profile.sh.
+# BUILD_DIR as for ctr_profile.sh. KEEP_DATA=1 keeps each run's cluster
+# data directories (deleted after the run's figures are read by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-$(mktemp -d -t ps-ctr-scaling.XXXXXX)}
@@ -105,6 +106,12 @@ for round in $(seq 1 "$ROUNDS"); do
       'BEGIN { printf "%s %.1f %.0f %.0f %.0f %.2f %.2f %.2f\n", size, (k0 + k1) / 2 / 2 / n, rows, pull / n, push / n, 1000 * (e - s) / n, 1000 * cs / 2 / n, 1000 * cw / 2 / n }' \
       >>"$OUT/results.txt"
     tail -n 1 "$OUT/results.txt" >&2
+    # The run's data directories go (KEEP_DATA=1 keeps them): a large run
+    # leaves ~1.5 GB (update logs, rows files), and the page cache of the
+    # runs before slowed every later large run on the shared VM (server CPU
+    # per step 17 -> 21.6 ms over 7 rounds, the small runs unchanged;
+    # docs/benchmarks.md, "Rounds that leave their data behind").
+    [ "${KEEP_DATA:-0}" = 1 ] || rm -rf "$dir"/*.data
   done
 done
 echo "CTR scaling with the table ($MODE): $ROWS training rows, batch ${BATCH:-2048} per worker, medians of $ROUNDS rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)"
