@@ -23,7 +23,9 @@
 # servers hold at the end, bytes per step pulled and pushed by worker 0, and
 # step time (worker 0's training time over its steps, its final evaluation
 # included), and CPU per step of a server and of a worker (less sensitive
-# than wall time to other load on the machine); then the large/small ratios.
+# than wall time to other load on the machine), the time a server's
+# snapshots held the job's lock per step and its snapshots; then the
+# large/small ratios.
 #
 #   ROUNDS=3 bench/ctr_table_scaling.sh [OUT_DIR]
 #
@@ -103,7 +105,11 @@ for round in $(seq 1 "$ROUNDS"); do
       -v push="$(metric_total ps_worker_push_bytes_total "$w")" \
       -v k0="$(metric_total ps_sparse_keys_per_request_sum "$dir/server0.metrics")" \
       -v k1="$(metric_total ps_sparse_keys_per_request_sum "$dir/server1.metrics")" \
-      'BEGIN { printf "%s %.1f %.0f %.0f %.0f %.2f %.2f %.2f\n", size, (k0 + k1) / 2 / 2 / n, rows, pull / n, push / n, 1000 * (e - s) / n, 1000 * cs / 2 / n, 1000 * cw / 2 / n }' \
+      -v l0="$(metric_total ps_snapshot_lock_seconds_sum "$dir/server0.metrics")" \
+      -v l1="$(metric_total ps_snapshot_lock_seconds_sum "$dir/server1.metrics")" \
+      -v n0="$(metric_total ps_snapshots_total "$dir/server0.metrics")" \
+      -v n1="$(metric_total ps_snapshots_total "$dir/server1.metrics")" \
+      'BEGIN { printf "%s %.1f %.0f %.0f %.0f %.2f %.2f %.2f %.2f %.1f\n", size, (k0 + k1) / 2 / 2 / n, rows, pull / n, push / n, 1000 * (e - s) / n, 1000 * cs / 2 / n, 1000 * cw / 2 / n, 1000 * (l0 + l1) / 2 / n, (n0 + n1) / 2 }' \
       >>"$OUT/results.txt"
     tail -n 1 "$OUT/results.txt" >&2
     # The run's data directories go (KEEP_DATA=1 keeps them): a large run
@@ -126,12 +132,14 @@ for size in ("small", "large"):
 names = ["ids per step (a worker's, deduplicated)", "rows on the servers at the end",
          "pull bytes per step (worker 0)", "push bytes per step (worker 0)",
          "step ms (wall)", "server CPU ms per step (each)",
-         "worker CPU ms per step (each)"]
+         "worker CPU ms per step (each)",
+         "snapshot lock ms per step (a server's)", "snapshots (a server's)"]
 print()
 print(f"| | small (cardinalities {lo:,}..{hi:,}) | large (id space x10) | ratio |")
 print("|---|---:|---:|---:|")
 for i, name in enumerate(names):
     a, b = med["small"][i], med["large"][i]
-    print(f"| {name} | {a:,.1f} | {b:,.1f} | {b / a:.3f} |")
+    ratio = f"{b / a:.3f}" if a else "—"  # A build without the metric: 0.
+    print(f"| {name} | {a:,.1f} | {b:,.1f} | {ratio} |")
 EOF
 echo "results and logs: $OUT" >&2

@@ -9,6 +9,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/learning_rate_schedule.h"
 #include "common/logging.h"
 #include "common/sparse_keys.h"
@@ -377,6 +379,13 @@ void ServerJob::SnapshotLocked() {
   // A pipelined clock half applied: the snapshot would not say which blocks
   // are (the log does); taken once the clock completes.
   if (block_clock_ != nullptr && block_clock_->AnyApplied()) return;
+  const absl::Time start = absl::Now();
+  TakeSnapshotLocked();
+  metrics_->snapshot_lock_seconds.Observe(
+      absl::ToDoubleSeconds(absl::Now() - start));
+}
+
+void ServerJob::TakeSnapshotLocked() {
   // Encoded into the last snapshot's blocks, once written: the same
   // buckets mostly, whose strings keep their memory (a large table's rows
   // in fresh memory cost more than their encoding).

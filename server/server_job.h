@@ -358,8 +358,10 @@ class ServerJob {
   absl::Status TierHealthLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks a push's gradients, dense and sparse, before the lock.
   PushCheck CheckPush(const PushView& request) const;
-  // Queues a snapshot of the whole state at the last logged record.
+  // Queues a snapshot of the whole state at the last logged record (its
+  // time under the lock in ps_snapshot_lock_seconds).
   void SnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The writer's report: records up to `sequence` are durable, or the store
   // failed (the job then refuses all requests).
   void OnDurable(int64_t sequence, const absl::Status& status);

@@ -67,6 +67,25 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                               .Help("Bytes written to the shard store.")
                               .Register(registry)
                               .Add({})),
+      snapshots(prometheus::BuildCounter()
+                    .Name("ps_snapshots_total")
+                    .Help("Snapshots of jobs' state written to the shard "
+                          "store by their update-log writers.")
+                    .Register(registry)
+                    .Add({})),
+      snapshot_written_bytes(prometheus::BuildCounter()
+                                 .Name("ps_snapshot_written_bytes_total")
+                                 .Help("Bytes of those snapshots (part of "
+                                       "ps_store_written_bytes_total).")
+                                 .Register(registry)
+                                 .Add({})),
+      snapshot_lock_seconds(
+          prometheus::BuildHistogram()
+              .Name("ps_snapshot_lock_seconds")
+              .Help("Time a periodic snapshot held its job's lock to take "
+                    "its cut (pulls and pushes of the job wait meanwhile).")
+              .Register(registry)
+              .Add({}, LatencyBuckets())),
       jobs(prometheus::BuildGauge()
                .Name("ps_server_jobs")
                .Help("Jobs whose shards this server holds.")

@@ -25,7 +25,13 @@ struct ServerMetrics {
   prometheus::Histogram&
       store_write_seconds;                   // ShardStore (RocksDB) write time.
   prometheus::Counter& store_written_bytes;  // Bytes handed to the store.
-  prometheus::Gauge& jobs;                   // Jobs loaded on this server.
+  // Periodic snapshots (docs/durability.md): written by jobs' log writers,
+  // their bytes (part of store_written_bytes), and the time each held its
+  // job's lock to take its cut (pushes and pulls of the job wait that long).
+  prometheus::Counter& snapshots;
+  prometheus::Counter& snapshot_written_bytes;
+  prometheus::Histogram& snapshot_lock_seconds;
+  prometheus::Gauge& jobs;  // Jobs loaded on this server.
   // The learning rate of the latest update applied (the job's schedule at
   // the update's clock; a server serves one job at a time).
   prometheus::Gauge& learning_rate;

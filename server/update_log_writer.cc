@@ -170,6 +170,10 @@ absl::Status UpdateLogWriter::WriteSnapshot(ShardSnapshot& snapshot) {
   metrics_->store_write_seconds.Observe(
       absl::ToDoubleSeconds(absl::Now() - start));
   metrics_->store_written_bytes.Increment(static_cast<double>(bytes));
+  if (status.ok()) {
+    metrics_->snapshots.Increment();
+    metrics_->snapshot_written_bytes.Increment(static_cast<double>(bytes));
+  }
   return status;
 }
 
