@@ -251,8 +251,7 @@ absl::Status SparseTableCut::EncodeBucket(uint32_t bucket,
       optimizer_kind_, dim_, state_floats_,
       static_cast<uint32_t>(hot_end - hot_start_[b] + size_t{cold_[b]}), pend,
       &header);
-  std::memcpy(out, header.data(), header.size());
-  char* at = out + header.size();
+  char* at = std::copy(header.begin(), header.end(), out);
   // The tier's rows of the bucket, ids ascending, each merged between the
   // hot rows around it: its next hot row, and the cold rows still to come.
   uint32_t hot_next = hot_start_[b];
