@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "server/bucket_rows_source.h"
 #include "server/rocksdb_shard_store.h"
+#include "server/snapshot_rows_files.h"
 #include "server/sparse_snapshot_stream.h"
 #include "server/sparse_table.h"
 #include "server/sparse_tier.h"
@@ -185,6 +187,74 @@ TEST_F(StreamedSnapshotTest,
     EXPECT_LT(stream.max_held_bytes() * 16, total);
     EXPECT_EQ(BucketRowsBytes(stream), total);
   }
+}
+
+// A source that measures, each time the store asks it for a bucket, how
+// many bytes it has produced that are not in the rows file yet: what the
+// store's writer holds at that moment (its write buffer, and anything it
+// kept).
+class WatchedSource final : public BucketRowsSource {
+ public:
+  WatchedSource(BucketRowsSource& source, std::string file)
+      : source_(source), file_(std::move(file)) {}
+  std::span<const BucketRowsSize> buckets() const override {
+    return source_.buckets();
+  }
+  absl::StatusOr<std::string_view> Next() override {
+    std::error_code error;
+    const auto on_disk = static_cast<int64_t>(fs::file_size(file_, error));
+    held_ = std::max(held_, produced_ - (error ? 0 : on_disk));
+    absl::StatusOr<std::string_view> rows = source_.Next();
+    if (rows.ok()) produced_ += static_cast<int64_t>(rows->size()) + 16;
+    return rows;
+  }
+  int64_t produced() const { return produced_; }
+  int64_t held() const { return held_; }
+
+ private:
+  BucketRowsSource& source_;
+  const std::string file_;
+  int64_t produced_ = 0;  // Entries' bytes (16 bytes of key and size each).
+  int64_t held_ = 0;
+};
+
+// A snapshot of about 8 MB streamed into a new rows file: whenever the
+// store asks for the next bucket, every byte produced before is in the
+// file but for at most the rows file's 4 MiB write buffer (a store that
+// encoded the snapshot whole first would hold all of it). What it wrote
+// loads back as the untiered twin's snapshot.
+TEST_F(StreamedSnapshotTest, TheWriterHoldsAtMostItsBufferOfTheSnapshot) {
+  v1::SparseTableSpec spec = Spec();
+  spec.set_dim(16);
+  spec.clear_admission();
+  std::unique_ptr<SparseTier> tier = testing::OpenTestTier();
+  auto tiered = SparseTable::Create(spec, 0, 5, false,
+                                    {.tier = tier.get(), .cap_bytes = 1 << 16});
+  auto plain = SparseTable::Create(spec, 0, 5, false);
+  ASSERT_TRUE(tiered.ok() && plain.ok());
+  std::vector<uint64_t> ids(8192);
+  const std::vector<float> grads(ids.size() * 16, 0.25f);
+  for (int64_t clock = 0; clock < 11; ++clock) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = (static_cast<uint64_t>(clock) * ids.size() + i) * 7919;
+    }
+    (*tiered)->Apply(ids, grads, clock, 1.0f);
+    (*plain)->Apply(ids, grads, clock, 1.0f);
+  }
+  auto store = OpenStore(path_);
+  ASSERT_NE(store, nullptr);
+  auto files = SnapshotRowsFiles::Open(path_ + "/snapshot-rows");
+  ASSERT_TRUE(files.ok()) << files.status();
+  const SparseTableCut cut = (*tiered)->Cut();
+  const std::unique_ptr<SparseTier::View> view = tier->ViewNow();
+  SparseSnapshotStream stream(*view, std::span(&cut, 1));
+  WatchedSource watched(stream, (*files)->PathOf("job", 1));
+  ASSERT_TRUE(store->WriteStreamed(DenseBlock(1).Write(1), watched).ok());
+  EXPECT_GT(watched.produced(), int64_t{6} << 20);
+  EXPECT_LE(watched.held(), int64_t{4} << 20);
+  absl::StatusOr<StoredJob> job = store->Load("job");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ExpectStored(*job, 1, (*plain)->Snapshot());
 }
 
 // A source that ends the process (as kill -9 would) once it has produced
