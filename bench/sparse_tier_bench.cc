@@ -3,8 +3,11 @@
 // budget and the estimate"): a pull of 2,048 ids, most of them new (a
 // power-law stream over 4 million ids), then their push, dim 16, row-wise
 // Adagrad. Arg: the cap in MiB (0: no budget, no tier). And a snapshot of a
-// table ten times its budget: the whole, and the part a job's lock holds
-// (the cut; docs/sparse.md, "Snapshots of a tiered table").
+// table ten times its budget: the whole, the part a job's lock holds (the
+// cut; docs/sparse.md, "Snapshots of a tiered table"), and the snapshot
+// written to a store's rows file encoded whole (the writer before) or
+// streamed a bucket at a time (the writer now), with the memory it takes
+// beyond the process's before it.
 #include <benchmark/benchmark.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -12,12 +15,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "server/rocksdb_shard_store.h"
+#include "server/sparse_snapshot_stream.h"
 #include "server/sparse_table.h"
 #include "server/sparse_tier.h"
 
@@ -156,6 +164,81 @@ void BM_TieredSnapshotCut(benchmark::State& state) {
   Report(state, *table);
 }
 BENCHMARK(BM_TieredSnapshotCut)->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// The process's resident and peak resident MiB (/proc/self/status).
+std::pair<double, double> ResidentMib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  double rss = 0;
+  double hwm = 0;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) rss = std::stod(line.substr(6)) / 1024;
+    if (line.rfind("VmHWM:", 0) == 0) hwm = std::stod(line.substr(6)) / 1024;
+  }
+  return {rss, hwm};
+}
+
+// A durable snapshot of that table as the update log's writer writes it
+// into a store whose every snapshot's rows go to a rows file: with
+// `streamed`, pulled a bucket at a time from the cut and the view
+// (ShardStore::WriteStreamed: this build's writer); else encoded whole into
+// blocks first, then written (the writer before). rss_before_mib: resident
+// before the snapshots (the table built); snapshot_peak_mib: the peak
+// resident during them (the peak reset first: /proc/self/clear_refs);
+// above_mib: the difference, the snapshot's own memory (and the budget's
+// 14 MiB is inside rss_before_mib).
+void TieredSnapshotToRowsFile(benchmark::State& state, bool streamed) {
+  std::unique_ptr<SparseTier> tier;
+  const std::unique_ptr<SparseTable> table = TenTimesItsBudget(&tier);
+  std::string dir = "/tmp/ps-sparse-tier-bench-store-XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) std::abort();
+  auto store = RocksDbShardStore::Open({.path = dir, .rows_file_bytes = 0});
+  if (!store.ok()) std::abort();
+  const double before = ResidentMib().first;
+  { std::ofstream("/proc/self/clear_refs") << "5"; }  // Resets VmHWM.
+  const ShardWrite write{.job_id = "bench"};
+  for (auto _ : state) {
+    const SparseTableCut cut = table->Cut();
+    const std::unique_ptr<SparseTier::View> view = tier->ViewNow();
+    if (streamed) {
+      SparseSnapshotStream stream(*view, std::span(&cut, 1));
+      if (!(*store)->WriteStreamed(write, stream).ok()) std::abort();
+      state.counters["held_kib"] =
+          static_cast<double>(stream.max_held_bytes()) / 1024;
+    } else {
+      std::vector<StoredBlock> blocks;
+      size_t next = 0;
+      if (!cut.EncodeInto(*view, &blocks, &next).ok()) std::abort();
+      ShardWrite whole = write;
+      for (const StoredBlock& b : blocks) {
+        whole.blocks.push_back({.key = b.key, .rows = b.rows});
+      }
+      if (!(*store)->Write(whole).ok()) std::abort();
+    }
+  }
+  const double peak = ResidentMib().second;
+  state.counters["rss_before_mib"] = before;
+  state.counters["snapshot_peak_mib"] = peak;
+  state.counters["above_mib"] = peak - before;
+  Report(state, *table);
+  store->reset();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+void BM_TieredSnapshotWholeToFile(benchmark::State& state) {
+  TieredSnapshotToRowsFile(state, false);
+}
+BENCHMARK(BM_TieredSnapshotWholeToFile)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
+
+void BM_TieredSnapshotStreamed(benchmark::State& state) {
+  TieredSnapshotToRowsFile(state, true);
+}
+BENCHMARK(BM_TieredSnapshotStreamed)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 
 }  // namespace
 }  // namespace ps

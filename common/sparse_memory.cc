@@ -26,7 +26,8 @@ constexpr int64_t kUnlimitedChunkRows = int64_t{1} << kMaxChunkLog2;
 // docs/sparse.md.
 constexpr int64_t kTierEntryOverheadBytes = 8;
 constexpr double kTierSpaceAmplification = 1.25;
-constexpr int64_t kTierKeyBytes = 12;
+constexpr int64_t kTierKeyBytes =
+    16;  // Table, bucket, id (server/sparse_tier.h).
 
 // absl::flat_hash_map's capacity for room of `growth` entries: the smallest
 // 2^k - 1 whose 7/8 holds them (raw_hash_set's GrowthToLowerboundCapacity,

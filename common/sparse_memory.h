@@ -61,7 +61,7 @@ SparseHotPlan PlanSparseHotRows(int64_t cap_bytes, int64_t slot_bytes);
 // hot rows. 0 for rows <= 0. Thread-safe.
 int64_t SparseNeedBytes(int64_t rows, int64_t slot_bytes);
 
-// Disk bytes per cold row in the memory tier's RocksDB (key 12 bytes, value
+// Disk bytes per cold row in the memory tier's RocksDB (key 16 bytes, value
 // 16 + 4 * (dim + state floats), plus RocksDB's per-entry overhead measured:
 // docs/sparse.md).
 int64_t SparseTierDiskBytesPerRow(int dim, int64_t state_floats);

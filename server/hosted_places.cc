@@ -56,6 +56,14 @@ absl::Status HostedPlaceStore::Write(const ShardWrite& write) {
   return base_->Write(renamed);
 }
 
+absl::Status HostedPlaceStore::WriteStreamed(const ShardWrite& write,
+                                             BucketRowsSource& rows) {
+  PS_ASSIGN_OR_RETURN(std::string id, Renamed(write.job_id));
+  ShardWrite renamed = write;
+  renamed.job_id = std::move(id);
+  return base_->WriteStreamed(renamed, rows);
+}
+
 absl::Status HostedPlaceStore::AppendLog(
     const std::string& job_id, int64_t first_sequence,
     const std::vector<std::string>& records, bool sync) {

@@ -34,6 +34,9 @@ class HostedPlaceStore : public ShardStore {
   HostedPlaceStore(ShardStore* base, std::string job_id, int place);
 
   absl::Status Write(const ShardWrite& write) override;
+  // The base store's WriteStreamed (streamed where it streams).
+  absl::Status WriteStreamed(const ShardWrite& write,
+                             BucketRowsSource& rows) override;
   absl::Status AppendLog(const std::string& job_id, int64_t first_sequence,
                          const std::vector<std::string>& records,
                          bool sync) override;

@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <set>
+#include <span>
+#include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -70,7 +73,77 @@ absl::Status Upgrade(const std::string& path, StateStore& state,
   return absl::OkStatus();
 }
 
+// A streamed snapshot's rows file entries: the write's own buckets with
+// rows, then the source's, pulled one at a time.
+class StreamedEntries final : public RowsFileEntries {
+ public:
+  StreamedEntries(const ShardWrite& write, BucketRowsSource& source)
+      : write_(write), source_(source), buckets_(source.buckets()) {
+    for (const BlockWrite& block : write.blocks) count_ += !block.rows.empty();
+    for (const BucketRowsSize& bucket : buckets_) count_ += bucket.rows > 0;
+  }
+  uint64_t count() const override { return count_; }
+  absl::StatusOr<RowsFileEntry> Next() override {
+    while (block_ < write_.blocks.size()) {
+      const BlockWrite& block = write_.blocks[block_++];
+      if (!block.rows.empty()) return RowsFileEntry{block.key, block.rows};
+    }
+    while (bucket_ < buckets_.size() && buckets_[bucket_].rows == 0) ++bucket_;
+    if (bucket_ == buckets_.size()) {
+      return absl::InternalError("snapshot rows: a source ran out of buckets");
+    }
+    const BucketRowsSize& bucket = buckets_[bucket_++];
+    PS_ASSIGN_OR_RETURN(const std::string_view rows, source_.Next());
+    if (rows.size() != bucket.rows) {
+      return absl::InternalError(absl::StrCat(
+          "snapshot rows: bucket ", BucketIndex(bucket.key), " of table ",
+          BucketTable(bucket.key), " came to ", rows.size(), " bytes, not the ",
+          bucket.rows, " counted"));
+    }
+    return RowsFileEntry{bucket.key, rows};
+  }
+
+ private:
+  const ShardWrite& write_;
+  BucketRowsSource& source_;
+  const std::span<const BucketRowsSize> buckets_;
+  uint64_t count_ = 0;
+  size_t block_ = 0;   // The next of write_.blocks.
+  size_t bucket_ = 0;  // The next of buckets_.
+};
+
 }  // namespace
+
+absl::Status CommitStreamedSnapshot(StateStore& state, UpdateLogFiles& log,
+                                    const ShardWrite& write,
+                                    BucketRowsSource& source,
+                                    const SnapshotRowsOptions& rows) {
+  uint64_t rows_bytes = BucketRowsBytes(source);
+  for (const BlockWrite& block : write.blocks) rows_bytes += block.rows.size();
+  if (rows.files == nullptr || rows_bytes == 0 || rows_bytes < rows.min_bytes) {
+    // Into the state store's batch: small by definition.
+    std::vector<std::string> encoded;
+    ShardWrite whole;
+    PS_RETURN_IF_ERROR(Materialize(write, source, &encoded, &whole));
+    return CommitSnapshot(state, log, whole, rows);
+  }
+  // CommitSnapshot's steps, step 0's file written as the source encodes it.
+  PS_ASSIGN_OR_RETURN(const uint64_t named, state.RowsFileOf(write.job_id));
+  const uint64_t number = named + 1;
+  StreamedEntries entries(write, source);
+  PS_RETURN_IF_ERROR(
+      rows.files->Write(write.job_id, number, entries, write.sync));
+  if (rows.after_rows_file) rows.after_rows_file();
+  // The state store's batch names the source's buckets (their rows are in
+  // the file: it clears their rows keys).
+  ShardWrite keys = write;
+  for (const BucketRowsSize& bucket : source.buckets()) {
+    keys.blocks.push_back({.key = bucket.key});
+  }
+  PS_RETURN_IF_ERROR(state.PutSnapshot(keys, number));
+  if (write.log_sequence == 0) return absl::OkStatus();
+  return log.DropThrough(write.job_id, write.log_sequence, write.sync);
+}
 
 absl::Status CommitSnapshot(StateStore& state, UpdateLogFiles& log,
                             const ShardWrite& write,
@@ -167,6 +240,20 @@ absl::Status RocksDbShardStore::Write(const ShardWrite& write) {
   if (!status.ok()) return status;
   status = CommitSnapshot(
       *state_, *log_, write,
+      {.files = rows_.get(), .min_bytes = options_.rows_file_bytes});
+  ObserveLatency(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count());
+  return status;
+}
+
+absl::Status RocksDbShardStore::WriteStreamed(const ShardWrite& write,
+                                              BucketRowsSource& rows) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = ValidateShardWrite(write);
+  if (!status.ok()) return status;
+  status = CommitStreamedSnapshot(
+      *state_, *log_, write, rows,
       {.files = rows_.get(), .min_bytes = options_.rows_file_bytes});
   ObserveLatency(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

@@ -102,6 +102,18 @@ absl::Status CommitSnapshot(StateStore& state, UpdateLogFiles& log,
                             const ShardWrite& write,
                             const SnapshotRowsOptions& rows = {});
 
+// CommitSnapshot of `write` with the buckets `source` encodes after its
+// blocks (ShardStore::WriteStreamed): when the rows go to a file (step 0),
+// the file is written as the source encodes them, one bucket at a time,
+// never whole; else the source's buckets are encoded whole first. The same
+// bytes stored, the same steps in the same order (a source's error stops
+// it in step 0: the marker still names the previous file). Errors:
+// CommitSnapshot's, the source's.
+absl::Status CommitStreamedSnapshot(StateStore& state, UpdateLogFiles& log,
+                                    const ShardWrite& write,
+                                    BucketRowsSource& source,
+                                    const SnapshotRowsOptions& rows = {});
+
 // Keeps shards in a state store and an update log, both in one data
 // directory. Thread-safe; a data directory can be open in one store (one
 // process) at a time.
@@ -130,6 +142,9 @@ class RocksDbShardStore : public ShardStore {
 
   // See ShardStore: CommitSnapshot.
   absl::Status Write(const ShardWrite& write) override;
+  // See ShardStore: CommitStreamedSnapshot.
+  absl::Status WriteStreamed(const ShardWrite& write,
+                             BucketRowsSource& rows) override;
   // See ShardStore: appends to the job's log file (one write; fdatasync with
   // `sync`).
   absl::Status AppendLog(const std::string& job_id, int64_t first_sequence,

@@ -402,8 +402,9 @@ void ServerJob::TakeSnapshotLocked() {
   if (sparse_->tiered()) {
     // Cold rows are on the disk: the tables' hot rows and the tier's view
     // are taken now, the buckets encoded on the writer's thread, off the
-    // lock, into the spare blocks past `next` (docs/durability.md,
-    // "Snapshots of tiered tables").
+    // lock, one at a time as the store writes them (docs/durability.md,
+    // "Snapshots of tiered tables"): no spare block is kept for them.
+    blocks.resize(next);
     durability_.Snapshot({.blocks = std::move(blocks),
                           .clocks = clocks_.clocks(),
                           .deferred = sparse_->CutTiered(),

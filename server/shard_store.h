@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/sparse_keys.h"
+#include "server/bucket_rows_source.h"
 
 namespace ps {
 
@@ -94,6 +95,18 @@ class ShardStore {
   // the same key is replaced. Errors: INVALID_ARGUMENT for a bad job id or a
   // negative worker index; storage errors otherwise.
   virtual absl::Status Write(const ShardWrite& write) = 0;
+
+  // Write of `write` with more buckets after write.blocks, which `rows`
+  // encodes one at a time (a tiered sparse table's snapshot: docs/sparse.md,
+  // "Snapshots of a tiered table"): the same stored state as Write of the
+  // whole. A store that writes large snapshots' rows to a file of their own
+  // (RocksDbShardStore) streams them there, holding one bucket's rows at a
+  // time; the default encodes them all, then calls Write. Errors: Write's,
+  // and the source's (nothing of the write is then stored).
+  virtual absl::Status WriteStreamed(const ShardWrite& write,
+                                     BucketRowsSource& rows) {
+    return WriteMaterialized(*this, write, rows);
+  }
 
   // Appends `records` to the job's update log with sequences first_sequence,
   // first_sequence + 1, ...; opaque bytes. Durable like Write (sync: fsync

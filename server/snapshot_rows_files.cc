@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,20 +29,23 @@ constexpr size_t kMagicBytes = sizeof(kMagic);
 // An entry's key and size.
 constexpr size_t kEntryHeaderBytes = 16;
 
-// Writes `iov`, then the XXH3-64 of its bytes (`hash`, fed here), from
-// offset 0 on through a block-aligned buffer, for a file opened with
-// O_DIRECT: the bytes go from the buffer to the device, not through the
-// page cache (copying hundreds of MB into fresh page-cache pages cost the
-// writer more CPU than RocksDB's whole path had). Each piece is hashed from
-// the buffer right after it is copied there, while it is in the cache,
-// rather than in a pass of its own over the rows. The buffer is the
-// thread's, kept from write to write (a job's writer thread writes its
-// snapshots), so its pages are not new to the process each time. The last
-// block is padded with zeros (the caller cuts the file to the returned
-// length).
-absl::StatusOr<uint64_t> WriteDirect(int fd, const std::vector<iovec>& iov,
-                                     XXH3_state_t* hash,
-                                     const std::string& path) {
+// Writes `head`, then each of `entries` (its key and size, then its rows),
+// then the XXH3-64 of every byte before it, from offset 0 on through a
+// block-aligned buffer: with `direct` (a file opened with O_DIRECT) the
+// bytes go from the buffer to the device, not through the page cache
+// (copying hundreds of MB into fresh page-cache pages cost the writer more
+// CPU than RocksDB's whole path had), and the last block is padded with
+// zeros (the caller cuts the file to the returned length). Each piece is
+// hashed from the buffer right after it is copied there, while it is in
+// the cache, rather than in a pass of its own over the rows; an entry is
+// asked for only once the one before it is in the buffer, so a streamed
+// snapshot holds one bucket's rows at a time. The buffer is the thread's,
+// kept from write to write (a job's writer thread writes its snapshots), so
+// its pages are not new to the process each time.
+absl::StatusOr<uint64_t> WriteBuffered(int fd, bool direct,
+                                       std::string_view head,
+                                       RowsFileEntries& entries,
+                                       const std::string& path) {
   constexpr size_t kBlock = 4096;
   constexpr size_t kBuffer = size_t{4} << 20;
   thread_local std::unique_ptr<char, decltype(&free)> buffer(nullptr, &free);
@@ -55,6 +57,8 @@ absl::StatusOr<uint64_t> WriteDirect(int fd, const std::vector<iovec>& iov,
     }
     buffer.reset(static_cast<char*>(raw));
   }
+  XXH3_state_t hash;
+  XXH3_64bits_reset(&hash);
   size_t fill = 0;
   uint64_t offset = 0;
   uint64_t total = 0;
@@ -64,7 +68,8 @@ absl::StatusOr<uint64_t> WriteDirect(int fd, const std::vector<iovec>& iov,
       const ssize_t n = pwrite(fd, buffer.get() + done, bytes - done,
                                static_cast<off_t>(offset + done));
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0 || (static_cast<size_t>(n) < bytes - done && n % kBlock)) {
+      if (n <= 0 ||
+          (direct && static_cast<size_t>(n) < bytes - done && n % kBlock)) {
         return ErrnoStatus(absl::StrCat("snapshot rows: writing ", path));
       }
       done += static_cast<size_t>(n);
@@ -78,7 +83,7 @@ absl::StatusOr<uint64_t> WriteDirect(int fd, const std::vector<iovec>& iov,
     while (left > 0) {
       const size_t take = std::min(left, kBuffer - fill);
       std::memcpy(buffer.get() + fill, from, take);
-      if (hashed) XXH3_64bits_update(hash, buffer.get() + fill, take);
+      if (hashed) XXH3_64bits_update(&hash, buffer.get() + fill, take);
       fill += take;
       from += take;
       left -= take;
@@ -89,20 +94,38 @@ absl::StatusOr<uint64_t> WriteDirect(int fd, const std::vector<iovec>& iov,
     }
     return absl::OkStatus();
   };
-  for (const iovec& piece : iov) {
-    PS_RETURN_IF_ERROR(
-        put(static_cast<const char*>(piece.iov_base), piece.iov_len, true));
+  PS_RETURN_IF_ERROR(put(head.data(), head.size(), true));
+  for (uint64_t i = 0, n = entries.count(); i < n; ++i) {
+    PS_ASSIGN_OR_RETURN(const RowsFileEntry entry, entries.Next());
+    char entry_head[kEntryHeaderBytes];
+    PutUint64(entry.key, entry_head);
+    PutUint64(entry.rows.size(), entry_head + 8);
+    PS_RETURN_IF_ERROR(put(entry_head, sizeof(entry_head), true));
+    PS_RETURN_IF_ERROR(put(entry.rows.data(), entry.rows.size(), true));
   }
   char sum[8];
-  PutUint64(XXH3_64bits_digest(hash), sum);
+  PutUint64(XXH3_64bits_digest(&hash), sum);
   PS_RETURN_IF_ERROR(put(sum, sizeof(sum), false));
   if (fill > 0) {
-    const size_t padded = (fill + kBlock - 1) / kBlock * kBlock;
+    const size_t padded = direct ? (fill + kBlock - 1) / kBlock * kBlock : fill;
     std::memset(buffer.get() + fill, 0, padded - fill);
     PS_RETURN_IF_ERROR(flush(padded));
   }
   return total;
 }
+
+// A span of entries as RowsFileEntries.
+class SpanEntries final : public RowsFileEntries {
+ public:
+  explicit SpanEntries(std::span<const RowsFileEntry> entries)
+      : entries_(entries) {}
+  uint64_t count() const override { return entries_.size(); }
+  absl::StatusOr<RowsFileEntry> Next() override { return entries_[next_++]; }
+
+ private:
+  const std::span<const RowsFileEntry> entries_;
+  size_t next_ = 0;
+};
 
 // Reads exactly `size` bytes at `*offset` into `out`, advancing `*offset`;
 // false when the file ends first.
@@ -225,6 +248,13 @@ absl::Status SnapshotRowsFiles::Write(const std::string& job_id,
                                       uint64_t number,
                                       std::span<const RowsFileEntry> entries,
                                       bool sync) const {
+  SpanEntries source(entries);
+  return Write(job_id, number, source, sync);
+}
+
+absl::Status SnapshotRowsFiles::Write(const std::string& job_id,
+                                      uint64_t number, RowsFileEntries& entries,
+                                      bool sync) const {
   const std::string path = PathOf(job_id, number);
   std::error_code error;
   const bool existed = fs::exists(path, error);
@@ -248,35 +278,9 @@ absl::Status SnapshotRowsFiles::Write(const std::string& job_id,
   }
   head += job_id;
   head.resize(head.size() + 8);
-  PutUint64(entries.size(), head.data() + head.size() - 8);
-  std::vector<char> entry_heads(entries.size() * kEntryHeaderBytes);
-  std::vector<iovec> iov;
-  iov.reserve(2 * entries.size() + 2);
-  iov.push_back({head.data(), head.size()});
-  for (size_t i = 0; i < entries.size(); ++i) {
-    char* at = entry_heads.data() + i * kEntryHeaderBytes;
-    PutUint64(entries[i].key, at);
-    PutUint64(entries[i].rows.size(), at + 8);
-    iov.push_back({at, kEntryHeaderBytes});
-    iov.push_back(
-        {const_cast<char*>(entries[i].rows.data()), entries[i].rows.size()});
-  }
-  // The checksum of every byte before it: WriteDirect hashes them as it
-  // copies them; ordinary writes hash them first.
-  XXH3_state_t hash;
-  XXH3_64bits_reset(&hash);
-  char sum[8];
-  absl::StatusOr<uint64_t> written;
-  if (direct) {
-    written = WriteDirect(fd, iov, &hash, path);
-  } else {
-    for (const iovec& piece : iov) {
-      XXH3_64bits_update(&hash, piece.iov_base, piece.iov_len);
-    }
-    PutUint64(XXH3_64bits_digest(&hash), sum);
-    iov.push_back({sum, sizeof(sum)});
-    written = WriteGathered(fd, iov, /*offset=*/0, "snapshot rows", path);
-  }
+  PutUint64(entries.count(), head.data() + head.size() - 8);
+  const absl::StatusOr<uint64_t> written =
+      WriteBuffered(fd, direct, head, entries, path);
   absl::Status status = written.status();
   if (status.ok() && ftruncate(fd, static_cast<off_t>(*written)) != 0) {
     status = ErrnoStatus(absl::StrCat("snapshot rows: truncating ", path));

@@ -11,10 +11,11 @@
 // (n - 1) is never touched until a later marker names another, and a crash
 // while slot n is written leaves the marker on n - 1, whose file is whole.
 // A file is overwritten in place and cut to its new length, written with
-// O_DIRECT from a 4 MiB aligned buffer: copying hundreds of MB into the page
-// cache cost the writer thread more CPU than the rest of the snapshot's
-// write (docs/benchmarks.md, "CTR: scaling with the table"). A file system
-// without O_DIRECT gets ordinary writes.
+// O_DIRECT from a 4 MiB aligned buffer, each entry copied there as it comes
+// (RowsFileEntries: a streamed snapshot's are encoded one at a time): copying
+// hundreds of MB into the page cache cost the writer thread more CPU than the
+// rest of the snapshot's write (docs/benchmarks.md, "CTR: scaling with the
+// table"). A file system without O_DIRECT gets ordinary writes.
 //
 // File format (integers little-endian):
 //   "PSROWS" 0x00 0x01 (8 bytes)
@@ -44,6 +45,19 @@ struct RowsFileEntry {
   std::string_view rows{};  // Non-empty bytes of the bucket codec.
 };
 
+// A rows file's entries produced in order, one at a time (a streamed
+// snapshot's: its bytes are written as they are encoded, never whole).
+class RowsFileEntries {
+ public:
+  virtual ~RowsFileEntries() = default;
+  // How many entries Next produces (the file's header holds it).
+  virtual uint64_t count() const = 0;
+  // The next entry; its rows stay valid until the next call. Errors: the
+  // producer's (SnapshotRowsFiles::Write returns it, the file left partly
+  // written: no marker names it).
+  virtual absl::StatusOr<RowsFileEntry> Next() = 0;
+};
+
 // Thread-safe (no state but the directory); the caller orders one job's
 // calls (one UpdateLogWriter per job does).
 class SnapshotRowsFiles {
@@ -59,6 +73,11 @@ class SnapshotRowsFiles {
   // (UNAVAILABLE for a full disk or an I/O error).
   absl::Status Write(const std::string& job_id, uint64_t number,
                      std::span<const RowsFileEntry> entries, bool sync) const;
+  // The same, the entries pulled from `entries` one at a time, each copied
+  // into the write buffer before the next is asked for. Errors: Write's,
+  // and the producer's.
+  absl::Status Write(const std::string& job_id, uint64_t number,
+                     RowsFileEntries& entries, bool sync) const;
 
   // The entries of the job's rows file `number`, in the order written.
   // DATA_LOSS naming the file when it is missing, of another number or job,

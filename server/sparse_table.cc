@@ -101,6 +101,9 @@ SparseTable::SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
       chunk_arena_(memory.pages),
       held_(num_buckets_, false) {
   if (tier_ == nullptr) return;
+  // The tier keys the table's rows by bucket: a snapshot streams them in
+  // its own order (docs/sparse.md, "Snapshots of a tiered table").
+  tier_->SetBuckets(table_index_, num_buckets_);
   cold_in_bucket_.assign(num_buckets_, 0);
   // The whole plan is allocated as rows arrive, never more: the index and
   // the free list reserved now, the chunks one by one up to max_hot_.

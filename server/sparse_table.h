@@ -79,13 +79,23 @@ class SparseTableCut {
   absl::Status EncodeInto(const SparseTier::View& view,
                           std::vector<StoredBlock>* blocks, size_t* next) const;
 
+  // The same blocks one at a time (a streamed snapshot's,
+  // server/sparse_snapshot_stream.h). The buckets EncodeInto writes a block
+  // for, in order: key and rows bytes (0: a held bucket with nothing).
+  std::vector<BucketRowsSize> Buckets() const;
+  // Encodes bucket `bucket`'s rows (Buckets()'s size of it, > 0) at `out`,
+  // its cold rows read from `rows` (the view's Rows of this table, past the
+  // buckets before this one only: Buckets() in order). Reads the disk.
+  // Errors: `rows`'; INTERNAL when its rows are not those the cut counted
+  // (a row of another bucket, one too many or too few).
+  absl::Status EncodeBucket(uint32_t bucket, SparseTier::View::Rows& rows,
+                            char* out) const;
+  // After the last bucket: INTERNAL if `rows` holds any row left.
+  absl::Status Finish(SparseTier::View::Rows& rows) const;
+  uint32_t table_index() const { return table_index_; }
+
  private:
   friend class SparseTable;
-  // EncodeInto's blocks, laid out as SparseTable::SnapshotInto lays them
-  // out, each of its size and with its header; per bucket, where its first
-  // row goes (null: a bucket without a block, or an empty one).
-  std::vector<char*> LayOut(std::vector<StoredBlock>* blocks,
-                            size_t* next) const;
   uint32_t table_index_ = 0;
   uint32_t num_buckets_ = 0;
   uint8_t optimizer_kind_ = 0;

@@ -14,6 +14,7 @@
 #include "common/sparse_memory.h"
 #include "common/sparse_spec.h"
 #include "common/status_macros.h"
+#include "server/sparse_snapshot_stream.h"
 #include "server/update_log_writer.h"
 
 namespace ps {
@@ -412,12 +413,8 @@ class TieredSnapshot final : public DeferredBlocks {
     for (const SparseTableCut& cut : cuts_) bytes += cut.rows_bytes();
     return bytes;
   }
-  absl::Status EncodeInto(std::vector<StoredBlock>* blocks,
-                          size_t* next) const override {
-    for (const SparseTableCut& cut : cuts_) {
-      PS_RETURN_IF_ERROR(cut.EncodeInto(*view_, blocks, next));
-    }
-    return absl::OkStatus();
+  std::unique_ptr<BucketRowsSource> Stream() const override {
+    return std::make_unique<SparseSnapshotStream>(*view_, cuts_);
   }
 
  private:

@@ -221,115 +221,132 @@ SparseTableCut SparseTable::Cut() const {
   return cut;
 }
 
-std::vector<char*> SparseTableCut::LayOut(std::vector<StoredBlock>* blocks,
-                                          size_t* next) const {
+std::vector<BucketRowsSize> SparseTableCut::Buckets() const {
   const size_t stride = size_t{dim_} + state_floats_;
-  constexpr uint32_t kNone = ~uint32_t{0};
-  std::vector<uint32_t> block_of(num_buckets_, kNone);
-  std::string header;
+  std::vector<BucketRowsSize> buckets;
   for (uint32_t b = 0; b < num_buckets_; ++b) {
     const size_t rows = hot_start_[b + 1] - hot_start_[b] + size_t{cold_[b]};
     const size_t pend = pending_start_[b + 1] - pending_start_[b];
     if (!held_[b] && rows == 0 && pend == 0) continue;
-    StoredBlock& block =
-        *next < blocks->size() ? (*blocks)[*next] : blocks->emplace_back();
-    block.key = BucketKey(table_index_, b);
-    block.values.clear();
-    block.optimizer_state.clear();
-    block.optimizer_step = 0;
-    if (rows == 0 && pend == 0) {
-      block.rows.clear();
-      ++*next;
-      continue;
-    }
-    header.clear();
-    AppendSparseBucketHeader(optimizer_kind_, dim_, state_floats_,
-                             static_cast<uint32_t>(rows),
-                             static_cast<uint32_t>(pend), &header);
-    block.rows.resize(SparseBucketBytes(stride, rows, pend));
-    std::memcpy(block.rows.data(), header.data(), header.size());
-    block_of[b] = static_cast<uint32_t>(*next);
-    ++*next;
+    buckets.push_back({.key = BucketKey(table_index_, b),
+                       .rows = rows == 0 && pend == 0
+                                   ? 0
+                                   : SparseBucketBytes(stride, rows, pend)});
   }
-  // Once every block is in place (appending may move the others).
-  std::vector<char*> at(num_buckets_, nullptr);
-  for (uint32_t b = 0; b < num_buckets_; ++b) {
-    if (block_of[b] != kNone) {
-      at[b] = (*blocks)[block_of[b]].rows.data() + kSparseBucketHeaderBytes;
-    }
-  }
-  return at;
+  return buckets;
 }
 
-absl::Status SparseTableCut::EncodeInto(const SparseTier::View& view,
-                                        std::vector<StoredBlock>* blocks,
-                                        size_t* next) const {
+absl::Status SparseTableCut::EncodeBucket(uint32_t bucket,
+                                          SparseTier::View::Rows& rows,
+                                          char* out) const {
+  const uint32_t b = bucket;
   const size_t stride = size_t{dim_} + state_floats_;
   const size_t row_bytes =
       SparseBucketBytes(stride, 1, 0) - SparseBucketBytes(stride, 0, 0);
   const size_t value_bytes = SparseTier::kRowHeaderBytes + stride * 4;
-  // The blocks first, each of its exact size (the counts at the cut); then
-  // the tier's rows, ids ascending, each merged into its bucket between the
-  // hot rows around it. Per bucket: where its next row goes, its next hot
-  // row, and the cold rows still to come.
-  std::vector<char*> at = LayOut(blocks, next);
-  std::vector<uint32_t> hot_next(hot_start_.begin(), hot_start_.end() - 1);
-  std::vector<uint32_t> cold_left = cold_;
+  const uint32_t hot_end = hot_start_[b + 1];
+  const uint32_t pend = pending_start_[b + 1] - pending_start_[b];
+  std::string header;
+  AppendSparseBucketHeader(
+      optimizer_kind_, dim_, state_floats_,
+      static_cast<uint32_t>(hot_end - hot_start_[b] + size_t{cold_[b]}), pend,
+      &header);
+  char* at = std::copy(header.begin(), header.end(), out);
+  // The tier's rows of the bucket, ids ascending, each merged between the
+  // hot rows around it: its next hot row, and the cold rows still to come.
+  uint32_t hot_next = hot_start_[b];
+  uint32_t cold_left = cold_[b];
   const auto hot_id = [&](uint32_t i) {
     uint64_t id;
     std::memcpy(&id, hot_.data() + size_t{i} * row_bytes, 8);
     return id;
   };
-  // Bucket b's hot rows with ids below `id` (all of them with `all`).
-  const auto hot_until = [&](uint32_t b, uint64_t id, bool all) {
-    const uint32_t first = hot_next[b];
+  // The bucket's hot rows with ids below `id` (all of them with `all`).
+  const auto hot_until = [&](uint64_t id, bool all) {
+    const uint32_t first = hot_next;
     uint32_t end = first;
-    while (end < hot_start_[b + 1] && (all || hot_id(end) < id)) ++end;
+    while (end < hot_end && (all || hot_id(end) < id)) ++end;
     const size_t bytes = size_t{end - first} * row_bytes;
     if (bytes > 0) {
-      std::memcpy(at[b], hot_.data() + size_t{first} * row_bytes, bytes);
-      at[b] += bytes;
+      std::memcpy(at, hot_.data() + size_t{first} * row_bytes, bytes);
+      at += bytes;
     }
-    hot_next[b] = end;
+    hot_next = end;
   };
   absl::Status bad;
-  PS_RETURN_IF_ERROR(
-      view.ForEach(table_index_, [&](uint64_t id, std::string_view value) {
+  PS_RETURN_IF_ERROR(rows.Through(
+      b, [&](uint32_t row_bucket, uint64_t id, std::string_view value) {
         if (!bad.ok()) return;
-        const uint32_t b = BucketOfId(id, table_index_, num_buckets_);
-        if (at[b] != nullptr) hot_until(b, id, false);
-        // A promoted row's copy in the tier: the row in memory is its value.
-        if (at[b] != nullptr && hot_next[b] < hot_start_[b + 1] &&
-            hot_id(hot_next[b]) == id) {
-          return;
+        if (row_bucket == b) {
+          hot_until(id, false);
+          // A promoted row's copy in the tier: the row in memory is its
+          // value.
+          if (hot_next < hot_end && hot_id(hot_next) == id) return;
         }
-        if (cold_left[b] == 0 || value.size() != value_bytes) {
+        if (row_bucket != b || cold_left == 0 || value.size() != value_bytes) {
           bad = absl::InternalError(absl::StrCat(
               "sparse table ", table_index_, ": the snapshot's tier row ", id,
-              " (", value.size(), " bytes) of bucket ", b,
+              " (", value.size(), " bytes) of bucket ", row_bucket,
               " is not one the cut counted"));
           return;
         }
-        --cold_left[b];
-        std::memcpy(at[b], &id, 8);
-        std::memcpy(at[b] + 8, value.data(), value_bytes);
-        at[b] += row_bytes;
+        --cold_left;
+        std::memcpy(at, &id, 8);
+        std::memcpy(at + 8, value.data(), value_bytes);
+        at += row_bytes;
       }));
   PS_RETURN_IF_ERROR(bad);
-  for (uint32_t b = 0; b < num_buckets_; ++b) {
-    if (at[b] == nullptr) continue;
-    if (cold_left[b] != 0) {
-      return absl::InternalError(absl::StrCat(
-          "sparse table ", table_index_, ": the snapshot's bucket ", b,
-          " lacks ", cold_left[b], " of its ", cold_[b], " cold rows"));
-    }
-    hot_until(b, 0, true);
-    for (uint32_t p = pending_start_[b]; p < pending_start_[b + 1]; ++p) {
-      at[b] =
-          PutSparseBucketPending(at[b], pending_[p].first, pending_[p].second);
-    }
+  if (cold_left != 0) {
+    return absl::InternalError(absl::StrCat(
+        "sparse table ", table_index_, ": the snapshot's bucket ", b, " lacks ",
+        cold_left, " of its ", cold_[b], " cold rows"));
+  }
+  hot_until(0, true);
+  for (uint32_t p = pending_start_[b]; p < pending_start_[b + 1]; ++p) {
+    at = PutSparseBucketPending(at, pending_[p].first, pending_[p].second);
   }
   return absl::OkStatus();
+}
+
+absl::Status SparseTableCut::Finish(SparseTier::View::Rows& rows) const {
+  absl::Status bad;
+  PS_RETURN_IF_ERROR(rows.Through(
+      ~uint32_t{0}, [&](uint32_t bucket, uint64_t id, std::string_view value) {
+        if (!bad.ok()) return;
+        bad = absl::InternalError(absl::StrCat(
+            "sparse table ", table_index_, ": the snapshot's tier row ", id,
+            " (", value.size(), " bytes) of bucket ", bucket,
+            " is not one the cut counted"));
+      }));
+  return bad;
+}
+
+absl::Status SparseTableCut::EncodeInto(const SparseTier::View& view,
+                                        std::vector<StoredBlock>* blocks,
+                                        size_t* next) const {
+  // Bucket by bucket, each block of its exact size (the counts at the cut)
+  // encoded in place: the tier's rows are read in the same order.
+  PS_ASSIGN_OR_RETURN(const std::unique_ptr<SparseTier::View::Rows> rows,
+                      view.RowsOf(table_index_));
+  for (const BucketRowsSize& bucket : Buckets()) {
+    StoredBlock& block =
+        *next < blocks->size() ? (*blocks)[*next] : blocks->emplace_back();
+    ++*next;
+    block.key = bucket.key;
+    block.values.clear();
+    block.optimizer_state.clear();
+    block.optimizer_step = 0;
+    if (bucket.rows == 0) {
+      block.rows.clear();
+      continue;
+    }
+    // A block of the last snapshot taken over: resized (which fills only
+    // bytes past the old size), then written whole.
+    block.rows.resize(bucket.rows);
+    PS_RETURN_IF_ERROR(
+        EncodeBucket(BucketIndex(bucket.key), *rows, block.rows.data()));
+  }
+  return Finish(*rows);
 }
 
 absl::Status SparseTable::CheckBucket(uint32_t bucket,

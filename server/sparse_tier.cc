@@ -15,12 +15,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/rocksdb_status.h"
+#include "common/sparse_keys.h"
 #include "common/status_macros.h"
 
 namespace ps {
 namespace {
 
-constexpr size_t kKeyBytes = 12;
+constexpr size_t kKeyBytes = 16;  // Table, bucket, id.
 constexpr size_t kMetaBytes = 16;
 
 void PutBigEndian(uint64_t v, int bytes, char* out) {
@@ -38,10 +39,15 @@ uint64_t GetBigEndian(const char* in, int bytes) {
   return v;
 }
 
-std::string Key(uint32_t table, uint64_t id) {
+void PutKey(uint32_t table, uint32_t bucket, uint64_t id, char* out) {
+  PutBigEndian(table, 4, out);
+  PutBigEndian(bucket, 4, out + 4);
+  PutBigEndian(id, 8, out + 8);
+}
+
+std::string Key(uint32_t table, uint32_t bucket, uint64_t id) {
   std::string key(kKeyBytes, '\0');
-  PutBigEndian(table, 4, key.data());
-  PutBigEndian(id, 8, key.data() + 4);
+  PutKey(table, bucket, id, key.data());
   return key;
 }
 
@@ -159,11 +165,23 @@ SparseTier::~SparseTier() {
   }
 }
 
+void SparseTier::SetBuckets(uint32_t table, uint32_t num_buckets) {
+  absl::MutexLock lock(&buckets_mu_);
+  buckets_[table] = num_buckets;
+}
+
+uint32_t SparseTier::BucketsOf(uint32_t table) const {
+  absl::MutexLock lock(&buckets_mu_);
+  const auto it = buckets_.find(table);
+  return it == buckets_.end() ? 1 : it->second;
+}
+
 absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
                                   std::vector<std::string>* values) const {
   values->assign(ids.size(), std::string());
   if (ids.empty()) return absl::OkStatus();
   keys_looked_up_ += static_cast<int64_t>(ids.size());
+  const uint32_t num_buckets = BucketsOf(table);
   // The queue first: a row found there is the newest. A row not found
   // there is in RocksDB if anywhere: the writer forgets a batch's rows only
   // after RocksDB holds them.
@@ -179,7 +197,8 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
         continue;
       }
       const Batch& in = *it->second;
-      const Batch::Op* op = in.Find(table, ids[i]);
+      const Batch::Op* op =
+          in.Find(table, BucketOfId(ids[i], table, num_buckets), ids[i]);
       if (op->size != Batch::kDelete) {
         (*values)[i].assign(in.values_.data() + op->offset, op->size);
       }
@@ -189,7 +208,8 @@ absl::Status SparseTier::MultiGet(uint32_t table, std::span<const uint64_t> ids,
   std::vector<std::string> keys(rest.size());
   std::vector<rocksdb::Slice> slices(rest.size());
   for (size_t j = 0; j < rest.size(); ++j) {
-    keys[j] = Key(table, ids[rest[j]]);
+    const uint64_t id = ids[rest[j]];
+    keys[j] = Key(table, BucketOfId(id, table, num_buckets), id);
     slices[j] = keys[j];
   }
   std::vector<rocksdb::PinnableSlice> found(rest.size());
@@ -268,22 +288,24 @@ size_t SparseTier::Batch::bytes() const {
 
 void SparseTier::Batch::Sort() {
   std::stable_sort(ops_.begin(), ops_.end(), [](const Op& a, const Op& b) {
-    return a.table != b.table ? a.table < b.table : a.id < b.id;
+    if (a.table != b.table) return a.table < b.table;
+    return a.bucket != b.bucket ? a.bucket < b.bucket : a.id < b.id;
   });
 }
 
 const SparseTier::Batch::Op* SparseTier::Batch::Find(uint32_t table,
+                                                     uint32_t bucket,
                                                      uint64_t id) const {
   // A table's batch holds its rows only: most lookups stop here.
   if (ops_.empty() || table < ops_.front().table || table > ops_.back().table) {
     return nullptr;
   }
   // The last op of the key: the first op past it, minus one.
+  const Op key{.table = table, .id = id, .bucket = bucket};
   auto it = std::upper_bound(
-      ops_.begin(), ops_.end(), std::make_pair(table, id),
-      [](const std::pair<uint32_t, uint64_t>& key, const Op& op) {
-        return key.first != op.table ? key.first < op.table
-                                     : key.second < op.id;
+      ops_.begin(), ops_.end(), key, [](const Op& k, const Op& op) {
+        if (k.table != op.table) return k.table < op.table;
+        return k.bucket != op.bucket ? k.bucket < op.bucket : k.id < op.id;
       });
   if (it == ops_.begin()) return nullptr;
   --it;
@@ -315,6 +337,7 @@ rocksdb::Status SparseTier::WriteMerged(std::span<const Batch* const> batches,
     const Batch::Op& a = op_of(x);
     const Batch::Op& b = op_of(y);
     if (a.table != b.table) return a.table > b.table;
+    if (a.bucket != b.bucket) return a.bucket > b.bucket;
     if (a.id != b.id) return a.id > b.id;
     return x.batch < y.batch;
   };
@@ -345,8 +368,7 @@ rocksdb::Status SparseTier::WriteMerged(std::span<const Batch* const> batches,
     const Batch& batch = *batches[heap.front().batch];
     const uint32_t table = op.table;
     const uint64_t id = op.id;
-    PutBigEndian(table, 4, key);
-    PutBigEndian(id, 8, key + 4);
+    PutKey(table, op.bucket, id, key);
     const rocksdb::Slice k(key, kKeyBytes);
     s = op.size == Batch::kDelete
             ? writer.Delete(k)
@@ -385,6 +407,16 @@ absl::Status SparseTier::Ingest(std::span<const Batch* const> batches) const {
 
 absl::Status SparseTier::Write(Batch& batch) {
   if (batch.empty()) return absl::OkStatus();
+  // Each row's bucket, for its key (a batch is mostly one table's).
+  uint32_t table = batch.ops_.front().table;
+  uint32_t num_buckets = BucketsOf(table);
+  for (Batch::Op& op : batch.ops_) {
+    if (op.table != table) {
+      table = op.table;
+      num_buckets = BucketsOf(table);
+    }
+    op.bucket = BucketOfId(op.id, op.table, num_buckets);
+  }
   batch.Sort();
   Batch queued;
   std::swap(queued, batch);
@@ -527,7 +559,7 @@ absl::Status SparseTier::Scan(
   for (it->Seek(begin); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
     if (key.size() != kKeyBytes || GetBigEndian(key.data(), 4) != table) break;
-    visit(GetBigEndian(key.data() + 4, 8),
+    visit(GetBigEndian(key.data() + 8, 8),
           std::string_view(it->value().data(), it->value().size()));
   }
   return it->status().ok()
@@ -583,6 +615,47 @@ absl::Status SparseTier::View::ForEach(
     const {
   PS_RETURN_IF_ERROR(Wait());
   return tier_->Scan(cut_->snapshot, table, visit);
+}
+
+absl::StatusOr<std::unique_ptr<SparseTier::View::Rows>>
+SparseTier::View::RowsOf(uint32_t table) const {
+  PS_RETURN_IF_ERROR(Wait());
+  return std::unique_ptr<Rows>(
+      new Rows(tier_->db_.get(), cut_->snapshot, table));
+}
+
+SparseTier::View::Rows::Rows(rocksdb::DB* db, const rocksdb::Snapshot* snapshot,
+                             uint32_t table)
+    : table_(table), upper_bytes_(4, '\0') {
+  PutBigEndian(uint64_t{table} + 1, 4, upper_bytes_.data());
+  upper_ = rocksdb::Slice(upper_bytes_);
+  rocksdb::ReadOptions options;
+  options.fill_cache = false;  // One pass over everything: keep the cache.
+  options.snapshot = snapshot;
+  options.readahead_size = size_t{1} << 20;  // The pass is sequential.
+  if (table != ~uint32_t{0}) options.iterate_upper_bound = &upper_;
+  it_.reset(db->NewIterator(options));
+  std::string begin(4, '\0');
+  PutBigEndian(table, 4, begin.data());
+  it_->Seek(begin);
+}
+
+absl::Status SparseTier::View::Rows::Through(
+    uint32_t bucket, const std::function<void(uint32_t bucket, uint64_t id,
+                                              std::string_view value)>& visit) {
+  for (; it_->Valid(); it_->Next()) {
+    const rocksdb::Slice key = it_->key();
+    if (key.size() != kKeyBytes || GetBigEndian(key.data(), 4) != table_) {
+      break;
+    }
+    const auto b = static_cast<uint32_t>(GetBigEndian(key.data() + 4, 4));
+    if (b > bucket) return absl::OkStatus();
+    visit(b, GetBigEndian(key.data() + 8, 8),
+          std::string_view(it_->value().data(), it_->value().size()));
+  }
+  return it_->status().ok()
+             ? absl::OkStatus()
+             : RocksDbStatusToAbsl(it_->status(), "sparse tier: scan");
 }
 
 int64_t SparseTier::ApproximateBytes(uint32_t table) const {

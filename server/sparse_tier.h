@@ -11,10 +11,14 @@
 // the shard store: the update log and the snapshots, which hold every row,
 // hot or cold (docs/durability.md).
 //
-// Layout: key = table index (4 bytes, big-endian) then id (8 bytes,
-// big-endian), so a table's rows are one range in id order; value = the
-// row's last-updated clock and update count (int64 each, host order) then
-// its dim + state floats (host order).
+// Layout: key = table index (4 bytes, big-endian), the row's bucket (4
+// bytes, big-endian; SetBuckets) then id (8 bytes, big-endian), so a
+// table's rows are one range in the order of its snapshot (buckets
+// ascending, ids ascending in each), which a snapshot streams a bucket at a
+// time (View::Rows); value = the row's last-updated clock and update count
+// (int64 each, host order) then its dim + state floats (host order). The
+// format is the process's own: a tier never outlives it (Open empties the
+// directory), so a restart never reads an older layout.
 #ifndef PS_SERVER_SPARSE_TIER_H_
 #define PS_SERVER_SPARSE_TIER_H_
 
@@ -113,6 +117,12 @@ class SparseTier {
   SparseTier(const SparseTier&) = delete;
   SparseTier& operator=(const SparseTier&) = delete;
 
+  // Sets `table`'s bucket count (a power of two; common/sparse_keys.h): its
+  // rows are keyed by (table, bucket, id) from then on. A table never set
+  // has one bucket (its rows in id order). Call it before the table's first
+  // write (SparseTable::Create does). Thread-safe.
+  void SetBuckets(uint32_t table, uint32_t num_buckets);
+
   // Looks up `ids` of `table` in one batched read: values[i] holds row i's
   // stored bytes, or is empty when the tier does not hold it (the newest
   // queued change of a row wins over RocksDB's copy). Errors: the first
@@ -139,12 +149,13 @@ class SparseTier {
       uint32_t size = 0;  // Value bytes; kDelete for a deletion.
       uint64_t id = 0;
       uint64_t offset = 0;  // Into values_.
+      uint32_t bucket = 0;  // Set by Write (SetBuckets), before Sort.
     };
     static constexpr uint32_t kDelete = ~uint32_t{0};
     // Sorts the ops by key (a key's in the order given: the last wins).
     void Sort();
-    // The newest op of (table, id) in a sorted batch, or null.
-    const Op* Find(uint32_t table, uint64_t id) const;
+    // The newest op of (table, bucket, id) in a sorted batch, or null.
+    const Op* Find(uint32_t table, uint32_t bucket, uint64_t id) const;
     std::vector<Op> ops_;
     std::vector<char> values_;  // Every Put's stored bytes, back to back.
   };
@@ -159,8 +170,9 @@ class SparseTier {
   // Waits until every queued batch is in RocksDB. Errors: the writer's.
   absl::Status Drain() const;
 
-  // Calls `visit(id, value)` for every row of `table`, ids ascending, after
-  // Drain. Errors: the iterator's or the writer's.
+  // Calls `visit(id, value)` for every row of `table`, buckets ascending
+  // and ids ascending in each (SetBuckets), after Drain. Errors: the
+  // iterator's or the writer's.
   absl::Status ForEach(
       uint32_t table,
       const std::function<void(uint64_t id, std::string_view value)>& visit)
@@ -182,13 +194,45 @@ class SparseTier {
     // Waits until the writer has taken the snapshot (it ingests the batches
     // queued before the view first). Errors: the writer's.
     absl::Status Wait() const;
-    // Calls `visit(id, value)` for every row of `table` in the view, ids
-    // ascending; after Wait. Reads the disk: call it with no lock held.
-    // Errors: Wait's, the iterator's.
+    // Calls `visit(id, value)` for every row of `table` in the view,
+    // buckets ascending and ids ascending in each; after Wait. Reads the
+    // disk: call it with no lock held. Errors: Wait's, the iterator's.
     absl::Status ForEach(
         uint32_t table,
         const std::function<void(uint64_t id, std::string_view value)>& visit)
         const;
+
+    // One table's rows in the view, read in the snapshot's order a bucket
+    // at a time (a streamed snapshot's, docs/sparse.md, "Snapshots of a
+    // tiered table"): one RocksDB iterator, moved forward only.
+    // Thread-compatible; must not outlive its view.
+    class Rows {
+     public:
+      // Calls `visit(bucket, id, value)` for the rows not visited yet of
+      // the buckets up to `bucket`, buckets then ids ascending. Reads the
+      // disk. Errors: the iterator's.
+      absl::Status Through(
+          uint32_t bucket,
+          const std::function<void(uint32_t bucket, uint64_t id,
+                                   std::string_view value)>& visit);
+
+      Rows(const Rows&) = delete;
+      Rows& operator=(const Rows&) = delete;
+
+     private:
+      friend class View;
+      // Opens the iterator at the table's first row, as of `snapshot`.
+      Rows(rocksdb::DB* db, const rocksdb::Snapshot* snapshot, uint32_t table);
+      const uint32_t table_;
+      // The iterator's upper bound (the next table's first key), which it
+      // reads through a pointer: declared before it, so it outlives it.
+      std::string upper_bytes_;
+      rocksdb::Slice upper_;
+      std::unique_ptr<rocksdb::Iterator> it_;
+    };
+    // Waits (Wait), then opens `table`'s rows at its first bucket. Errors:
+    // Wait's.
+    absl::StatusOr<std::unique_ptr<Rows>> RowsOf(uint32_t table) const;
 
    private:
     friend class SparseTier;
@@ -234,6 +278,8 @@ class SparseTier {
   // Writes `batches` (each sorted; a later batch's change of a row wins) to
   // RocksDB as one ingested table file.
   absl::Status Ingest(std::span<const Batch* const> batches) const;
+  // `table`'s bucket count (SetBuckets; 1 if never set).
+  uint32_t BucketsOf(uint32_t table) const;
   // Ingest's merge: the newest change of every row of `batches`, in key
   // order, into `writer` (open). Errors: the writer's.
   static rocksdb::Status WriteMerged(std::span<const Batch* const> batches,
@@ -259,6 +305,10 @@ class SparseTier {
   const size_t queue_limit_;
   mutable std::atomic<int64_t> keys_looked_up_{0};
   mutable std::atomic<int64_t> files_ingested_{0};
+  // Each table's bucket count (SetBuckets): read by every Write and
+  // MultiGet, set once per table.
+  mutable absl::Mutex buckets_mu_;
+  absl::flat_hash_map<uint32_t, uint32_t> buckets_ ABSL_GUARDED_BY(buckets_mu_);
   mutable absl::Mutex mu_;
   // Signalled when a batch is queued or applied, and at stop.
   mutable absl::CondVar changed_;

@@ -141,12 +141,9 @@ absl::Status UpdateLogWriter::WriteRecords(
 
 absl::Status UpdateLogWriter::WriteSnapshot(ShardSnapshot& snapshot) {
   if (snapshot.deferred != nullptr) {
-    size_t next = snapshot.ready;
-    absl::Status encoded =
-        snapshot.deferred->EncodeInto(&snapshot.blocks, &next);
-    snapshot.blocks.resize(next);
-    snapshot.deferred.reset();
-    if (!encoded.ok()) return encoded;
+    // Spare blocks past `ready` would hold an earlier snapshot's rows
+    // through this one: the deferred rows are streamed, never kept.
+    snapshot.blocks.resize(snapshot.ready);
   }
   ShardWrite write;
   write.job_id = job_id_;
@@ -166,7 +163,15 @@ absl::Status UpdateLogWriter::WriteSnapshot(ShardSnapshot& snapshot) {
     write.worker_clocks.emplace_back(w, snapshot.clocks[w]);
   }
   const absl::Time start = absl::Now();
-  absl::Status status = store_->Write(write);
+  absl::Status status;
+  if (snapshot.deferred != nullptr) {
+    bytes += static_cast<size_t>(snapshot.deferred->rows_bytes());
+    const std::unique_ptr<BucketRowsSource> rows = snapshot.deferred->Stream();
+    status = store_->WriteStreamed(write, *rows);
+  } else {
+    status = store_->Write(write);
+  }
+  snapshot.deferred.reset();
   metrics_->store_write_seconds.Observe(
       absl::ToDoubleSeconds(absl::Now() - start));
   metrics_->store_written_bytes.Increment(static_cast<double>(bytes));

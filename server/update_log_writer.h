@@ -25,23 +25,22 @@ namespace ps {
 // Blocks of a snapshot that the writer's thread encodes, from a state taken
 // at the snapshot's cut: a tiered sparse table's, whose cold rows are read
 // from the disk off the job's lock (docs/durability.md, "Snapshots of
-// tiered tables").
+// tiered tables"), one bucket at a time as the store writes them.
 class DeferredBlocks {
  public:
   virtual ~DeferredBlocks() = default;
-  // The bytes of the blocks' rows EncodeInto writes.
+  // The bytes of the blocks' rows.
   virtual int64_t rows_bytes() const = 0;
-  // Writes the blocks over (*blocks)[*next], [*next + 1], ... (appended
-  // past the end), advancing *next. Reads the disk. Errors: its reads'.
-  virtual absl::Status EncodeInto(std::vector<StoredBlock>* blocks,
-                                  size_t* next) const = 0;
+  // The blocks as a source the store pulls (ShardStore::WriteStreamed);
+  // it must not outlive this.
+  virtual std::unique_ptr<BucketRowsSource> Stream() const = 0;
 };
 
 // A job's whole state at one log position, owned (the writer stores it after
 // the caller has moved on).
 struct ShardSnapshot {
   // Values, optimizer state and steps. With `deferred`, blocks[0, ready)
-  // only; the rest are spare blocks for it to be encoded into.
+  // only (the rest, spare blocks of an earlier snapshot, are dropped).
   std::vector<StoredBlock> blocks;
   std::vector<int64_t> clocks;  // Every worker's clock.
   int64_t log_sequence = 0;     // The last record the state includes.
@@ -98,8 +97,8 @@ class UpdateLogWriter {
   absl::Status WriteItems(std::vector<Item>& items, int64_t* last_sequence);
   absl::Status WriteRecords(int64_t first_sequence,
                             const std::vector<std::string>& records);
-  // Encodes the snapshot's deferred blocks (then drops them: a tier's
-  // view goes), and writes it.
+  // Writes the snapshot, its deferred blocks streamed (WriteStreamed: one
+  // bucket encoded at a time), then drops them (a tier's view goes).
   absl::Status WriteSnapshot(ShardSnapshot& snapshot);
 
   ShardStore* const store_;

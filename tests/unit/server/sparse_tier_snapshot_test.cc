@@ -2,18 +2,22 @@
 // table"): a view of the tier lists exactly the rows written before it,
 // whatever is written after, queued or ingested; and a table's cut, encoded
 // later from the view of the same moment while the table goes on changing,
-// is byte for byte the snapshot a twin without a budget takes at the cut.
+// is byte for byte the snapshot a twin without a budget takes at the cut,
+// whole or streamed a bucket at a time.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/sparse_keys.h"
 #include "gtest/gtest.h"
+#include "server/sparse_snapshot_stream.h"
 #include "server/sparse_table.h"
 #include "server/sparse_tier.h"
 #include "tests/testing/test_tier.h"
@@ -37,17 +41,59 @@ Model Listed(const SparseTier::View& view, uint32_t table) {
   return listed;
 }
 
+// The view's rows of `table` read a bucket at a time (View::Rows), as
+// ForEach lists them: buckets ascending, ids ascending in each, each row in
+// its own bucket of `num_buckets`.
+Model Streamed(const SparseTier::View& view, uint32_t table,
+               uint32_t num_buckets) {
+  Model listed;
+  absl::StatusOr<std::unique_ptr<SparseTier::View::Rows>> rows =
+      view.RowsOf(table);
+  EXPECT_TRUE(rows.ok()) << rows.status();
+  if (!rows.ok()) return listed;
+  std::pair<uint32_t, uint64_t> last{0, 0};
+  bool first = true;
+  for (uint32_t b = 0; b <= num_buckets; ++b) {
+    EXPECT_TRUE(
+        (*rows)
+            ->Through(
+                b == num_buckets ? ~uint32_t{0} : b,
+                [&](uint32_t bucket, uint64_t id, std::string_view value) {
+                  EXPECT_EQ(bucket, b);
+                  EXPECT_EQ(bucket, BucketOfId(id, table, num_buckets));
+                  EXPECT_TRUE(first || std::pair(bucket, id) > last);
+                  first = false;
+                  last = {bucket, id};
+                  float back[3];
+                  int64_t clock, updates;
+                  ASSERT_TRUE(
+                      SparseTier::Decode(value, 3, &clock, &updates, back));
+                  listed[id] = back[0];
+                })
+            .ok());
+  }
+  return listed;
+}
+
 // Random puts and deletes with views taken between them: with the writer
 // paused for a while (the views' markers behind queued batches, later
 // batches behind them), running, and with a 2 KiB queue (writes that wait
-// for room, batches too large for the queue written at once). Every view
-// lists exactly the rows written before it, checked long after, when many
-// more writes are in RocksDB; another table's rows are not listed.
+// for room, batches too large for the queue written at once); the tables
+// of one bucket (the rows in id order) and of 8. Every view lists exactly
+// the rows written before it, checked long after, when many more writes
+// are in RocksDB, and streams them a bucket at a time in the snapshot's
+// order; another table's rows are not listed.
 TEST(SparseTierViewTest, AViewListsTheRowsWrittenBeforeItOnly) {
-  for (const size_t queue : {size_t{8} << 20, size_t{2048}}) {
+  for (const auto& [queue, buckets] :
+       {std::pair(size_t{8} << 20, 1u), std::pair(size_t{2048}, 1u),
+        std::pair(size_t{8} << 20, 8u), std::pair(size_t{2048}, 8u)}) {
     std::unique_ptr<SparseTier> tier =
         testing::OpenTestTier({.queue_bytes = queue});
     ASSERT_NE(tier, nullptr);
+    if (buckets > 1) {
+      tier->SetBuckets(1, buckets);
+      tier->SetBuckets(2, buckets * 2);
+    }
     Model model;
     std::vector<std::pair<std::unique_ptr<SparseTier::View>, Model>> views;
     std::mt19937_64 rng(queue + 1);
@@ -66,6 +112,14 @@ TEST(SparseTierViewTest, AViewListsTheRowsWrittenBeforeItOnly) {
     for (size_t v = 0; v < views.size(); ++v) {
       EXPECT_EQ(Listed(*views[v].first, 1), views[v].second)
           << "queue " << queue << ", view " << v;
+      EXPECT_EQ(Streamed(*views[v].first, 1, buckets), views[v].second)
+          << "queue " << queue << ", buckets " << buckets << ", view " << v;
+    }
+    // Reads find every row in its bucket too, queued or not.
+    for (const uint64_t id : testing::TestTierIds()) {
+      std::vector<std::string> values;
+      ASSERT_TRUE(tier->MultiGet(1, {&id, 1}, &values).ok());
+      EXPECT_EQ(values[0].empty(), !model.contains(id)) << id;
     }
   }
 }
@@ -167,6 +221,18 @@ TEST(SparseTableCutTest, ACutEncodedLaterIsTheTableAtTheCut) {
     got.erase(got.begin());
     got.resize(next - 1);
     ExpectSameBlocks(got, want);
+    // Streamed a bucket at a time: the same buckets, the same bytes.
+    SparseSnapshotStream stream(*view, std::span(&cut, 1));
+    ASSERT_EQ(stream.buckets().size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(stream.buckets()[i].key, want[i].key);
+      EXPECT_EQ(stream.buckets()[i].rows, want[i].rows.size());
+      if (want[i].rows.empty()) continue;
+      absl::StatusOr<std::string_view> rows = stream.Next();
+      ASSERT_TRUE(rows.ok()) << rows.status();
+      EXPECT_EQ(*rows, want[i].rows) << "block " << i;
+    }
+    EXPECT_FALSE(stream.Next().ok());  // Past the last.
     int64_t rows_bytes = 0;
     for (const StoredBlock& b : want) {
       rows_bytes += static_cast<int64_t>(b.rows.size());
