@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -98,7 +97,7 @@ class SparseSlotIndex {
 
   size_t size() const { return set_.size(); }
   bool empty() const { return set_.empty(); }
-  // Capacity units allocated (kBytesPerCapacity bytes each, plus 16).
+  // Capacity units allocated (kBytesPerCapacity bytes each, plus 17).
   size_t capacity() const { return set_.capacity(); }
 
   iterator begin() { return set_.begin(); }
