@@ -65,7 +65,7 @@ int64_t SparseIndexCapacity(int64_t hot_rows) {
 }
 
 int64_t SparseIndexBytes(int64_t capacity) {
-  return capacity <= 0 ? 0 : capacity * kSparseIndexBytesPerCapacity + 16;
+  return capacity <= 0 ? 0 : capacity * kSparseIndexBytesPerCapacity + 17;
 }
 
 SparseHotPlan PlanSparseHotRows(int64_t cap_bytes, int64_t slot_bytes) {

@@ -29,17 +29,18 @@ inline constexpr int64_t kSparseTierSlotExtraBytes = 20;
 // ids) skips the tier's lookup.
 inline constexpr int64_t kSparseColdFilterBytesPerHotRow = 4;
 
-// Bytes per capacity unit of a table's hash index (absl::flat_hash_map of
-// uint64 id -> uint32 slot: a 16-byte entry and a control byte).
-inline constexpr int64_t kSparseIndexBytesPerCapacity = 17;
+// Bytes per capacity unit of a table's hash index (server/sparse_slot_index.h:
+// a 12-byte entry, the id and the slot, and a control byte).
+inline constexpr int64_t kSparseIndexBytesPerCapacity = 13;
 
 // The index capacity a table under a budget reserves for `hot_rows` rows: room
 // for hot_rows * 32 / 25 + 1 entries (so that the map cleans its tombstones in
 // place instead of growing), rounded as absl::flat_hash_map rounds: the
 // smallest 2^k - 1 with 7/8 of it at least that. 0 for 0 rows.
 int64_t SparseIndexCapacity(int64_t hot_rows);
-// Bytes of an index of that capacity (capacity * 17 + 16 cloned control
-// bytes; 0 for capacity 0).
+// Bytes of an index of that capacity (capacity * 13, and 17 more control
+// bytes: the sentinel, 15 cloned, and 1 of padding to the entries'
+// alignment; 0 for capacity 0). Exact for every capacity from 3 on.
 int64_t SparseIndexBytes(int64_t capacity);
 
 // How a table under a memory budget lays out its hot rows.

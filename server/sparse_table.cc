@@ -95,9 +95,7 @@ SparseTable::SparseTable(const v1::SparseTableSpec& spec, uint32_t table_index,
       max_rows_(spec.eviction().max_rows_per_server()),
       lfu_(spec.eviction().policy() == v1::EvictionSpec::LFU),
       tier_(memory.tier),
-      slots_(
-          0, absl::Hash<uint64_t>(), std::equal_to<uint64_t>(),
-          HugePageAllocator<std::pair<const uint64_t, uint32_t>>(memory.pages)),
+      slots_(memory.pages),
       chunk_arena_(memory.pages),
       held_(num_buckets_, false) {
   if (tier_ == nullptr) return;
@@ -157,8 +155,8 @@ void SparseTable::Read(std::span<const uint64_t> keys, float* out) const {
     if (j + kAhead < keys.size()) slots_.prefetch(keys[j + kAhead]);
     auto it = slots_.find(keys[j]);
     if (it == slots_.end()) return kNoSlot;
-    __builtin_prefetch(RowAt(it->second));
-    return it->second;
+    __builtin_prefetch(RowAt(it->slot));
+    return it->slot;
   };
   for (size_t j = 0; j < kAhead && j < keys.size(); ++j) ahead[j] = look_up(j);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -305,11 +303,11 @@ void SparseTable::Evict(uint64_t id) {
     return;
   }
   if (tier_ != nullptr) {
-    SlotTick(it->second) = kFreeTick;
+    SlotTick(it->slot) = kFreeTick;
     // A copy the tier may keep from before its promotion goes too.
     if (MaybeCold(id)) TierDelete(id);
   }
-  free_slots_.push_back(it->second);
+  free_slots_.push_back(it->slot);
   slots_.erase(it);
 }
 
@@ -347,11 +345,11 @@ void SparseTable::Apply(std::span<const uint64_t> keys,
     const uint64_t id = keys[i];
     auto [it, inserted] = slots_.try_emplace(id, kNoSlot);
     if (!inserted) {
-      found_[i] = it->second;
+      found_[i] = it->slot;
     } else if (Admit(id, clock)) {
       const uint32_t slot = AllocateSlot();
       InitRow(slot, id, clock);
-      it->second = slot;
+      it->slot = slot;
       found_[i] = slot;
       ++admissions_;
     } else {
@@ -396,7 +394,7 @@ std::vector<uint64_t> SparseTable::LiveCandidates(const OrderKey& key,
     const uint64_t id = group[i];
     auto it = slots_.find(id);
     if (it == slots_.end()) continue;
-    const RowMeta meta = Meta(it->second);
+    const RowMeta meta = Meta(it->slot);
     if (meta.clock != key.second) continue;
     if (by_count && meta.updates != key.first) continue;
     live.push_back(id);
@@ -452,7 +450,7 @@ void SparseTable::MaybeCompactOrders() {
   by_clock_.clear();
   by_count_.clear();
   order_entries_ = 0;
-  for (const auto& [id, slot] : slots_) Track(id, Meta(slot));
+  for (const SparseSlotEntry& e : slots_) Track(e.id(), Meta(e.slot));
   if (tier_ == nullptr || cold_rows_ == 0) return;
   // Cold rows' clocks and counts, one pass over the tier (no values kept).
   absl::Status s =

@@ -28,6 +28,7 @@
 #include "server/sparse_bucket_codec.h"
 #include "server/sparse_optimizer.h"
 #include "server/sparse_row_init.h"
+#include "server/sparse_slot_index.h"
 #include "server/sparse_tier.h"
 
 namespace ps {
@@ -466,10 +467,7 @@ class SparseTable {
       if (!arena) delete[] chunk;
     }
   };
-  absl::flat_hash_map<uint64_t, uint32_t, absl::Hash<uint64_t>,
-                      std::equal_to<uint64_t>,
-                      HugePageAllocator<std::pair<const uint64_t, uint32_t>>>
-      slots_;
+  SparseSlotIndex slots_;
   HugePageArena chunk_arena_;
   std::vector<std::unique_ptr<float[], ChunkDelete>> chunks_;
   std::vector<uint32_t> free_slots_;

@@ -30,8 +30,8 @@ std::vector<SparseTable::SnapshotEntry> SparseTable::EntriesByBucket(
   const std::unique_ptr<uint32_t[]> bucket_of(new uint32_t[n]);
   start->assign(size_t{num_buckets_} + 1, 0);
   size_t i = 0;
-  for (const auto& [id, slot] : slots_) {
-    bucket_of[i] = BucketOfId(id, table_index_, num_buckets_);
+  for (const SparseSlotEntry& e : slots_) {
+    bucket_of[i] = BucketOfId(e.id(), table_index_, num_buckets_);
     ++(*start)[bucket_of[i++] + 1];
   }
   for (const auto& [id, bytes] : cold) {
@@ -42,8 +42,8 @@ std::vector<SparseTable::SnapshotEntry> SparseTable::EntriesByBucket(
   std::vector<SnapshotEntry> entries(n);
   std::vector<uint32_t> next(start->begin(), start->end() - 1);
   i = 0;
-  for (const auto& [id, slot] : slots_) {
-    entries[next[bucket_of[i++]]++] = {id, slot, 0};
+  for (const SparseSlotEntry& e : slots_) {
+    entries[next[bucket_of[i++]]++] = {e.id(), e.slot, 0};
   }
   for (size_t c = 0; c < cold.size(); ++c) {
     entries[next[bucket_of[i++]]++] = {cold[c].first, static_cast<uint32_t>(c),
@@ -425,7 +425,7 @@ absl::Status SparseTable::Restore(const StoredBlock& block) {
     pending_.erase(id);
     auto it = slots_.find(id);
     const uint32_t slot =
-        it != slots_.end() ? it->second : NewRow(id, contents->last_clocks[i]);
+        it != slots_.end() ? it->slot : NewRow(id, contents->last_clocks[i]);
     std::memcpy(RowAt(slot), contents->floats.data() + i * stride(),
                 stride() * sizeof(float));
     const RowMeta meta{.clock = contents->last_clocks[i],
@@ -435,7 +435,7 @@ absl::Status SparseTable::Restore(const StoredBlock& block) {
   }
   for (size_t i = 0; i < contents->pending_ids.size(); ++i) {
     if (auto it = slots_.find(contents->pending_ids[i]); it != slots_.end()) {
-      free_slots_.push_back(it->second);  // Replaced: not an eviction.
+      free_slots_.push_back(it->slot);  // Replaced: not an eviction.
       slots_.erase(it);
     }
     pending_[contents->pending_ids[i]] = contents->pending_counts[i];

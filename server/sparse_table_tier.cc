@@ -51,6 +51,10 @@ std::pair<uint64_t, uint64_t> FilterHashes(uint64_t id) {
   return {h, (h >> 32) | 1};
 }
 
+// The estimate's formula (common/sparse_memory.h) is the index's layout.
+static_assert(SparseSlotIndex::kBytesPerCapacity ==
+              kSparseIndexBytesPerCapacity);
+
 }  // namespace
 
 bool SparseTable::Contains(uint64_t id) const {
@@ -213,7 +217,7 @@ void SparseTable::ReadTiered(std::span<const uint64_t> keys, float* out,
     if (i + kAhead < keys.size()) slots_.prefetch(keys[i + kAhead]);
     auto it = slots_.find(keys[i]);
     if (it != slots_.end()) {
-      std::memcpy(out + i * dim, RowAt(it->second), dim * sizeof(float));
+      std::memcpy(out + i * dim, RowAt(it->slot), dim * sizeof(float));
       ++hits_;
       continue;
     }
@@ -302,8 +306,8 @@ void SparseTable::PinHot(std::span<const uint64_t> keys,
   for (size_t i = 0; i < keys.size(); ++i) {
     auto it = slots_.find(keys[i]);
     if (it != slots_.end()) {
-      found_[i] = it->second;
-      Touch(it->second, /*clean=*/false);  // Stepped below.
+      found_[i] = it->slot;
+      Touch(it->slot, /*clean=*/false);  // Stepped below.
       ++hits_;
       continue;
     }
@@ -391,7 +395,7 @@ void SparseTable::ApplyTiered(std::span<const uint64_t> keys,
     int64_t scratch = -1;
     if (slot == kNoSlot) {
       if (auto it = slots_.find(id); it != slots_.end()) {
-        slot = it->second;  // Created earlier in this call (a repeated id).
+        slot = it->slot;  // Created earlier in this call (a repeated id).
       } else if (auto st = scratch_index_.find(id);
                  st != scratch_index_.end()) {
         scratch = st->second;
@@ -448,7 +452,7 @@ std::vector<uint64_t> SparseTable::LiveCandidatesTiered(
     auto it = slots_.find(id);
     if (it == slots_.end()) {
       cold.push_back(id);
-    } else if (matches(Meta(it->second))) {
+    } else if (matches(Meta(it->slot))) {
       live.push_back(id);
     }
   }
@@ -487,14 +491,14 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
   std::vector<uint64_t> ids;
   for (uint64_t id : contents.ids) {
     if (auto it = slots_.find(id); it != slots_.end()) {
-      Touch(it->second, /*clean=*/false);
+      Touch(it->slot, /*clean=*/false);
     } else {
       ids.push_back(id);
     }
   }
   for (uint64_t id : contents.pending_ids) {
     if (auto it = slots_.find(id); it != slots_.end()) {
-      Touch(it->second, /*clean=*/false);
+      Touch(it->slot, /*clean=*/false);
     } else {
       ids.push_back(id);
     }
@@ -513,7 +517,7 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
                        .updates = contents.update_counts[i]};
     pending_.erase(id);
     auto it = slots_.find(id);
-    uint32_t slot = it != slots_.end() ? it->second : TakeSlot();
+    uint32_t slot = it != slots_.end() ? it->slot : TakeSlot();
     const bool cold = was_cold[id];
     if (slot != kNoSlot) {
       if (it == slots_.end()) {
@@ -537,8 +541,8 @@ void SparseTable::RestoreTiered(const SparseBucket& contents) {
   for (size_t i = 0; i < contents.pending_ids.size(); ++i) {
     const uint64_t id = contents.pending_ids[i];
     if (auto it = slots_.find(id); it != slots_.end()) {
-      SlotTick(it->second) = kFreeTick;  // Replaced: not an eviction.
-      free_slots_.push_back(it->second);
+      SlotTick(it->slot) = kFreeTick;  // Replaced: not an eviction.
+      free_slots_.push_back(it->slot);
       slots_.erase(it);
       // Its stale copy in the tier, if any, goes too.
       if (MaybeCold(id)) TierDelete(id);

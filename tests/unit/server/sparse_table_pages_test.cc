@@ -20,25 +20,28 @@
 namespace ps {
 namespace {
 
-v1::SparseTableSpec Spec() {
+v1::SparseTableSpec Spec(int64_t max_rows) {
   v1::SparseTableSpec spec;
   spec.set_name("emb");
   spec.set_dim(16);
   spec.set_num_buckets(64);
   spec.mutable_optimizer()->mutable_rowwise_adagrad()->set_learning_rate(0.05f);
-  spec.mutable_eviction()->set_max_rows_per_server(150'000);
+  spec.mutable_eviction()->set_max_rows_per_server(max_rows);
   return spec;
 }
 
-std::unique_ptr<SparseTable> Make(HugePagePool* pool) {
-  auto table =
-      SparseTable::Create(Spec(), 2, 7, /*accumulate=*/false, {.pages = pool});
+// A table of at most `max_rows` rows (the first test's 150,000: past
+// capacity from clock 11 on).
+std::unique_ptr<SparseTable> Make(HugePagePool* pool,
+                                  int64_t max_rows = 150'000) {
+  auto table = SparseTable::Create(Spec(max_rows), 2, 7, /*accumulate=*/false,
+                                   {.pages = pool});
   EXPECT_TRUE(table.ok()) << table.status();
   return table.ok() ? *std::move(table) : nullptr;
 }
 
 // Push `clock`: 20,000 distinct ids, half of them new (the table grows
-// past its four small chunks, and past capacity from clock 15 on).
+// past its four small chunks; about 15,000 rows a clock).
 void Push(SparseTable& table, int64_t clock) {
   std::mt19937_64 rng(static_cast<uint64_t>(clock));
   std::vector<uint64_t> keys;
@@ -107,10 +110,13 @@ TEST(SparseTablePagesTest, PrefaultedPagesHoldTheSameRows) {
 TEST(SparseTablePagesTest, RecycledPagesHoldTheSameRows) {
   HugePagePool pool(
       {.max_ready_bytes = 0, .max_recycled_bytes = 8 * kHugePageBytes});
-  auto plain_a = Make(nullptr);
-  auto plain_b = Make(nullptr);
-  auto pooled_a = Make(&pool);
-  auto pooled_b = Make(&pool);
+  // Room for 300,000 rows: at clock 16 a table passes 229,376 (7/8 of
+  // 262,143), and its index's array of that capacity (3.4 MB of 13-byte
+  // entries, the first past kHugePageBytes) goes back to the pool.
+  auto plain_a = Make(nullptr, 300'000);
+  auto plain_b = Make(nullptr, 300'000);
+  auto pooled_a = Make(&pool, 300'000);
+  auto pooled_b = Make(&pool, 300'000);
   ASSERT_NE(plain_a, nullptr);
   ASSERT_NE(plain_b, nullptr);
   ASSERT_NE(pooled_a, nullptr);
