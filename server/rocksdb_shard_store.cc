@@ -13,6 +13,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/sparse_keys.h"
@@ -112,6 +113,30 @@ class StreamedEntries final : public RowsFileEntries {
   size_t bucket_ = 0;  // The next of buckets_.
 };
 
+// The records a durable snapshot covers dropped from the log: only once the
+// snapshot is durable (a crash before leaves records the marker says to
+// skip).
+absl::Status DropCoveredRecords(UpdateLogFiles& log, const ShardWrite& write) {
+  if (write.log_sequence == 0) return absl::OkStatus();
+  return log.DropThrough(write.job_id, write.log_sequence, write.sync);
+}
+
+// The commit protocol with the rows in a file (docs/durability.md): the
+// rows once (`write_file`), in the file the marker does not name; then the
+// state store's batch naming it (`batch`: the blocks, clocks and marker);
+// then the records it covers dropped.
+absl::Status CommitWithRowsFile(
+    StateStore& state, UpdateLogFiles& log, const ShardWrite& batch,
+    absl::FunctionRef<absl::Status(uint64_t number)> write_file,
+    const SnapshotRowsOptions& rows) {
+  PS_ASSIGN_OR_RETURN(const uint64_t named, state.RowsFileOf(batch.job_id));
+  const uint64_t number = named + 1;
+  PS_RETURN_IF_ERROR(write_file(number));
+  if (rows.after_rows_file) rows.after_rows_file();
+  PS_RETURN_IF_ERROR(state.PutSnapshot(batch, number));
+  return DropCoveredRecords(log, batch);
+}
+
 }  // namespace
 
 absl::Status CommitStreamedSnapshot(StateStore& state, UpdateLogFiles& log,
@@ -127,22 +152,20 @@ absl::Status CommitStreamedSnapshot(StateStore& state, UpdateLogFiles& log,
     PS_RETURN_IF_ERROR(Materialize(write, source, &encoded, &whole));
     return CommitSnapshot(state, log, whole, rows);
   }
-  // CommitSnapshot's steps, step 0's file written as the source encodes it.
-  PS_ASSIGN_OR_RETURN(const uint64_t named, state.RowsFileOf(write.job_id));
-  const uint64_t number = named + 1;
-  StreamedEntries entries(write, source);
-  PS_RETURN_IF_ERROR(
-      rows.files->Write(write.job_id, number, entries, write.sync));
-  if (rows.after_rows_file) rows.after_rows_file();
-  // The state store's batch names the source's buckets (their rows are in
-  // the file: it clears their rows keys).
+  // CommitSnapshot's steps, step 0's file written as the source encodes it;
+  // the state store's batch names the source's buckets too (their rows are
+  // in the file: it clears their rows keys).
   ShardWrite keys = write;
   for (const BucketRowsSize& bucket : source.buckets()) {
     keys.blocks.push_back({.key = bucket.key});
   }
-  PS_RETURN_IF_ERROR(state.PutSnapshot(keys, number));
-  if (write.log_sequence == 0) return absl::OkStatus();
-  return log.DropThrough(write.job_id, write.log_sequence, write.sync);
+  StreamedEntries entries(write, source);
+  return CommitWithRowsFile(
+      state, log, keys,
+      [&](uint64_t number) {
+        return rows.files->Write(write.job_id, number, entries, write.sync);
+      },
+      rows);
 }
 
 absl::Status CommitSnapshot(StateStore& state, UpdateLogFiles& log,
@@ -151,29 +174,24 @@ absl::Status CommitSnapshot(StateStore& state, UpdateLogFiles& log,
   size_t rows_bytes = 0;
   for (const BlockWrite& block : write.blocks) rows_bytes += block.rows.size();
   if (rows.files != nullptr && rows_bytes > 0 && rows_bytes >= rows.min_bytes) {
-    // The rows once, in the file the marker does not name.
-    PS_ASSIGN_OR_RETURN(const uint64_t named, state.RowsFileOf(write.job_id));
-    const uint64_t number = named + 1;
     std::vector<RowsFileEntry> entries;
     for (const BlockWrite& block : write.blocks) {
       if (!block.rows.empty()) entries.push_back({block.key, block.rows});
     }
-    PS_RETURN_IF_ERROR(
-        rows.files->Write(write.job_id, number, entries, write.sync));
-    if (rows.after_rows_file) rows.after_rows_file();
-    PS_RETURN_IF_ERROR(state.PutSnapshot(write, number));
-  } else {
-    PS_ASSIGN_OR_RETURN(const uint64_t named,
-                        rows.files != nullptr ? state.RowsFileOf(write.job_id)
-                                              : absl::StatusOr<uint64_t>(0));
-    PS_RETURN_IF_ERROR(state.PutSnapshot(write));
-    // The marker names no file now: the job's files are dead bytes.
-    if (named > 0) PS_RETURN_IF_ERROR(rows.files->Delete(write.job_id));
+    return CommitWithRowsFile(
+        state, log, write,
+        [&](uint64_t number) {
+          return rows.files->Write(write.job_id, number, entries, write.sync);
+        },
+        rows);
   }
-  if (write.log_sequence == 0) return absl::OkStatus();
-  // Only once the snapshot is durable: a crash before this leaves records
-  // the marker says to skip.
-  return log.DropThrough(write.job_id, write.log_sequence, write.sync);
+  PS_ASSIGN_OR_RETURN(const uint64_t named, rows.files != nullptr
+                                                ? state.RowsFileOf(write.job_id)
+                                                : absl::StatusOr<uint64_t>(0));
+  PS_RETURN_IF_ERROR(state.PutSnapshot(write));
+  // The marker names no file now: the job's files are dead bytes.
+  if (named > 0) PS_RETURN_IF_ERROR(rows.files->Delete(write.job_id));
+  return DropCoveredRecords(log, write);
 }
 
 absl::StatusOr<std::unique_ptr<RocksDbShardStore>> RocksDbShardStore::Open(

@@ -140,13 +140,20 @@ TEST_F(ClusterTest, MlpTrainsAsWellWithSixteenBitWireParameters) {
                                &v1::MixedPrecisionSpec::wire_parameters);
 }
 
+// Far above chance (0.1), as the BSP job. The model tested is the one after
+// the last, stale update: over 80 runs of each (2026-11-27) its accuracy
+// ranged 0.59-0.78 after two epochs, and 0.60-0.78 after three, so the
+// bound is 0.5 (0.6 failed about one run in 80); a job whose stale
+// gradients were misapplied ends near chance.
 TEST_F(ClusterTest, SspAndAspTrainToo) {
-  v1::JobStatus ssp = Run(SmallJob(v1::ConsistencySpec::SSP, 2));
-  ASSERT_EQ(ssp.state(), v1::SUCCEEDED) << ssp.message();
-  EXPECT_GT(ssp.progress().test_accuracy(), 0.6);
-  v1::JobStatus asp = Run(SmallJob(v1::ConsistencySpec::ASP, 0));
-  ASSERT_EQ(asp.state(), v1::SUCCEEDED) << asp.message();
-  EXPECT_GT(asp.progress().test_accuracy(), 0.6);
+  for (const auto& [model, staleness] :
+       {std::pair{v1::ConsistencySpec::SSP, 2},
+        std::pair{v1::ConsistencySpec::ASP, 0}}) {
+    v1::JobStatus job = Run(SmallJob(model, staleness));
+    ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.message();
+    EXPECT_GT(job.progress().test_accuracy(), 0.5)
+        << v1::ConsistencySpec::Model_Name(model);
+  }
 }
 
 TEST_F(ClusterTest, MissingDataFailsTheJobAndTheClusterKeepsServing) {
