@@ -13,9 +13,11 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "server/sparse_tier.h"
 
@@ -42,6 +44,25 @@ inline std::vector<uint64_t> TestTierIds() {
 // The ids' rows in table 1 as the writes of the random batches leave them:
 // id -> the first float of its row.
 using TierModel = std::map<uint64_t, float>;
+
+// What `source` (a SparseTier or a SparseTier::View) lists of `table`
+// through ForEach: id -> the first float of each row of `stride` floats (a
+// value that does not decode fails the test).
+template <typename Source>
+TierModel ListedTierRows(const Source& source, uint32_t table, size_t stride) {
+  TierModel listed;
+  std::vector<float> back(stride);
+  const absl::Status status =
+      source.ForEach(table, [&](uint64_t id, std::string_view value) {
+        int64_t clock = 0, updates = 0;
+        ASSERT_TRUE(
+            SparseTier::Decode(value, stride, &clock, &updates, back.data()))
+            << "id " << id;
+        listed[id] = back[0];
+      });
+  EXPECT_TRUE(status.ok()) << status;
+  return listed;
+}
 
 // Round `round`'s random batch of `ids` in table 1: 1 to 8 operations (1 to
 // 80 every seventh round), each a delete (one in four) or a put of the row

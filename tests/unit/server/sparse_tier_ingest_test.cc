@@ -50,18 +50,7 @@ void ExpectTier(const SparseTier& tier, const std::vector<uint64_t>& ids,
     EXPECT_EQ(back[1], -it->second) << where << ": id " << ids[i];
   }
   if (!scan) return;
-  std::map<uint64_t, float> listed;
-  ASSERT_TRUE(tier.ForEach(3,
-                           [&listed](uint64_t id, std::string_view value) {
-                             float back[2];
-                             int64_t clock, updates;
-                             ASSERT_TRUE(SparseTier::Decode(value, 2, &clock,
-                                                            &updates, back));
-                             listed[id] = back[0];
-                           })
-                  .ok())
-      << where;
-  EXPECT_EQ(listed, model) << where;
+  EXPECT_EQ(testing::ListedTierRows(tier, 3, 2), model) << where;
 }
 
 // Batches queued while the writer is paused go into one file when it

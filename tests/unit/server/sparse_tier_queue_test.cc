@@ -72,17 +72,7 @@ TEST(SparseTierQueueTest, ReadsSeeEveryEarlierWrite) {
       for (const std::string& v : values) EXPECT_TRUE(v.empty());
     }
     tier->PauseWriterForTest(false);
-    std::map<uint64_t, float> listed;
-    ASSERT_TRUE(tier->ForEach(1,
-                              [&listed](uint64_t id, std::string_view value) {
-                                float back[3];
-                                int64_t clock, updates;
-                                ASSERT_TRUE(SparseTier::Decode(value, 3, &clock,
-                                                               &updates, back));
-                                listed[id] = back[0];
-                              })
-                    .ok());
-    EXPECT_EQ(listed, model);
+    EXPECT_EQ(testing::ListedTierRows(*tier, 1, 3), model);
     EXPECT_EQ(tier->queued_bytes(), 0u);
   }
 }

@@ -28,17 +28,7 @@ namespace {
 using Model = testing::TierModel;
 
 Model Listed(const SparseTier::View& view, uint32_t table) {
-  Model listed;
-  EXPECT_TRUE(view.ForEach(table,
-                           [&listed](uint64_t id, std::string_view value) {
-                             float back[3];
-                             int64_t clock, updates;
-                             ASSERT_TRUE(SparseTier::Decode(value, 3, &clock,
-                                                            &updates, back));
-                             listed[id] = back[0];
-                           })
-                  .ok());
-  return listed;
+  return testing::ListedTierRows(view, table, 3);
 }
 
 // The view's rows of `table` read a bucket at a time (View::Rows), as
