@@ -54,11 +54,8 @@ bool DurabilityPipeline::SnapshotDue() const {
 void DurabilityPipeline::Snapshot(ShardSnapshot snapshot) {
   snapshot.log_sequence = next_sequence_ - 1;
   last_snapshot_rows_bytes_ = 0;
-  const size_t ready =
-      snapshot.deferred != nullptr ? snapshot.ready : snapshot.blocks.size();
-  for (size_t i = 0; i < ready; ++i) {
-    last_snapshot_rows_bytes_ +=
-        static_cast<int64_t>(snapshot.blocks[i].rows.size());
+  for (const StoredBlock& block : snapshot.blocks) {
+    last_snapshot_rows_bytes_ += static_cast<int64_t>(block.rows.size());
   }
   if (snapshot.deferred != nullptr) {
     last_snapshot_rows_bytes_ += snapshot.deferred->rows_bytes();

@@ -248,8 +248,12 @@ RocksDbShardStore::~RocksDbShardStore() {
   state_.reset();
 }
 
-void RocksDbShardStore::ObserveLatency(double seconds) const {
-  if (options_.on_write_latency) options_.on_write_latency(seconds);
+void RocksDbShardStore::ObserveLatencySince(
+    std::chrono::steady_clock::time_point start) const {
+  if (!options_.on_write_latency) return;
+  options_.on_write_latency(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count());
 }
 
 absl::Status RocksDbShardStore::Write(const ShardWrite& write) {
@@ -259,9 +263,7 @@ absl::Status RocksDbShardStore::Write(const ShardWrite& write) {
   status = CommitSnapshot(
       *state_, *log_, write,
       {.files = rows_.get(), .min_bytes = options_.rows_file_bytes});
-  ObserveLatency(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count());
+  ObserveLatencySince(start);
   return status;
 }
 
@@ -273,9 +275,7 @@ absl::Status RocksDbShardStore::WriteStreamed(const ShardWrite& write,
   status = CommitStreamedSnapshot(
       *state_, *log_, write, rows,
       {.files = rows_.get(), .min_bytes = options_.rows_file_bytes});
-  ObserveLatency(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count());
+  ObserveLatencySince(start);
   return status;
 }
 
@@ -286,9 +286,7 @@ absl::Status RocksDbShardStore::AppendLog(
   PS_RETURN_IF_ERROR(ValidateLogAppend(job_id, first_sequence));
   if (records.empty()) return absl::OkStatus();
   absl::Status status = log_->Append(job_id, first_sequence, records, sync);
-  ObserveLatency(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count());
+  ObserveLatencySince(start);
   return status;
 }
 

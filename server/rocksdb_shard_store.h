@@ -16,6 +16,7 @@
 #ifndef PS_SERVER_ROCKSDB_SHARD_STORE_H_
 #define PS_SERVER_ROCKSDB_SHARD_STORE_H_
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -183,7 +184,8 @@ class RocksDbShardStore : public ShardStore {
                     std::unique_ptr<UpdateLogFiles> log,
                     std::unique_ptr<SnapshotRowsFiles> rows);
 
-  void ObserveLatency(double seconds) const;
+  // Reports the time since `start` to options_.on_write_latency.
+  void ObserveLatencySince(std::chrono::steady_clock::time_point start) const;
   // Puts the rows of the job's rows file `number` into their (empty)
   // buckets among `blocks`. DATA_LOSS as Load's.
   absl::Status ReadRowsFile(const std::string& job_id, uint64_t number,

@@ -403,12 +403,12 @@ void ServerJob::TakeSnapshotLocked() {
     // Cold rows are on the disk: the tables' hot rows and the tier's view
     // are taken now, the buckets encoded on the writer's thread, off the
     // lock, one at a time as the store writes them (docs/durability.md,
-    // "Snapshots of tiered tables"): no spare block is kept for them.
+    // "Snapshots of tiered tables"): the spare blocks past `next` go, so
+    // that no earlier snapshot's rows are held through this one.
     blocks.resize(next);
     durability_.Snapshot({.blocks = std::move(blocks),
                           .clocks = clocks_.clocks(),
-                          .deferred = sparse_->CutTiered(),
-                          .ready = next});
+                          .deferred = sparse_->CutTiered()});
     return;
   }
   sparse_->SnapshotInto(&blocks, &next);

@@ -140,11 +140,6 @@ absl::Status UpdateLogWriter::WriteRecords(
 }
 
 absl::Status UpdateLogWriter::WriteSnapshot(ShardSnapshot& snapshot) {
-  if (snapshot.deferred != nullptr) {
-    // Spare blocks past `ready` would hold an earlier snapshot's rows
-    // through this one: the deferred rows are streamed, never kept.
-    snapshot.blocks.resize(snapshot.ready);
-  }
   ShardWrite write;
   write.job_id = job_id_;
   write.sync = sync_;

@@ -39,14 +39,12 @@ class DeferredBlocks {
 // A job's whole state at one log position, owned (the writer stores it after
 // the caller has moved on).
 struct ShardSnapshot {
-  // Values, optimizer state and steps. With `deferred`, blocks[0, ready)
-  // only (the rest, spare blocks of an earlier snapshot, are dropped).
+  // Values, optimizer state and steps: the blocks encoded at the cut.
   std::vector<StoredBlock> blocks;
   std::vector<int64_t> clocks;  // Every worker's clock.
   int64_t log_sequence = 0;     // The last record the state includes.
-  // Null, or the blocks after blocks[0, ready), encoded by the writer.
+  // Null, or the blocks after `blocks`, encoded by the writer.
   std::unique_ptr<const DeferredBlocks> deferred = nullptr;
-  size_t ready = 0;
 };
 
 // Thread-safe. Records and snapshots are written in the order they are
